@@ -1,0 +1,37 @@
+# dgt_cc_library(NAME name SRCS ... [HDRS ...] [DEPS ...] [PRIVATE_DEPS ...] [PUBLIC_INCLUDE dir])
+#   Builds a static library dgt_<name> with the alias dgt::<name>. Our own code builds with
+#   -Wall -Wextra -Werror; generated code (dgt::proto) does not use this helper.
+# dgt_cc_binary(NAME name SRCS ... DEPS ...)
+# dgt_cc_test(NAME name SRCS ... DEPS ...)   GoogleTest binary registered with CTest.
+
+set(DGT_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+
+function(dgt_cc_library)
+  cmake_parse_arguments(A "" "NAME;PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(dgt_${A_NAME} STATIC ${A_SRCS})
+  add_library(dgt::${A_NAME} ALIAS dgt_${A_NAME})
+  target_compile_options(dgt_${A_NAME} PRIVATE ${DGT_WARNINGS})
+  target_include_directories(dgt_${A_NAME} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}>)
+  if(A_PUBLIC_INCLUDE)
+    target_include_directories(dgt_${A_NAME} PUBLIC $<BUILD_INTERFACE:${A_PUBLIC_INCLUDE}>)
+  endif()
+  target_link_libraries(dgt_${A_NAME} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+endfunction()
+
+function(dgt_cc_binary)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_compile_options(${A_NAME} PRIVATE ${DGT_WARNINGS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+endfunction()
+
+function(dgt_cc_test)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_options(${A_NAME} PRIVATE ${DGT_WARNINGS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME})
+  set_tests_properties(${A_NAME} PROPERTIES LABELS unit TIMEOUT 120)
+endfunction()

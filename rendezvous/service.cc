@@ -1,0 +1,218 @@
+#include "rendezvous/service.h"
+
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace dgt::rendezvous {
+
+// One agent's session stream. Writes are queued and sent one at a time; the stream finishes after
+// a message marked `close`, or when the agent goes away.
+class RendezvousService::SessionReactor final
+    : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
+ public:
+  SessionReactor(RendezvousService* service, SessionId id, std::string peer)
+      : service_(service), id_(id), peer_(std::move(peer)) {
+    StartRead(&incoming_);
+  }
+
+  // Queues `message`; with `close`, the stream finishes once it is written.
+  void Send(v1::ServiceMessage message, bool close) {
+    absl::MutexLock lock(&mu_);
+    if (finish_requested_) return;
+    queue_.push_back(std::move(message));
+    if (close) close_after_queue_ = true;
+    MaybeWriteLocked();
+  }
+
+  // Finishes the stream once queued writes are done.
+  void End() {
+    absl::MutexLock lock(&mu_);
+    close_after_queue_ = true;
+    MaybeWriteLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      service_->OnSessionEnded(id_);
+      End();
+      return;
+    }
+    service_->OnMessage(id_, incoming_);
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    queue_.pop_front();
+    if (!ok) {
+      queue_.clear();
+      close_after_queue_ = true;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override { service_->OnSessionEnded(id_); }
+
+  void OnDone() override {
+    service_->OnSessionEnded(id_);
+    service_->Unregister(id_);
+    delete this;
+  }
+
+  const std::string& peer() const { return peer_; }
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finish_requested_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+      return;
+    }
+    if (close_after_queue_) {
+      finish_requested_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  RendezvousService* service_;
+  const SessionId id_;
+  const std::string peer_;
+  v1::AgentMessage incoming_;
+  absl::Mutex mu_;
+  std::deque<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+RendezvousService::RendezvousService(RoundStateOptions options) : machine_(options) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+RendezvousService::~RendezvousService() { Stop(); }
+
+void RendezvousService::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    timer_cv_.SignalAll();
+  }
+  if (timer_.joinable()) timer_.join();
+}
+
+grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService::Session(
+    grpc::CallbackServerContext* context) {
+  absl::MutexLock lock(&mu_);
+  SessionId id = next_session_++;
+  auto* reactor = new SessionReactor(this, id, context->peer());
+  sessions_[id] = reactor;
+  return reactor;
+}
+
+void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  switch (message.kind_case()) {
+    case v1::AgentMessage::kJoin: {
+      const v1::JoinRequest& j = message.join();
+      spdlog::info("rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
+                   "node)", j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(),
+                   j.max_nodes(), j.nproc_per_node());
+      Dispatch(machine_.OnJoin(session, j, now));
+      timer_cv_.SignalAll();  // A last-call deadline may have started.
+      return;
+    }
+    case v1::AgentMessage::kReport:
+      Dispatch(machine_.OnReport(session, message.report(), now));
+      return;
+    case v1::AgentMessage::KIND_NOT_SET:
+      break;
+  }
+  v1::ServiceMessage error;
+  error.mutable_error()->set_code(3);
+  error.mutable_error()->set_message("empty AgentMessage");
+  auto it = sessions_.find(session);
+  if (it != sessions_.end()) it->second->Send(std::move(error), /*close=*/true);
+}
+
+void RendezvousService::OnSessionEnded(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  Dispatch(machine_.OnSessionClosed(session, absl::Now()));
+}
+
+void RendezvousService::Unregister(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(session);
+}
+
+void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
+  for (Outgoing& o : outgoing) {
+    auto it = sessions_.find(o.session);
+    if (it == sessions_.end()) continue;
+    if (o.message.has_assignment()) {
+      const v1::Assignment& a = o.message.assignment();
+      spdlog::info("rendezvous: run '{}' round {}: {} is node rank {} of {} (world size {}, "
+                   "master {}:{})", a.run_id(), a.round(), it->second->peer(), a.node_rank(),
+                   a.node_count(), a.world_size(), a.master_addr(), a.master_port());
+    } else if (o.message.has_finished()) {
+      spdlog::info("rendezvous: run finished for {}: {}", it->second->peer(),
+                   o.message.finished().message());
+    } else if (o.message.has_error()) {
+      spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(),
+                   o.message.error().message());
+    }
+    it->second->Send(std::move(o.message), o.close);
+  }
+}
+
+void RendezvousService::TimerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    std::optional<absl::Time> next = machine_.NextDeadline();
+    absl::Time now = absl::Now();
+    if (next && *next <= now) {
+      Dispatch(machine_.OnTick(now));
+      continue;
+    }
+    timer_cv_.WaitWithDeadline(&mu_, next.value_or(absl::InfiniteFuture()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const std::string& listen, RoundStateOptions options, KeepaliveOptions keepalive) {
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer());
+  server->service_ = std::make_unique<RendezvousService>(options);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             keepalive.keepalive_time_ms / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on '", listen,
+                                               "' (address in use or not local)"));
+  }
+  return server;
+}
+
+RendezvousServer::~RendezvousServer() { Shutdown(); }
+
+void RendezvousServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  service_->Stop();
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  server_->Wait();
+}
+
+}  // namespace dgt::rendezvous

@@ -1,0 +1,84 @@
+// The rendezvous gRPC service (dgt.rendezvous.v1.Rendezvous) over the callback API, and
+// RendezvousServer, which hosts it on a listening port. The same server runs in dgt-rendezvous,
+// and embedded in `dgt-run --standalone`.
+//
+// Each Session stream is a reactor; the round logic is RoundStateMachine under one mutex, and a
+// timer thread drives its deadlines. No reactor thread ever blocks.
+//
+// Thread-safety: thread-safe.
+#ifndef DGT_RENDEZVOUS_SERVICE_H_
+#define DGT_RENDEZVOUS_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/round_state.h"
+
+namespace dgt::rendezvous {
+
+class RendezvousService final : public v1::Rendezvous::CallbackService {
+ public:
+  explicit RendezvousService(RoundStateOptions options = {});
+  ~RendezvousService() override;
+
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* Session(
+      grpc::CallbackServerContext* context) override;
+
+  // Stops the timer thread; call before the grpc::Server shuts down.
+  void Stop();
+
+ private:
+  class SessionReactor;
+
+  void OnMessage(SessionId session, const v1::AgentMessage& message);
+  void OnSessionEnded(SessionId session);
+  void Unregister(SessionId session);
+  void Dispatch(std::vector<Outgoing> outgoing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TimerLoop();
+
+  absl::Mutex mu_;
+  absl::CondVar timer_cv_;
+  RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(mu_);
+  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_;
+};
+
+// gRPC channel/server keepalive settings shared by agents and the service: a silent peer is
+// declared dead after keepalive_time + keepalive_timeout.
+struct KeepaliveOptions {
+  int keepalive_time_ms = 1000;
+  int keepalive_timeout_ms = 2000;
+};
+
+class RendezvousServer {
+ public:
+  // Listens on `listen` ("host:port", port 0 picks a free one) and serves the service.
+  // Errors: Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
+      const std::string& listen, RoundStateOptions options = {}, KeepaliveOptions keepalive = {});
+  ~RendezvousServer();
+
+  int port() const { return port_; }
+  // Stops accepting, ends every session, and waits up to `grace` for in-flight calls.
+  void Shutdown(absl::Duration grace = absl::Seconds(1));
+
+ private:
+  RendezvousServer() = default;
+  std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace dgt::rendezvous
+
+#endif  // DGT_RENDEZVOUS_SERVICE_H_

@@ -1,0 +1,138 @@
+#include "absl/strings/string_view.h"
+#include "store/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace dgt::store {
+
+void Engine::Set(absl::string_view key, absl::string_view value) {
+  values_[key] = std::string(value);
+  KeyBecamePresent(key);
+}
+
+const std::string* Engine::Get(absl::string_view key) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> Engine::Add(absl::string_view key, int64_t delta) {
+  auto it = values_.find(key);
+  int64_t current = 0;
+  if (it != values_.end() && !absl::SimpleAtoi(it->second, &current)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ADD on key '", key, "' whose value is not a decimal integer"));
+  }
+  // Wrap like the two's-complement add torch performs, without signed-overflow UB.
+  int64_t sum = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
+  values_[key] = absl::StrCat(sum);
+  if (it == values_.end()) KeyBecamePresent(key);
+  return sum;
+}
+
+std::string Engine::CompareSet(absl::string_view key, absl::string_view expected,
+                               absl::string_view desired) {
+  auto it = values_.find(key);
+  if (it == values_.end()) {
+    if (!expected.empty()) return std::string(expected);
+    values_[key] = std::string(desired);
+    KeyBecamePresent(key);
+    return std::string(desired);
+  }
+  if (it->second == expected) it->second = std::string(desired);
+  return it->second;
+}
+
+void Engine::Append(absl::string_view key, absl::string_view value) {
+  auto [it, inserted] = values_.try_emplace(key);
+  it->second.append(value.data(), value.size());
+  if (inserted) KeyBecamePresent(key);
+}
+
+bool Engine::Present(absl::string_view key) const {
+  if (values_.contains(key)) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+bool Engine::Check(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return Present(k); });
+}
+
+int64_t Engine::NumKeys() const { return static_cast<int64_t>(values_.size()); }
+
+bool Engine::Delete(absl::string_view key) {
+  auto it = values_.find(key);
+  if (it == values_.end()) return false;
+  values_.erase(it);
+  return true;
+}
+
+void Engine::QueuePush(absl::string_view key, absl::string_view value) {
+  queues_[key].emplace_back(value);
+  KeyBecamePresent(key);
+}
+
+std::optional<std::string> Engine::QueuePop(absl::string_view key) {
+  auto it = queues_.find(key);
+  if (it == queues_.end() || it->second.empty()) return std::nullopt;
+  std::string front = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues_.erase(it);
+  return front;
+}
+
+int64_t Engine::QueueLen(absl::string_view key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+}
+
+std::optional<Engine::WaitId> Engine::Wait(const std::vector<std::string>& keys,
+                                           WaitCallback callback) {
+  PendingWait wait;
+  for (const std::string& key : keys) {
+    if (!Present(key)) wait.missing_keys.push_back(key);
+  }
+  if (wait.missing_keys.empty()) return std::nullopt;
+  WaitId id = next_wait_id_++;
+  wait.remaining = wait.missing_keys.size();
+  wait.callback = std::move(callback);
+  for (const std::string& key : wait.missing_keys) waiters_by_key_[key].push_back(id);
+  waits_.emplace(id, std::move(wait));
+  return id;
+}
+
+bool Engine::CancelWait(WaitId id) {
+  auto it = waits_.find(id);
+  if (it == waits_.end()) return false;
+  for (const std::string& key : it->second.missing_keys) {
+    auto w = waiters_by_key_.find(key);
+    if (w == waiters_by_key_.end()) continue;
+    std::erase(w->second, id);
+    if (w->second.empty()) waiters_by_key_.erase(w);
+  }
+  waits_.erase(it);
+  return true;
+}
+
+void Engine::KeyBecamePresent(absl::string_view key) {
+  auto w = waiters_by_key_.find(key);
+  if (w == waiters_by_key_.end()) return;
+  std::vector<WaitId> ids = std::move(w->second);
+  waiters_by_key_.erase(w);
+  std::vector<WaitCallback> ready;
+  for (WaitId id : ids) {
+    auto it = waits_.find(id);
+    if (it == waits_.end()) continue;
+    if (--it->second.remaining == 0) {
+      ready.push_back(std::move(it->second.callback));
+      waits_.erase(it);
+    }
+  }
+  // Callbacks run after the bookkeeping so that one may call back into the engine.
+  for (WaitCallback& cb : ready) cb();
+}
+
+}  // namespace dgt::store

@@ -1,0 +1,329 @@
+#include "absl/strings/string_view.h"
+#include "dgt/store/server.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio.hpp"
+#include "common/logging.h"
+#include "store/engine.h"
+#include "store/wire.h"
+
+namespace dgt::store {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  explicit Impl(ServerOptions options)
+      : options_(std::move(options)),
+        limits_{options_.max_key_bytes, options_.max_value_bytes, options_.max_keys_per_request},
+        acceptor_(io_) {}
+
+  ~Impl() { Stop(); }
+
+  absl::Status Start() {
+    if (thread_.joinable()) return absl::FailedPreconditionError("store server already started");
+    boost::system::error_code ec;
+    asio::ip::address address = asio::ip::make_address(options_.host, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("store listen address must be an IP literal, got '", options_.host, "'"));
+    }
+    tcp::endpoint endpoint(address, options_.port);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && address.is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      std::string what = absl::StrCat("store cannot listen on ",
+                                      options_.host, ":", options_.port, ": ", ec.message());
+      acceptor_.close();
+      if (ec == asio::error::address_in_use) return absl::AlreadyExistsError(what);
+      return absl::UnavailableError(what);
+    }
+    port_ = acceptor_.local_endpoint().port();
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    asio::post(io_, [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      for (const auto& c : connections_) c->Close("server stopping", /*log=*/false);
+      connections_.clear();
+      io_.stop();
+    });
+    thread_.join();
+  }
+
+  uint16_t port() const { return port_; }
+
+ private:
+  class Connection : public std::enable_shared_from_this<Connection> {
+   public:
+    Connection(Impl* server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {
+      boost::system::error_code ec;
+      auto remote = socket_.remote_endpoint(ec);
+      peer_ = ec ? "?" : absl::StrCat(remote.address().to_string(), ":", remote.port());
+      socket_.set_option(tcp::no_delay(true), ec);
+    }
+
+    void Start() { Read(); }
+
+    void Close(absl::string_view reason, bool log = true) {
+      if (closed_) return;
+      closed_ = true;
+      if (log) spdlog::warn("store: closing connection from {}: {}", peer_, reason);
+      if (wait_id_) {
+        server_->engine_.CancelWait(*wait_id_);
+        wait_id_.reset();
+      }
+      boost::system::error_code ec;
+      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.close(ec);
+    }
+
+   private:
+    void Read() {
+      if (closed_) return;
+      if (buffer_.size() - end_ < kReadChunk) {
+        // Compact, then grow: the buffer holds at most one partial request plus one chunk.
+        buffer_.erase(0, begin_);
+        end_ -= begin_;
+        begin_ = 0;
+        if (buffer_.size() - end_ < kReadChunk) buffer_.resize(end_ + kReadChunk);
+      }
+      socket_.async_read_some(
+          asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
+          [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+            if (ec) {
+              self->Close("", /*log=*/false);
+              self->server_->connections_.erase(self);
+              return;
+            }
+            self->end_ += n;
+            self->Process();
+            if (self->closed_) {
+              self->server_->connections_.erase(self);
+              return;
+            }
+            self->Flush();
+            self->Read();
+          });
+    }
+
+    void Process() {
+      while (!closed_ && begin_ < end_) {
+        absl::string_view data(buffer_.data() + begin_, end_ - begin_);
+        if (family_ == wire::Family::kUnknown) {
+          family_ = wire::DetectFamily(data);
+          if (family_ == wire::Family::kUnknown) return;
+        }
+        wire::Request request;
+        wire::ParseResult r = wire::ParseRequest(data, family_, server_->limits_, &request);
+        if (r.status == wire::ParseStatus::kNeedMore) return;
+        if (r.status == wire::ParseStatus::kError) {
+          Close(r.error);
+          return;
+        }
+        begin_ += r.consumed;
+        Execute(request);
+      }
+      if (begin_ == end_) begin_ = end_ = 0;
+    }
+
+    void Execute(const wire::Request& req) {
+      Engine& engine = server_->engine_;
+      const bool v1 = family_ == wire::Family::kV1;
+      switch (req.op) {
+        case wire::Op::kValidate:
+          if (req.u32 != wire::kValidationMagic) Close("bad VALIDATE magic");
+          return;
+        case wire::Op::kSet:
+          engine.Set(req.keys[0], req.values[0]);
+          return;
+        case wire::Op::kCompareSet:
+          wire::AppendBytes(&out_, engine.CompareSet(req.keys[0], req.values[0], req.values[1]));
+          return;
+        case wire::Op::kGet: {
+          const std::string* value = engine.Get(req.keys[0]);
+          if (value == nullptr) {
+            // torch 1.13's server drops the connection; the 2.x libuv server answers empty.
+            if (v1) {
+              Close(absl::StrCat("GET of missing key '", req.keys[0], "'"));
+            } else {
+              wire::AppendBytes(&out_, "");
+            }
+            return;
+          }
+          wire::AppendBytes(&out_, *value);
+          return;
+        }
+        case wire::Op::kAdd: {
+          absl::StatusOr<int64_t> sum = engine.Add(req.keys[0], req.integer);
+          if (!sum.ok()) {
+            Close(sum.status().message());
+            return;
+          }
+          wire::AppendI64(&out_, *sum);
+          return;
+        }
+        case wire::Op::kCheck:
+          wire::AppendU8(&out_, engine.Check(req.keys) ? wire::kCheckReady
+                                                       : wire::kCheckNotReady);
+          return;
+        case wire::Op::kWait: {
+          if (wait_id_) {
+            Close("WAIT while another WAIT is pending on this connection");
+            return;
+          }
+          std::weak_ptr<Connection> weak = weak_from_this();
+          std::optional<Engine::WaitId> id = engine.Wait(req.keys, [weak] {
+            auto self = weak.lock();
+            if (!self || self->closed_) return;
+            self->wait_id_.reset();
+            wire::AppendU8(&self->out_, wire::kStopWaiting);
+            self->Flush();
+          });
+          if (id) {
+            wait_id_ = id;
+          } else {
+            wire::AppendU8(&out_, wire::kStopWaiting);
+          }
+          return;
+        }
+        case wire::Op::kGetNumKeys:
+          wire::AppendI64(&out_, engine.NumKeys());
+          return;
+        case wire::Op::kWatchKey:
+          Close("WATCH_KEY is not supported yet");
+          return;
+        case wire::Op::kDeleteKey:
+          wire::AppendI64(&out_, engine.Delete(req.keys[0]) ? 1 : 0);
+          return;
+        case wire::Op::kAppend:
+          engine.Append(req.keys[0], req.values[0]);
+          return;
+        case wire::Op::kMultiGet:
+          for (const std::string& key : req.keys) {
+            const std::string* value = engine.Get(key);
+            wire::AppendBytes(&out_, value ? absl::string_view(*value) : absl::string_view());
+          }
+          return;
+        case wire::Op::kMultiSet:
+          for (size_t i = 0; i < req.keys.size(); ++i) engine.Set(req.keys[i], req.values[i]);
+          return;
+        case wire::Op::kCancelWait:
+          // A STOP_WAITING that raced ahead has already been queued; WAIT_CANCELED follows it.
+          if (wait_id_) {
+            engine.CancelWait(*wait_id_);
+            wait_id_.reset();
+          }
+          wire::AppendU8(&out_, wire::kWaitCanceled);
+          return;
+        case wire::Op::kPing:
+          wire::AppendU32(&out_, req.u32);
+          return;
+        case wire::Op::kQueuePush:
+          engine.QueuePush(req.keys[0], req.values[0]);
+          return;
+        case wire::Op::kQueuePop: {
+          std::optional<std::string> item = engine.QueuePop(req.keys[0]);
+          if (!item) {
+            wire::AppendI64(&out_, 0);
+          } else {
+            wire::AppendI64(&out_, 1);
+            wire::AppendBytes(&out_, *item);
+          }
+          return;
+        }
+        case wire::Op::kQueueLen:
+          wire::AppendI64(&out_, engine.QueueLen(req.keys[0]));
+          return;
+      }
+    }
+
+    void Flush() {
+      if (closed_ || writing_ || out_.empty()) return;
+      writing_ = true;
+      in_flight_.swap(out_);
+      out_.clear();
+      asio::async_write(socket_, asio::buffer(in_flight_),
+                        [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                          self->writing_ = false;
+                          self->in_flight_.clear();
+                          if (ec) {
+                            self->Close("", /*log=*/false);
+                            self->server_->connections_.erase(self);
+                            return;
+                          }
+                          self->Flush();
+                        });
+    }
+
+    Impl* server_;
+    tcp::socket socket_;
+    std::string peer_;
+    wire::Family family_ = wire::Family::kUnknown;
+    std::string buffer_;
+    size_t begin_ = 0;
+    size_t end_ = 0;
+    std::string out_;
+    std::string in_flight_;
+    bool writing_ = false;
+    bool closed_ = false;
+    std::optional<Engine::WaitId> wait_id_;
+  };
+
+  void Accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) {
+        if (connections_.size() >= options_.max_connections) {
+          spdlog::warn("store: refusing a connection: limit of {} connections reached",
+                       options_.max_connections);
+          boost::system::error_code ignored;
+          socket.close(ignored);
+        } else {
+          auto conn = std::make_shared<Connection>(this, std::move(socket));
+          connections_.insert(conn);
+          conn->Start();
+        }
+      }
+      Accept();
+    });
+  }
+
+  ServerOptions options_;
+  wire::Limits limits_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::atomic<uint16_t> port_{0};
+  Engine engine_;
+  std::unordered_set<std::shared_ptr<Connection>> connections_;
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Server::~Server() = default;
+absl::Status Server::Start() { return impl_->Start(); }
+void Server::Stop() { impl_->Stop(); }
+uint16_t Server::port() const { return impl_->port(); }
+
+}  // namespace dgt::store

@@ -1,0 +1,95 @@
+// PyTorch TCPStore wire protocol: request parsing and reply encoding for both opcode families
+// (torch 1.x, e.g. Debian's 1.13, and torch 2.x, which opens each connection with VALIDATE).
+//
+// Framing (REFERENCE.md §4): one opcode byte, then the op's fields; strings and values are a u64
+// length plus raw bytes; integers in host byte order. There is no frame length, so the parser
+// works incrementally: given the bytes received so far it either needs more, yields one request,
+// or rejects the stream. Lengths are checked against limits as soon as they are read, so a
+// claimed length never makes us allocate.
+//
+// Pure functions; thread-compatible.
+#ifndef DGT_STORE_WIRE_H_
+#define DGT_STORE_WIRE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dgt::store::wire {
+
+enum class Family { kUnknown, kV1, kV2 };
+
+// Operations, independent of their family's opcode numbers.
+enum class Op {
+  kValidate,    // 2.x only: u32 magic.
+  kSet,         // key, value; no reply.
+  kCompareSet,  // key, expected, desired; reply value.
+  kGet,         // key; reply value.
+  kAdd,         // key, i64; reply i64.
+  kCheck,       // u64 n, n keys; reply u8 (READY 0, NOT_READY 1).
+  kWait,        // u64 n, n keys; reply u8 STOP_WAITING 0 once all exist.
+  kGetNumKeys,  // reply i64.
+  kWatchKey,    // 1.x only: key.
+  kDeleteKey,   // key; reply i64.
+  kAppend,      // 2.x: key, value; no reply.
+  kMultiGet,    // 2.x: u64 n, n keys; reply n values.
+  kMultiSet,    // 2.x: u64 n, n (key, value); no reply.
+  kCancelWait,  // 2.x: reply u8 WAIT_CANCELED 1.
+  kPing,        // 2.x: u32 nonce; reply the nonce.
+  kQueuePush,   // 2.x: key, value; no reply.
+  kQueuePop,    // 2.x: key; reply i64 length, then the item when the length was non-zero.
+  kQueueLen,    // 2.x: key; reply i64.
+};
+
+// u32 magic of torch 2.x VALIDATE (bytes 00 CE F7 85 3C on the wire, opcode included).
+inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+
+// Reply bytes.
+inline constexpr uint8_t kCheckReady = 0;
+inline constexpr uint8_t kCheckNotReady = 1;
+inline constexpr uint8_t kStopWaiting = 0;
+inline constexpr uint8_t kWaitCanceled = 1;
+
+struct Limits {
+  uint64_t max_key_bytes = 64 * 1024;
+  uint64_t max_value_bytes = 64ull * 1024 * 1024;
+  uint64_t max_keys_per_request = 128 * 1024;
+};
+
+struct Request {
+  Op op = Op::kGet;
+  std::vector<std::string> keys;    // One key for single-key ops.
+  std::vector<std::string> values;  // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: expected, desired.
+  int64_t integer = 0;              // ADD delta.
+  uint32_t u32 = 0;                 // VALIDATE magic, PING nonce.
+};
+
+enum class ParseStatus { kNeedMore, kOk, kError };
+
+struct ParseResult {
+  ParseStatus status = ParseStatus::kNeedMore;
+  size_t consumed = 0;  // Bytes of the request, when kOk.
+  std::string error;    // Why the stream is rejected, when kError.
+};
+
+// Decides the family from a connection's first bytes: kUnknown while fewer than 5 bytes are
+// there and they could still be a 2.x VALIDATE.
+Family DetectFamily(absl::string_view first_bytes);
+
+// Parses one request from the front of `data` for `family` (kV1 or kV2).
+ParseResult ParseRequest(absl::string_view data, Family family, const Limits& limits,
+                         Request* out);
+
+// Reply encoders, appending to `out`.
+void AppendU8(std::string* out, uint8_t v);
+void AppendU32(std::string* out, uint32_t v);
+void AppendI64(std::string* out, int64_t v);
+void AppendU64(std::string* out, uint64_t v);
+void AppendBytes(std::string* out, absl::string_view bytes);  // u64 length + bytes.
+
+// Request encoders used by the C++ client and tests.
+void AppendOpcode(std::string* out, Family family, Op op);
+
+}  // namespace dgt::store::wire
+
+#endif  // DGT_STORE_WIRE_H_
