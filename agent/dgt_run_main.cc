@@ -1,0 +1,18 @@
+// dgt-run: torchrun-compatible launcher. Parses flags and hands them to the Agent.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/launch_options.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  dgt::agent::ParsedCommandLine parsed = dgt::agent::ParseDgtRunCommandLine(args);
+  if (!parsed.options) {
+    std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  dgt::agent::Agent agent(std::move(*parsed.options));
+  return agent.Run();
+}

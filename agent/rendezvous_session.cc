@@ -1,0 +1,58 @@
+#include "agent/rendezvous_session.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dgt::agent {
+
+absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
+    const std::string& endpoint, absl::Duration connect_timeout, MessageCallback on_message,
+    ClosedCallback on_closed) {
+  std::unique_ptr<RendezvousSession> s(new RendezvousSession());
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Retry refused connections quickly while the service is starting.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  s->channel_ = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(connect_timeout);
+  if (!s->channel_->WaitForConnected(deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("cannot reach the rendezvous service at ", endpoint, " within ",
+                     absl::FormatDuration(connect_timeout),
+                     " (is dgt-rendezvous running there? see --rdzv-connect-timeout)"));
+  }
+  s->stub_ = rdzv_v1::Rendezvous::NewStub(s->channel_);
+  s->on_message_ = std::move(on_message);
+  s->on_closed_ = std::move(on_closed);
+  s->stream_ = s->stub_->Session(&s->context_);
+  s->reader_ = std::thread([p = s.get()] { p->ReadLoop(); });
+  return s;
+}
+
+RendezvousSession::~RendezvousSession() { Close(); }
+
+absl::Status RendezvousSession::Send(const rdzv_v1::AgentMessage& message) {
+  absl::MutexLock lock(&write_mu_);
+  if (!stream_->Write(message)) {
+    return absl::UnavailableError("the rendezvous session is closed");
+  }
+  return absl::OkStatus();
+}
+
+void RendezvousSession::ReadLoop() {
+  rdzv_v1::ServiceMessage message;
+  while (stream_->Read(&message)) on_message_(message);
+  grpc::Status status = stream_->Finish();
+  on_closed_(status);
+}
+
+void RendezvousSession::Close() {
+  if (!reader_.joinable()) return;
+  context_.TryCancel();
+  reader_.join();
+}
+
+}  // namespace dgt::agent
