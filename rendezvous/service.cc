@@ -210,9 +210,11 @@ RendezvousServer::~RendezvousServer() { Shutdown(); }
 void RendezvousServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
-  service_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-  server_->Wait();
+  if (service_) service_->Stop();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    server_->Wait();
+  }
 }
 
 }  // namespace dgt::rendezvous

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace dgt::store::wire {
 
 enum class Family { kUnknown, kV1, kV2 };

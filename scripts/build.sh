@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures (once) and builds dgt with Ninja into build/ (binaries in build/bin/).
+# Usage: scripts/build.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${DGT_BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/build.ninja" ] || [ $# -gt 0 ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)"

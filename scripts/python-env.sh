@@ -1,0 +1,11 @@
+# Sourced by the scripts: points DGT_PYTHON at a Python that can import torch (Debian's
+# /usr/bin/python3 with python3-torch), unless the caller already chose one.
+if [ -z "${DGT_PYTHON:-}" ]; then
+  for candidate in python3 /usr/bin/python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import torch' 2>/dev/null; then
+      DGT_PYTHON=$(command -v "$candidate")
+      break
+    fi
+  done
+  export DGT_PYTHON=${DGT_PYTHON:-/usr/bin/python3}
+fi

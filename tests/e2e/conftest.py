@@ -1,0 +1,94 @@
+"""Shared fixtures for dgt's end-to-end tests: real binaries, real PyTorch workers, loopback only.
+
+Binaries come from $DGT_BIN_DIR (default: build/bin). Workers run with $DGT_PYTHON (default:
+/usr/bin/python3, Debian's interpreter with python3-torch). Every process a test starts has a
+deadline and is killed at the end of the test.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
+WORKERS = REPO / "tests" / "e2e" / "workers"
+PYTHON = os.environ.get("DGT_PYTHON", "/usr/bin/python3")
+
+
+def dgt_env(**extra):
+    env = dict(os.environ)
+    env["DGT_PYTHON"] = PYTHON
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Proc:
+    """A started process whose output goes to files, so nothing blocks on a full pipe."""
+
+    def __init__(self, args, tmp_path, name, env=None):
+        self.args = [str(a) for a in args]
+        self.out_path = tmp_path / f"{name}.out"
+        self.err_path = tmp_path / f"{name}.err"
+        self._out = open(self.out_path, "wb")
+        self._err = open(self.err_path, "wb")
+        self.popen = subprocess.Popen(self.args, stdout=self._out, stderr=self._err,
+                                      stdin=subprocess.DEVNULL, env=env or dgt_env(),
+                                      cwd=REPO, start_new_session=True)
+
+    def wait(self, timeout):
+        try:
+            return self.popen.wait(timeout=timeout)
+        finally:
+            self._out.flush()
+            self._err.flush()
+
+    @property
+    def stdout(self):
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def stderr(self):
+        return self.err_path.read_text(errors="replace")
+
+    def kill(self):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.popen.wait(timeout=10)
+        self._out.close()
+        self._err.close()
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    procs = []
+
+    def _spawn(args, name=None, env=None):
+        p = Proc(args, tmp_path, name or f"proc{len(procs)}", env=env)
+        procs.append(p)
+        return p
+
+    yield _spawn
+    for p in procs:
+        p.kill()
+
+
+@pytest.fixture
+def rendezvous(spawn):
+    """A dgt-rendezvous on a free loopback port; yields its "127.0.0.1:port" endpoint."""
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0"], name="rendezvous")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = re.search(r"listening on port (\d+)", p.stdout)
+        if m:
+            yield f"127.0.0.1:{m.group(1)}"
+            return
+        assert p.popen.poll() is None, f"dgt-rendezvous exited: {p.stderr}"
+        time.sleep(0.05)
+    pytest.fail("dgt-rendezvous did not report its port within 10 s")

@@ -1,0 +1,67 @@
+"""Bad input to dgt-run and dgt-rendezvous: one clear line, a non-zero exit, bounded time."""
+import time
+
+import pytest
+
+from conftest import BIN, REPO, WORKERS
+
+SCRIPT = str(WORKERS / "print_env.py")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--bogus", SCRIPT], "dgt-run: error: unknown flag '--bogus' (see dgt-run --help)"),
+    (["--nproc-per-node=0", SCRIPT], "dgt-run: error: --nproc-per-node must be >= 1, got 0"),
+    (["--nnodes=2", "--rdzv-endpoint=host:99999", SCRIPT],
+     "dgt-run: error: --rdzv-endpoint: port must be 1..65535, got 'host:99999'"),
+    (["--nnodes=2", "--rdzv-endpoint=[::1", SCRIPT],
+     "dgt-run: error: --rdzv-endpoint: missing ']' after IPv6 address, got '[::1'"),
+    (["--standalone", "does_not_exist.py"],
+     "dgt-run: error: training script 'does_not_exist.py' does not exist"),
+])
+def test_usage_errors(spawn, args, message):
+    p = spawn([BIN / "dgt-run", *args])
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [message]
+
+
+def test_endpoint_where_nothing_listens(spawn):
+    start = time.monotonic()
+    p = spawn([BIN / "dgt-run", "--nnodes=2", "--rdzv-endpoint=127.0.0.1:1",
+               "--rdzv-connect-timeout=2", SCRIPT])
+    assert p.wait(timeout=30) == 1
+    assert time.monotonic() - start < 10
+    assert p.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: cannot reach the rendezvous service at 127.0.0.1:1 within 2s "
+        "(is dgt-rendezvous running there? see --rdzv-connect-timeout)")
+
+
+def test_join_timeout_when_too_few_nodes(spawn, rendezvous):
+    start = time.monotonic()
+    p = spawn([BIN / "dgt-run", "--nnodes=2", f"--rdzv-endpoint={rendezvous}",
+               "--rdzv-id=lonely", "--join-timeout=2", SCRIPT])
+    assert p.wait(timeout=30) == 1
+    assert time.monotonic() - start < 10
+    assert p.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: rendezvous for run 'lonely' did not complete within 2 s "
+        "(--join-timeout): 1 of at least 2 node(s) joined")
+
+
+def test_conflicting_join_is_refused(spawn, rendezvous):
+    first = spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=1",
+                   f"--rdzv-endpoint={rendezvous}", "--rdzv-id=conflict", "--join-timeout=20",
+                   SCRIPT], name="first")
+    time.sleep(0.5)
+    second = spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+                    f"--rdzv-endpoint={rendezvous}", "--rdzv-id=conflict", SCRIPT],
+                   name="second")
+    assert second.wait(timeout=20) == 1
+    assert second.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: the rendezvous service refused this node: run 'conflict' uses "
+        "--nnodes=2 --nproc-per-node=1; this node asked for --nnodes=2 --nproc-per-node=2")
+    assert first.popen.poll() is None  # The waiting node is untouched.
+
+
+def test_rendezvous_bad_listen_address(spawn):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "256.1.1.1:0"])
+    assert p.wait(timeout=20) == 1
+    assert "dgt-rendezvous: rendezvous cannot listen on '256.1.1.1:0'" in p.stderr

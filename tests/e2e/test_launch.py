@@ -1,0 +1,90 @@
+"""dgt-run end to end: real processes, real PyTorch 1.13 workers, the agent-hosted store."""
+import json
+import re
+import time
+
+from conftest import BIN, REPO, WORKERS
+
+
+def json_lines(text):
+    """Worker JSON lines from dgt-run's console output ("[rankN]: {...}")."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^\[rank(\d+)\]: (\{.*\})$", line)
+        if m:
+            record = json.loads(m.group(2))
+            assert record["rank"] == int(m.group(1)), line
+            out.append(record)
+    return out
+
+
+def test_standalone_digits_reaches_accuracy(spawn):
+    p = spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=4",
+               REPO / "examples" / "train_digits.py"], name="digits")
+    assert p.wait(timeout=240) == 0, p.stderr
+    lines = re.findall(r"^\[rank0\]: test accuracy: ([0-9.]+)$", p.stdout, re.M)
+    assert len(lines) == 1, p.stdout
+    assert float(lines[0]) >= 0.90
+    starts = re.findall(r"^\[rank(\d)\]: rank (\d)/4 local_rank (\d): starting$", p.stdout, re.M)
+    assert sorted(starts) == [(str(r), str(r), str(r)) for r in range(4)]
+
+
+def test_two_agents_all_reduce(spawn, rendezvous):
+    agents = [
+        spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+               f"--rdzv-endpoint={rendezvous}", "--rdzv-id=e2e-allreduce", "--max-restarts=2",
+               WORKERS / "allreduce_check.py"], name=f"agent{i}")
+        for i in range(2)
+    ]
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr
+    records = [r for a in agents for r in json_lines(a.stdout)]
+    assert sorted(r["rank"] for r in records) == [0, 1, 2, 3]
+    for r in records:
+        assert r["world_size"] == 4
+        assert r["sum"] == 6
+        assert r["ranks"] == [0, 1, 2, 3]
+        env = r["env"]
+        assert env["RANK"] == str(r["rank"])
+        assert env["LOCAL_RANK"] == str(r["rank"] % 2)
+        assert env["WORLD_SIZE"] == "4"
+        assert env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["NODE_RANK"] == str(r["rank"] // 2)
+        assert env["GROUP_RANK"] == str(r["rank"] // 2)
+        assert env["GROUP_WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert env["TORCHELASTIC_RUN_ID"] == "e2e-allreduce"
+        assert env["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert env["TORCHELASTIC_MAX_RESTARTS"] == "2"
+    # One store for the whole job: node rank 0's.
+    assert len({r["env"]["MASTER_PORT"] for r in records}) == 1
+    # Each agent ran one node's ranks: {0,1} and {2,3}.
+    per_agent = sorted(sorted(r["rank"] for r in json_lines(a.stdout)) for a in agents)
+    assert per_agent == [[0, 1], [2, 3]]
+
+
+def test_worker_exit_code_is_reported(spawn):
+    start = time.monotonic()
+    p = spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=3",
+               WORKERS / "exit_code.py", "--fail-rank", "1", "--code", "3"], name="fail")
+    rc = p.wait(timeout=60)
+    assert rc == 3, p.stderr
+    assert time.monotonic() - start < 20  # The others were stopped, not waited for (60 s).
+    final = p.stderr.strip().splitlines()[-1]
+    assert re.match(r"^dgt-run: error: rank 1 \(local rank 1 on node rank 0, 127\.0\.0\.1, "
+                    r"pid \d+\) exited with code 3$", final), p.stderr
+    assert sorted(re.findall(r"^\[rank(\d)\]: rank \d started$", p.stdout, re.M)) == ["0", "1", "2"]
+
+
+def test_failure_on_one_node_stops_the_other(spawn, rendezvous):
+    agents = [
+        spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+               f"--rdzv-endpoint={rendezvous}", "--rdzv-id=e2e-fail",
+               WORKERS / "exit_code.py", "--fail-rank", "3", "--code", "3"], name=f"agent{i}")
+        for i in range(2)
+    ]
+    codes = [a.wait(timeout=60) for a in agents]
+    assert codes == [3, 3], [a.stderr for a in agents]
+    text = agents[0].stderr + agents[1].stderr
+    assert "rank 3 (local rank 1) exited with code 3" in text

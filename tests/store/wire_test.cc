@@ -1,0 +1,173 @@
+// Byte-level tests of the TCPStore frame parser. 1.x frames are copied from the recording of a
+// real torch 1.13 client in shared/fixtures/torch-1.13-tcpstore/client-ops.json; 2.x frames are
+// derived by hand from REFERENCE.md §4 (opcode numbers of torch 2.x QueryType).
+#include "store/wire.h"
+
+#include "gtest/gtest.h"
+#include "tests/testutil/hex.h"
+
+namespace dgt::store::wire {
+namespace {
+
+using ::dgt::testing::Hex;
+using ::dgt::testing::Unhex;
+
+Request ParseOk(const std::string& bytes, Family family) {
+  Request r;
+  ParseResult p = ParseRequest(bytes, family, Limits{}, &r);
+  EXPECT_EQ(p.status, ParseStatus::kOk) << p.error;
+  EXPECT_EQ(p.consumed, bytes.size());
+  return r;
+}
+
+TEST(DetectFamilyTest, V2OpensWithValidate) {
+  EXPECT_EQ(DetectFamily(""), Family::kUnknown);
+  EXPECT_EQ(DetectFamily(Unhex("00")), Family::kUnknown);
+  EXPECT_EQ(DetectFamily(Unhex("00cef7")), Family::kUnknown);
+  EXPECT_EQ(DetectFamily(Unhex("00cef7853c")), Family::kV2);
+  // torch 1.13's first request, ADD "init/" 1 (client-ops.json chunk 0).
+  EXPECT_EQ(DetectFamily(Unhex("030500000000000000696e69742f0100000000000000")), Family::kV1);
+  // A 1.x SET starts 00 then a key length; it is never the magic.
+  EXPECT_EQ(DetectFamily(Unhex("000400000000000000")), Family::kV1);
+  EXPECT_EQ(DetectFamily(Unhex("0004")), Family::kV1);
+}
+
+TEST(ParseV1Test, RecordedTorch113Frames) {
+  Request add = ParseOk(Unhex("030500000000000000696e69742f0100000000000000"), Family::kV1);
+  EXPECT_EQ(add.op, Op::kAdd);
+  EXPECT_EQ(add.keys[0], "init/");
+  EXPECT_EQ(add.integer, 1);
+
+  Request set = ParseOk(Unhex("0004000000000000002f6b6579050000000000000076616c7565"),
+                        Family::kV1);
+  EXPECT_EQ(set.op, Op::kSet);
+  EXPECT_EQ(set.keys[0], "/key");
+  EXPECT_EQ(set.values[0], "value");
+
+  Request wait = ParseOk(Unhex("05010000000000000004000000000000002f6b6579"), Family::kV1);
+  EXPECT_EQ(wait.op, Op::kWait);
+  ASSERT_EQ(wait.keys.size(), 1u);
+  EXPECT_EQ(wait.keys[0], "/key");
+
+  Request get = ParseOk(Unhex("0204000000000000002f6b6579"), Family::kV1);
+  EXPECT_EQ(get.op, Op::kGet);
+  EXPECT_EQ(get.keys[0], "/key");
+
+  Request cas = ParseOk(
+      Unhex("0104000000000000002f6b6579050000000000000076616c756502000000000000007632"),
+      Family::kV1);
+  EXPECT_EQ(cas.op, Op::kCompareSet);
+  EXPECT_EQ(cas.keys[0], "/key");
+  EXPECT_EQ(cas.values[0], "value");
+  EXPECT_EQ(cas.values[1], "v2");
+
+  Request cas_missing = ParseOk(
+      Unhex("0108000000000000002f6d697373696e67000000000000000003000000000000006e6577"),
+      Family::kV1);
+  EXPECT_EQ(cas_missing.keys[0], "/missing");
+  EXPECT_EQ(cas_missing.values[0], "");
+  EXPECT_EQ(cas_missing.values[1], "new");
+
+  EXPECT_EQ(ParseOk(Unhex("06"), Family::kV1).op, Op::kGetNumKeys);
+  Request del = ParseOk(Unhex("0804000000000000002f6b6579"), Family::kV1);
+  EXPECT_EQ(del.op, Op::kDeleteKey);
+  EXPECT_EQ(del.keys[0], "/key");
+}
+
+TEST(ParseV1Test, EveryPrefixNeedsMore) {
+  // The recording shows COMPARE_SET split after its opcode byte: every proper prefix of a frame
+  // must ask for more bytes, never fail.
+  std::string frame =
+      Unhex("0104000000000000002f6b6579050000000000000076616c756502000000000000007632");
+  for (size_t n = 0; n < frame.size(); ++n) {
+    Request r;
+    ParseResult p = ParseRequest(frame.substr(0, n), Family::kV1, Limits{}, &r);
+    EXPECT_EQ(p.status, ParseStatus::kNeedMore) << "prefix " << n;
+  }
+}
+
+TEST(ParseV1Test, TwoFramesBackToBack) {
+  std::string two = Unhex("06") + Unhex("0204000000000000002f6b6579");
+  Request r;
+  ParseResult p = ParseRequest(two, Family::kV1, Limits{}, &r);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.consumed, 1u);
+  EXPECT_EQ(r.op, Op::kGetNumKeys);
+}
+
+TEST(ParseV2Test, HandDerivedFrames) {
+  Request validate = ParseOk(Unhex("00cef7853c"), Family::kV2);
+  EXPECT_EQ(validate.op, Op::kValidate);
+  EXPECT_EQ(validate.u32, kValidationMagic);
+
+  Request ping = ParseOk(Unhex("0d78563412"), Family::kV2);
+  EXPECT_EQ(ping.op, Op::kPing);
+  EXPECT_EQ(ping.u32, 0x12345678u);
+
+  Request set = ParseOk(Unhex("01" "0100000000000000" "61" "0200000000000000" "7879"),
+                        Family::kV2);
+  EXPECT_EQ(set.op, Op::kSet);
+  EXPECT_EQ(set.keys[0], "a");
+  EXPECT_EQ(set.values[0], "xy");
+
+  Request multi_set = ParseOk(Unhex("0b" "0200000000000000"
+                                    "0100000000000000" "61" "0100000000000000" "31"
+                                    "0100000000000000" "62" "0000000000000000"),
+                              Family::kV2);
+  EXPECT_EQ(multi_set.op, Op::kMultiSet);
+  ASSERT_EQ(multi_set.keys.size(), 2u);
+  EXPECT_EQ(multi_set.keys[1], "b");
+  EXPECT_EQ(multi_set.values[0], "1");
+  EXPECT_EQ(multi_set.values[1], "");
+
+  EXPECT_EQ(ParseOk(Unhex("0c"), Family::kV2).op, Op::kCancelWait);
+  EXPECT_EQ(ParseOk(Unhex("10" "0100000000000000" "71"), Family::kV2).op, Op::kQueueLen);
+  EXPECT_EQ(ParseOk(Unhex("0f" "0100000000000000" "71"), Family::kV2).op, Op::kQueuePop);
+  EXPECT_EQ(ParseOk(Unhex("09" "0100000000000000" "61" "0100000000000000" "7a"), Family::kV2).op,
+            Op::kAppend);
+}
+
+TEST(ParseTest, UnknownOpcodesAreErrors) {
+  Request r;
+  ParseResult v1 = ParseRequest(Unhex("09"), Family::kV1, Limits{}, &r);
+  EXPECT_EQ(v1.status, ParseStatus::kError);
+  EXPECT_EQ(v1.error, "unknown opcode 9 for the torch 1.x protocol");
+  ParseResult v2 = ParseRequest(Unhex("ff"), Family::kV2, Limits{}, &r);
+  EXPECT_EQ(v2.status, ParseStatus::kError);
+  EXPECT_EQ(v2.error, "unknown opcode 255 for the torch 2.x protocol");
+}
+
+TEST(ParseTest, OverLimitLengthsFailBeforeTheBytesArrive) {
+  Limits limits;
+  limits.max_key_bytes = 16;
+  limits.max_value_bytes = 32;
+  limits.max_keys_per_request = 4;
+  Request r;
+  // GET with a claimed key length of 2^40: rejected from the 9-byte header alone.
+  ParseResult huge = ParseRequest(Unhex("020000000000010000"), Family::kV1, limits, &r);
+  EXPECT_EQ(huge.status, ParseStatus::kError);
+  EXPECT_EQ(huge.error, "key length 1099511627776 exceeds the limit of 16 bytes");
+  ParseResult value = ParseRequest(Unhex("00" "0100000000000000" "61" "2100000000000000"),
+                                   Family::kV1, limits, &r);
+  EXPECT_EQ(value.status, ParseStatus::kError);
+  EXPECT_EQ(value.error, "value length 33 exceeds the limit of 32 bytes");
+  ParseResult count = ParseRequest(Unhex("05" "0500000000000000"), Family::kV1, limits, &r);
+  EXPECT_EQ(count.status, ParseStatus::kError);
+  EXPECT_EQ(count.error, "key count 5 exceeds the limit of 4");
+}
+
+TEST(EncodeTest, RepliesAreHostOrder) {
+  std::string out;
+  AppendI64(&out, 7);
+  EXPECT_EQ(Hex(out), "0700000000000000");
+  out.clear();
+  AppendBytes(&out, "v2");
+  EXPECT_EQ(Hex(out), "02000000000000007632");
+  out.clear();
+  AppendOpcode(&out, Family::kV1, Op::kGet);
+  AppendOpcode(&out, Family::kV2, Op::kGet);
+  EXPECT_EQ(Hex(out), "0203");
+}
+
+}  // namespace
+}  // namespace dgt::store::wire
