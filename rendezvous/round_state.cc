@@ -18,6 +18,18 @@ std::string NnodesText(int32_t min_nodes, int32_t max_nodes) {
                                 : absl::StrCat(min_nodes, ":", max_nodes);
 }
 
+const char* StateName(RoundStateMachine::RunState s) {
+  switch (s) {
+    case RoundStateMachine::RunState::kGathering:
+      return "gathering";
+    case RoundStateMachine::RunState::kRunning:
+      return "running";
+    case RoundStateMachine::RunState::kClosed:
+      return "closed";
+  }
+  return "?";
+}
+
 }  // namespace
 
 RoundStateMachine::RoundStateMachine(RoundStateOptions options) : options_(options) {}
@@ -31,6 +43,29 @@ Outgoing RoundStateMachine::ErrorFor(SessionId session, int code, std::string me
   return o;
 }
 
+RoundStateMachine::Node* RoundStateMachine::NodeOf(SessionId session, Run** run) {
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return nullptr;
+  auto r = runs_.find(s->second.run_id);
+  if (r == runs_.end()) return nullptr;
+  auto n = r->second.nodes.find(s->second.node_id);
+  if (n == r->second.nodes.end() || n->second.session != session) return nullptr;
+  *run = &r->second;
+  return &n->second;
+}
+
+int32_t RoundStateMachine::ConnectedCount(const Run& run) const {
+  int32_t n = 0;
+  for (const auto& [id, node] : run.nodes) n += node.session != 0 ? 1 : 0;
+  return n;
+}
+
+int32_t RoundStateMachine::MemberCount(const Run& run) const {
+  int32_t n = 0;
+  for (const auto& [id, node] : run.nodes) n += node.node_rank >= 0 ? 1 : 0;
+  return n;
+}
+
 std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::JoinRequest& join,
                                                 absl::Time now) {
   std::vector<Outgoing> out;
@@ -38,14 +73,24 @@ std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::Joi
     out.push_back(ErrorFor(session, kInvalidArgument, std::move(message)));
     return out;
   };
-  if (run_of_session_.contains(session)) {
+  if (sessions_.contains(session)) {
     return invalid("this session already joined a run; open a new session per run");
   }
   if (join.run_id().empty()) return invalid("run_id must not be empty");
   if (join.node_id().empty()) return invalid("node_id must not be empty");
+  for (const std::string* field : {&join.run_id(), &join.node_id(), &join.address()}) {
+    if (field->size() > options_.max_id_bytes) {
+      return invalid(absl::StrCat("run_id, node_id and address must be at most ",
+                                  options_.max_id_bytes, " bytes, got ", field->size()));
+    }
+  }
   if (join.min_nodes() < 1 || join.max_nodes() < join.min_nodes()) {
     return invalid(absl::StrCat("--nnodes must be MIN:MAX with 0 < MIN <= MAX, got ",
                                 join.min_nodes(), ":", join.max_nodes()));
+  }
+  if (join.max_nodes() > options_.max_nodes_per_run) {
+    return invalid(absl::StrCat("--nnodes MAX must be at most ", options_.max_nodes_per_run,
+                                ", got ", join.max_nodes()));
   }
   if (join.nproc_per_node() < 1) {
     return invalid(absl::StrCat("--nproc-per-node must be >= 1, got ", join.nproc_per_node()));
@@ -54,9 +99,11 @@ std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::Joi
   if (join.store_port() < 1 || join.store_port() > 65535) {
     return invalid(absl::StrCat("store_port must be 1..65535, got ", join.store_port()));
   }
-  if (join.last_call_timeout_s() < 0) {
-    return invalid(absl::StrCat("last_call_timeout must be >= 0 s, got ",
-                                join.last_call_timeout_s()));
+  if (join.last_call_timeout_s() < 0 || join.join_timeout_s() < 0) {
+    return invalid("last_call_timeout and join_timeout must be >= 0 s");
+  }
+  if (join.max_restarts() < 0) {
+    return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts()));
   }
 
   auto [it, created] = runs_.try_emplace(join.run_id());
@@ -66,13 +113,17 @@ std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::Joi
     run.min_nodes = join.min_nodes();
     run.max_nodes = join.max_nodes();
     run.nproc_per_node = join.nproc_per_node();
+    run.max_restarts = join.max_restarts();
     run.last_call_timeout = join.last_call_timeout_s() > 0
                                 ? absl::Seconds(join.last_call_timeout_s())
                                 : options_.default_last_call_timeout;
+    run.join_timeout = join.join_timeout_s() > 0 ? absl::Seconds(join.join_timeout_s())
+                                                 : options_.default_join_timeout;
   } else {
     if (run.state == RunState::kClosed) {
       out.push_back(ErrorFor(session, kFailedPrecondition,
-                             absl::StrCat("run '", run.run_id, "' is closed; use a new run id")));
+                             absl::StrCat("run '", run.run_id, "' is closed (", run.outcome,
+                                          "); use a new run id")));
       return out;
     }
     if (run.min_nodes != join.min_nodes() || run.max_nodes != join.max_nodes() ||
@@ -83,164 +134,363 @@ std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::Joi
           NnodesText(join.min_nodes(), join.max_nodes()),
           " --nproc-per-node=", join.nproc_per_node()));
     }
-    if (run.state == RunState::kActive) {
-      out.push_back(ErrorFor(
-          session, kAborted,
-          absl::StrCat("run '", run.run_id, "' round ", run.round, " is already running with ",
-                       run.nodes.size(), " nodes; joining a running round is not supported")));
+  }
+
+  bool replaced_active_member = false;
+  auto existing = run.nodes.find(join.node_id());
+  if (existing != run.nodes.end()) {
+    Node& old = existing->second;
+    if (old.session != 0 && old.address != join.address()) {
+      out.push_back(ErrorFor(session, kAlreadyExists,
+                             absl::StrCat("node id '", join.node_id(), "' is already in run '",
+                                          run.run_id, "' from ", old.address)));
       return out;
     }
-    for (const Node& n : run.nodes) {
-      if (n.join.node_id() == join.node_id()) {
-        out.push_back(ErrorFor(session, kAlreadyExists,
-                               absl::StrCat("node id '", join.node_id(),
-                                            "' already joined run '", run.run_id, "'")));
-        return out;
-      }
+    // The same node came back (its agent restarted): the new session replaces the old one.
+    if (old.session != 0) {
+      out.push_back(ErrorFor(old.session, kAborted,
+                             absl::StrCat("replaced by a new session of node '", old.node_id,
+                                          "'")));
+      sessions_.erase(old.session);
     }
+    replaced_active_member =
+        run.state == RunState::kRunning && old.node_rank >= 0 && !old.succeeded;
+    run.nodes.erase(existing);
   }
 
   Node node;
+  node.node_id = join.node_id();
   node.session = session;
-  node.join = join;
-  run.nodes.push_back(std::move(node));
-  run_of_session_[session] = run.run_id;
+  node.address = join.address();
+  node.nproc = join.nproc_per_node();
+  node.store_port = join.store_port();
+  node.last_contact = now;
+  run.nodes.emplace(node.node_id, node);
+  sessions_[session] = SessionRef{run.run_id, node.node_id};
 
-  const int32_t joined = static_cast<int32_t>(run.nodes.size());
-  if (joined >= run.max_nodes) {
-    CloseRound(run, out);
-  } else {
-    if (joined >= run.min_nodes && !run.last_call_deadline) {
-      run.last_call_deadline = now + run.last_call_timeout;
+  if (replaced_active_member) {
+    if (ConnectedCount(run) >= run.min_nodes) {
+      StartRound(run, absl::StrCat("node ", join.node_id(), " restarted"), 0, now, out);
+    } else {
+      run.state = RunState::kGathering;
+      run.join_deadline = now + run.join_timeout;
+      Evaluate(run, now, out);
     }
-    SendProgress(run, out);
+    return out;
   }
+  Evaluate(run, now, out);
   return out;
 }
 
 void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out) const {
-  for (const Node& n : run.nodes) {
+  for (const auto& [id, n] : run.nodes) {
+    if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) continue;
     Outgoing o;
     o.session = n.session;
     v1::JoinProgress* p = o.message.mutable_progress();
-    p->set_joined_nodes(static_cast<int32_t>(run.nodes.size()));
+    p->set_joined_nodes(ConnectedCount(run));
     p->set_min_nodes(run.min_nodes);
     p->set_max_nodes(run.max_nodes);
     out.push_back(std::move(o));
   }
 }
 
-void RoundStateMachine::CloseRound(Run& run, std::vector<Outgoing>& out) {
-  std::sort(run.nodes.begin(), run.nodes.end(), [](const Node& a, const Node& b) {
-    return a.join.node_id() < b.join.node_id();
-  });
-  int32_t world_size = 0;
-  for (const Node& n : run.nodes) world_size += n.join.nproc_per_node();
-  const Node& master = run.nodes.front();
+void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out) {
+  if (run.pending_reason) {
+    TrySendPendingRound(run, out);
+    return;
+  }
+  const int32_t connected = ConnectedCount(run);
+  if (run.state == RunState::kGathering) {
+    if (connected >= run.max_nodes) {
+      StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+      return;
+    }
+    if (connected >= run.min_nodes) {
+      run.join_deadline.reset();
+      if (!run.last_call_deadline) run.last_call_deadline = now + run.last_call_timeout;
+    } else {
+      run.last_call_deadline.reset();
+    }
+    SendProgress(run, out);
+    return;
+  }
+  if (run.state == RunState::kRunning) {
+    const int32_t members = MemberCount(run);
+    const int32_t waiting = connected - members;
+    bool any_succeeded = std::any_of(run.nodes.begin(), run.nodes.end(),
+                                     [](const auto& kv) { return kv.second.succeeded; });
+    if (waiting > 0 && members < run.max_nodes && !any_succeeded) {
+      if (connected >= run.max_nodes) {
+        StartRound(run, "scale-up", 0, now, out);
+        return;
+      }
+      if (!run.scale_up_deadline) run.scale_up_deadline = now + run.last_call_timeout;
+    } else {
+      run.scale_up_deadline.reset();
+    }
+    if (waiting > 0) SendProgress(run, out);
+  }
+}
+
+void RoundStateMachine::StartRound(Run& run, const std::string& reason,
+                                   int32_t restart_increment, absl::Time now,
+                                   std::vector<Outgoing>& out) {
+  run.last_call_deadline.reset();
+  run.scale_up_deadline.reset();
+  run.join_deadline.reset();
+
+  // Members of the new round: survivors of the last round first (by rank), then waiting nodes in
+  // node-id order, up to MAX.
+  std::vector<Node*> survivors, newcomers;
+  for (auto& [id, n] : run.nodes) {
+    if (n.session == 0) continue;
+    (n.node_rank >= 0 ? survivors : newcomers).push_back(&n);
+  }
+  std::sort(survivors.begin(), survivors.end(),
+            [](const Node* a, const Node* b) { return a->node_rank < b->node_rank; });
+  std::vector<std::pair<Node*, int32_t>> ranks;  // node → new rank
+  const int32_t k = static_cast<int32_t>(std::min<size_t>(survivors.size(), run.max_nodes));
+  if (run.round < 0) {
+    // First round: node-id order (std::map iteration order), deterministic.
+    int32_t r = 0;
+    for (Node* n : newcomers) {
+      if (r >= run.max_nodes) break;
+      ranks.emplace_back(n, r++);
+    }
+  } else {
+    // Survivors keep their ranks; the highest-ranked survivors move into the gaps.
+    std::vector<bool> used(k, false);
+    std::vector<Node*> movers;
+    for (int32_t i = 0; i < k; ++i) {
+      Node* n = survivors[i];
+      if (n->node_rank < k) {
+        used[n->node_rank] = true;
+        ranks.emplace_back(n, n->node_rank);
+      } else {
+        movers.push_back(n);
+      }
+    }
+    std::sort(movers.begin(), movers.end(),
+              [](const Node* a, const Node* b) { return a->node_rank > b->node_rank; });
+    size_t m = 0;
+    for (int32_t gap = 0; gap < k && m < movers.size(); ++gap) {
+      if (!used[gap]) ranks.emplace_back(movers[m++], gap);
+    }
+    int32_t r = k;
+    for (Node* n : newcomers) {
+      if (r >= run.max_nodes) break;
+      ranks.emplace_back(n, r++);
+    }
+  }
+  if (ranks.empty()) return;
+  std::sort(ranks.begin(), ranks.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  Node* master = ranks.front().first;
+  if (master->store_port == 0) {
+    // Node rank 0's agent is still opening its next store: hold the round until it is ready.
+    run.pending_reason = reason;
+    run.pending_restart_increment += restart_increment;
+    return;
+  }
+  run.pending_reason.reset();
+  restart_increment += run.pending_restart_increment;
+  run.pending_restart_increment = 0;
+
+  run.round += 1;
+  run.restart_count += restart_increment;
+  run.world_size = 0;
+  for (auto& [id, n] : run.nodes) {
+    n.node_rank = -1;
+    n.succeeded = false;
+  }
   int32_t first_rank = 0;
-  for (size_t i = 0; i < run.nodes.size(); ++i) {
-    const Node& n = run.nodes[i];
+  std::vector<int32_t> first_ranks;
+  for (auto& [n, r] : ranks) {
+    n->node_rank = r;
+    first_ranks.push_back(first_rank);
+    first_rank += n->nproc;
+  }
+  run.world_size = first_rank;
+  run.master_addr = master->address;
+  run.master_port = master->store_port;
+  master->store_port = 0;  // Consumed: the next round needs the agent's next store.
+  run.state = RunState::kRunning;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Node* n = ranks[i].first;
     Outgoing o;
-    o.session = n.session;
+    o.session = n->session;
     v1::Assignment* a = o.message.mutable_assignment();
     a->set_run_id(run.run_id);
     a->set_round(run.round);
-    a->set_node_rank(static_cast<int32_t>(i));
-    a->set_node_count(static_cast<int32_t>(run.nodes.size()));
-    a->set_world_size(world_size);
-    a->set_first_global_rank(first_rank);
-    a->set_master_addr(master.join.address());
-    a->set_master_port(master.join.store_port());
-    first_rank += n.join.nproc_per_node();
+    a->set_node_rank(ranks[i].second);
+    a->set_node_count(static_cast<int32_t>(ranks.size()));
+    a->set_world_size(run.world_size);
+    a->set_first_global_rank(first_ranks[i]);
+    a->set_master_addr(run.master_addr);
+    a->set_master_port(run.master_port);
+    a->set_restart_count(run.restart_count);
+    a->set_reason(reason);
     out.push_back(std::move(o));
   }
-  run.state = RunState::kActive;
-  run.last_call_deadline.reset();
+  SendProgress(run, out);  // Nodes beyond MAX keep waiting.
+  (void)now;
 }
 
-void RoundStateMachine::FinishRun(Run& run, const v1::RunFinished& finished, absl::Time now,
+void RoundStateMachine::TrySendPendingRound(Run& run, std::vector<Outgoing>& out) {
+  std::string reason = *run.pending_reason;
+  run.pending_reason.reset();
+  int32_t inc = run.pending_restart_increment;
+  run.pending_restart_increment = 0;
+  StartRound(run, reason, inc, absl::InfinitePast(), out);
+}
+
+void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& message,
+                                  const v1::WorkerFailure* failure, absl::Time now,
                                   std::vector<Outgoing>& out) {
-  for (const Node& n : run.nodes) {
-    if (!n.connected) continue;
+  for (const auto& [id, n] : run.nodes) {
+    if (n.session == 0) continue;
     Outgoing o;
     o.session = n.session;
-    *o.message.mutable_finished() = finished;
+    v1::RunFinished* f = o.message.mutable_finished();
+    f->set_succeeded(succeeded);
+    f->set_message(message);
+    if (failure != nullptr) *f->mutable_failure() = *failure;
     o.close = true;
     out.push_back(std::move(o));
   }
   run.state = RunState::kClosed;
+  run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.closed_at = now;
+  run.last_call_deadline.reset();
+  run.scale_up_deadline.reset();
+  run.join_deadline.reset();
+  run.pending_reason.reset();
 }
 
 std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session,
                                                   const v1::NodeReport& report, absl::Time now) {
   std::vector<Outgoing> out;
-  auto rs = run_of_session_.find(session);
-  if (rs == run_of_session_.end()) {
+  Run* run = nullptr;
+  Node* node = NodeOf(session, &run);
+  if (node == nullptr) {
     out.push_back(ErrorFor(session, kFailedPrecondition, "report before join"));
     return out;
   }
-  Run& run = runs_.at(rs->second);
-  if (run.state != RunState::kActive) return out;  // A report racing the end of the run.
-  auto node = std::find_if(run.nodes.begin(), run.nodes.end(),
-                           [&](const Node& n) { return n.session == session; });
-  if (node == run.nodes.end() || node->reported) return out;
-  node->reported = true;
-  if (!report.succeeded()) {
-    v1::RunFinished finished;
-    finished.set_succeeded(false);
-    finished.set_message(absl::StrCat("node ", node->join.node_id(), " (node rank ",
-                                      node - run.nodes.begin(), "): ", report.message()));
-    *finished.mutable_failure() = report.failure();
-    finished.mutable_failure()->set_node_id(node->join.node_id());
-    FinishRun(run, finished, now, out);
+  node->last_contact = now;
+  // A report about an earlier round (its failure may be the consequence of a lost node) or racing
+  // the end of the run is ignored.
+  if (run->state != RunState::kRunning || report.round() != run->round || node->node_rank < 0) {
     return out;
   }
-  bool all = std::all_of(run.nodes.begin(), run.nodes.end(),
-                         [](const Node& n) { return n.reported; });
-  if (all) {
-    v1::RunFinished finished;
-    finished.set_succeeded(true);
-    finished.set_message(absl::StrCat("all ", run.nodes.size(), " nodes succeeded"));
-    FinishRun(run, finished, now, out);
+  if (report.succeeded()) {
+    node->succeeded = true;
+    int32_t members = 0, done = 0;
+    for (const auto& [id, n] : run->nodes) {
+      if (n.node_rank < 0) continue;
+      ++members;
+      done += n.succeeded ? 1 : 0;
+    }
+    if (done == members) {
+      FinishRun(*run, true, absl::StrCat("all ", members, " nodes succeeded"), nullptr, now, out);
+    }
+    return out;
   }
+  std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
+                                   "): ", report.message());
+  if (run->restart_count < run->max_restarts) {
+    StartRound(*run, absl::StrCat("restart after failure: ", what), 1, now, out);
+    return out;
+  }
+  v1::WorkerFailure failure = report.failure();
+  failure.set_node_id(node->node_id);
+  FinishRun(*run,
+            false,
+            run->max_restarts > 0
+                ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
+                : what,
+            &failure, now, out);
   return out;
+}
+
+std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session,
+                                                      const v1::StoreReady& ready,
+                                                      absl::Time now) {
+  std::vector<Outgoing> out;
+  Run* run = nullptr;
+  Node* node = NodeOf(session, &run);
+  if (node == nullptr) return out;
+  if (ready.store_port() < 1 || ready.store_port() > 65535) {
+    out.push_back(ErrorFor(session, kInvalidArgument,
+                           absl::StrCat("store_port must be 1..65535, got ",
+                                        ready.store_port())));
+    return out;
+  }
+  node->store_port = ready.store_port();
+  node->last_contact = now;
+  if (run->pending_reason) TrySendPendingRound(*run, out);
+  return out;
+}
+
+void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std::string& why,
+                                 absl::Time now, std::vector<Outgoing>& out) {
+  auto it = run.nodes.find(node_id);
+  if (it == run.nodes.end()) return;
+  Node& node = it->second;
+  const bool active_member =
+      run.state == RunState::kRunning && node.node_rank >= 0 && !node.succeeded;
+  if (run.state == RunState::kRunning && node.succeeded) {
+    node.session = 0;  // Its part is done; keep the record for the all-succeeded check.
+    return;
+  }
+  const std::string lost = absl::StrCat("node ", node.node_id, " (", node.address, ") ", why);
+  run.nodes.erase(it);
+  if (run.state == RunState::kClosed) return;
+  if (!active_member) {
+    Evaluate(run, now, out);
+    return;
+  }
+  if (ConnectedCount(run) >= run.min_nodes) {
+    StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out);
+    return;
+  }
+  // Too few nodes to go on: survivors stop their workers and the run waits for nodes.
+  for (const auto& [id, n] : run.nodes) {
+    if (n.session == 0 || n.node_rank < 0) continue;
+    Outgoing o;
+    o.session = n.session;
+    o.message.mutable_stop()->set_round(run.round);
+    o.message.mutable_stop()->set_reason(
+        absl::StrCat(lost, "; waiting up to ", absl::FormatDuration(run.join_timeout),
+                     " for at least ", run.min_nodes, " nodes"));
+    out.push_back(std::move(o));
+  }
+  run.state = RunState::kGathering;
+  run.join_deadline = now + run.join_timeout;
+  run.last_call_deadline.reset();
+  SendProgress(run, out);
 }
 
 std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl::Time now) {
   std::vector<Outgoing> out;
-  auto rs = run_of_session_.find(session);
-  if (rs == run_of_session_.end()) return out;
-  std::string run_id = rs->second;
-  run_of_session_.erase(rs);
-  Run& run = runs_.at(run_id);
-  auto node = std::find_if(run.nodes.begin(), run.nodes.end(),
-                           [&](const Node& n) { return n.session == session; });
-  if (node == run.nodes.end()) return out;
-  switch (run.state) {
-    case RunState::kOpen:
-      run.nodes.erase(node);
-      if (run.nodes.empty()) {
-        runs_.erase(run_id);
-        return out;
-      }
-      if (static_cast<int32_t>(run.nodes.size()) < run.min_nodes) run.last_call_deadline.reset();
-      SendProgress(run, out);
-      return out;
-    case RunState::kActive: {
-      node->connected = false;
-      if (node->reported) return out;
-      v1::RunFinished finished;
-      finished.set_succeeded(false);
-      finished.set_message(absl::StrCat("node ", node->join.node_id(), " (node rank ",
-                                        node - run.nodes.begin(), ", ", node->join.address(),
-                                        ") was lost before its workers finished"));
-      FinishRun(run, finished, now, out);
-      return out;
-    }
-    case RunState::kClosed:
-      node->connected = false;
-      return out;
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return out;
+  SessionRef ref = s->second;
+  sessions_.erase(s);
+  auto r = runs_.find(ref.run_id);
+  if (r == runs_.end()) return out;
+  Run& run = r->second;
+  auto n = run.nodes.find(ref.node_id);
+  if (n == run.nodes.end() || n->second.session != session) return out;
+  if (run.state == RunState::kClosed) {
+    n->second.session = 0;
+    return out;
+  }
+  LoseNode(run, ref.node_id, "was lost", now, out);
+  if (run.state != RunState::kClosed && ConnectedCount(run) == 0) {
+    // Nobody is left to tell: forget the run.
+    for (const auto& [id, node] : run.nodes) sessions_.erase(node.session);
+    runs_.erase(r);
   }
   return out;
 }
@@ -249,13 +499,24 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
   std::vector<Outgoing> out;
   for (auto it = runs_.begin(); it != runs_.end();) {
     Run& run = it->second;
-    if (run.state == RunState::kOpen && run.last_call_deadline &&
-        *run.last_call_deadline <= now &&
-        static_cast<int32_t>(run.nodes.size()) >= run.min_nodes) {
-      CloseRound(run, out);
+    if (run.state == RunState::kGathering && !run.pending_reason) {
+      const int32_t connected = ConnectedCount(run);
+      if (run.join_deadline && *run.join_deadline <= now && connected < run.min_nodes) {
+        FinishRun(run, false,
+                  absl::StrCat("run '", run.run_id, "' had only ", connected, " of at least ",
+                               run.min_nodes, " nodes for ",
+                               absl::FormatDuration(run.join_timeout), " after losing nodes"),
+                  nullptr, now, out);
+      } else if (run.last_call_deadline && *run.last_call_deadline <= now &&
+                 connected >= run.min_nodes) {
+        StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+      }
+    } else if (run.state == RunState::kRunning && run.scale_up_deadline &&
+               *run.scale_up_deadline <= now) {
+      StartRound(run, "scale-up", 0, now, out);
     }
     if (run.state == RunState::kClosed && run.closed_at + options_.closed_run_retention <= now) {
-      for (const Node& n : run.nodes) run_of_session_.erase(n.session);
+      for (const auto& [id, node] : run.nodes) sessions_.erase(node.session);
       it = runs_.erase(it);
       continue;
     }
@@ -266,11 +527,14 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
 
 std::optional<absl::Time> RoundStateMachine::NextDeadline() const {
   std::optional<absl::Time> next;
-  for (const auto& [id, run] : runs_) {
-    std::optional<absl::Time> t;
-    if (run.state == RunState::kOpen && run.last_call_deadline) t = run.last_call_deadline;
-    if (run.state == RunState::kClosed) t = run.closed_at + options_.closed_run_retention;
+  auto consider = [&](const std::optional<absl::Time>& t) {
     if (t && (!next || *t < *next)) next = t;
+  };
+  for (const auto& [id, run] : runs_) {
+    consider(run.last_call_deadline);
+    consider(run.join_deadline);
+    consider(run.scale_up_deadline);
+    if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   }
   return next;
 }
@@ -280,6 +544,41 @@ std::optional<RoundStateMachine::RunState> RoundStateMachine::StateOf(
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return std::nullopt;
   return it->second.state;
+}
+
+v1::GetStatusResponse RoundStateMachine::Status(const std::string& run_id) const {
+  v1::GetStatusResponse response;
+  for (const auto& [id, run] : runs_) {
+    if (!run_id.empty() && id != run_id) continue;
+    v1::RunStatus* rs = response.add_runs();
+    rs->set_run_id(id);
+    rs->set_state(StateName(run.state));
+    rs->set_round(run.round);
+    rs->set_restart_count(run.restart_count);
+    rs->set_min_nodes(run.min_nodes);
+    rs->set_max_nodes(run.max_nodes);
+    rs->set_world_size(run.world_size);
+    rs->set_outcome(run.outcome);
+    rs->set_master_addr(run.master_addr);
+    rs->set_master_port(run.master_port);
+    std::vector<const Node*> nodes;
+    for (const auto& [nid, n] : run.nodes) nodes.push_back(&n);
+    std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) {
+      int ra = a->node_rank < 0 ? INT32_MAX : a->node_rank;
+      int rb = b->node_rank < 0 ? INT32_MAX : b->node_rank;
+      return ra != rb ? ra < rb : a->node_id < b->node_id;
+    });
+    for (const Node* n : nodes) {
+      v1::NodeStatus* ns = rs->add_nodes();
+      ns->set_node_id(n->node_id);
+      ns->set_address(n->address);
+      ns->set_node_rank(n->node_rank);
+      ns->set_nproc_per_node(n->nproc);
+      ns->set_last_contact_unix_s(absl::ToDoubleSeconds(n->last_contact - absl::UnixEpoch()));
+      ns->set_succeeded(n->succeeded);
+    }
+  }
+  return response;
 }
 
 }  // namespace dgt::rendezvous

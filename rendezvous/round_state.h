@@ -1,13 +1,23 @@
 // The rendezvous round state machine: which nodes belong to which run, when a round closes, what
-// each node is assigned, and how a run ends. Pure: no I/O, no threads, no clock of its own — the
-// caller passes `now` and sends the returned messages. The gRPC service is a thin layer on top.
+// each node is assigned, how membership changes and failures start new rounds, and how a run
+// ends. Pure: no I/O, no threads, no clock of its own — the caller passes `now` and sends the
+// returned messages. The gRPC service is a thin layer on top. docs/RENDEZVOUS.md describes the
+// semantics; the short form:
 //
-// Round semantics (docs/RENDEZVOUS.md): a run's round closes as soon as MAX nodes joined, or at
-// MIN nodes once the last-call timeout has passed since MIN was reached. Node ranks follow the
-// sorted node ids (deterministic), each node's first global rank is the sum of the nproc of the
-// nodes before it, and MASTER_ADDR:MASTER_PORT is node rank 0's address and store port. A run
-// ends when every node reported success, or at the first failure or lost node; later joins are
-// refused with FAILED_PRECONDITION.
+// - The first round closes as soon as MAX nodes joined, or at MIN once the last-call timeout has
+//   passed since MIN was reached.
+// - A node arriving while a round runs waits; if there is room (fewer than MAX members) it causes
+//   a scale-up round after the last-call timeout (or at once at MAX). Not a restart.
+// - A lost member (session ended) starts a new round with the survivors at once if at least MIN
+//   remain (not a restart); otherwise the survivors stop their workers and the run waits up to
+//   the join timeout for nodes, then fails.
+// - A failure report starts a new round with restart_count + 1 while restarts remain, else it
+//   ends the run as failed. When every member reports success the run ends as succeeded.
+// - Node ranks: the first round sorts nodes by node id. Later rounds keep each surviving node's
+//   rank, except that the node with the highest rank moves into a gap a lost node left; new nodes
+//   follow in node-id order. MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port
+//   it has never served a round from, so every round starts on an empty store.
+// - A finished run is closed; joins are refused (FAILED_PRECONDITION) until it is forgotten.
 //
 // Thread-compatible: the service serialises calls under its mutex.
 #ifndef DGT_RENDEZVOUS_ROUND_STATE_H_
@@ -39,8 +49,13 @@ struct Outgoing {
 struct RoundStateOptions {
   // Used when a run's first JoinRequest leaves last_call_timeout_s at 0 (torchrun: 30 s).
   absl::Duration default_last_call_timeout = absl::Seconds(30);
+  // Used when a run's first JoinRequest leaves join_timeout_s at 0 (torchrun: 600 s).
+  absl::Duration default_join_timeout = absl::Seconds(600);
   // How long a finished run is remembered to refuse late joins.
   absl::Duration closed_run_retention = absl::Hours(1);
+  // Field limits: a longer run id, node id or address is refused (INVALID_ARGUMENT).
+  size_t max_id_bytes = 256;
+  int32_t max_nodes_per_run = 100000;
 };
 
 class RoundStateMachine {
@@ -50,47 +65,84 @@ class RoundStateMachine {
   std::vector<Outgoing> OnJoin(SessionId session, const v1::JoinRequest& join, absl::Time now);
   std::vector<Outgoing> OnReport(SessionId session, const v1::NodeReport& report,
                                  absl::Time now);
+  std::vector<Outgoing> OnStoreReady(SessionId session, const v1::StoreReady& ready,
+                                     absl::Time now);
   // The session's stream ended (agent exited, crashed, or its keepalive failed).
   std::vector<Outgoing> OnSessionClosed(SessionId session, absl::Time now);
-  // Closes rounds whose last call expired and forgets old closed runs.
+  // Handles expired deadlines (last call, scale-up, join timeout) and forgets old closed runs.
   std::vector<Outgoing> OnTick(absl::Time now);
 
   // The earliest time OnTick has something to do, if any.
   std::optional<absl::Time> NextDeadline() const;
 
-  enum class RunState { kOpen, kActive, kClosed };
-  // For status and tests: the state of a run, or nullopt when unknown.
+  enum class RunState { kGathering, kRunning, kClosed };
   std::optional<RunState> StateOf(const std::string& run_id) const;
+
+  // Operators' view of every run (or one run).
+  v1::GetStatusResponse Status(const std::string& run_id) const;
+
+  size_t run_count() const { return runs_.size(); }
 
  private:
   struct Node {
+    std::string node_id;
     SessionId session = 0;
-    v1::JoinRequest join;
-    bool connected = true;
-    bool reported = false;
+    std::string address;
+    int32_t nproc = 0;
+    int32_t store_port = 0;  // A store never used for a round; 0 while the agent opens one.
+    int32_t node_rank = -1;  // In the current round; -1 while waiting.
+    bool succeeded = false;  // Reported success for the current round.
+    absl::Time last_contact;
   };
   struct Run {
     std::string run_id;
     int32_t min_nodes = 0;
     int32_t max_nodes = 0;
     int32_t nproc_per_node = 0;
+    int32_t max_restarts = 0;
     absl::Duration last_call_timeout;
-    RunState state = RunState::kOpen;
-    std::vector<Node> nodes;  // Joined (kOpen) or members in node-rank order (kActive).
+    absl::Duration join_timeout;
+    RunState state = RunState::kGathering;
+    std::map<std::string, Node> nodes;  // By node id: members and waiting nodes.
+    int64_t round = -1;
+    int32_t restart_count = 0;
+    int32_t world_size = 0;
+    std::string master_addr;
+    int32_t master_port = 0;
+    // kGathering: close at MIN once this passes.
     std::optional<absl::Time> last_call_deadline;
-    int64_t round = 0;
+    // kGathering after a loss below MIN: fail the run once this passes.
+    std::optional<absl::Time> join_deadline;
+    // kRunning with waiting nodes and room: scale up once this passes.
+    std::optional<absl::Time> scale_up_deadline;
+    // A round decided but held until node rank 0 has a fresh store port.
+    std::optional<std::string> pending_reason;
+    int32_t pending_restart_increment = 0;
+    std::string outcome;
     absl::Time closed_at;
   };
+  struct SessionRef {
+    std::string run_id;
+    std::string node_id;
+  };
 
-  void CloseRound(Run& run, std::vector<Outgoing>& out);
-  void FinishRun(Run& run, const v1::RunFinished& finished, absl::Time now,
-                 std::vector<Outgoing>& out);
+  Node* NodeOf(SessionId session, Run** run);
+  int32_t ConnectedCount(const Run& run) const;
+  int32_t MemberCount(const Run& run) const;
+  void Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out);
+  void StartRound(Run& run, const std::string& reason, int32_t restart_increment, absl::Time now,
+                  std::vector<Outgoing>& out);
+  void TrySendPendingRound(Run& run, std::vector<Outgoing>& out);
+  void LoseNode(Run& run, const std::string& node_id, const std::string& why, absl::Time now,
+                std::vector<Outgoing>& out);
+  void FinishRun(Run& run, bool succeeded, const std::string& message,
+                 const v1::WorkerFailure* failure, absl::Time now, std::vector<Outgoing>& out);
   void SendProgress(const Run& run, std::vector<Outgoing>& out) const;
   static Outgoing ErrorFor(SessionId session, int code, std::string message);
 
   RoundStateOptions options_;
   std::map<std::string, Run> runs_;
-  absl::flat_hash_map<SessionId, std::string> run_of_session_;
+  absl::flat_hash_map<SessionId, SessionRef> sessions_;
 };
 
 }  // namespace dgt::rendezvous

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "common/logging.h"
 
 namespace dgt::rendezvous {
@@ -129,6 +130,10 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
     }
     case v1::AgentMessage::kReport:
       Dispatch(machine_.OnReport(session, message.report(), now));
+      timer_cv_.SignalAll();
+      return;
+    case v1::AgentMessage::kStoreReady:
+      Dispatch(machine_.OnStoreReady(session, message.store_ready(), now));
       return;
     case v1::AgentMessage::KIND_NOT_SET:
       break;
@@ -143,6 +148,19 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
 void RendezvousService::OnSessionEnded(SessionId session) {
   absl::MutexLock lock(&mu_);
   Dispatch(machine_.OnSessionClosed(session, absl::Now()));
+  timer_cv_.SignalAll();  // A join deadline may have started.
+}
+
+grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerContext* context,
+                                                       const v1::GetStatusRequest* request,
+                                                       v1::GetStatusResponse* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    *response = machine_.Status(request->run_id());
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 void RendezvousService::Unregister(SessionId session) {
@@ -156,12 +174,16 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
     if (it == sessions_.end()) continue;
     if (o.message.has_assignment()) {
       const v1::Assignment& a = o.message.assignment();
-      spdlog::info("rendezvous: run '{}' round {}: {} is node rank {} of {} (world size {}, "
-                   "master {}:{})", a.run_id(), a.round(), it->second->peer(), a.node_rank(),
-                   a.node_count(), a.world_size(), a.master_addr(), a.master_port());
+      spdlog::info("rendezvous: run '{}' round {} ({}): {} is node rank {} of {} (world size {}, "
+                   "restart {}, master {}:{})", a.run_id(), a.round(), a.reason(),
+                   it->second->peer(), a.node_rank(), a.node_count(), a.world_size(),
+                   a.restart_count(), a.master_addr(), a.master_port());
     } else if (o.message.has_finished()) {
       spdlog::info("rendezvous: run finished for {}: {}", it->second->peer(),
                    o.message.finished().message());
+    } else if (o.message.has_stop()) {
+      spdlog::warn("rendezvous: stopping workers of {}: {}", it->second->peer(),
+                   o.message.stop().reason());
     } else if (o.message.has_error()) {
       spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(),
                    o.message.error().message());
@@ -187,6 +209,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const std::string& listen, RoundStateOptions options, KeepaliveOptions keepalive) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->service_ = std::make_unique<RendezvousService>(options);
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());

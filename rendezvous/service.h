@@ -30,6 +30,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* Session(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest* request,
+                                      v1::GetStatusResponse* response) override;
 
   // Stops the timer thread; call before the grpc::Server shuts down.
   void Stop();

@@ -6,10 +6,11 @@
 namespace dgt::rendezvous {
 namespace {
 
+using RunState = RoundStateMachine::RunState;
 const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
 
 v1::JoinRequest Join(const std::string& node_id, int min_nodes, int max_nodes, int nproc = 2,
-                     const std::string& run_id = "job") {
+                     const std::string& run_id = "job", int max_restarts = 0) {
   v1::JoinRequest j;
   j.set_run_id(run_id);
   j.set_node_id(node_id);
@@ -19,36 +20,88 @@ v1::JoinRequest Join(const std::string& node_id, int min_nodes, int max_nodes, i
   j.set_address("10.0.0." + node_id.substr(node_id.size() - 1));
   j.set_store_port(29500);
   j.set_last_call_timeout_s(30);
+  j.set_join_timeout_s(600);
+  j.set_max_restarts(max_restarts);
   return j;
 }
 
-std::vector<Outgoing> Of(const std::vector<Outgoing>& out, v1::ServiceMessage::KindCase kind) {
-  std::vector<Outgoing> r;
-  for (const Outgoing& o : out) {
-    if (o.message.kind_case() == kind) r.push_back(o);
+// Collects what each session received, as a fake agent would.
+class Harness {
+ public:
+  explicit Harness(RoundStateOptions options = {}) : m(options) {}
+
+  void Apply(const std::vector<Outgoing>& out) {
+    for (const Outgoing& o : out) {
+      all.push_back(o);
+      if (o.message.has_assignment()) last_assignment[o.session] = o.message.assignment();
+    }
   }
-  return r;
+  std::vector<Outgoing> Join(SessionId s, const v1::JoinRequest& j, absl::Time t = kT0) {
+    auto out = m.OnJoin(s, j, t);
+    Apply(out);
+    return out;
+  }
+  std::vector<Outgoing> Close(SessionId s, absl::Time t = kT0) {
+    auto out = m.OnSessionClosed(s, t);
+    Apply(out);
+    return out;
+  }
+  std::vector<Outgoing> Tick(absl::Time t) {
+    auto out = m.OnTick(t);
+    Apply(out);
+    return out;
+  }
+  std::vector<Outgoing> Report(SessionId s, bool ok, int64_t round, absl::Time t = kT0) {
+    v1::NodeReport r;
+    r.set_round(round);
+    r.set_succeeded(ok);
+    if (!ok) {
+      r.set_message("rank 3 (local rank 1) exited with code 3");
+      r.mutable_failure()->set_rank(3);
+      r.mutable_failure()->set_exit_code(3);
+    }
+    auto out = m.OnReport(s, r, t);
+    Apply(out);
+    return out;
+  }
+  std::vector<Outgoing> StoreReady(SessionId s, int port) {
+    v1::StoreReady r;
+    r.set_store_port(port);
+    auto out = m.OnStoreReady(s, r, kT0);
+    Apply(out);
+    return out;
+  }
+  int Rank(SessionId s) { return last_assignment.at(s).node_rank(); }
+
+  RoundStateMachine m;
+  std::vector<Outgoing> all;
+  std::map<SessionId, v1::Assignment> last_assignment;
+};
+
+int Count(const std::vector<Outgoing>& out, v1::ServiceMessage::KindCase kind) {
+  int n = 0;
+  for (const Outgoing& o : out) n += o.message.kind_case() == kind ? 1 : 0;
+  return n;
 }
 
-const v1::Assignment& AssignmentFor(const std::vector<Outgoing>& out, SessionId s) {
+const Outgoing* For(const std::vector<Outgoing>& out, SessionId s,
+                    v1::ServiceMessage::KindCase kind) {
   for (const Outgoing& o : out) {
-    if (o.session == s && o.message.has_assignment()) return o.message.assignment();
+    if (o.session == s && o.message.kind_case() == kind) return &o;
   }
-  ADD_FAILURE() << "no assignment for session " << s;
-  static v1::Assignment empty;
-  return empty;
+  return nullptr;
 }
 
 TEST(RoundStateTest, ClosesAtMaxWithSortedNodeRanks) {
-  RoundStateMachine m;
-  auto first = m.OnJoin(1, Join("node-b", 2, 2), kT0);
+  Harness h;
+  auto first = h.Join(1, Join("node-b", 2, 2));
   ASSERT_EQ(first.size(), 1u);
   EXPECT_EQ(first[0].message.progress().joined_nodes(), 1);
-  EXPECT_EQ(m.StateOf("job"), RoundStateMachine::RunState::kOpen);
-  auto out = m.OnJoin(2, Join("node-a", 2, 2, 2), kT0);
-  ASSERT_EQ(Of(out, v1::ServiceMessage::kAssignment).size(), 2u);
-  const v1::Assignment& a = AssignmentFor(out, 2);  // node-a sorts first: node rank 0.
-  const v1::Assignment& b = AssignmentFor(out, 1);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  auto out = h.Join(2, Join("node-a", 2, 2));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  const v1::Assignment& a = h.last_assignment[2];  // node-a sorts first: node rank 0.
+  const v1::Assignment& b = h.last_assignment[1];
   EXPECT_EQ(a.node_rank(), 0);
   EXPECT_EQ(b.node_rank(), 1);
   EXPECT_EQ(a.node_count(), 2);
@@ -59,102 +112,107 @@ TEST(RoundStateTest, ClosesAtMaxWithSortedNodeRanks) {
   EXPECT_EQ(b.master_addr(), "10.0.0.a");
   EXPECT_EQ(b.master_port(), 29500);
   EXPECT_EQ(a.round(), 0);
-  EXPECT_EQ(m.StateOf("job"), RoundStateMachine::RunState::kActive);
+  EXPECT_EQ(a.restart_count(), 0);
+  EXPECT_EQ(a.reason(), "initial");
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
 }
 
 TEST(RoundStateTest, ClosesAtMinAfterLastCall) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 3), kT0);
-  m.OnJoin(2, Join("n2", 2, 3), kT0 + absl::Seconds(1));
-  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(31));
-  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(30)).empty());
-  auto out = m.OnTick(kT0 + absl::Seconds(31));
-  ASSERT_EQ(Of(out, v1::ServiceMessage::kAssignment).size(), 2u);
-  EXPECT_EQ(AssignmentFor(out, 1).world_size(), 4);
-  EXPECT_EQ(AssignmentFor(out, 2).node_rank(), 1);
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3), kT0 + absl::Seconds(1));
+  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(31));
+  EXPECT_TRUE(h.Tick(kT0 + absl::Seconds(30)).empty());
+  auto out = h.Tick(kT0 + absl::Seconds(31));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.last_assignment[1].world_size(), 4);
+  EXPECT_EQ(h.Rank(2), 1);
 }
 
 TEST(RoundStateTest, LeavingBelowMinCancelsLastCall) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 3), kT0);
-  m.OnJoin(2, Join("n2", 2, 3), kT0);
-  auto out = m.OnSessionClosed(2, kT0 + absl::Seconds(5));
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3));
+  auto out = h.Close(2, kT0 + absl::Seconds(5));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].message.progress().joined_nodes(), 1);
-  EXPECT_EQ(m.NextDeadline(), std::nullopt);
-  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(60)).empty());
-  EXPECT_EQ(m.StateOf("job"), RoundStateMachine::RunState::kOpen);
+  EXPECT_EQ(h.m.NextDeadline(), std::nullopt);
+  EXPECT_TRUE(h.Tick(kT0 + absl::Seconds(60)).empty());
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
 }
 
 TEST(RoundStateTest, LastNodeLeavingForgetsTheRun) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 2), kT0);
-  m.OnSessionClosed(1, kT0);
-  EXPECT_EQ(m.StateOf("job"), std::nullopt);
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Close(1);
+  EXPECT_EQ(h.m.StateOf("job"), std::nullopt);
+  EXPECT_EQ(h.m.run_count(), 0u);
 }
 
 TEST(RoundStateTest, RefusesConflictingAndDuplicateJoins) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 2, 2), kT0);
-  auto conflict = m.OnJoin(2, Join("n2", 2, 2, 4), kT0);
+  Harness h;
+  h.Join(1, Join("n1", 2, 2, 2));
+  auto conflict = h.Join(2, Join("n2", 2, 2, 4));
   ASSERT_EQ(conflict.size(), 1u);
   EXPECT_EQ(conflict[0].message.error().code(), 3);
   EXPECT_EQ(conflict[0].message.error().message(),
             "run 'job' uses --nnodes=2 --nproc-per-node=2; this node asked for --nnodes=2 "
             "--nproc-per-node=4");
   EXPECT_TRUE(conflict[0].close);
-  auto dup = m.OnJoin(3, Join("n1", 2, 2, 2), kT0);
-  ASSERT_EQ(dup.size(), 1u);
-  EXPECT_EQ(dup[0].message.error().code(), 6);
-  EXPECT_EQ(dup[0].message.error().message(), "node id 'n1' already joined run 'job'");
-  auto bad = m.OnJoin(4, Join("n4", 3, 2), kT0);
+  v1::JoinRequest dup = Join("n1", 2, 2, 2);
+  dup.set_address("10.9.9.9");
+  auto d = h.Join(3, dup);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].message.error().code(), 6);
+  EXPECT_EQ(d[0].message.error().message(), "node id 'n1' is already in run 'job' from 10.0.0.1");
+  auto bad = h.Join(4, Join("n4", 3, 2));
   EXPECT_EQ(bad[0].message.error().message(),
             "--nnodes must be MIN:MAX with 0 < MIN <= MAX, got 3:2");
+  v1::JoinRequest long_id = Join("n5", 2, 2, 2);
+  long_id.set_node_id(std::string(300, 'x'));
+  EXPECT_EQ(h.Join(5, long_id)[0].message.error().message(),
+            "run_id, node_id and address must be at most 256 bytes, got 300");
+  // The first node is untouched by all of this.
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  auto ok = h.Join(6, Join("n2", 2, 2, 2));
+  EXPECT_EQ(Count(ok, v1::ServiceMessage::kAssignment), 2);
 }
 
 TEST(RoundStateTest, RunsAreIsolatedById) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 1, 1, 1, "a"), kT0);
-  auto out = m.OnJoin(2, Join("n1", 1, 1, 3, "b"), kT0);
-  EXPECT_EQ(AssignmentFor(out, 2).world_size(), 3);
-  EXPECT_EQ(AssignmentFor(out, 2).run_id(), "b");
+  Harness h;
+  h.Join(1, Join("n1", 1, 1, 1, "a"));
+  h.Join(2, Join("n1", 1, 1, 3, "b"));
+  EXPECT_EQ(h.last_assignment[1].world_size(), 1);
+  EXPECT_EQ(h.last_assignment[2].world_size(), 3);
+  EXPECT_EQ(h.last_assignment[2].run_id(), "b");
 }
 
 TEST(RoundStateTest, AllSuccessClosesRunAndRefusesLateJoins) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 2), kT0);
-  m.OnJoin(2, Join("n2", 2, 2), kT0);
-  v1::NodeReport ok;
-  ok.set_succeeded(true);
-  EXPECT_TRUE(m.OnReport(1, ok, kT0).empty());
-  auto out = m.OnReport(2, ok, kT0);
-  auto finished = Of(out, v1::ServiceMessage::kFinished);
-  ASSERT_EQ(finished.size(), 2u);
-  EXPECT_TRUE(finished[0].message.finished().succeeded());
-  EXPECT_EQ(finished[0].message.finished().message(), "all 2 nodes succeeded");
-  EXPECT_TRUE(finished[0].close);
-  EXPECT_EQ(m.StateOf("job"), RoundStateMachine::RunState::kClosed);
-  auto late = m.OnJoin(3, Join("n3", 2, 2), kT0);
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  EXPECT_TRUE(h.Report(1, true, 0).empty());
+  auto out = h.Report(2, true, 0);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
+  EXPECT_TRUE(out[0].message.finished().succeeded());
+  EXPECT_EQ(out[0].message.finished().message(), "all 2 nodes succeeded");
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
+  auto late = h.Join(3, Join("n3", 2, 2));
   EXPECT_EQ(late[0].message.error().code(), 9);
-  EXPECT_EQ(late[0].message.error().message(), "run 'job' is closed; use a new run id");
-  // Forgotten after the retention period.
-  m.OnTick(kT0 + absl::Hours(2));
-  EXPECT_EQ(m.StateOf("job"), std::nullopt);
+  EXPECT_EQ(late[0].message.error().message(),
+            "run 'job' is closed (succeeded: all 2 nodes succeeded); use a new run id");
+  h.Tick(kT0 + absl::Hours(2));
+  EXPECT_EQ(h.m.StateOf("job"), std::nullopt);
 }
 
-TEST(RoundStateTest, FirstFailureEndsRunForEveryNode) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 2), kT0);
-  m.OnJoin(2, Join("n2", 2, 2), kT0);
-  v1::NodeReport fail;
-  fail.set_succeeded(false);
-  fail.set_message("rank 3 (local rank 1) exited with code 3");
-  fail.mutable_failure()->set_rank(3);
-  fail.mutable_failure()->set_exit_code(3);
-  auto out = m.OnReport(2, fail, kT0);
-  auto finished = Of(out, v1::ServiceMessage::kFinished);
-  ASSERT_EQ(finished.size(), 2u);
-  const v1::RunFinished& f = finished[0].message.finished();
+TEST(RoundStateTest, FailureWithoutRestartsEndsRunForEveryNode) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  auto out = h.Report(2, false, 0);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
+  const v1::RunFinished& f = out[0].message.finished();
   EXPECT_FALSE(f.succeeded());
   EXPECT_EQ(f.message(), "node n2 (node rank 1): rank 3 (local rank 1) exited with code 3");
   EXPECT_EQ(f.failure().rank(), 3);
@@ -162,15 +220,180 @@ TEST(RoundStateTest, FirstFailureEndsRunForEveryNode) {
   EXPECT_EQ(f.failure().node_id(), "n2");
 }
 
-TEST(RoundStateTest, LostNodeFailsActiveRun) {
-  RoundStateMachine m;
-  m.OnJoin(1, Join("n1", 2, 2), kT0);
-  m.OnJoin(2, Join("n2", 2, 2), kT0);
-  auto out = m.OnSessionClosed(1, kT0);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].session, 2u);
-  EXPECT_EQ(out[0].message.finished().message(),
-            "node n1 (node rank 0, 10.0.0.1) was lost before its workers finished");
+TEST(RoundStateTest, FailureWithRestartsStartsNewRoundCountingRestart) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2, 2, "job", /*max_restarts=*/1));
+  h.Join(2, Join("n2", 2, 2, 2, "job", 1));
+  // Node rank 0's store served round 0: the restart round waits for its next store.
+  EXPECT_TRUE(h.Report(2, false, 0).empty());
+  auto out = h.StoreReady(1, 30001);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  const v1::Assignment& a = h.last_assignment[1];
+  EXPECT_EQ(a.round(), 1);
+  EXPECT_EQ(a.restart_count(), 1);
+  EXPECT_EQ(a.node_rank(), 0);
+  EXPECT_EQ(a.master_port(), 30001);
+  EXPECT_EQ(a.reason(),
+            "restart after failure: node n2 (node rank 1): rank 3 (local rank 1) exited with "
+            "code 3");
+  // A late report about round 0 is ignored; a failure in round 1 ends the run.
+  EXPECT_TRUE(h.Report(1, false, 0).empty());
+  auto end = h.Report(1, false, 1);
+  ASSERT_EQ(Count(end, v1::ServiceMessage::kFinished), 2);
+  EXPECT_EQ(end[0].message.finished().message(),
+            "node n1 (node rank 0): rank 3 (local rank 1) exited with code 3 (after 1 "
+            "restart(s))");
+}
+
+TEST(RoundStateTest, LostNodeStartsRoundWithSurvivorsKeepingRankZero) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3));
+  h.Join(3, Join("n3", 2, 3));
+  EXPECT_EQ(h.Rank(1), 0);
+  EXPECT_EQ(h.Rank(2), 1);
+  EXPECT_EQ(h.Rank(3), 2);
+  h.StoreReady(1, 30001);
+  auto out = h.Close(2, kT0 + absl::Seconds(3));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(1), 0);  // Survives and keeps rank 0.
+  EXPECT_EQ(h.Rank(3), 1);  // The highest rank moved into the gap.
+  const v1::Assignment& a = h.last_assignment[3];
+  EXPECT_EQ(a.round(), 1);
+  EXPECT_EQ(a.restart_count(), 0);  // Membership changes are not restarts.
+  EXPECT_EQ(a.world_size(), 4);
+  EXPECT_EQ(a.first_global_rank(), 2);
+  EXPECT_EQ(a.master_port(), 30001);
+  EXPECT_EQ(a.reason(), "node lost: node n2 (10.0.0.2) was lost");
+}
+
+TEST(RoundStateTest, LosingRankZeroMovesTheStoreToTheNewRankZero) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3));
+  h.Join(3, Join("n3", 2, 3));
+  auto out = h.Close(1);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(3), 0);
+  EXPECT_EQ(h.Rank(2), 1);
+  EXPECT_EQ(h.last_assignment[2].master_addr(), "10.0.0.3");
+}
+
+TEST(RoundStateTest, LossBelowMinStopsWorkersThenFailsAfterJoinTimeout) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  auto out = h.Close(2, kT0);
+  const Outgoing* stop = For(out, 1, v1::ServiceMessage::kStop);
+  ASSERT_NE(stop, nullptr);
+  EXPECT_EQ(stop->message.stop().reason(),
+            "node n2 (10.0.0.2) was lost; waiting up to 10m for at least 2 nodes");
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(600));
+  auto end = h.Tick(kT0 + absl::Seconds(600));
+  ASSERT_EQ(Count(end, v1::ServiceMessage::kFinished), 1);
+  EXPECT_EQ(end[0].message.finished().message(),
+            "run 'job' had only 1 of at least 2 nodes for 10m after losing nodes");
+}
+
+TEST(RoundStateTest, LossBelowMinRecoversWhenANodeRejoins) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.StoreReady(1, 30001);
+  h.Close(2, kT0);
+  auto out = h.Join(4, Join("n2", 2, 2), kT0 + absl::Seconds(5));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(1), 0);
+  EXPECT_EQ(h.Rank(4), 1);
+  EXPECT_EQ(h.last_assignment[4].round(), 1);
+  EXPECT_EQ(h.last_assignment[4].reason(), "nodes rejoined");
+}
+
+TEST(RoundStateTest, LateNodeReachingMaxCausesScaleUpAtOnce) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3));
+  h.Tick(kT0 + absl::Seconds(30));  // Round 0 with 2 nodes.
+  EXPECT_EQ(h.last_assignment[1].node_count(), 2);
+  h.StoreReady(1, 30001);
+  // With 3 = MAX nodes the scale-up round closes at once.
+  auto out = h.Join(3, Join("n3", 2, 3), kT0 + absl::Seconds(40));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 3);
+  EXPECT_EQ(h.last_assignment.at(3).node_rank(), 2);
+  EXPECT_EQ(h.last_assignment.at(3).reason(), "scale-up");
+  EXPECT_EQ(h.last_assignment.at(1).round(), 1);
+  EXPECT_EQ(h.last_assignment.at(1).restart_count(), 0);
+  EXPECT_EQ(h.last_assignment.at(1).world_size(), 6);
+}
+
+TEST(RoundStateTest, ScaleUpBelowMaxWaitsForLastCall) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 3));
+  h.Tick(kT0 + absl::Seconds(30));
+  h.StoreReady(1, 30001);
+  h.Join(2, Join("n2", 1, 3), kT0 + absl::Seconds(31));
+  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(61));
+  auto out = h.Tick(kT0 + absl::Seconds(61));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(2), 1);
+}
+
+TEST(RoundStateTest, NodesBeyondMaxWaitForASlot) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 2));
+  h.Join(2, Join("n2", 1, 2));
+  h.StoreReady(1, 30001);
+  auto waiting = h.Join(3, Join("n3", 1, 2));
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_TRUE(waiting[0].message.has_progress());
+  EXPECT_EQ(h.m.NextDeadline(), std::nullopt);
+  // A member is lost: the waiting node takes its place.
+  auto out = h.Close(2);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(1), 0);
+  EXPECT_EQ(h.Rank(3), 1);
+}
+
+TEST(RoundStateTest, RestartedNodeWithSameIdRejoins) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.StoreReady(1, 30001);
+  // n2's agent restarted before its old session was noticed as dead.
+  auto out = h.Join(7, Join("n2", 2, 2));
+  const Outgoing* replaced = For(out, 2, v1::ServiceMessage::kError);
+  ASSERT_NE(replaced, nullptr);
+  EXPECT_EQ(replaced->message.error().message(), "replaced by a new session of node 'n2'");
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(7), 1);
+  EXPECT_EQ(h.last_assignment[7].reason(), "node n2 restarted");
+  // The old session closing later changes nothing.
+  EXPECT_TRUE(h.Close(2).empty());
+}
+
+TEST(RoundStateTest, StatusListsNodesByRank) {
+  Harness h;
+  h.Join(1, Join("n2", 2, 3), kT0);
+  h.Join(2, Join("n1", 2, 3), kT0);
+  h.Tick(kT0 + absl::Seconds(30));
+  h.Join(3, Join("n3", 2, 3), kT0 + absl::Seconds(31));
+  v1::GetStatusResponse s = h.m.Status("");
+  ASSERT_EQ(s.runs_size(), 1);
+  const v1::RunStatus& r = s.runs(0);
+  EXPECT_EQ(r.run_id(), "job");
+  EXPECT_EQ(r.state(), "running");
+  EXPECT_EQ(r.round(), 0);
+  EXPECT_EQ(r.world_size(), 4);
+  EXPECT_EQ(r.master_addr(), "10.0.0.1");
+  ASSERT_EQ(r.nodes_size(), 3);
+  EXPECT_EQ(r.nodes(0).node_id(), "n1");
+  EXPECT_EQ(r.nodes(0).node_rank(), 0);
+  EXPECT_EQ(r.nodes(1).node_id(), "n2");
+  EXPECT_EQ(r.nodes(2).node_id(), "n3");
+  EXPECT_EQ(r.nodes(2).node_rank(), -1);
+  EXPECT_EQ(r.nodes(2).last_contact_unix_s(), 1'000'031.0);
+  EXPECT_EQ(h.m.Status("other").runs_size(), 0);
 }
 
 }  // namespace
