@@ -56,7 +56,7 @@ absl::Status Agent::Prepare() {
 
   if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
-    auto server = rendezvous::RendezvousServer::Start("127.0.0.1:0");
+    auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
     if (!server.ok()) return server.status();
     embedded_rendezvous_ = std::move(*server);
     rdzv_endpoint_ = absl::StrCat("127.0.0.1:", embedded_rendezvous_->port());
@@ -177,6 +177,10 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
       } else {
         spdlog::error("dgt-run: rendezvous error: {}", message.error().message());
       }
+      return;
+    case rdzv_v1::ServiceMessage::kStop:
+      // Elastic rounds are handled by the agent in a later change; until then a stop is fatal.
+      OnRunFinished(rdzv_v1::RunFinished());
       return;
     case rdzv_v1::ServiceMessage::KIND_NOT_SET:
       return;

@@ -15,8 +15,10 @@
 
 namespace dgt {
 
-absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
-                                       absl::string_view what) {
+namespace {
+
+absl::StatusOr<HostPort> Parse(absl::string_view text, int default_port, int min_port,
+                               absl::string_view what) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", why, ", got '", text, "'"));
   };
@@ -53,11 +55,22 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
     return out;
   }
   int port = 0;
-  if (!absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535) {
-    return bad("port must be 1..65535");
+  if (!absl::SimpleAtoi(port_text, &port) || port < min_port || port > 65535) {
+    return bad(absl::StrCat("port must be ", min_port, "..65535"));
   }
   out.port = static_cast<uint16_t>(port);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
+                                       absl::string_view what) {
+  return Parse(text, default_port, 1, what);
+}
+
+absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what) {
+  return Parse(text, -1, 0, what);
 }
 
 std::string FormatHostPort(absl::string_view host, uint16_t port) {

@@ -23,6 +23,9 @@ struct HostPort {
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
                                        absl::string_view what);
 
+// As ParseHostPort for an address to listen on: the port is required and may be 0 (any free).
+absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what);
+
 // "host:port", or "[host]:port" when host contains ':'.
 std::string FormatHostPort(absl::string_view host, uint16_t port);
 

@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
-#include "rendezvous/service.h"
 #include "common/logging.h"
+#include "rendezvous/service.h"
 
 int main(int argc, char** argv) {
   // Block the stop signals before any gRPC thread starts, so only sigwait() below sees them.
@@ -14,26 +14,60 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents"};
-  std::string listen = "127.0.0.1:29400";
+  CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
+  dgt::rendezvous::RendezvousServerOptions options;
+  options.listen = "127.0.0.1:29400";
   double last_call_timeout = 30;
-  app.add_option("--listen", listen, "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
+  double join_timeout = 600;
+  std::string token_file;
+  app.add_option("--listen", options.listen,
+                 "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
   app.add_option("--last-call-timeout,--last_call_timeout", last_call_timeout,
                  "Default seconds to wait for more nodes once MIN joined")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::PositiveNumber);
+  app.add_option("--join-timeout,--join_timeout", join_timeout,
+                 "Default seconds a run may stay below MIN nodes after losing nodes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--keepalive-time-ms", options.keepalive.keepalive_time_ms,
+                 "gRPC keepalive ping interval")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
+  app.add_option("--keepalive-timeout-ms", options.keepalive.keepalive_timeout_ms,
+                 "A peer silent this long after a ping is dead")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
+  app.add_option("--tls-cert", options.tls.cert_file, "PEM server certificate (turns TLS on)");
+  app.add_option("--tls-key", options.tls.key_file, "PEM server private key");
+  app.add_option("--tls-client-ca", options.tls.ca_file,
+                 "PEM CA for client certificates (mutual TLS)");
+  app.add_option("--token-file", token_file, "File holding a bearer token every RPC must carry");
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "HOST:PORT for Prometheus metrics over HTTP (GET /metrics)");
   CLI11_PARSE(app, argc, argv);
 
-  dgt::rendezvous::RoundStateOptions options;
-  options.default_last_call_timeout = absl::Seconds(last_call_timeout);
-  auto server = dgt::rendezvous::RendezvousServer::Start(listen, options);
+  options.rounds.default_last_call_timeout = absl::Seconds(last_call_timeout);
+  options.rounds.default_join_timeout = absl::Seconds(join_timeout);
+  if (!token_file.empty()) {
+    auto token = dgt::rendezvous::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "dgt-rendezvous: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    options.token = *token;
+  }
+  auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "dgt-rendezvous: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  // Print the bound port on stdout, parseable by scripts that asked for port 0.
+  // Print the bound ports on stdout, parseable by scripts that asked for port 0.
   std::printf("dgt-rendezvous listening on port %d\n", (*server)->port());
+  if ((*server)->metrics_port() != 0) {
+    std::printf("dgt-rendezvous metrics on port %d\n", (*server)->metrics_port());
+  }
   std::fflush(stdout);
 
   int sig = 0;

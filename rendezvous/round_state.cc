@@ -34,6 +34,12 @@ const char* StateName(RoundStateMachine::RunState s) {
 
 RoundStateMachine::RoundStateMachine(RoundStateOptions options) : options_(options) {}
 
+std::map<std::string, int> RoundStateMachine::RunsByState() const {
+  std::map<std::string, int> out = {{"gathering", 0}, {"running", 0}, {"closed", 0}};
+  for (const auto& [id, run] : runs_) ++out[StateName(run.state)];
+  return out;
+}
+
 Outgoing RoundStateMachine::ErrorFor(SessionId session, int code, std::string message) {
   Outgoing o;
   o.session = session;
@@ -68,6 +74,14 @@ int32_t RoundStateMachine::MemberCount(const Run& run) const {
 
 std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::JoinRequest& join,
                                                 absl::Time now) {
+  std::vector<Outgoing> out = JoinImpl(session, join, now);
+  ++counters_.joins;
+  if (!sessions_.contains(session)) ++counters_.refused_joins;
+  return out;
+}
+
+std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::JoinRequest& join,
+                                                  absl::Time now) {
   std::vector<Outgoing> out;
   auto invalid = [&](std::string message) {
     out.push_back(ErrorFor(session, kInvalidArgument, std::move(message)));
@@ -299,6 +313,8 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason,
 
   run.round += 1;
   run.restart_count += restart_increment;
+  ++counters_.rounds;
+  counters_.restarts += restart_increment;
   run.world_size = 0;
   for (auto& [id, n] : run.nodes) {
     n.node_rank = -1;
@@ -360,6 +376,7 @@ void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& m
     out.push_back(std::move(o));
   }
   run.state = RunState::kClosed;
+  ++(succeeded ? counters_.runs_succeeded : counters_.runs_failed);
   run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.closed_at = now;
   run.last_call_deadline.reset();
@@ -444,6 +461,7 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
     return;
   }
   const std::string lost = absl::StrCat("node ", node.node_id, " (", node.address, ") ", why);
+  if (active_member) ++counters_.nodes_lost;
   run.nodes.erase(it);
   if (run.state == RunState::kClosed) return;
   if (!active_member) {

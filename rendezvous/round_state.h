@@ -83,6 +83,20 @@ class RoundStateMachine {
 
   size_t run_count() const { return runs_.size(); }
 
+  // Totals since start, for metrics.
+  struct Counters {
+    uint64_t joins = 0;
+    uint64_t refused_joins = 0;
+    uint64_t rounds = 0;
+    uint64_t restarts = 0;
+    uint64_t nodes_lost = 0;
+    uint64_t runs_succeeded = 0;
+    uint64_t runs_failed = 0;
+  };
+  const Counters& counters() const { return counters_; }
+  // Runs per state, for metrics.
+  std::map<std::string, int> RunsByState() const;
+
  private:
   struct Node {
     std::string node_id;
@@ -126,6 +140,7 @@ class RoundStateMachine {
     std::string node_id;
   };
 
+  std::vector<Outgoing> JoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
   Node* NodeOf(SessionId session, Run** run);
   int32_t ConnectedCount(const Run& run) const;
   int32_t MemberCount(const Run& run) const;
@@ -141,6 +156,7 @@ class RoundStateMachine {
   static Outgoing ErrorFor(SessionId session, int code, std::string message);
 
   RoundStateOptions options_;
+  Counters counters_;
   std::map<std::string, Run> runs_;
   absl::flat_hash_map<SessionId, SessionRef> sessions_;
 };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/host_port.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "common/logging.h"
 
@@ -91,7 +92,15 @@ class RendezvousService::SessionReactor final
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-RendezvousService::RendezvousService(RoundStateOptions options) : machine_(options) {
+// Ends a call at once with a status (an unauthenticated Session).
+class RejectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
+ public:
+  explicit RejectReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+RendezvousService::RendezvousService(RoundStateOptions options, std::string token)
+    : token_(std::move(token)), machine_(options) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -106,8 +115,21 @@ void RendezvousService::Stop() {
   if (timer_.joinable()) timer_.join();
 }
 
+bool RendezvousService::Authorized(const grpc::CallbackServerContext* context) const {
+  if (token_.empty()) return true;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kAuthorizationKey);
+  if (it == metadata.end()) return false;
+  return TokenMatches(absl::string_view(it->second.data(), it->second.size()), token_);
+}
+
 grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService::Session(
     grpc::CallbackServerContext* context) {
+  if (!Authorized(context)) {
+    spdlog::warn("rendezvous: refusing {}: missing or wrong bearer token", context->peer());
+    return new RejectReactor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                          "missing or wrong bearer token"));
+  }
   absl::MutexLock lock(&mu_);
   SessionId id = next_session_++;
   auto* reactor = new SessionReactor(this, id, context->peer());
@@ -154,11 +176,16 @@ void RendezvousService::OnSessionEnded(SessionId session) {
 grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerContext* context,
                                                        const v1::GetStatusRequest* request,
                                                        v1::GetStatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(context)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                 "missing or wrong bearer token"));
+    return reactor;
+  }
   {
     absl::MutexLock lock(&mu_);
     *response = machine_.Status(request->run_id());
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -192,6 +219,33 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
   }
 }
 
+std::string RendezvousService::RenderMetrics() {
+  absl::MutexLock lock(&mu_);
+  const RoundStateMachine::Counters& c = machine_.counters();
+  std::string out;
+  absl::StrAppend(&out, "# HELP dgt_rendezvous_runs Runs known to the service, by state.\n",
+                  "# TYPE dgt_rendezvous_runs gauge\n");
+  for (const auto& [state, n] : machine_.RunsByState()) {
+    absl::StrAppend(&out, "dgt_rendezvous_runs{state=\"", state, "\"} ", n, "\n");
+  }
+  absl::StrAppend(&out, "# HELP dgt_rendezvous_sessions Open agent sessions.\n",
+                  "# TYPE dgt_rendezvous_sessions gauge\n", "dgt_rendezvous_sessions ",
+                  sessions_.size(), "\n");
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ",
+                    v, "\n");
+  };
+  counter("dgt_rendezvous_joins_total", "Join requests received.", c.joins);
+  counter("dgt_rendezvous_refused_joins_total", "Join requests refused.", c.refused_joins);
+  counter("dgt_rendezvous_rounds_total", "Rounds started.", c.rounds);
+  counter("dgt_rendezvous_restarts_total", "Rounds started after a worker failure.", c.restarts);
+  counter("dgt_rendezvous_nodes_lost_total", "Members lost while their round ran.", c.nodes_lost);
+  counter("dgt_rendezvous_runs_succeeded_total", "Runs that ended with success.",
+          c.runs_succeeded);
+  counter("dgt_rendezvous_runs_failed_total", "Runs that ended with a failure.", c.runs_failed);
+  return out;
+}
+
 void RendezvousService::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
@@ -206,12 +260,16 @@ void RendezvousService::TimerLoop() {
 }
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
-    const std::string& listen, RoundStateOptions options, KeepaliveOptions keepalive) {
+    const RendezvousServerOptions& options) {
+  const std::string& listen = options.listen;
+  const KeepaliveOptions& keepalive = options.keepalive;
+  auto credentials = MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
-  server->service_ = std::make_unique<RendezvousService>(options);
+  server->service_ = std::make_unique<RendezvousService>(options.rounds, options.token);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive.keepalive_time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive.keepalive_timeout_ms);
@@ -225,6 +283,14 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on '", listen,
                                                "' (address in use or not local)"));
   }
+  if (!options.metrics_listen.empty()) {
+    auto hp = ParseListenAddress(options.metrics_listen, "--metrics-listen");
+    if (!hp.ok()) return hp.status();
+    RendezvousService* service = server->service_.get();
+    server->metrics_ =
+        std::make_unique<MetricsHttpServer>([service] { return service->RenderMetrics(); });
+    if (absl::Status s = server->metrics_->Start(hp->host, hp->port); !s.ok()) return s;
+  }
   return server;
 }
 
@@ -233,6 +299,7 @@ RendezvousServer::~RendezvousServer() { Shutdown(); }
 void RendezvousServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (metrics_) metrics_->Stop();
   if (service_) service_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));

@@ -19,13 +19,17 @@
 #include "absl/synchronization/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/credentials.h"
+#include "rendezvous/metrics_http.h"
 #include "rendezvous/round_state.h"
 
 namespace dgt::rendezvous {
 
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
-  explicit RendezvousService(RoundStateOptions options = {});
+  // `token`: when non-empty, every RPC must carry "authorization: Bearer <token>", else it fails
+  // with UNAUTHENTICATED.
+  explicit RendezvousService(RoundStateOptions options = {}, std::string token = "");
   ~RendezvousService() override;
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* Session(
@@ -37,6 +41,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Stops the timer thread; call before the grpc::Server shuts down.
   void Stop();
 
+  // Prometheus text exposition of the service's state and counters.
+  std::string RenderMetrics();
+
  private:
   class SessionReactor;
 
@@ -45,7 +52,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void Unregister(SessionId session);
   void Dispatch(std::vector<Outgoing> outgoing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
+  bool Authorized(const grpc::CallbackServerContext* context) const;
 
+  const std::string token_;
   absl::Mutex mu_;
   absl::CondVar timer_cv_;
   RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
@@ -62,15 +71,29 @@ struct KeepaliveOptions {
   int keepalive_timeout_ms = 2000;
 };
 
+struct RendezvousServerOptions {
+  // "host:port" to serve gRPC on (port 0 picks a free one).
+  std::string listen = "127.0.0.1:0";
+  RoundStateOptions rounds;
+  KeepaliveOptions keepalive;
+  TlsFiles tls;
+  // Shared bearer token required on every RPC; empty: none.
+  std::string token;
+  // "host:port" for Prometheus metrics over HTTP (GET /metrics); empty: off.
+  std::string metrics_listen;
+};
+
 class RendezvousServer {
  public:
-  // Listens on `listen` ("host:port", port 0 picks a free one) and serves the service.
-  // Errors: Unavailable when the address cannot be bound.
+  // Serves the rendezvous service (and the gRPC health service) as `options` say.
+  // Errors: Unavailable when an address cannot be bound; InvalidArgument for bad TLS files or a
+  // malformed metrics address.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
-      const std::string& listen, RoundStateOptions options = {}, KeepaliveOptions keepalive = {});
+      const RendezvousServerOptions& options);
   ~RendezvousServer();
 
   int port() const { return port_; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // Stops accepting, ends every session, and waits up to `grace` for in-flight calls.
   void Shutdown(absl::Duration grace = absl::Seconds(1));
 
@@ -78,6 +101,7 @@ class RendezvousServer {
   RendezvousServer() = default;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;
   bool shut_down_ = false;
 };

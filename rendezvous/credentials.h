@@ -1,0 +1,48 @@
+// Transport security for the rendezvous service and its clients: TLS and mutual TLS from PEM
+// files, and an optional shared bearer token carried as "authorization: Bearer <token>".
+// Thread-compatible free functions.
+#ifndef DGT_RENDEZVOUS_CREDENTIALS_H_
+#define DGT_RENDEZVOUS_CREDENTIALS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace dgt::rendezvous {
+
+// PEM file paths. Server: cert + key turn TLS on; ca additionally requires and verifies client
+// certificates (mutual TLS). Client: ca turns TLS on (verifies the service); cert + key present a
+// client certificate. All empty: plaintext.
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+
+  bool empty() const { return cert_file.empty() && key_file.empty() && ca_file.empty(); }
+};
+
+// Errors: InvalidArgument when only one of cert/key is given or a file cannot be read (naming
+// the flag and path).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& tls);
+
+// Reads a token file (surrounding whitespace trimmed).
+// Errors: InvalidArgument for an unreadable or empty file.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// Metadata key and value a client sends with `token`.
+inline constexpr char kAuthorizationKey[] = "authorization";
+std::string BearerValue(absl::string_view token);
+
+// Constant-time comparison of a received authorization value with the expected token.
+bool TokenMatches(absl::string_view received_value, absl::string_view token);
+
+}  // namespace dgt::rendezvous
+
+#endif  // DGT_RENDEZVOUS_CREDENTIALS_H_

@@ -1,0 +1,170 @@
+// The rendezvous gRPC service over real loopback gRPC: sessions, bearer tokens, GetStatus, the
+// health service and the Prometheus endpoint.
+#include "rendezvous/service.h"
+
+#include "gtest/gtest.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/testutil/raw_client.h"
+
+namespace dgt::rendezvous {
+namespace {
+
+constexpr char kToken[] = "s3cret-token";
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RendezvousServerOptions options;
+    options.token = kToken;
+    options.metrics_listen = "127.0.0.1:0";
+    auto server = RendezvousServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Rendezvous::NewStub(channel_);
+  }
+
+  void Authorize(grpc::ClientContext* ctx, const std::string& token = kToken) {
+    ctx->AddMetadata(kAuthorizationKey, BearerValue(token));
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Rendezvous::Stub> stub_;
+};
+
+v1::AgentMessage JoinMessage(const std::string& node_id) {
+  v1::AgentMessage m;
+  v1::JoinRequest* j = m.mutable_join();
+  j->set_run_id("svc");
+  j->set_node_id(node_id);
+  j->set_min_nodes(1);
+  j->set_max_nodes(1);
+  j->set_nproc_per_node(2);
+  j->set_address("127.0.0.1");
+  j->set_store_port(4242);
+  return m;
+}
+
+TEST_F(ServiceTest, MissingOrWrongTokenIsUnauthenticated) {
+  for (const char* token : {"", "wrong"}) {
+    grpc::ClientContext ctx;
+    if (*token != '\0') {
+      Authorize(&ctx, token);
+    } else {
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    }
+    auto stream = stub_->Session(&ctx);
+    stream->Write(JoinMessage("n1"));
+    v1::ServiceMessage reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(st.error_message(), "missing or wrong bearer token");
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStatusResponse response;
+  EXPECT_EQ(stub_->GetStatus(&ctx, v1::GetStatusRequest(), &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(ServiceTest, JoinAssignsAndStatusShowsTheRun) {
+  grpc::ClientContext ctx;
+  Authorize(&ctx);
+  auto stream = stub_->Session(&ctx);
+  ASSERT_TRUE(stream->Write(JoinMessage("n1")));
+  v1::ServiceMessage reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_TRUE(reply.has_assignment()) << reply.DebugString();
+  EXPECT_EQ(reply.assignment().world_size(), 2);
+  EXPECT_EQ(reply.assignment().master_port(), 4242);
+
+  grpc::ClientContext status_ctx;
+  Authorize(&status_ctx);
+  v1::GetStatusRequest request;
+  request.set_run_id("svc");
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(stub_->GetStatus(&status_ctx, request, &status).ok());
+  ASSERT_EQ(status.runs_size(), 1);
+  EXPECT_EQ(status.runs(0).state(), "running");
+  ASSERT_EQ(status.runs(0).nodes_size(), 1);
+  EXPECT_EQ(status.runs(0).nodes(0).node_id(), "n1");
+  EXPECT_EQ(status.runs(0).nodes(0).node_rank(), 0);
+
+  v1::AgentMessage report;
+  report.mutable_report()->set_round(0);
+  report.mutable_report()->set_succeeded(true);
+  ASSERT_TRUE(stream->Write(report));
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_TRUE(reply.has_finished());
+  EXPECT_TRUE(reply.finished().succeeded());
+  EXPECT_FALSE(stream->Read(&reply));  // The service ends the session after RunFinished.
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(ServiceTest, HealthServiceServes) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ServiceTest, MetricsEndpointCountsJoins) {
+  {
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    auto stream = stub_->Session(&ctx);
+    ASSERT_TRUE(stream->Write(JoinMessage("n1")));
+    v1::ServiceMessage reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  testing::RawClient http(static_cast<uint16_t>(server_->metrics_port()));
+  ASSERT_TRUE(http.Send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string body;
+  while (auto chunk = http.Recv(1)) body += *chunk;
+  EXPECT_NE(body.find("HTTP/1.1 200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("\ndgt_rendezvous_joins_total 1\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("\ndgt_rendezvous_rounds_total 1\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE dgt_rendezvous_runs gauge"), std::string::npos) << body;
+
+  testing::RawClient other(static_cast<uint16_t>(server_->metrics_port()));
+  ASSERT_TRUE(other.Send("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string not_found;
+  while (auto chunk = other.Recv(1)) not_found += *chunk;
+  EXPECT_NE(not_found.find("HTTP/1.1 404 Not Found"), std::string::npos) << not_found;
+}
+
+TEST(RendezvousServerTest, BadOptionsAreReported) {
+  RendezvousServerOptions tls;
+  tls.tls.cert_file = "/nonexistent/cert.pem";
+  tls.tls.key_file = "/nonexistent/key.pem";
+  auto s = RendezvousServer::Start(tls);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(), "--tls-cert: cannot read '/nonexistent/cert.pem'");
+  RendezvousServerOptions half;
+  half.tls.cert_file = "/x.pem";
+  EXPECT_EQ(RendezvousServer::Start(half).status().message(),
+            "--tls-cert and --tls-key must be given together");
+  RendezvousServerOptions metrics;
+  metrics.metrics_listen = "localhost";
+  EXPECT_EQ(RendezvousServer::Start(metrics).status().message(),
+            "--metrics-listen: a port is required, got 'localhost'");
+}
+
+TEST(CredentialsTest, TokenMatching) {
+  EXPECT_TRUE(TokenMatches("Bearer abc", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer abd", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer ab", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer abcd", "abc"));
+  EXPECT_FALSE(TokenMatches("abc", "abc"));
+}
+
+}  // namespace
+}  // namespace dgt::rendezvous
