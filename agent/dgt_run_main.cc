@@ -5,8 +5,10 @@
 
 #include "agent/agent.h"
 #include "agent/launch_options.h"
+#include "common/logging.h"
 
 int main(int argc, char** argv) {
+  dgt::InitLogging();
   std::vector<std::string> args(argv + 1, argv + argc);
   dgt::agent::ParsedCommandLine parsed = dgt::agent::ParseDgtRunCommandLine(args);
   if (!parsed.options) {

@@ -15,4 +15,12 @@ struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
   }
 };
 
+namespace dgt {
+
+// Sends the default logger to stderr (stdout belongs to the workers' output) at the level named
+// by $DGT_LOG_LEVEL (trace, debug, info, warn, error; default info). Call once from main().
+void InitLogging();
+
+}  // namespace dgt
+
 #endif  // DGT_COMMON_LOGGING_H_

@@ -14,6 +14,15 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  dgt::InitLogging();
+  const CLI::Validator Positive(
+      [](std::string& v) {
+        double d = 0;
+        return CLI::detail::lexical_cast(v, d) && d > 0
+                   ? std::string()
+                   : "must be a number of seconds > 0, got '" + v + "'";
+      },
+      "SECONDS>0");
   CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
   dgt::rendezvous::RendezvousServerOptions options;
   options.listen = "127.0.0.1:29400";
@@ -26,11 +35,11 @@ int main(int argc, char** argv) {
   app.add_option("--last-call-timeout,--last_call_timeout", last_call_timeout,
                  "Default seconds to wait for more nodes once MIN joined")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   app.add_option("--join-timeout,--join_timeout", join_timeout,
                  "Default seconds a run may stay below MIN nodes after losing nodes")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   app.add_option("--keepalive-time-ms", options.keepalive.keepalive_time_ms,
                  "gRPC keepalive ping interval")
       ->capture_default_str()
@@ -46,22 +55,32 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "File holding a bearer token every RPC must carry");
   app.add_option("--metrics-listen", options.metrics_listen,
                  "HOST:PORT for Prometheus metrics over HTTP (GET /metrics)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "dgt-rendezvous: error: %s\n", e.what());
+    return 2;
+  }
 
   options.rounds.default_last_call_timeout = absl::Seconds(last_call_timeout);
   options.rounds.default_join_timeout = absl::Seconds(join_timeout);
   if (!token_file.empty()) {
     auto token = dgt::rendezvous::ReadTokenFile(token_file);
     if (!token.ok()) {
-      std::fprintf(stderr, "dgt-rendezvous: %s\n", std::string(token.status().message()).c_str());
+      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
+                   std::string(token.status().message()).c_str());
       return 2;
     }
     options.token = *token;
   }
   auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "dgt-rendezvous: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
+                 std::string(server.status().message()).c_str());
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   // Print the bound ports on stdout, parseable by scripts that asked for port 0.
   std::printf("dgt-rendezvous listening on port %d\n", (*server)->port());

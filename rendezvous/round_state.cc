@@ -188,17 +188,19 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     } else {
       run.state = RunState::kGathering;
       run.join_deadline = now + run.join_timeout;
-      Evaluate(run, now, out);
+      Evaluate(run, now, out, session);
     }
     return out;
   }
-  Evaluate(run, now, out);
+  Evaluate(run, now, out, session);
   return out;
 }
 
-void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out) const {
+void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
+                                     SessionId only) const {
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) continue;
+    if (only != 0 && n.session != only) continue;
     Outgoing o;
     o.session = n.session;
     v1::JoinProgress* p = o.message.mutable_progress();
@@ -209,7 +211,8 @@ void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out)
   }
 }
 
-void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out) {
+void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out,
+                                 SessionId joined) {
   if (run.pending_reason) {
     TrySendPendingRound(run, out);
     return;
@@ -226,7 +229,9 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
     } else {
       run.last_call_deadline.reset();
     }
-    SendProgress(run, out);
+    // Only the node that just joined hears the count: a broadcast per join would make a round of
+    // N nodes cost N^2 messages.
+    if (joined != 0) SendProgress(run, out, joined);
     return;
   }
   if (run.state == RunState::kRunning) {
@@ -243,7 +248,7 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
     } else {
       run.scale_up_deadline.reset();
     }
-    if (waiting > 0) SendProgress(run, out);
+    if (joined != 0) SendProgress(run, out, joined);
   }
 }
 

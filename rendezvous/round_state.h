@@ -144,7 +144,8 @@ class RoundStateMachine {
   Node* NodeOf(SessionId session, Run** run);
   int32_t ConnectedCount(const Run& run) const;
   int32_t MemberCount(const Run& run) const;
-  void Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out);
+  // `joined`: the session that just joined (it is told the count), or 0.
+  void Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out, SessionId joined = 0);
   void StartRound(Run& run, const std::string& reason, int32_t restart_increment, absl::Time now,
                   std::vector<Outgoing>& out);
   void TrySendPendingRound(Run& run, std::vector<Outgoing>& out);
@@ -152,7 +153,8 @@ class RoundStateMachine {
                 std::vector<Outgoing>& out);
   void FinishRun(Run& run, bool succeeded, const std::string& message,
                  const v1::WorkerFailure* failure, absl::Time now, std::vector<Outgoing>& out);
-  void SendProgress(const Run& run, std::vector<Outgoing>& out) const;
+  // JoinProgress to every waiting node, or only to session `only` when it is not 0.
+  void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
   static Outgoing ErrorFor(SessionId session, int code, std::string message);
 
   RoundStateOptions options_;

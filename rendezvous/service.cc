@@ -143,8 +143,8 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
   switch (message.kind_case()) {
     case v1::AgentMessage::kJoin: {
       const v1::JoinRequest& j = message.join();
-      spdlog::info("rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
-                   "node)", j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(),
+      spdlog::debug("rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
+                    "node)", j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(),
                    j.max_nodes(), j.nproc_per_node());
       Dispatch(machine_.OnJoin(session, j, now));
       timer_cv_.SignalAll();  // A last-call deadline may have started.
@@ -196,18 +196,20 @@ void RendezvousService::Unregister(SessionId session) {
 }
 
 void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
+  // One line per round (not per node): a round of 10,000 nodes must not log 10,000 lines.
   for (Outgoing& o : outgoing) {
     auto it = sessions_.find(o.session);
     if (it == sessions_.end()) continue;
     if (o.message.has_assignment()) {
       const v1::Assignment& a = o.message.assignment();
-      spdlog::info("rendezvous: run '{}' round {} ({}): {} is node rank {} of {} (world size {}, "
-                   "restart {}, master {}:{})", a.run_id(), a.round(), a.reason(),
-                   it->second->peer(), a.node_rank(), a.node_count(), a.world_size(),
-                   a.restart_count(), a.master_addr(), a.master_port());
+      if (a.node_rank() == 0) {
+        spdlog::info("rendezvous: run '{}' round {} ({}): {} nodes, world size {}, restart {}, "
+                     "master {}:{}", a.run_id(), a.round(), a.reason(), a.node_count(),
+                     a.world_size(), a.restart_count(), a.master_addr(), a.master_port());
+      }
     } else if (o.message.has_finished()) {
-      spdlog::info("rendezvous: run finished for {}: {}", it->second->peer(),
-                   o.message.finished().message());
+      spdlog::debug("rendezvous: run finished for {}: {}", it->second->peer(),
+                    o.message.finished().message());
     } else if (o.message.has_stop()) {
       spdlog::warn("rendezvous: stopping workers of {}: {}", it->second->peer(),
                    o.message.stop().reason());
@@ -215,6 +217,18 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
       spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(),
                    o.message.error().message());
     }
+  }
+  for (Outgoing& o : outgoing) {
+    if (o.message.has_finished() && o.close) {
+      spdlog::info("rendezvous: run {}: {}",
+                   o.message.finished().succeeded() ? "succeeded" : "failed",
+                   o.message.finished().message());
+      break;
+    }
+  }
+  for (Outgoing& o : outgoing) {
+    auto it = sessions_.find(o.session);
+    if (it == sessions_.end()) continue;
     it->second->Send(std::move(o.message), o.close);
   }
 }
@@ -261,7 +275,13 @@ void RendezvousService::TimerLoop() {
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const RendezvousServerOptions& options) {
-  const std::string& listen = options.listen;
+  auto listen_hp = ParseListenAddress(options.listen, "--listen");
+  if (!listen_hp.ok()) return listen_hp.status();
+  auto listen_ip = ResolveToIp(listen_hp->host);
+  if (!listen_ip.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen_ip.status().message()));
+  }
+  const std::string listen = FormatHostPort(*listen_ip, listen_hp->port);
   const KeepaliveOptions& keepalive = options.keepalive;
   auto credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
@@ -271,6 +291,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
+  // gRPC sets SO_REUSEPORT by default: a second service would then share the port and split the
+  // agents of one run between two services.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive.keepalive_time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive.keepalive_timeout_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -280,8 +303,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on '", listen,
-                                               "' (address in use or not local)"));
+    return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on ", listen,
+                                               ": the address is in use or not local"));
   }
   if (!options.metrics_listen.empty()) {
     auto hp = ParseListenAddress(options.metrics_listen, "--metrics-listen");
