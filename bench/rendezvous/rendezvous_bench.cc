@@ -38,12 +38,14 @@ struct Shared {
 
 class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:
-  SimAgent(int index, int agents, v1::Rendezvous::Stub* stub, Shared* shared)
-      : index_(index), shared_(shared) {
+  SimAgent(int index, int total, v1::Rendezvous::Stub* stub, Shared* shared, int local)
+      : index_(local), shared_(shared) {
+    const int agents = total;
     v1::AgentMessage join;
     v1::JoinRequest* j = join.mutable_join();
     j->set_run_id("bench");
     j->set_node_id(absl::StrCat("node-", 100000 + index));
+    (void)local;
     j->set_min_nodes(agents - 1);  // One agent may vanish and the run goes on.
     j->set_max_nodes(agents);
     j->set_nproc_per_node(8);
@@ -137,14 +139,20 @@ int main(int argc, char** argv) {
   CLI::App app{"rendezvous_bench"};
   std::string endpoint;
   int agents = 1000;
+  int total = 0;
+  int first = 0;
   int channels = 64;
   double timeout_s = 120;
   app.add_option("--endpoint", endpoint, "dgt-rendezvous HOST:PORT")->required();
   app.add_option("--agents", agents, "Simulated agents")->check(CLI::Range(2, 100000));
   app.add_option("--channels", channels, "TCP connections")->check(CLI::Range(1, 4096));
+  app.add_option("--total-agents", total, "Agents of the run across all bench processes "
+                 "(default: --agents)");
+  app.add_option("--first-index", first, "Index of this process's first agent");
   app.add_option("--timeout-s", timeout_s, "Give up after this many seconds");
   CLI11_PARSE(app, argc, argv);
 
+  if (total == 0) total = agents;
   Shared shared;
   shared.round0_at.resize(agents);
   shared.round1_at.resize(agents);
@@ -161,7 +169,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<SimAgent>> sims;
   sims.reserve(agents);
   for (int i = 0; i < agents; ++i) {
-    sims.push_back(std::make_unique<SimAgent>(i, agents, stubs[i % channels].get(), &shared));
+    sims.push_back(
+        std::make_unique<SimAgent>(first + i, total, stubs[i % channels].get(), &shared, i));
   }
   const absl::Time abs_deadline = absl::Now() + absl::Seconds(timeout_s);
   auto wait_for = [&](std::function<bool()> predicate) {
@@ -188,13 +197,15 @@ int main(int argc, char** argv) {
   if (ok) {
     // One agent vanishes (its stream is cancelled, as when its process dies): the survivors get
     // round 1 without it.
-    const int victim = agents / 2;
+    // Only the process holding agent 0 kills one; the others just watch for round 1.
+    const int victim = first == 0 ? agents / 2 : -1;
     auto killed_at = Clock::now();
-    sims[victim]->Cancel();
-    bool ok1 = wait_for([&] { return shared.assigned_round1 == agents - 1; });
+    if (victim >= 0) sims[victim]->Cancel();
+    const int survivors = victim >= 0 ? agents - 1 : agents;
+    bool ok1 = wait_for([&] { return shared.assigned_round1 == survivors; });
     if (!ok1) {
       std::printf("FAILED: %d of %d survivors got the new round\n", shared.assigned_round1,
-                  agents - 1);
+                  survivors);
       exit_code = 1;
     } else {
       absl::MutexLock lock(&shared.mu);
