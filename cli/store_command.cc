@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/host_port.h"
@@ -44,7 +45,11 @@ void RaiseFileLimit() {
 }
 
 int Serve(const ServeFlags& f) {
-  auto hp = ParseHostPort(f.listen, -1, "--listen");
+  // Port 0 (any free port) is fine for a listener, unlike for an endpoint to dial.
+  absl::string_view listen = f.listen;
+  const bool any_port = absl::EndsWith(listen, ":0");
+  auto hp = any_port ? ParseHostPort(listen.substr(0, listen.size() - 2), 0, "--listen")
+                     : ParseHostPort(listen, -1, "--listen");
   if (!hp.ok()) {
     std::cerr << "dgt store serve: " << hp.status().message() << "\n";
     return 2;

@@ -166,7 +166,9 @@ class Client::Impl {
       }
       return absl::OkStatus();
     }
-    if (broken_) return reply.status();
+    if (!absl::IsDeadlineExceeded(reply.status())) return reply.status();
+    // A one-byte reply cannot be half-read: the stream is still in step.
+    broken_ = false;
     absl::Status timeout = absl::DeadlineExceededError(
         absl::StrCat("store ", Endpoint(), ": wait timed out"));
     if (!v2()) return Broken(timeout);
