@@ -25,9 +25,9 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
-// Read sizes: at least kMinRead bytes of room, at most kReadChunk per read. An idle connection
-// holds no read buffer at all (it waits for readability first), and a buffer that grew past
-// kKeepBuffer for a large request is released once that request is done.
+// Read sizes: at least kMinRead bytes of room, growth by at most kReadChunk per read. A connection
+// that never sent anything holds no read buffer; a buffer that grew past kKeepBuffer for a large
+// request is cut back to kMinRead once that request is done.
 constexpr size_t kMinRead = 4 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kKeepBuffer = 16 * 1024;
@@ -138,36 +138,51 @@ class Server::Impl {
     SteadyClock::time_point last_activity() const { return last_activity_; }
 
    private:
+    // A connection that has never sent anything holds no buffer: it waits for readability
+    // (async_wait) and reads then. Once it has a buffer it reads straight into it, which lets
+    // Asio skip both the speculative read and the epoll re-arm that a wait costs per request.
     void Read() {
       if (closed_) return;
-      socket_.async_wait(tcp::socket::wait_read,
-                         [self = shared_from_this()](boost::system::error_code ec) {
-                           if (ec) {
-                             if (!self->closed_) {
-                               self->Close(ec.message(), spdlog::level::debug);
+      if (buffer_.empty()) {
+        socket_.async_wait(tcp::socket::wait_read,
+                           [self = shared_from_this()](boost::system::error_code ec) {
+                             if (ec) {
+                               self->OnData(ec, 0);
+                               return;
                              }
-                             self->server_->connections_.erase(self);
-                             return;
-                           }
-                           self->OnReadable();
-                         });
+                             self->MakeRoom();
+                             size_t n = self->socket_.read_some(self->FreeSpace(), ec);
+                             self->OnData(ec, n);
+                           });
+        return;
+      }
+      MakeRoom();
+      socket_.async_read_some(FreeSpace(),
+                              [self = shared_from_this()](boost::system::error_code ec,
+                                                          size_t n) { self->OnData(ec, n); });
     }
 
-    void OnReadable() {
+    // At least kMinRead bytes free after end_. The buffer grows with the bytes that arrive (a
+    // large request grows it read by read), never with a claimed length.
+    void MakeRoom() {
+      if (buffer_.size() - end_ >= kMinRead) return;
+      buffer_.erase(0, begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (buffer_.size() - end_ < kMinRead) {
+        buffer_.resize(std::min(std::max(end_ * 2, end_ + kMinRead), end_ + kReadChunk));
+      }
+    }
+
+    asio::mutable_buffer FreeSpace() {
+      return asio::buffer(buffer_.data() + end_, buffer_.size() - end_);
+    }
+
+    void OnData(boost::system::error_code ec, size_t n) {
       if (closed_) {
         server_->connections_.erase(shared_from_this());
         return;
       }
-      boost::system::error_code ec;
-      size_t available = std::clamp<size_t>(socket_.available(ec), kMinRead, kReadChunk);
-      if (buffer_.size() - end_ < available) {
-        // Compact, then grow only by what has arrived: the buffer never follows a claimed length.
-        buffer_.erase(0, begin_);
-        end_ -= begin_;
-        begin_ = 0;
-        if (buffer_.size() - end_ < available) buffer_.resize(end_ + available);
-      }
-      size_t n = socket_.read_some(asio::buffer(buffer_.data() + end_, buffer_.size() - end_), ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again) {
         Read();
         return;
@@ -187,7 +202,11 @@ class Server::Impl {
       }
       if (begin_ == end_) {
         begin_ = end_ = 0;
-        if (buffer_.size() > kKeepBuffer) std::string().swap(buffer_);
+        // Keep a small buffer for the next request; drop one that a large request grew.
+        if (buffer_.size() > kKeepBuffer) {
+          buffer_.resize(kMinRead);
+          buffer_.shrink_to_fit();
+        }
       }
       Flush();
       if (closed_) {
@@ -428,7 +447,9 @@ class Server::Impl {
 
   ServerOptions options_;
   wire::Limits limits_;
-  asio::io_context io_;
+  // One thread runs everything: tell Asio so it skips the reactor's per-descriptor locking.
+  // Other threads only post() to it (Stop, Stats), which stays locked.
+  asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   tcp::acceptor acceptor_;
   asio::steady_timer idle_timer_;
   std::thread thread_;

@@ -50,7 +50,7 @@ for server in dgt torch; do
   fi
   for conns in 8 64 512; do
     for op in set get add cas; do
-      measure "$server" --mode ops --op "$op" --conns "$conns" --seconds "$secs"
+      measure "$server" --mode ops --op "$op" --conns "$conns" --seconds "$secs" --server-pid "$PID"
     done
   done
   measure "$server" --mode fanout --waiters 512 --rounds 20
@@ -62,13 +62,14 @@ done
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 ops = {(r["server"], r["op"], r["conns"]): r for r in rows if r["mode"] == "ops"}
-print("\nop   conns   dgt ops/s (p50/p99 us)        torch ops/s (p50/p99 us)      ratio")
+print("\nop   conns   dgt ops/s (p50/p99 us)        torch ops/s (p50/p99 us)      ratio   server CPU us/op dgt/torch")
 for conns in (8, 64, 512):
     for op in ("set", "get", "add", "cas"):
         d, t = ops[("dgt", op, conns)], ops[("torch", op, conns)]
         print(f"{op:4} {conns:5}   {d['ops_per_s']:9.0f} ({d['p50_us']:6.0f}/{d['p99_us']:6.0f})"
               f"   {t['ops_per_s']:9.0f} ({t['p50_us']:6.0f}/{t['p99_us']:6.0f})"
-              f"   {d['ops_per_s'] / t['ops_per_s']:5.2f}x")
+              f"   {d['ops_per_s'] / t['ops_per_s']:5.2f}x"
+              f"   {d['server_cpu_us_per_op']:6.2f} / {t['server_cpu_us_per_op']:6.2f}")
 for r in rows:
     if r["mode"] == "fanout":
         print(f"fan-out {r['server']:5}: 512 waiters p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, "

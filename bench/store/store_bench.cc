@@ -3,6 +3,7 @@
 // every mode is bounded in operations and in time. Prints one JSON object per run on stdout.
 //
 //   store_bench --port P --mode ops --op set|get|add|cas --conns N [--seconds S] [--max-ops M]
+//               [--server-pid PID]   (adds the server's CPU time per operation)
 //   store_bench --port P --mode fanout --waiters N [--rounds R]
 //   store_bench --port P --mode idle --conns N --server-pid PID
 //
@@ -30,6 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +121,23 @@ long RssKiB(int pid) {
   return -1;
 }
 
+// CPU time (user + system) the process has used, in microseconds; -1 when unknown.
+double CpuUs(int pid) {
+  if (pid <= 0) return -1;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::atol(field.c_str());
+    if (i == 15) stime = std::atol(field.c_str());
+  }
+  return (utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 void RaiseFileLimit() {
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
@@ -189,6 +209,7 @@ int RunOps(const Flags& f) {
 
   std::vector<double> lat_us;
   lat_us.reserve(std::min<long>(f.max_ops, 4'000'000));
+  const double cpu_before = CpuUs(f.server_pid);
   auto start = Clock::now();
   auto stop_at = start + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(f.seconds));
@@ -231,11 +252,14 @@ int RunOps(const Flags& f) {
     }
   }
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_after = CpuUs(f.server_pid);
+  // Server CPU per operation: what the server would need per op with the machine to itself.
+  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / std::max(1L, done);
   std::printf(
       "{\"mode\": \"ops\", \"op\": \"%s\", \"conns\": %d, \"ops\": %ld, \"seconds\": %.3f, "
-      "\"ops_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f}\n",
+      "\"ops_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.2f}\n",
       f.op.c_str(), f.conns, done, secs, done / secs, Percentile(lat_us, 0.50),
-      Percentile(lat_us, 0.99));
+      Percentile(lat_us, 0.99), server_cpu_us);
   for (Conn& c : conns) ::close(c.fd);
   ::close(setup);
   ::close(ep);
