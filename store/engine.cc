@@ -63,6 +63,14 @@ bool Engine::Check(const std::vector<std::string>& keys) const {
 
 int64_t Engine::NumKeys() const { return static_cast<int64_t>(values_.size()); }
 
+std::vector<std::string> Engine::ListKeys() const {
+  std::vector<std::string> keys;
+  keys.reserve(values_.size());
+  for (const auto& [k, v] : values_) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 bool Engine::Delete(absl::string_view key) {
   auto it = values_.find(key);
   if (it == values_.end()) return false;

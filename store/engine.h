@@ -55,6 +55,9 @@ class Engine {
   // Number of keys holding a value (torch GETNUMKEYS; queues are not counted).
   int64_t NumKeys() const;
 
+  // Every key holding a value, sorted (LIST_KEYS; queues are not listed).
+  std::vector<std::string> ListKeys() const;
+
   // Removes `key`; returns true when it existed (torch DELETE_KEY answers 1 or 0).
   bool Delete(absl::string_view key);
 

@@ -1,14 +1,18 @@
-#include "absl/strings/string_view.h"
 #include "dgt/store/server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "boost/asio.hpp"
 #include "common/logging.h"
 #include "store/engine.h"
@@ -19,8 +23,14 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
 
+// Read sizes: at least kMinRead bytes of room, growth by at most kReadChunk per read. A connection
+// that never sent anything holds no read buffer; a buffer that grew past kKeepBuffer for a large
+// request is cut back to kMinRead once that request is done.
+constexpr size_t kMinRead = 4 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kKeepBuffer = 16 * 1024;
 
 }  // namespace
 
@@ -29,7 +39,8 @@ class Server::Impl {
   explicit Impl(ServerOptions options)
       : options_(std::move(options)),
         limits_{options_.max_key_bytes, options_.max_value_bytes, options_.max_keys_per_request},
-        acceptor_(io_) {}
+        acceptor_(io_),
+        idle_timer_(io_) {}
 
   ~Impl() { Stop(); }
 
@@ -56,6 +67,7 @@ class Server::Impl {
     }
     port_ = acceptor_.local_endpoint().port();
     Accept();
+    if (options_.idle_timeout > absl::ZeroDuration()) ScheduleIdleSweep();
     thread_ = std::thread([this] { io_.run(); });
     return absl::OkStatus();
   }
@@ -65,7 +77,8 @@ class Server::Impl {
     asio::post(io_, [this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
-      for (const auto& c : connections_) c->Close("server stopping", /*log=*/false);
+      idle_timer_.cancel();
+      for (const auto& c : connections_) c->Close("server stopping", spdlog::level::debug);
       connections_.clear();
       io_.stop();
     });
@@ -73,6 +86,22 @@ class Server::Impl {
   }
 
   uint16_t port() const { return port_; }
+
+  ServerStats Stats() {
+    if (!thread_.joinable() || io_.stopped()) return {};
+    std::promise<ServerStats> promise;
+    std::future<ServerStats> future = promise.get_future();
+    asio::post(io_, [this, &promise] {
+      ServerStats s;
+      s.connections = connections_.size();
+      s.keys = static_cast<size_t>(engine_.NumKeys());
+      s.pending_waits = engine_.PendingWaits();
+      s.closed_by_server = closed_by_server_;
+      promise.set_value(s);
+    });
+    if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return {};
+    return future.get();
+  }
 
  private:
   class Connection : public std::enable_shared_from_this<Connection> {
@@ -82,14 +111,19 @@ class Server::Impl {
       auto remote = socket_.remote_endpoint(ec);
       peer_ = ec ? "?" : absl::StrCat(remote.address().to_string(), ":", remote.port());
       socket_.set_option(tcp::no_delay(true), ec);
+      socket_.non_blocking(true, ec);
+      last_activity_ = SteadyClock::now();
     }
 
     void Start() { Read(); }
 
-    void Close(absl::string_view reason, bool log = true) {
+    // Every close has a reason: the server's own decisions are warnings, a peer going away is
+    // a debug line.
+    void Close(absl::string_view reason, spdlog::level::level_enum level = spdlog::level::warn) {
       if (closed_) return;
       closed_ = true;
-      if (log) spdlog::warn("store: closing connection from {}: {}", peer_, reason);
+      if (level == spdlog::level::warn) ++server_->closed_by_server_;
+      spdlog::log(level, "store: closing connection from {}: {}", peer_, reason);
       if (wait_id_) {
         server_->engine_.CancelWait(*wait_id_);
         wait_id_.reset();
@@ -99,33 +133,87 @@ class Server::Impl {
       socket_.close(ec);
     }
 
+    bool closed() const { return closed_; }
+    bool waiting() const { return wait_id_.has_value(); }
+    SteadyClock::time_point last_activity() const { return last_activity_; }
+
    private:
+    // A connection that has never sent anything holds no buffer: it waits for readability
+    // (async_wait) and reads then. Once it has a buffer it reads straight into it, which lets
+    // Asio skip both the speculative read and the epoll re-arm that a wait costs per request.
     void Read() {
       if (closed_) return;
-      if (buffer_.size() - end_ < kReadChunk) {
-        // Compact, then grow: the buffer holds at most one partial request plus one chunk.
-        buffer_.erase(0, begin_);
-        end_ -= begin_;
-        begin_ = 0;
-        if (buffer_.size() - end_ < kReadChunk) buffer_.resize(end_ + kReadChunk);
+      if (buffer_.empty()) {
+        socket_.async_wait(tcp::socket::wait_read,
+                           [self = shared_from_this()](boost::system::error_code ec) {
+                             if (ec) {
+                               self->OnData(ec, 0);
+                               return;
+                             }
+                             self->MakeRoom();
+                             size_t n = self->socket_.read_some(self->FreeSpace(), ec);
+                             self->OnData(ec, n);
+                           });
+        return;
       }
-      socket_.async_read_some(
-          asio::buffer(buffer_.data() + end_, buffer_.size() - end_),
-          [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-            if (ec) {
-              self->Close("", /*log=*/false);
-              self->server_->connections_.erase(self);
-              return;
-            }
-            self->end_ += n;
-            self->Process();
-            if (self->closed_) {
-              self->server_->connections_.erase(self);
-              return;
-            }
-            self->Flush();
-            self->Read();
-          });
+      MakeRoom();
+      socket_.async_read_some(FreeSpace(),
+                              [self = shared_from_this()](boost::system::error_code ec,
+                                                          size_t n) { self->OnData(ec, n); });
+    }
+
+    // At least kMinRead bytes free after end_. The buffer grows with the bytes that arrive (a
+    // large request grows it read by read), never with a claimed length.
+    void MakeRoom() {
+      if (buffer_.size() - end_ >= kMinRead) return;
+      buffer_.erase(0, begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      if (buffer_.size() - end_ < kMinRead) {
+        buffer_.resize(std::min(std::max(end_ * 2, end_ + kMinRead), end_ + kReadChunk));
+      }
+    }
+
+    asio::mutable_buffer FreeSpace() {
+      return asio::buffer(buffer_.data() + end_, buffer_.size() - end_);
+    }
+
+    void OnData(boost::system::error_code ec, size_t n) {
+      if (closed_) {
+        server_->connections_.erase(shared_from_this());
+        return;
+      }
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        Read();
+        return;
+      }
+      if (ec) {
+        Close(ec == asio::error::eof ? "peer closed the connection" : ec.message(),
+              spdlog::level::debug);
+        server_->connections_.erase(shared_from_this());
+        return;
+      }
+      last_activity_ = SteadyClock::now();
+      end_ += n;
+      Process();
+      if (closed_) {
+        server_->connections_.erase(shared_from_this());
+        return;
+      }
+      if (begin_ == end_) {
+        begin_ = end_ = 0;
+        // Keep a small buffer for the next request; drop one that a large request grew.
+        if (buffer_.size() > kKeepBuffer) {
+          buffer_.resize(kMinRead);
+          buffer_.shrink_to_fit();
+        }
+      }
+      Flush();
+      if (closed_) {
+        server_->connections_.erase(shared_from_this());
+        return;
+      }
+      Read();
     }
 
     void Process() {
@@ -135,17 +223,15 @@ class Server::Impl {
           family_ = wire::DetectFamily(data);
           if (family_ == wire::Family::kUnknown) return;
         }
-        wire::Request request;
-        wire::ParseResult r = wire::ParseRequest(data, family_, server_->limits_, &request);
+        wire::ParseResult r = wire::ParseRequest(data, family_, server_->limits_, &request_);
         if (r.status == wire::ParseStatus::kNeedMore) return;
         if (r.status == wire::ParseStatus::kError) {
           Close(r.error);
           return;
         }
         begin_ += r.consumed;
-        Execute(request);
+        Execute(request_);
       }
-      if (begin_ == end_) begin_ = end_ = 0;
     }
 
     void Execute(const wire::Request& req) {
@@ -212,7 +298,9 @@ class Server::Impl {
           wire::AppendI64(&out_, engine.NumKeys());
           return;
         case wire::Op::kWatchKey:
-          Close("WATCH_KEY is not supported yet");
+          // torch 1.13's Python TCPStore has no watch_key, and its C++ client opens the callback
+          // connection without sending on it; no real 1.13 client sends this opcode.
+          Close("WATCH_KEY is not supported");
           return;
         case wire::Op::kDeleteKey:
           wire::AppendI64(&out_, engine.Delete(req.keys[0]) ? 1 : 0);
@@ -256,11 +344,29 @@ class Server::Impl {
         case wire::Op::kQueueLen:
           wire::AppendI64(&out_, engine.QueueLen(req.keys[0]));
           return;
+        case wire::Op::kListKeys: {
+          std::vector<std::string> keys = engine.ListKeys();
+          wire::AppendI64(&out_, static_cast<int64_t>(keys.size()));
+          for (const std::string& k : keys) wire::AppendBytes(&out_, k);
+          return;
+        }
       }
     }
 
     void Flush() {
       if (closed_ || writing_ || out_.empty()) return;
+      // Try the write at once: replies are small and the socket buffer is almost always free.
+      boost::system::error_code ec;
+      size_t n = socket_.write_some(asio::buffer(out_), ec);
+      if (!ec && n == out_.size()) {
+        out_.clear();
+        return;
+      }
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+        Close(ec.message(), spdlog::level::debug);
+        return;  // The pending read sees the closed socket and unregisters the connection.
+      }
+      if (!ec) out_.erase(0, n);
       writing_ = true;
       in_flight_.swap(out_);
       out_.clear();
@@ -269,7 +375,7 @@ class Server::Impl {
                           self->writing_ = false;
                           self->in_flight_.clear();
                           if (ec) {
-                            self->Close("", /*log=*/false);
+                            self->Close(ec.message(), spdlog::level::debug);
                             self->server_->connections_.erase(self);
                             return;
                           }
@@ -284,11 +390,13 @@ class Server::Impl {
     std::string buffer_;
     size_t begin_ = 0;
     size_t end_ = 0;
+    wire::Request request_;  // Reused so that its strings keep their capacity.
     std::string out_;
     std::string in_flight_;
     bool writing_ = false;
     bool closed_ = false;
     std::optional<Engine::WaitId> wait_id_;
+    SteadyClock::time_point last_activity_;
   };
 
   void Accept() {
@@ -296,27 +404,58 @@ class Server::Impl {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
         if (connections_.size() >= options_.max_connections) {
-          spdlog::warn("store: refusing a connection: limit of {} connections reached",
-                       options_.max_connections);
           boost::system::error_code ignored;
+          auto remote = socket.remote_endpoint(ignored);
+          spdlog::warn("store: closing connection from {}:{}: limit of {} connections reached",
+                       remote.address().to_string(), remote.port(), options_.max_connections);
+          ++closed_by_server_;
           socket.close(ignored);
         } else {
           auto conn = std::make_shared<Connection>(this, std::move(socket));
           connections_.insert(conn);
           conn->Start();
         }
+      } else {
+        // EMFILE and friends: log and keep accepting; the listener itself is fine.
+        spdlog::warn("store: accept failed: {}", ec.message());
       }
       Accept();
     });
   }
 
+  void ScheduleIdleSweep() {
+    auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.idle_timeout));
+    auto period = std::max<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(10));
+    idle_timer_.expires_after(period);
+    idle_timer_.async_wait([this, timeout](boost::system::error_code ec) {
+      if (ec) return;
+      auto now = SteadyClock::now();
+      std::vector<std::shared_ptr<Connection>> idle;
+      for (const auto& c : connections_) {
+        if (!c->closed() && !c->waiting() && now - c->last_activity() >= timeout) {
+          idle.push_back(c);
+        }
+      }
+      for (const auto& c : idle) {
+        c->Close(absl::StrCat("idle for ", absl::FormatDuration(options_.idle_timeout),
+                              " (idle timeout)"));
+        connections_.erase(c);
+      }
+      ScheduleIdleSweep();
+    });
+  }
+
   ServerOptions options_;
   wire::Limits limits_;
-  asio::io_context io_;
+  // One thread runs everything: tell Asio so it skips the reactor's per-descriptor locking.
+  // Other threads only post() to it (Stop, Stats), which stays locked.
+  asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   tcp::acceptor acceptor_;
+  asio::steady_timer idle_timer_;
   std::thread thread_;
   std::atomic<uint16_t> port_{0};
   Engine engine_;
+  uint64_t closed_by_server_ = 0;
   std::unordered_set<std::shared_ptr<Connection>> connections_;
 };
 
@@ -325,5 +464,6 @@ Server::~Server() = default;
 absl::Status Server::Start() { return impl_->Start(); }
 void Server::Stop() { impl_->Stop(); }
 uint16_t Server::port() const { return impl_->port(); }
+ServerStats Server::Stats() const { return impl_->Stats(); }
 
 }  // namespace dgt::store

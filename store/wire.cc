@@ -20,7 +20,10 @@ constexpr uint8_t kNone = 0xFF;
 
 // Opcode numbers: torch 1.13 `QueryType` (c10d TCPStore.cpp) and torch 2.x `QueryType`
 // (c10d TCPStoreBackend.hpp), as listed in REFERENCE.md §4.
-constexpr std::array<OpcodeEntry, 18> kOpcodes = {{
+// LIST_KEYS 17 is in newest torch main only; its reply layout (i64 count, then each key as a
+// u64-length string) is dgt's reading, not checked against a real 2.x client. BARRIER 18 is not
+// served: a 2.x client that sends it has its connection closed with a logged reason.
+constexpr std::array<OpcodeEntry, 19> kOpcodes = {{
     {Op::kValidate, kNone, 0},
     {Op::kSet, 0, 1},
     {Op::kCompareSet, 1, 2},
@@ -39,6 +42,7 @@ constexpr std::array<OpcodeEntry, 18> kOpcodes = {{
     {Op::kQueuePush, kNone, 14},
     {Op::kQueuePop, kNone, 15},
     {Op::kQueueLen, kNone, 16},
+    {Op::kListKeys, kNone, 17},
 }};
 
 std::optional<Op> OpFor(Family family, uint8_t opcode) {
@@ -106,6 +110,7 @@ bool ParseFields(Reader& r, Request* out) {
       return r.ReadPod(&out->u32);
     case Op::kGetNumKeys:
     case Op::kCancelWait:
+    case Op::kListKeys:
       return true;
     case Op::kGet:
     case Op::kDeleteKey:

@@ -41,6 +41,7 @@ enum class Op {
   kQueuePush,   // 2.x: key, value; no reply.
   kQueuePop,    // 2.x: key; reply i64 length, then the item when the length was non-zero.
   kQueueLen,    // 2.x: key; reply i64.
+  kListKeys,    // 2.x (newest torch main, opcode 17): no fields; reply i64 n, n keys.
 };
 
 // u32 magic of torch 2.x VALIDATE (bytes 00 CE F7 85 3C on the wire, opcode included).

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace dgt::store {
 
@@ -25,8 +26,21 @@ struct ServerOptions {
   uint64_t max_key_bytes = 64 * 1024;
   uint64_t max_value_bytes = 64ull * 1024 * 1024;
   uint64_t max_keys_per_request = 128 * 1024;
-  // Connections beyond this are accepted and closed at once.
+  // Connections beyond this are accepted and closed at once (with a logged reason).
   size_t max_connections = 65536;
+  // A connection that sends nothing for this long, and has no WAIT pending, is closed with a
+  // logged reason. Zero (the default) turns this off, because torch 1.x clients keep a second,
+  // silent callback connection open for the whole job and a training step can leave the
+  // request connection quiet for hours; set it for stores that face untrusted networks.
+  absl::Duration idle_timeout = absl::ZeroDuration();
+};
+
+// A snapshot of the server's state, for tests, metrics and `dgt store` operators.
+struct ServerStats {
+  size_t connections = 0;
+  size_t keys = 0;
+  size_t pending_waits = 0;
+  uint64_t closed_by_server = 0;  // Connections the server closed (limits, bad input, idle).
 };
 
 class Server {
@@ -46,6 +60,9 @@ class Server {
 
   // The bound port (valid after Start).
   uint16_t port() const;
+
+  // Taken on the I/O thread; zeros when the server is not running.
+  ServerStats Stats() const;
 
  private:
   class Impl;

@@ -1,0 +1,403 @@
+// Load generator for TCPStore servers (dgt's and torch 1.13's): speaks the torch 1.x wire
+// protocol, which both servers accept, so the same client program measures both. Loopback only;
+// every mode is bounded in operations and in time. Prints one JSON object per run on stdout.
+//
+//   store_bench --port P --mode ops --op set|get|add|cas --conns N [--seconds S] [--max-ops M]
+//               [--server-pid PID]   (adds the server's CPU time per operation)
+//   store_bench --port P --mode fanout --waiters N [--rounds R]
+//   store_bench --port P --mode idle --conns N --server-pid PID
+//
+// ops:    N connections, one request outstanding each (closed loop), for S seconds or M ops.
+//         set = SET then CHECK of the same key (SET has no reply, so a set is confirmed by the
+//         round trip); get = GET of a preloaded key; add = ADD 1 on one of 16 counters;
+//         cas = COMPARE_SET that matches (value unchanged).
+// fanout: N connections WAIT on one key; one more connection SETs it; latency is from just
+//         before the SET is sent to each waiter's STOP_WAITING. R rounds with fresh keys.
+// idle:   opens N connections, each makes one round trip (GETNUMKEYS) and then stays open; the
+//         server's RSS (from /proc/PID/status) is read before and after; all N are held at once
+//         and a sample of them is checked to still answer.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  int port = 0;
+  std::string mode = "ops";
+  std::string op = "get";
+  int conns = 8;
+  double seconds = 3;
+  long max_ops = 2'000'000;
+  int waiters = 512;
+  int rounds = 20;
+  int server_pid = 0;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "store_bench: %s: %s\n", what.c_str(), std::strerror(errno));
+  std::exit(1);
+}
+
+void AppendU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<char*>(&v), 8); }
+void AppendStr(std::string* s, const std::string& v) {
+  AppendU64(s, v.size());
+  s->append(v);
+}
+
+// torch 1.x opcodes (REFERENCE.md §4).
+constexpr char kSet = 0, kCas = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kNumKeys = 6;
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) Die("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int attempt = 0; ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++attempt) {
+    if (attempt > 50) Die("connect");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::close(fd);
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  timeval tv{10, 0};  // Blocking reads never hang a run.
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+void SendAll(int fd, const std::string& b) {
+  size_t off = 0;
+  while (off < b.size()) {
+    ssize_t n = ::send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) Die("send");
+    off += static_cast<size_t>(n);
+  }
+}
+
+void RecvExact(int fd, size_t n) {
+  char buf[256];
+  while (n > 0) {
+    ssize_t r = ::recv(fd, buf, std::min(n, sizeof buf), 0);
+    if (r <= 0) Die("recv");
+    n -= static_cast<size_t>(r);
+  }
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + i, v.end());
+  return v[i];
+}
+
+long RssKiB(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+// CPU time (user + system) the process has used, in microseconds; -1 when unknown.
+double CpuUs(int pid) {
+  if (pid <= 0) return -1;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::atol(field.c_str());
+    if (i == 15) stime = std::atol(field.c_str());
+  }
+  return (utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+void RaiseFileLimit() {
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+// One connection of the closed loop: its request bytes and the reply length to expect.
+struct Conn {
+  int fd = -1;
+  std::string request;
+  size_t reply_len = 0;
+  size_t got = 0;
+  Clock::time_point sent;
+};
+
+int RunOps(const Flags& f) {
+  const std::string value(16, 'v');
+  // Preload: the keys get and cas read, the counters add writes.
+  int setup = Connect(f.port);
+  std::string pre;
+  for (int i = 0; i < f.conns; ++i) {
+    pre += kSet;
+    AppendStr(&pre, "bench/k" + std::to_string(i));
+    AppendStr(&pre, value);
+  }
+  pre += kNumKeys;
+  SendAll(setup, pre);
+  RecvExact(setup, 8);
+
+  std::vector<Conn> conns(f.conns);
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  for (int i = 0; i < f.conns; ++i) {
+    Conn& c = conns[i];
+    c.fd = Connect(f.port);
+    std::string key = "bench/k" + std::to_string(i);
+    if (f.op == "set") {
+      c.request += kSet;
+      AppendStr(&c.request, key);
+      AppendStr(&c.request, value);
+      c.request += kCheck;
+      AppendU64(&c.request, 1);
+      AppendStr(&c.request, key);
+      c.reply_len = 1;
+    } else if (f.op == "get") {
+      c.request += kGet;
+      AppendStr(&c.request, key);
+      c.reply_len = 8 + value.size();
+    } else if (f.op == "add") {
+      c.request += kAdd;
+      AppendStr(&c.request, "bench/ctr" + std::to_string(i % 16));
+      AppendU64(&c.request, 1);
+      c.reply_len = 8;
+    } else if (f.op == "cas") {
+      c.request += kCas;
+      AppendStr(&c.request, key);
+      AppendStr(&c.request, value);
+      AppendStr(&c.request, value);
+      c.reply_len = 8 + value.size();
+    } else {
+      std::fprintf(stderr, "store_bench: unknown --op %s\n", f.op.c_str());
+      return 2;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(i);
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
+  }
+
+  std::vector<double> lat_us;
+  lat_us.reserve(std::min<long>(f.max_ops, 4'000'000));
+  const double cpu_before = CpuUs(f.server_pid);
+  auto start = Clock::now();
+  auto stop_at = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(f.seconds));
+  long done = 0, in_flight = 0;
+  bool stopping = false;
+  for (Conn& c : conns) {
+    c.sent = Clock::now();
+    SendAll(c.fd, c.request);
+    ++in_flight;
+  }
+  std::vector<epoll_event> events(1024);
+  char buf[4096];
+  while (in_flight > 0) {
+    int n = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), 10'000);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Die("epoll_wait");
+    }
+    if (n == 0) {
+      std::fprintf(stderr, "store_bench: no reply for 10 s\n");
+      return 1;
+    }
+    auto now = Clock::now();
+    if (now >= stop_at || done >= f.max_ops) stopping = true;
+    for (int e = 0; e < n; ++e) {
+      Conn& c = conns[events[e].data.u32];
+      ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
+      if (r <= 0) Die("recv");
+      c.got += static_cast<size_t>(r);
+      if (c.got < c.reply_len) continue;
+      c.got = 0;
+      --in_flight;
+      ++done;
+      lat_us.push_back(std::chrono::duration<double, std::micro>(now - c.sent).count());
+      if (!stopping) {
+        c.sent = now;
+        SendAll(c.fd, c.request);
+        ++in_flight;
+      }
+    }
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu_after = CpuUs(f.server_pid);
+  // Server CPU per operation: what the server would need per op with the machine to itself.
+  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / std::max(1L, done);
+  std::printf(
+      "{\"mode\": \"ops\", \"op\": \"%s\", \"conns\": %d, \"ops\": %ld, \"seconds\": %.3f, "
+      "\"ops_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.2f}\n",
+      f.op.c_str(), f.conns, done, secs, done / secs, Percentile(lat_us, 0.50),
+      Percentile(lat_us, 0.99), server_cpu_us);
+  for (Conn& c : conns) ::close(c.fd);
+  ::close(setup);
+  ::close(ep);
+  return 0;
+}
+
+int RunFanout(const Flags& f) {
+  std::vector<int> waiters(f.waiters);
+  for (int& fd : waiters) fd = Connect(f.port);
+  int setter = Connect(f.port);
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  for (int i = 0; i < f.waiters; ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(i);
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, waiters[i], &ev);
+  }
+  std::vector<double> lat_us, last_us;
+  std::vector<epoll_event> events(1024);
+  for (int round = 0; round < f.rounds; ++round) {
+    std::string key = "fan/" + std::to_string(round);
+    std::string wait;
+    wait += kWait;
+    AppendU64(&wait, 1);
+    AppendStr(&wait, key);
+    for (int fd : waiters) SendAll(fd, wait);
+    // The waits must be registered before the SET: a round trip on each would perturb nothing,
+    // but torch's server gives no way to ask, so give it time.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string set;
+    set += kSet;
+    AppendStr(&set, key);
+    AppendStr(&set, "1");
+    auto t0 = Clock::now();
+    SendAll(setter, set);
+    int woken = 0;
+    double last = 0;
+    while (woken < f.waiters) {
+      int n = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), 10'000);
+      if (n <= 0) {
+        std::fprintf(stderr, "store_bench: fan-out stalled at %d of %d\n", woken, f.waiters);
+        return 1;
+      }
+      auto now = Clock::now();
+      for (int e = 0; e < n; ++e) {
+        char b;
+        if (::recv(waiters[events[e].data.u32], &b, 1, 0) != 1) Die("recv");
+        double us = std::chrono::duration<double, std::micro>(now - t0).count();
+        lat_us.push_back(us);
+        last = std::max(last, us);
+        ++woken;
+      }
+    }
+    last_us.push_back(last);
+  }
+  std::printf(
+      "{\"mode\": \"fanout\", \"waiters\": %d, \"rounds\": %d, \"p50_us\": %.1f, "
+      "\"p99_us\": %.1f, \"last_waiter_p50_us\": %.1f, \"last_waiter_max_us\": %.1f}\n",
+      f.waiters, f.rounds, Percentile(lat_us, 0.50), Percentile(lat_us, 0.99),
+      Percentile(last_us, 0.50), *std::max_element(last_us.begin(), last_us.end()));
+  for (int fd : waiters) ::close(fd);
+  ::close(setter);
+  ::close(ep);
+  return 0;
+}
+
+int RunIdle(const Flags& f) {
+  if (f.server_pid <= 0) {
+    std::fprintf(stderr, "store_bench: --mode idle needs --server-pid\n");
+    return 2;
+  }
+  std::string numkeys(1, kNumKeys);
+  // Warm the server with a few connections first, so one-time allocations are not counted.
+  for (int i = 0; i < 16; ++i) {
+    int fd = Connect(f.port);
+    SendAll(fd, numkeys);
+    RecvExact(fd, 8);
+    ::close(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  long before = RssKiB(f.server_pid);
+  auto t0 = Clock::now();
+  std::vector<int> fds;
+  fds.reserve(f.conns);
+  for (int i = 0; i < f.conns; ++i) {
+    int fd = Connect(f.port);
+    SendAll(fd, numkeys);
+    RecvExact(fd, 8);
+    fds.push_back(fd);
+  }
+  double open_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  long after = RssKiB(f.server_pid);
+  // All of them still answer (a sample of 100, spread out).
+  int answered = 0;
+  for (int i = 0; i < f.conns; i += std::max(1, f.conns / 100)) {
+    SendAll(fds[i], numkeys);
+    RecvExact(fds[i], 8);
+    ++answered;
+  }
+  std::printf(
+      "{\"mode\": \"idle\", \"conns\": %d, \"held\": %zu, \"open_seconds\": %.2f, "
+      "\"rss_before_kib\": %ld, \"rss_after_kib\": %ld, \"kib_per_conn\": %.2f, "
+      "\"sample_answered\": %d}\n",
+      f.conns, fds.size(), open_s, before, after,
+      static_cast<double>(after - before) / f.conns, answered);
+  for (int fd : fds) ::close(fd);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--port") f.port = std::atoi(v.c_str());
+    else if (k == "--mode") f.mode = v;
+    else if (k == "--op") f.op = v;
+    else if (k == "--conns") f.conns = std::atoi(v.c_str());
+    else if (k == "--seconds") f.seconds = std::atof(v.c_str());
+    else if (k == "--max-ops") f.max_ops = std::atol(v.c_str());
+    else if (k == "--waiters") f.waiters = std::atoi(v.c_str());
+    else if (k == "--rounds") f.rounds = std::atoi(v.c_str());
+    else if (k == "--server-pid") f.server_pid = std::atoi(v.c_str());
+    else {
+      std::fprintf(stderr, "store_bench: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (f.port <= 0) {
+    std::fprintf(stderr, "store_bench: --port is required\n");
+    return 2;
+  }
+  RaiseFileLimit();
+  if (f.mode == "ops") return RunOps(f);
+  if (f.mode == "fanout") return RunFanout(f);
+  if (f.mode == "idle") return RunIdle(f);
+  std::fprintf(stderr, "store_bench: unknown --mode %s\n", f.mode.c_str());
+  return 2;
+}

@@ -1,0 +1,25 @@
+// `dgt`: the operator's command line. Each command group registers itself here; a group sets the
+// function to run when one of its commands is picked, so main stays a table of groups.
+#include <functional>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "cli/store_command.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  // Logs go to stderr; stdout carries only what commands print (values, "listening on port N").
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("dgt", std::make_shared<spdlog::sinks::stderr_sink_mt>()));
+  CLI::App app{"dgt: distributed-training launcher tools"};
+  app.require_subcommand(1);
+  std::function<int()> run;
+  dgt::cli::AddStoreCommand(app, &run);
+  CLI11_PARSE(app, argc, argv);
+  if (!run) {
+    std::cerr << app.help();
+    return 2;
+  }
+  return run();
+}

@@ -1,0 +1,30 @@
+# Installation of the embeddable store library: `find_package(dgt)` gives dgt::store (and the
+# static dgt::common it links), pkg-config gives dgt-store. Included from the top-level
+# CMakeLists.txt after the libraries are defined.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set_target_properties(dgt_common PROPERTIES EXPORT_NAME common)
+set_target_properties(dgt_store PROPERTIES EXPORT_NAME store)
+target_include_directories(dgt_store PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+
+install(TARGETS dgt_store dgt_common EXPORT dgtTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# Only the public headers: store/include/dgt/store/*.h (they include no private header).
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/store/include/dgt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(TARGETS dgt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+set(_dgt_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/dgt)
+install(EXPORT dgtTargets NAMESPACE dgt:: DESTINATION ${_dgt_cmake_dir})
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/dgtConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/dgtConfig.cmake INSTALL_DESTINATION ${_dgt_cmake_dir})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/dgtConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/dgtConfig.cmake ${CMAKE_BINARY_DIR}/dgtConfigVersion.cmake
+        DESTINATION ${_dgt_cmake_dir})
+
+# pkg-config: prefix is relative to the .pc file, so an installed tree can be moved.
+configure_file(${CMAKE_SOURCE_DIR}/cmake/dgt-store.pc.in ${CMAKE_BINARY_DIR}/dgt-store.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/dgt-store.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
