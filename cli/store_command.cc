@@ -141,8 +141,9 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
                     "Most keys in one request (default 131072)");
   serve->add_option("--max-connections", serve_flags->max_connections,
                     "Most open connections (default 65536)");
-  serve->add_option("--idle-timeout", serve_flags->idle_timeout_s,
-                    "Close connections silent this many seconds (0: never, the default)")
+  serve
+      ->add_option("--idle-timeout", serve_flags->idle_timeout_s,
+                   "Close connections silent this many seconds (0: never, the default)")
       ->check(CLI::NonNegativeNumber);
   serve->callback([run, serve_flags] { *run = [serve_flags] { return Serve(*serve_flags); }; });
 

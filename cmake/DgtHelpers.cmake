@@ -4,7 +4,13 @@
 # dgt_cc_binary(NAME name SRCS ... DEPS ...)
 # dgt_cc_test(NAME name SRCS ... DEPS ...)   GoogleTest binary registered with CTest.
 
+# Our code: all warnings are errors. -Wno-unused-parameter: interface implementations and gRPC
+# overrides keep their parameter names for documentation. Under clang, the thread-safety
+# analysis checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED annotation.
 set(DGT_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND DGT_WARNINGS -Wthread-safety)
+endif()
 
 function(dgt_cc_library)
   cmake_parse_arguments(A "" "NAME;PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})

@@ -1,10 +1,10 @@
-#include "absl/strings/string_view.h"
 #include "common/errno_status.h"
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt {
 

@@ -2,9 +2,8 @@
 #ifndef DGT_COMMON_ERRNO_STATUS_H_
 #define DGT_COMMON_ERRNO_STATUS_H_
 
-
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt {
 

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "common/host_port.h"
 
 #include <arpa/inet.h>
@@ -11,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/errno_status.h"
 
 namespace dgt {
@@ -148,8 +148,6 @@ absl::StatusOr<std::string> RoutedLocalAddress(absl::string_view remote_ip) {
   return std::string(buf);
 }
 
-bool IsLoopback(absl::string_view ip) {
-  return ip == "::1" || ip.substr(0, 4) == "127.";
-}
+bool IsLoopback(absl::string_view ip) { return ip == "::1" || ip.substr(0, 4) == "127."; }
 
 }  // namespace dgt

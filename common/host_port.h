@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt {
 

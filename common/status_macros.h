@@ -6,10 +6,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define DGT_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::absl::Status dgt_status_ = (expr);           \
-    if (!dgt_status_.ok()) return dgt_status_;     \
+#define DGT_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status dgt_status_ = (expr);       \
+    if (!dgt_status_.ok()) return dgt_status_; \
   } while (0)
 
 #define DGT_STATUS_CONCAT_INNER_(a, b) a##b

@@ -27,8 +27,7 @@ struct TlsFiles {
 
 // Errors: InvalidArgument when only one of cert/key is given or a file cannot be read (naming
 // the flag and path).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsFiles& tls);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsFiles& tls);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls);
 

@@ -14,8 +14,7 @@ constexpr int kFailedPrecondition = 9;
 constexpr int kAborted = 10;
 
 std::string NnodesText(int32_t min_nodes, int32_t max_nodes) {
-  return min_nodes == max_nodes ? absl::StrCat(min_nodes)
-                                : absl::StrCat(min_nodes, ":", max_nodes);
+  return min_nodes == max_nodes ? absl::StrCat(min_nodes) : absl::StrCat(min_nodes, ":", max_nodes);
 }
 
 const char* StateName(RoundStateMachine::RunState s) {
@@ -135,17 +134,17 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
                                                  : options_.default_join_timeout;
   } else {
     if (run.state == RunState::kClosed) {
-      out.push_back(ErrorFor(session, kFailedPrecondition,
-                             absl::StrCat("run '", run.run_id, "' is closed (", run.outcome,
-                                          "); use a new run id")));
+      out.push_back(ErrorFor(
+          session, kFailedPrecondition,
+          absl::StrCat("run '", run.run_id, "' is closed (", run.outcome, "); use a new run id")));
       return out;
     }
     if (run.min_nodes != join.min_nodes() || run.max_nodes != join.max_nodes() ||
         run.nproc_per_node != join.nproc_per_node()) {
       return invalid(absl::StrCat(
           "run '", run.run_id, "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
-          " --nproc-per-node=", run.nproc_per_node, "; this node asked for --nnodes=",
-          NnodesText(join.min_nodes(), join.max_nodes()),
+          " --nproc-per-node=", run.nproc_per_node,
+          "; this node asked for --nnodes=", NnodesText(join.min_nodes(), join.max_nodes()),
           " --nproc-per-node=", join.nproc_per_node()));
     }
   }
@@ -162,9 +161,9 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     }
     // The same node came back (its agent restarted): the new session replaces the old one.
     if (old.session != 0) {
-      out.push_back(ErrorFor(old.session, kAborted,
-                             absl::StrCat("replaced by a new session of node '", old.node_id,
-                                          "'")));
+      out.push_back(
+          ErrorFor(old.session, kAborted,
+                   absl::StrCat("replaced by a new session of node '", old.node_id, "'")));
       sessions_.erase(old.session);
     }
     replaced_active_member =
@@ -252,9 +251,8 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
   }
 }
 
-void RoundStateMachine::StartRound(Run& run, const std::string& reason,
-                                   int32_t restart_increment, absl::Time now,
-                                   std::vector<Outgoing>& out) {
+void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t restart_increment,
+                                   absl::Time now, std::vector<Outgoing>& out) {
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
@@ -390,8 +388,8 @@ void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& m
   run.pending_reason.reset();
 }
 
-std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session,
-                                                  const v1::NodeReport& report, absl::Time now) {
+std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::NodeReport& report,
+                                                  absl::Time now) {
   std::vector<Outgoing> out;
   Run* run = nullptr;
   Node* node = NodeOf(session, &run);
@@ -419,15 +417,14 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session,
     return out;
   }
   std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
-                                   "): ", report.message());
+                                  "): ", report.message());
   if (run->restart_count < run->max_restarts) {
     StartRound(*run, absl::StrCat("restart after failure: ", what), 1, now, out);
     return out;
   }
   v1::WorkerFailure failure = report.failure();
   failure.set_node_id(node->node_id);
-  FinishRun(*run,
-            false,
+  FinishRun(*run, false,
             run->max_restarts > 0
                 ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
                 : what,
@@ -436,16 +433,14 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session,
 }
 
 std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session,
-                                                      const v1::StoreReady& ready,
-                                                      absl::Time now) {
+                                                      const v1::StoreReady& ready, absl::Time now) {
   std::vector<Outgoing> out;
   Run* run = nullptr;
   Node* node = NodeOf(session, &run);
   if (node == nullptr) return out;
   if (ready.store_port() < 1 || ready.store_port() > 65535) {
     out.push_back(ErrorFor(session, kInvalidArgument,
-                           absl::StrCat("store_port must be 1..65535, got ",
-                                        ready.store_port())));
+                           absl::StrCat("store_port must be 1..65535, got ", ready.store_port())));
     return out;
   }
   node->store_port = ready.store_port();
@@ -483,9 +478,9 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
     Outgoing o;
     o.session = n.session;
     o.message.mutable_stop()->set_round(run.round);
-    o.message.mutable_stop()->set_reason(
-        absl::StrCat(lost, "; waiting up to ", absl::FormatDuration(run.join_timeout),
-                     " for at least ", run.min_nodes, " nodes"));
+    o.message.mutable_stop()->set_reason(absl::StrCat(lost, "; waiting up to ",
+                                                      absl::FormatDuration(run.join_timeout),
+                                                      " for at least ", run.min_nodes, " nodes"));
     out.push_back(std::move(o));
   }
   run.state = RunState::kGathering;
@@ -527,8 +522,8 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
       if (run.join_deadline && *run.join_deadline <= now && connected < run.min_nodes) {
         FinishRun(run, false,
                   absl::StrCat("run '", run.run_id, "' had only ", connected, " of at least ",
-                               run.min_nodes, " nodes for ",
-                               absl::FormatDuration(run.join_timeout), " after losing nodes"),
+                               run.min_nodes, " nodes for ", absl::FormatDuration(run.join_timeout),
+                               " after losing nodes"),
                   nullptr, now, out);
       } else if (run.last_call_deadline && *run.last_call_deadline <= now &&
                  connected >= run.min_nodes) {

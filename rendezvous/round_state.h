@@ -63,8 +63,7 @@ class RoundStateMachine {
   explicit RoundStateMachine(RoundStateOptions options = {});
 
   std::vector<Outgoing> OnJoin(SessionId session, const v1::JoinRequest& join, absl::Time now);
-  std::vector<Outgoing> OnReport(SessionId session, const v1::NodeReport& report,
-                                 absl::Time now);
+  std::vector<Outgoing> OnReport(SessionId session, const v1::NodeReport& report, absl::Time now);
   std::vector<Outgoing> OnStoreReady(SessionId session, const v1::StoreReady& ready,
                                      absl::Time now);
   // The session's stream ended (agent exited, crashed, or its keepalive failed).

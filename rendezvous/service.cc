@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/host_port.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "common/logging.h"
+#include "grpcpp/health_check_service_interface.h"
 
 namespace dgt::rendezvous {
 
@@ -127,8 +127,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
     grpc::CallbackServerContext* context) {
   if (!Authorized(context)) {
     spdlog::warn("rendezvous: refusing {}: missing or wrong bearer token", context->peer());
-    return new RejectReactor(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                          "missing or wrong bearer token"));
+    return new RejectReactor(
+        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
   absl::MutexLock lock(&mu_);
   SessionId id = next_session_++;
@@ -143,9 +143,11 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
   switch (message.kind_case()) {
     case v1::AgentMessage::kJoin: {
       const v1::JoinRequest& j = message.join();
-      spdlog::debug("rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
-                    "node)", j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(),
-                   j.max_nodes(), j.nproc_per_node());
+      spdlog::debug(
+          "rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
+          "node)",
+          j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(), j.max_nodes(),
+          j.nproc_per_node());
       Dispatch(machine_.OnJoin(session, j, now));
       timer_cv_.SignalAll();  // A last-call deadline may have started.
       return;
@@ -178,8 +180,8 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
                                                        v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Authorized(context)) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                 "missing or wrong bearer token"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
     return reactor;
   }
   {
@@ -203,9 +205,11 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
     if (o.message.has_assignment()) {
       const v1::Assignment& a = o.message.assignment();
       if (a.node_rank() == 0) {
-        spdlog::info("rendezvous: run '{}' round {} ({}): {} nodes, world size {}, restart {}, "
-                     "master {}:{}", a.run_id(), a.round(), a.reason(), a.node_count(),
-                     a.world_size(), a.restart_count(), a.master_addr(), a.master_port());
+        spdlog::info(
+            "rendezvous: run '{}' round {} ({}): {} nodes, world size {}, restart {}, "
+            "master {}:{}",
+            a.run_id(), a.round(), a.reason(), a.node_count(), a.world_size(), a.restart_count(),
+            a.master_addr(), a.master_port());
       }
     } else if (o.message.has_finished()) {
       spdlog::debug("rendezvous: run finished for {}: {}", it->second->peer(),
@@ -214,8 +218,7 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
       spdlog::warn("rendezvous: stopping workers of {}: {}", it->second->peer(),
                    o.message.stop().reason());
     } else if (o.message.has_error()) {
-      spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(),
-                   o.message.error().message());
+      spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(), o.message.error().message());
     }
   }
   for (Outgoing& o : outgoing) {
@@ -246,16 +249,15 @@ std::string RendezvousService::RenderMetrics() {
                   "# TYPE dgt_rendezvous_sessions gauge\n", "dgt_rendezvous_sessions ",
                   sessions_.size(), "\n");
   auto counter = [&](const char* name, const char* help, uint64_t v) {
-    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ",
-                    v, "\n");
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v,
+                    "\n");
   };
   counter("dgt_rendezvous_joins_total", "Join requests received.", c.joins);
   counter("dgt_rendezvous_refused_joins_total", "Join requests refused.", c.refused_joins);
   counter("dgt_rendezvous_rounds_total", "Rounds started.", c.rounds);
   counter("dgt_rendezvous_restarts_total", "Rounds started after a worker failure.", c.restarts);
   counter("dgt_rendezvous_nodes_lost_total", "Members lost while their round ran.", c.nodes_lost);
-  counter("dgt_rendezvous_runs_succeeded_total", "Runs that ended with success.",
-          c.runs_succeeded);
+  counter("dgt_rendezvous_runs_succeeded_total", "Runs that ended with success.", c.runs_succeeded);
   counter("dgt_rendezvous_runs_failed_total", "Runs that ended with a failure.", c.runs_failed);
   return out;
 }

@@ -61,9 +61,9 @@ class Client::Impl {
       absl::SleepFor(std::min(backoff, left));
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
-    return absl::DeadlineExceededError(
-        absl::StrCat("store ", Endpoint(), ": no connection within ",
-                     absl::FormatDuration(options_.timeout), ": ", last.message()));
+    return absl::DeadlineExceededError(absl::StrCat("store ", Endpoint(), ": no connection within ",
+                                                    absl::FormatDuration(options_.timeout), ": ",
+                                                    last.message()));
   }
 
   // Runs `call` on a connected socket. When the connection breaks under an idempotent call, it
@@ -149,8 +149,8 @@ class Client::Impl {
   absl::StatusOr<std::string> RecvBytes(absl::Time deadline) {
     DGT_ASSIGN_OR_RETURN(uint64_t len, RecvPod<uint64_t>(deadline));
     if (len > kMaxReplyBytes) {
-      return Broken(absl::InternalError(absl::StrCat(
-          "store ", Endpoint(), ": reply claims ", len, " bytes, over ", kMaxReplyBytes)));
+      return Broken(absl::InternalError(absl::StrCat("store ", Endpoint(), ": reply claims ", len,
+                                                     " bytes, over ", kMaxReplyBytes)));
     }
     return RecvExact(len, deadline);
   }
@@ -169,8 +169,8 @@ class Client::Impl {
     if (!absl::IsDeadlineExceeded(reply.status())) return reply.status();
     // A one-byte reply cannot be half-read: the stream is still in step.
     broken_ = false;
-    absl::Status timeout = absl::DeadlineExceededError(
-        absl::StrCat("store ", Endpoint(), ": wait timed out"));
+    absl::Status timeout =
+        absl::DeadlineExceededError(absl::StrCat("store ", Endpoint(), ": wait timed out"));
     if (!v2()) return Broken(timeout);
     std::string req;
     wire::AppendOpcode(&req, family_, Op::kCancelWait);
@@ -209,8 +209,8 @@ class Client::Impl {
       if (r < 0 && errno == EINTR) continue;
       if (r == 0) {
         // The request may be half-sent or its reply half-read: the stream is out of step.
-        return Broken(absl::DeadlineExceededError(
-            absl::StrCat("store ", Endpoint(), ": timed out ", what)));
+        return Broken(
+            absl::DeadlineExceededError(absl::StrCat("store ", Endpoint(), ": timed out ", what)));
       }
       return Broken(absl::UnavailableError(
           absl::StrCat("store ", Endpoint(), ": poll failed: ", std::strerror(errno))));
@@ -226,13 +226,13 @@ class Client::Impl {
     std::string port = absl::StrCat(options_.port);
     int gai = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res);
     if (gai != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot resolve '", options_.host,
-                                                 "': ", ::gai_strerror(gai)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot resolve '", options_.host, "': ", ::gai_strerror(gai)));
     }
     absl::Status last = absl::UnavailableError("no address");
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                        ai->ai_protocol);
+      int fd =
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
       if (fd < 0) {
         last = absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
         continue;
@@ -300,8 +300,7 @@ void AppendKeys(std::string* req, const std::vector<std::string>& keys) {
 
 absl::Status NeedV2(bool v2, absl::string_view op) {
   if (v2) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(op, " is not part of the torch 1.x store protocol"));
+  return absl::UnimplementedError(absl::StrCat(op, " is not part of the torch 1.x store protocol"));
 }
 
 }  // namespace

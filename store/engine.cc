@@ -1,10 +1,10 @@
-#include "absl/strings/string_view.h"
 #include "store/engine.h"
 
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt::store {
 

@@ -47,8 +47,7 @@ class MemoryStore::Impl {
   Engine engine_ ABSL_GUARDED_BY(mu_);
 };
 
-MemoryStore::MemoryStore(MemoryStoreOptions options)
-    : impl_(std::make_unique<Impl>(options)) {}
+MemoryStore::MemoryStore(MemoryStoreOptions options) : impl_(std::make_unique<Impl>(options)) {}
 MemoryStore::~MemoryStore() = default;
 
 absl::Status MemoryStore::Set(absl::string_view key, absl::string_view value) {

@@ -18,7 +18,9 @@ std::vector<std::string> PrefixStore::JoinAll(const std::vector<std::string>& ke
 absl::Status PrefixStore::Set(absl::string_view key, absl::string_view value) {
   return store_.Set(Join(key), value);
 }
-absl::StatusOr<std::string> PrefixStore::Get(absl::string_view key) { return store_.Get(Join(key)); }
+absl::StatusOr<std::string> PrefixStore::Get(absl::string_view key) {
+  return store_.Get(Join(key));
+}
 absl::StatusOr<int64_t> PrefixStore::Add(absl::string_view key, int64_t delta) {
   return store_.Add(Join(key), delta);
 }

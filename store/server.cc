@@ -59,8 +59,8 @@ class Server::Impl {
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      std::string what = absl::StrCat("store cannot listen on ",
-                                      options_.host, ":", options_.port, ": ", ec.message());
+      std::string what = absl::StrCat("store cannot listen on ", options_.host, ":", options_.port,
+                                      ": ", ec.message());
       acceptor_.close();
       if (ec == asio::error::address_in_use) return absl::AlreadyExistsError(what);
       return absl::UnavailableError(what);
@@ -158,8 +158,9 @@ class Server::Impl {
       }
       MakeRoom();
       socket_.async_read_some(FreeSpace(),
-                              [self = shared_from_this()](boost::system::error_code ec,
-                                                          size_t n) { self->OnData(ec, n); });
+                              [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                                self->OnData(ec, n);
+                              });
     }
 
     // At least kMinRead bytes free after end_. The buffer grows with the bytes that arrive (a
@@ -271,8 +272,7 @@ class Server::Impl {
           return;
         }
         case wire::Op::kCheck:
-          wire::AppendU8(&out_, engine.Check(req.keys) ? wire::kCheckReady
-                                                       : wire::kCheckNotReady);
+          wire::AppendU8(&out_, engine.Check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
           return;
         case wire::Op::kWait: {
           if (wait_id_) {

@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "store/wire.h"
 
 #include <array>
@@ -6,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt::store::wire {
 namespace {
@@ -24,24 +24,15 @@ constexpr uint8_t kNone = 0xFF;
 // u64-length string) is dgt's reading, not checked against a real 2.x client. BARRIER 18 is not
 // served: a 2.x client that sends it has its connection closed with a logged reason.
 constexpr std::array<OpcodeEntry, 19> kOpcodes = {{
-    {Op::kValidate, kNone, 0},
-    {Op::kSet, 0, 1},
-    {Op::kCompareSet, 1, 2},
-    {Op::kGet, 2, 3},
-    {Op::kAdd, 3, 4},
-    {Op::kCheck, 4, 5},
-    {Op::kWait, 5, 6},
-    {Op::kGetNumKeys, 6, 7},
-    {Op::kWatchKey, 7, kNone},
-    {Op::kDeleteKey, 8, 8},
-    {Op::kAppend, kNone, 9},
-    {Op::kMultiGet, kNone, 10},
-    {Op::kMultiSet, kNone, 11},
-    {Op::kCancelWait, kNone, 12},
-    {Op::kPing, kNone, 13},
-    {Op::kQueuePush, kNone, 14},
-    {Op::kQueuePop, kNone, 15},
-    {Op::kQueueLen, kNone, 16},
+    {Op::kValidate, kNone, 0},  {Op::kSet, 0, 1},
+    {Op::kCompareSet, 1, 2},    {Op::kGet, 2, 3},
+    {Op::kAdd, 3, 4},           {Op::kCheck, 4, 5},
+    {Op::kWait, 5, 6},          {Op::kGetNumKeys, 6, 7},
+    {Op::kWatchKey, 7, kNone},  {Op::kDeleteKey, 8, 8},
+    {Op::kAppend, kNone, 9},    {Op::kMultiGet, kNone, 10},
+    {Op::kMultiSet, kNone, 11}, {Op::kCancelWait, kNone, 12},
+    {Op::kPing, kNone, 13},     {Op::kQueuePush, kNone, 14},
+    {Op::kQueuePop, kNone, 15}, {Op::kQueueLen, kNone, 16},
     {Op::kListKeys, kNone, 17},
 }};
 
@@ -86,8 +77,8 @@ class Reader {
   bool ReadCount(uint64_t* n) {
     if (!ReadPod(n)) return false;
     if (*n > limits_.max_keys_per_request) {
-      error = absl::StrCat("key count ", *n, " exceeds the limit of ",
-                           limits_.max_keys_per_request);
+      error =
+          absl::StrCat("key count ", *n, " exceeds the limit of ", limits_.max_keys_per_request);
       return false;
     }
     return true;

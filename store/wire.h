@@ -80,8 +80,7 @@ struct ParseResult {
 Family DetectFamily(absl::string_view first_bytes);
 
 // Parses one request from the front of `data` for `family` (kV1 or kV2).
-ParseResult ParseRequest(absl::string_view data, Family family, const Limits& limits,
-                         Request* out);
+ParseResult ParseRequest(absl::string_view data, Family family, const Limits& limits, Request* out);
 
 // Reply encoders, appending to `out`.
 void AppendU8(std::string* out, uint8_t v);

@@ -54,8 +54,7 @@ absl::StatusOr<Context> Context::FromEnv(const Getenv& getenv_arg) {
   s = ReadInt(getenv, "MASTER_PORT", true, 0, 1, 65536, "[1, 65535]", &port);
   if (!s.ok()) return s;
   c.master_port = static_cast<uint16_t>(port);
-  s = ReadInt(getenv, "TORCHELASTIC_RESTART_COUNT", false, 0, 0, kMax, "[0, 2^30)",
-              &c.generation);
+  s = ReadInt(getenv, "TORCHELASTIC_RESTART_COUNT", false, 0, 0, kMax, "[0, 2^30)", &c.generation);
   if (!s.ok()) return s;
   if (const char* run = getenv("TORCHELASTIC_RUN_ID")) c.run_id = run;
   const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");

@@ -49,8 +49,8 @@ class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMes
     j->set_min_nodes(agents - 1);  // One agent may vanish and the run goes on.
     j->set_max_nodes(agents);
     j->set_nproc_per_node(8);
-    j->set_address(absl::StrCat("10.", index / 65536 % 256, ".", index / 256 % 256, ".",
-                                index % 256));
+    j->set_address(
+        absl::StrCat("10.", index / 65536 % 256, ".", index / 256 % 256, ".", index % 256));
     j->set_store_port(20000 + index % 40000);
     j->set_last_call_timeout_s(600);
     stub->async()->Session(&context_, this);
@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", endpoint, "dgt-rendezvous HOST:PORT")->required();
   app.add_option("--agents", agents, "Simulated agents")->check(CLI::Range(2, 100000));
   app.add_option("--channels", channels, "TCP connections")->check(CLI::Range(1, 4096));
-  app.add_option("--total-agents", total, "Agents of the run across all bench processes "
+  app.add_option("--total-agents", total,
+                 "Agents of the run across all bench processes "
                  "(default: --agents)");
   app.add_option("--first-index", first, "Index of this process's first agent");
   app.add_option("--timeout-s", timeout_s, "Give up after this many seconds");
@@ -180,8 +181,8 @@ int main(int argc, char** argv) {
   bool ok = wait_for([&] { return shared.assigned_round0 == agents; });
   int exit_code = 0;
   if (!ok) {
-    std::printf("FAILED: %d of %d agents assigned within %.0f s\n", shared.assigned_round0,
-                agents, timeout_s);
+    std::printf("FAILED: %d of %d agents assigned within %.0f s\n", shared.assigned_round0, agents,
+                timeout_s);
     exit_code = 1;
   } else {
     absl::MutexLock lock(&shared.mu);

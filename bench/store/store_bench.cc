@@ -211,8 +211,8 @@ int RunOps(const Flags& f) {
   lat_us.reserve(std::min<long>(f.max_ops, 4'000'000));
   const double cpu_before = CpuUs(f.server_pid);
   auto start = Clock::now();
-  auto stop_at = start + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(f.seconds));
+  auto stop_at =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(f.seconds));
   long done = 0, in_flight = 0;
   bool stopping = false;
   for (Conn& c : conns) {
@@ -364,8 +364,8 @@ int RunIdle(const Flags& f) {
       "{\"mode\": \"idle\", \"conns\": %d, \"held\": %zu, \"open_seconds\": %.2f, "
       "\"rss_before_kib\": %ld, \"rss_after_kib\": %ld, \"kib_per_conn\": %.2f, "
       "\"sample_answered\": %d}\n",
-      f.conns, fds.size(), open_s, before, after,
-      static_cast<double>(after - before) / f.conns, answered);
+      f.conns, fds.size(), open_s, before, after, static_cast<double>(after - before) / f.conns,
+      answered);
   for (int fd : fds) ::close(fd);
   return 0;
 }
@@ -376,15 +376,24 @@ int main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--port") f.port = std::atoi(v.c_str());
-    else if (k == "--mode") f.mode = v;
-    else if (k == "--op") f.op = v;
-    else if (k == "--conns") f.conns = std::atoi(v.c_str());
-    else if (k == "--seconds") f.seconds = std::atof(v.c_str());
-    else if (k == "--max-ops") f.max_ops = std::atol(v.c_str());
-    else if (k == "--waiters") f.waiters = std::atoi(v.c_str());
-    else if (k == "--rounds") f.rounds = std::atoi(v.c_str());
-    else if (k == "--server-pid") f.server_pid = std::atoi(v.c_str());
+    if (k == "--port")
+      f.port = std::atoi(v.c_str());
+    else if (k == "--mode")
+      f.mode = v;
+    else if (k == "--op")
+      f.op = v;
+    else if (k == "--conns")
+      f.conns = std::atoi(v.c_str());
+    else if (k == "--seconds")
+      f.seconds = std::atof(v.c_str());
+    else if (k == "--max-ops")
+      f.max_ops = std::atol(v.c_str());
+    else if (k == "--waiters")
+      f.waiters = std::atoi(v.c_str());
+    else if (k == "--rounds")
+      f.rounds = std::atoi(v.c_str());
+    else if (k == "--server-pid")
+      f.server_pid = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "store_bench: unknown flag %s\n", k.c_str());
       return 2;

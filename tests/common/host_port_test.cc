@@ -33,8 +33,7 @@ TEST(ParseHostPortTest, BracketedIpv6) {
 TEST(ParseHostPortTest, Errors) {
   auto big = ParseHostPort("host:99999", 29400, "--rdzv-endpoint");
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(big.status().message(),
-            "--rdzv-endpoint: port must be 1..65535, got 'host:99999'");
+  EXPECT_EQ(big.status().message(), "--rdzv-endpoint: port must be 1..65535, got 'host:99999'");
   EXPECT_EQ(ParseHostPort("host:", 1, "x").status().message(), "x: empty port, got 'host:'");
   EXPECT_EQ(ParseHostPort("::1:80", 1, "x").status().message(),
             "x: IPv6 addresses must be written as [addr]:port, got '::1:80'");
@@ -43,8 +42,7 @@ TEST(ParseHostPortTest, Errors) {
   EXPECT_EQ(ParseHostPort("", 1, "x").status().message(), "x: expected host[:port], got ''");
   EXPECT_EQ(ParseHostPort(":80", 1, "x").status().message(), "x: empty host, got ':80'");
   EXPECT_EQ(ParseHostPort("h", -1, "x").status().message(), "x: a port is required, got 'h'");
-  EXPECT_EQ(ParseHostPort("h:0", 1, "x").status().message(),
-            "x: port must be 1..65535, got 'h:0'");
+  EXPECT_EQ(ParseHostPort("h:0", 1, "x").status().message(), "x: port must be 1..65535, got 'h:0'");
 }
 
 TEST(FormatHostPortTest, BracketsIpv6) {
@@ -55,14 +53,12 @@ TEST(FormatHostPortTest, BracketsIpv6) {
 TEST(ResolveTest, Literals) {
   EXPECT_EQ(*ResolveToIp("127.0.0.1"), "127.0.0.1");
   EXPECT_EQ(*ResolveToIp("::1"), "::1");
-  EXPECT_EQ(ResolveToIp("no-such-host.invalid").status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ResolveToIp("no-such-host.invalid").status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(RoutedLocalAddressTest, LoopbackRoutesToLoopback) {
   EXPECT_EQ(*RoutedLocalAddress("127.0.0.1"), "127.0.0.1");
-  EXPECT_EQ(RoutedLocalAddress("not-an-ip").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RoutedLocalAddress("not-an-ip").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(IsLoopbackTest, Values) {

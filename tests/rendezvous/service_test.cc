@@ -2,8 +2,8 @@
 // health service and the Prometheus endpoint.
 #include "rendezvous/service.h"
 
-#include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
 #include "tests/testutil/raw_client.h"
 
 namespace dgt::rendezvous {

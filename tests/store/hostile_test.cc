@@ -48,7 +48,12 @@ class HostileTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start().ok());
     // A good client that stores something first and must keep it.
     good_ = std::make_unique<RawClient>(server_->port());
-    ASSERT_TRUE(good_->Send(Unhex("00" "0100000000000000" "6b" "0100000000000000" "76")));
+    ASSERT_TRUE(
+        good_->Send(Unhex("00"
+                          "0100000000000000"
+                          "6b"
+                          "0100000000000000"
+                          "76")));
   }
   void TearDown() override {
     server_.reset();
@@ -60,7 +65,10 @@ class HostileTest : public ::testing::Test {
   }
   // The good client still reads its value (GET k → "v"); also keeps it from going idle.
   void ExpectGoodClientIntact() {
-    ASSERT_TRUE(good_->Send(Unhex("02" "0100000000000000" "6b")));
+    ASSERT_TRUE(
+        good_->Send(Unhex("02"
+                          "0100000000000000"
+                          "6b")));
     auto r = good_->Recv(9);
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(Hex(*r), "010000000000000076");
@@ -86,26 +94,40 @@ class HostileTest : public ::testing::Test {
 
 TEST_F(HostileTest, OverLimitLengthsAndCounts) {
   // 1.x GET, key length 2^40.
-  ExpectClosed(Unhex("02" "0000000000010000"),
+  ExpectClosed(Unhex("02"
+                     "0000000000010000"),
                "key length 1099511627776 exceeds the limit of 1024 bytes");
   // 1.x SET, value length 64 MiB + 1.
-  ExpectClosed(Unhex("00" "0100000000000000" "61" "0100000400000000"),
+  ExpectClosed(Unhex("00"
+                     "0100000000000000"
+                     "61"
+                     "0100000400000000"),
                "value length 67108865 exceeds the limit of 67108864 bytes");
   // 2.x MULTI_GET of 17 keys.
-  ExpectClosed(Unhex("00cef7853c" "0a" "1100000000000000"),
+  ExpectClosed(Unhex("00cef7853c"
+                     "0a"
+                     "1100000000000000"),
                "key count 17 exceeds the limit of 16");
   // 1.x WAIT with a count of 2^64-1.
-  ExpectClosed(Unhex("05" "ffffffffffffffff"),
+  ExpectClosed(Unhex("05"
+                     "ffffffffffffffff"),
                "key count 18446744073709551615 exceeds the limit of 16");
 }
 
 TEST_F(HostileTest, UnknownOpcodes) {
   ExpectClosed(Unhex("09"), "unknown opcode 9 for the torch 1.x protocol");
-  ExpectClosed(Unhex("00cef7853c" "12"), "unknown opcode 18 for the torch 2.x protocol");
+  ExpectClosed(Unhex("00cef7853c"
+                     "12"),
+               "unknown opcode 18 for the torch 2.x protocol");
   // WATCH_KEY (1.x only) is refused by name.
-  ExpectClosed(Unhex("07" "0100000000000000" "61"), "WATCH_KEY is not supported");
+  ExpectClosed(Unhex("07"
+                     "0100000000000000"
+                     "61"),
+               "WATCH_KEY is not supported");
   // A 2.x-only opcode number on a 1.x stream.
-  ExpectClosed(Unhex("0d" "01020304"), "unknown opcode 13 for the torch 1.x protocol");
+  ExpectClosed(Unhex("0d"
+                     "01020304"),
+               "unknown opcode 13 for the torch 1.x protocol");
 }
 
 TEST_F(HostileTest, PortScannerProbes) {
@@ -124,7 +146,10 @@ TEST_F(HostileTest, TruncatedFrameThenHangUp) {
   {
     RawClient c(server_->port());
     // SET with a 5-byte key of which 2 arrive, then the client goes away.
-    ASSERT_TRUE(c.Send(Unhex("00" "0500000000000000" "6162")));
+    ASSERT_TRUE(
+        c.Send(Unhex("00"
+                     "0500000000000000"
+                     "6162")));
   }
   ExpectGoodClientIntact();
   // Nothing half-applied: only k is stored.
@@ -155,7 +180,11 @@ TEST_F(HostileTest, SilentClientIsClosedForIdlenessOthersCarryOn) {
   ASSERT_TRUE(silent.connected());
   // A client blocked in WAIT is not idle: it must survive the sweep.
   RawClient waiter(server_->port(), /*timeout_ms=*/3000);
-  ASSERT_TRUE(waiter.Send(Unhex("05" "0100000000000000" "0100000000000000" "77")));
+  ASSERT_TRUE(
+      waiter.Send(Unhex("05"
+                        "0100000000000000"
+                        "0100000000000000"
+                        "77")));
   for (int i = 0; i < 4; ++i) {  // Keep the good client active across the timeout.
     absl::SleepFor(absl::Milliseconds(200));
     ExpectGoodClientIntact();
@@ -165,7 +194,12 @@ TEST_F(HostileTest, SilentClientIsClosedForIdlenessOthersCarryOn) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_NE(Log().find("(idle timeout)"), std::string::npos) << Log();
   // The waiter is still registered and is woken normally.
-  ASSERT_TRUE(good_->Send(Unhex("00" "0100000000000000" "77" "0100000000000000" "31")));
+  ASSERT_TRUE(
+      good_->Send(Unhex("00"
+                        "0100000000000000"
+                        "77"
+                        "0100000000000000"
+                        "31")));
   EXPECT_EQ(Hex(*waiter.Recv(1)), "00");
   ExpectGoodClientIntact();
 }
@@ -176,7 +210,10 @@ TEST_F(HostileTest, MemoryDoesNotFollowAClaimedLength) {
   for (int i = 0; i < 20; ++i) {
     liars.push_back(std::make_unique<RawClient>(server_->port()));
     // SET k' with a claimed 60 MiB value (under the limit), of which 16 bytes arrive.
-    ASSERT_TRUE(liars.back()->Send(Unhex("00" "0100000000000000" "78" "0000c00300000000") +
+    ASSERT_TRUE(liars.back()->Send(Unhex("00"
+                                         "0100000000000000"
+                                         "78"
+                                         "0000c00300000000") +
                                    std::string(16, 'x')));
   }
   ExpectGoodClientIntact();  // A round trip: the server has read the liars' bytes by now.

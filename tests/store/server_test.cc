@@ -66,32 +66,51 @@ TEST_F(ServerTest, ReplaysRecordedTorch113Conversation) {
 TEST_F(ServerTest, V1GetOfMissingKeyClosesOnlyThatConnection) {
   RawClient a(server_->port());
   RawClient b(server_->port());
-  ASSERT_TRUE(b.Send(Unhex("0001000000000000006b0100000000000000" "76")));  // SET k v
-  ASSERT_TRUE(a.Send(Unhex("020100000000000000" "7a")));                  // GET z (missing)
+  ASSERT_TRUE(
+      b.Send(Unhex("0001000000000000006b0100000000000000"
+                   "76")));  // SET k v
+  ASSERT_TRUE(
+      a.Send(Unhex("020100000000000000"
+                   "7a")));  // GET z (missing)
   EXPECT_TRUE(a.ClosedByPeer());
-  ASSERT_TRUE(b.Send(Unhex("020100000000000000" "6b")));  // GET k
+  ASSERT_TRUE(
+      b.Send(Unhex("020100000000000000"
+                   "6b")));  // GET k
   EXPECT_EQ(Hex(*b.Recv(9)), "010000000000000076");
 }
 
 TEST_F(ServerTest, V2HandshakePingAndEmptyGet) {
   RawClient c(server_->port());
-  ASSERT_TRUE(c.Send(Unhex("00cef7853c")));      // VALIDATE
-  ASSERT_TRUE(c.Send(Unhex("0d" "efbeadde")));   // PING 0xdeadbeef
+  ASSERT_TRUE(c.Send(Unhex("00cef7853c")));  // VALIDATE
+  ASSERT_TRUE(
+      c.Send(Unhex("0d"
+                   "efbeadde")));  // PING 0xdeadbeef
   EXPECT_EQ(Hex(*c.Recv(4)), "efbeadde");
   ASSERT_TRUE(c.Send(Unhex("040500000000000000696e69742f0100000000000000")));  // ADD init/ 1
   EXPECT_EQ(Hex(*c.Recv(8)), "0100000000000000");
-  ASSERT_TRUE(c.Send(Unhex("030100000000000000" "7a")));  // GET z (missing) → empty value
+  ASSERT_TRUE(
+      c.Send(Unhex("030100000000000000"
+                   "7a")));  // GET z (missing) → empty value
   EXPECT_EQ(Hex(*c.Recv(8)), "0000000000000000");
 }
 
 TEST_F(ServerTest, V2WaitCancelKeepsConnectionUsable) {
   RawClient c(server_->port());
   ASSERT_TRUE(c.Send(Unhex("00cef7853c")));
-  ASSERT_TRUE(c.Send(Unhex("06" "0100000000000000" "0100000000000000" "77")));  // WAIT [w]
-  ASSERT_TRUE(c.Send(Unhex("0c")));                                            // CANCEL_WAIT
-  EXPECT_EQ(Hex(*c.Recv(1)), "01");                                            // WAIT_CANCELED
+  ASSERT_TRUE(
+      c.Send(Unhex("06"
+                   "0100000000000000"
+                   "0100000000000000"
+                   "77")));          // WAIT [w]
+  ASSERT_TRUE(c.Send(Unhex("0c")));  // CANCEL_WAIT
+  EXPECT_EQ(Hex(*c.Recv(1)), "01");  // WAIT_CANCELED
   // Setting the key later must not send a stale STOP_WAITING.
-  ASSERT_TRUE(c.Send(Unhex("01" "0100000000000000" "77" "0100000000000000" "31")));
+  ASSERT_TRUE(
+      c.Send(Unhex("01"
+                   "0100000000000000"
+                   "77"
+                   "0100000000000000"
+                   "31")));
   ASSERT_TRUE(c.Send(Unhex("07")));  // GETNUMKEYS
   EXPECT_EQ(Hex(*c.Recv(8)), "0100000000000000");
 }
@@ -99,27 +118,52 @@ TEST_F(ServerTest, V2WaitCancelKeepsConnectionUsable) {
 TEST_F(ServerTest, WaitWakesWhenAnotherClientSets) {
   RawClient waiter(server_->port());
   RawClient setter(server_->port());
-  ASSERT_TRUE(waiter.Send(Unhex("05" "0200000000000000" "0100000000000000" "61"
-                                "0100000000000000" "62")));  // WAIT [a, b]
-  ASSERT_TRUE(setter.Send(Unhex("00" "0100000000000000" "61" "0100000000000000" "31")));
+  ASSERT_TRUE(
+      waiter.Send(Unhex("05"
+                        "0200000000000000"
+                        "0100000000000000"
+                        "61"
+                        "0100000000000000"
+                        "62")));  // WAIT [a, b]
+  ASSERT_TRUE(
+      setter.Send(Unhex("00"
+                        "0100000000000000"
+                        "61"
+                        "0100000000000000"
+                        "31")));
   ASSERT_TRUE(setter.Send(Unhex("06")));  // GETNUMKEYS: a round trip, so SET a was applied.
   EXPECT_EQ(Hex(*setter.Recv(8)), "0100000000000000");
-  ASSERT_TRUE(setter.Send(Unhex("03" "0100000000000000" "62" "0500000000000000")));  // ADD b 5
+  ASSERT_TRUE(
+      setter.Send(Unhex("03"
+                        "0100000000000000"
+                        "62"
+                        "0500000000000000")));  // ADD b 5
   EXPECT_EQ(Hex(*setter.Recv(8)), "0500000000000000");
   EXPECT_EQ(Hex(*waiter.Recv(1)), "00");
 }
 
 TEST_F(ServerTest, HostileInputClosesThatConnectionAndKeepsData) {
   RawClient good(server_->port());
-  ASSERT_TRUE(good.Send(Unhex("00" "0100000000000000" "6b" "0100000000000000" "76")));
+  ASSERT_TRUE(
+      good.Send(Unhex("00"
+                      "0100000000000000"
+                      "6b"
+                      "0100000000000000"
+                      "76")));
   RawClient garbage(server_->port());
   ASSERT_TRUE(garbage.Send(Unhex("ee")));  // Unknown 1.x opcode.
   EXPECT_TRUE(garbage.ClosedByPeer());
   RawClient oversized(server_->port());
   // SET with a claimed 1 TiB value: closed from the header, nothing allocated.
-  ASSERT_TRUE(oversized.Send(Unhex("00" "0100000000000000" "78" "0000000000010000")));
+  ASSERT_TRUE(
+      oversized.Send(Unhex("00"
+                           "0100000000000000"
+                           "78"
+                           "0000000000010000")));
   EXPECT_TRUE(oversized.ClosedByPeer());
-  ASSERT_TRUE(good.Send(Unhex("020100000000000000" "6b")));  // GET k
+  ASSERT_TRUE(
+      good.Send(Unhex("020100000000000000"
+                      "6b")));  // GET k
   EXPECT_EQ(Hex(*good.Recv(9)), "010000000000000076");
 }
 

@@ -22,11 +22,16 @@ enum class Kind { kMemory, kClientV2, kClientV1, kPrefixMemory, kPrefixClientV2 
 
 std::string KindName(Kind k) {
   switch (k) {
-    case Kind::kMemory: return "Memory";
-    case Kind::kClientV2: return "ClientV2";
-    case Kind::kClientV1: return "ClientV1";
-    case Kind::kPrefixMemory: return "PrefixMemory";
-    case Kind::kPrefixClientV2: return "PrefixClientV2";
+    case Kind::kMemory:
+      return "Memory";
+    case Kind::kClientV2:
+      return "ClientV2";
+    case Kind::kClientV1:
+      return "ClientV1";
+    case Kind::kPrefixMemory:
+      return "PrefixMemory";
+    case Kind::kPrefixClientV2:
+      return "PrefixClientV2";
   }
   return "?";
 }

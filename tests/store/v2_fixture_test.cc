@@ -19,7 +19,9 @@ using ::dgt::testing::Hex;
 using ::dgt::testing::RawClient;
 using ::dgt::testing::Unhex;
 
-constexpr char kValidate[] = "00" "cef7853c";  // §4: VALIDATE 0, u32 magic 0x3C85F7CE.
+constexpr char kValidate[] =
+    "00"
+    "cef7853c";  // §4: VALIDATE 0, u32 magic 0x3C85F7CE.
 
 class V2FixtureTest : public ::testing::Test {
  protected:
@@ -46,9 +48,18 @@ class V2FixtureTest : public ::testing::Test {
 TEST_F(V2FixtureTest, ValidateHasNoReplyAndPingEchoesTheNonce) {
   auto c = Open();
   // §4: PING 13 (0x0d), u32 nonce echoed.
-  EXPECT_EQ(Exchange(*c, "0d" "04030201", 4), "04030201");
+  EXPECT_EQ(Exchange(*c,
+                     "0d"
+                     "04030201",
+                     4),
+            "04030201");
   // §4: a connection starts VALIDATE, PING, then ADD `init/` 1 (opcode 4 in 2.x).
-  EXPECT_EQ(Exchange(*c, "04" "0500000000000000" "696e69742f" "0100000000000000", 8),
+  EXPECT_EQ(Exchange(*c,
+                     "04"
+                     "0500000000000000"
+                     "696e69742f"
+                     "0100000000000000",
+                     8),
             "0100000000000000");
 }
 
@@ -56,102 +67,277 @@ TEST_F(V2FixtureTest, BadValidateMagicClosesTheConnection) {
   RawClient c(server_->port());
   // Starts like VALIDATE but the magic differs, so it is not 2.x: it reads as a 1.x SET whose
   // key length (ce f7 85 3d 00 ..., about 1 GiB) is over the key limit.
-  ASSERT_TRUE(c.Send(Unhex("00" "cef7853d" "00000000")));
+  ASSERT_TRUE(
+      c.Send(Unhex("00"
+                   "cef7853d"
+                   "00000000")));
   EXPECT_TRUE(c.ClosedByPeer());
 }
 
 TEST_F(V2FixtureTest, SetGetCompareSetAdd) {
   auto c = Open();
   // SET 1: key "a", value "xy"; no reply.
-  ASSERT_TRUE(c->Send(Unhex("01" "0100000000000000" "61" "0200000000000000" "7879")));
+  ASSERT_TRUE(
+      c->Send(Unhex("01"
+                    "0100000000000000"
+                    "61"
+                    "0200000000000000"
+                    "7879")));
   // GET 3: key "a" → value "xy".
-  EXPECT_EQ(Exchange(*c, "03" "0100000000000000" "61", 10), "0200000000000000" "7879");
+  EXPECT_EQ(Exchange(*c,
+                     "03"
+                     "0100000000000000"
+                     "61",
+                     10),
+            "0200000000000000"
+            "7879");
   // GET of a missing key → empty value (libuv server), the connection stays open.
-  EXPECT_EQ(Exchange(*c, "03" "0100000000000000" "7a", 8), "0000000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "03"
+                     "0100000000000000"
+                     "7a",
+                     8),
+            "0000000000000000");
   // COMPARE_SET 2, present and equal: "a" xy → "z"; reply the new value.
-  EXPECT_EQ(Exchange(*c, "02" "0100000000000000" "61" "0200000000000000" "7879"
-                         "0100000000000000" "7a", 9),
-            "0100000000000000" "7a");
+  EXPECT_EQ(Exchange(*c,
+                     "02"
+                     "0100000000000000"
+                     "61"
+                     "0200000000000000"
+                     "7879"
+                     "0100000000000000"
+                     "7a",
+                     9),
+            "0100000000000000"
+            "7a");
   // COMPARE_SET present, not equal: reply the current value, unchanged.
-  EXPECT_EQ(Exchange(*c, "02" "0100000000000000" "61" "0100000000000000" "71"
-                         "0100000000000000" "77", 9),
-            "0100000000000000" "7a");
+  EXPECT_EQ(Exchange(*c,
+                     "02"
+                     "0100000000000000"
+                     "61"
+                     "0100000000000000"
+                     "71"
+                     "0100000000000000"
+                     "77",
+                     9),
+            "0100000000000000"
+            "7a");
   // COMPARE_SET missing key, empty expected: stores and returns desired "n".
-  EXPECT_EQ(Exchange(*c, "02" "0100000000000000" "6d" "0000000000000000"
-                         "0100000000000000" "6e", 9),
-            "0100000000000000" "6e");
+  EXPECT_EQ(Exchange(*c,
+                     "02"
+                     "0100000000000000"
+                     "6d"
+                     "0000000000000000"
+                     "0100000000000000"
+                     "6e",
+                     9),
+            "0100000000000000"
+            "6e");
   // COMPARE_SET missing key, non-empty expected "e": returns expected, stores nothing.
-  EXPECT_EQ(Exchange(*c, "02" "0100000000000000" "6f" "0100000000000000" "65"
-                         "0100000000000000" "6e", 9),
-            "0100000000000000" "65");
+  EXPECT_EQ(Exchange(*c,
+                     "02"
+                     "0100000000000000"
+                     "6f"
+                     "0100000000000000"
+                     "65"
+                     "0100000000000000"
+                     "6e",
+                     9),
+            "0100000000000000"
+            "65");
   // ADD 4: missing counts as 0; i64 -2 is fe ff .. ff.
-  EXPECT_EQ(Exchange(*c, "04" "0100000000000000" "63" "feffffffffffffff", 8), "feffffffffffffff");
-  EXPECT_EQ(Exchange(*c, "04" "0100000000000000" "63" "0500000000000000", 8), "0300000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "04"
+                     "0100000000000000"
+                     "63"
+                     "feffffffffffffff",
+                     8),
+            "feffffffffffffff");
+  EXPECT_EQ(Exchange(*c,
+                     "04"
+                     "0100000000000000"
+                     "63"
+                     "0500000000000000",
+                     8),
+            "0300000000000000");
   // The counter is stored as ASCII decimal "3".
-  EXPECT_EQ(Exchange(*c, "03" "0100000000000000" "63", 9), "0100000000000000" "33");
+  EXPECT_EQ(Exchange(*c,
+                     "03"
+                     "0100000000000000"
+                     "63",
+                     9),
+            "0100000000000000"
+            "33");
 }
 
 TEST_F(V2FixtureTest, CheckWaitNumKeysDelete) {
   auto c = Open();
   // CHECK 5: [a] missing → NOT_READY 1.
-  EXPECT_EQ(Exchange(*c, "05" "0100000000000000" "0100000000000000" "61", 1), "01");
-  ASSERT_TRUE(c->Send(Unhex("01" "0100000000000000" "61" "0000000000000000")));  // SET a ""
+  EXPECT_EQ(Exchange(*c,
+                     "05"
+                     "0100000000000000"
+                     "0100000000000000"
+                     "61",
+                     1),
+            "01");
+  ASSERT_TRUE(
+      c->Send(Unhex("01"
+                    "0100000000000000"
+                    "61"
+                    "0000000000000000")));  // SET a ""
   // CHECK [a] → READY 0.
-  EXPECT_EQ(Exchange(*c, "05" "0100000000000000" "0100000000000000" "61", 1), "00");
+  EXPECT_EQ(Exchange(*c,
+                     "05"
+                     "0100000000000000"
+                     "0100000000000000"
+                     "61",
+                     1),
+            "00");
   // WAIT 6: [a] present → STOP_WAITING 0 at once.
-  EXPECT_EQ(Exchange(*c, "06" "0100000000000000" "0100000000000000" "61", 1), "00");
+  EXPECT_EQ(Exchange(*c,
+                     "06"
+                     "0100000000000000"
+                     "0100000000000000"
+                     "61",
+                     1),
+            "00");
   // GETNUMKEYS 7 → i64 1.
   EXPECT_EQ(Exchange(*c, "07", 8), "0100000000000000");
   // DELETE_KEY 8: present → 1, then missing → 0.
-  EXPECT_EQ(Exchange(*c, "08" "0100000000000000" "61", 8), "0100000000000000");
-  EXPECT_EQ(Exchange(*c, "08" "0100000000000000" "61", 8), "0000000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "08"
+                     "0100000000000000"
+                     "61",
+                     8),
+            "0100000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "08"
+                     "0100000000000000"
+                     "61",
+                     8),
+            "0000000000000000");
   EXPECT_EQ(Exchange(*c, "07", 8), "0000000000000000");
 }
 
 TEST_F(V2FixtureTest, WaitIsAnsweredWhenAnotherClientSets) {
   auto waiter = Open();
   auto setter = Open();
-  ASSERT_TRUE(waiter->Send(Unhex("06" "0100000000000000" "0100000000000000" "77")));  // WAIT [w]
-  EXPECT_EQ(Exchange(*setter, "0d" "01000000", 4), "01000000");  // PING: the WAIT is in.
-  ASSERT_TRUE(setter->Send(Unhex("01" "0100000000000000" "77" "0100000000000000" "31")));
+  ASSERT_TRUE(
+      waiter->Send(Unhex("06"
+                         "0100000000000000"
+                         "0100000000000000"
+                         "77")));  // WAIT [w]
+  EXPECT_EQ(Exchange(*setter,
+                     "0d"
+                     "01000000",
+                     4),
+            "01000000");  // PING: the WAIT is in.
+  ASSERT_TRUE(
+      setter->Send(Unhex("01"
+                         "0100000000000000"
+                         "77"
+                         "0100000000000000"
+                         "31")));
   EXPECT_EQ(Hex(*waiter->Recv(1)), "00");  // STOP_WAITING
 }
 
 TEST_F(V2FixtureTest, AppendMultiGetMultiSet) {
   auto c = Open();
   // APPEND 9: creates "l" = "ab", then appends "c"; no reply.
-  ASSERT_TRUE(c->Send(Unhex("09" "0100000000000000" "6c" "0200000000000000" "6162")));
-  ASSERT_TRUE(c->Send(Unhex("09" "0100000000000000" "6c" "0100000000000000" "63")));
+  ASSERT_TRUE(
+      c->Send(Unhex("09"
+                    "0100000000000000"
+                    "6c"
+                    "0200000000000000"
+                    "6162")));
+  ASSERT_TRUE(
+      c->Send(Unhex("09"
+                    "0100000000000000"
+                    "6c"
+                    "0100000000000000"
+                    "63")));
   // MULTI_SET 11: 2 pairs (x="1", y="").
-  ASSERT_TRUE(c->Send(Unhex("0b" "0200000000000000" "0100000000000000" "78" "0100000000000000"
-                            "31" "0100000000000000" "79" "0000000000000000")));
+  ASSERT_TRUE(
+      c->Send(Unhex("0b"
+                    "0200000000000000"
+                    "0100000000000000"
+                    "78"
+                    "0100000000000000"
+                    "31"
+                    "0100000000000000"
+                    "79"
+                    "0000000000000000")));
   // MULTI_GET 10: [l, y, x] → values back to back.
-  EXPECT_EQ(Exchange(*c, "0a" "0300000000000000" "0100000000000000" "6c" "0100000000000000" "79"
-                         "0100000000000000" "78", 11 + 8 + 9),
-            "0300000000000000" "616263" "0000000000000000" "0100000000000000" "31");
+  EXPECT_EQ(Exchange(*c,
+                     "0a"
+                     "0300000000000000"
+                     "0100000000000000"
+                     "6c"
+                     "0100000000000000"
+                     "79"
+                     "0100000000000000"
+                     "78",
+                     11 + 8 + 9),
+            "0300000000000000"
+            "616263"
+            "0000000000000000"
+            "0100000000000000"
+            "31");
 }
 
 TEST_F(V2FixtureTest, CancelWaitAnswersWaitCanceledAndLeavesNothing) {
   auto c = Open();
-  ASSERT_TRUE(c->Send(Unhex("06" "0100000000000000" "0100000000000000" "77")));  // WAIT [w]
+  ASSERT_TRUE(
+      c->Send(Unhex("06"
+                    "0100000000000000"
+                    "0100000000000000"
+                    "77")));  // WAIT [w]
   // CANCEL_WAIT 12 → WAIT_CANCELED 1.
   EXPECT_EQ(Exchange(*c, "0c", 1), "01");
   EXPECT_EQ(server_->Stats().pending_waits, 0u);
   // A later SET of w sends no stale STOP_WAITING: the next reply is PING's.
-  ASSERT_TRUE(c->Send(Unhex("01" "0100000000000000" "77" "0100000000000000" "31")));
-  EXPECT_EQ(Exchange(*c, "0d" "aabbccdd", 4), "aabbccdd");
+  ASSERT_TRUE(
+      c->Send(Unhex("01"
+                    "0100000000000000"
+                    "77"
+                    "0100000000000000"
+                    "31")));
+  EXPECT_EQ(Exchange(*c,
+                     "0d"
+                     "aabbccdd",
+                     4),
+            "aabbccdd");
 }
 
 TEST_F(V2FixtureTest, CancelWaitRacingStopWaitingSendsBothInOrder) {
   auto waiter = Open();
   auto setter = Open();
-  ASSERT_TRUE(waiter->Send(Unhex("06" "0100000000000000" "0100000000000000" "77")));  // WAIT [w]
-  EXPECT_EQ(Exchange(*setter, "0d" "01000000", 4), "01000000");
-  ASSERT_TRUE(setter->Send(Unhex("01" "0100000000000000" "77" "0100000000000000" "31")));
-  EXPECT_EQ(Exchange(*setter, "0d" "02000000", 4), "02000000");  // SET w applied.
+  ASSERT_TRUE(
+      waiter->Send(Unhex("06"
+                         "0100000000000000"
+                         "0100000000000000"
+                         "77")));  // WAIT [w]
+  EXPECT_EQ(Exchange(*setter,
+                     "0d"
+                     "01000000",
+                     4),
+            "01000000");
+  ASSERT_TRUE(
+      setter->Send(Unhex("01"
+                         "0100000000000000"
+                         "77"
+                         "0100000000000000"
+                         "31")));
+  EXPECT_EQ(Exchange(*setter,
+                     "0d"
+                     "02000000",
+                     4),
+            "02000000");  // SET w applied.
   // The client timed out just as the key arrived: STOP_WAITING is already on its way, then the
   // cancel is answered with WAIT_CANCELED; the connection stays usable.
-  EXPECT_EQ(Exchange(*waiter, "0c", 2), "00" "01");
+  EXPECT_EQ(Exchange(*waiter, "0c", 2),
+            "00"
+            "01");
   EXPECT_EQ(Exchange(*waiter, "07", 8), "0100000000000000");
 }
 
@@ -163,39 +349,112 @@ TEST_F(V2FixtureTest, CancelWaitWithoutAWait) {
 TEST_F(V2FixtureTest, Queues) {
   auto c = Open();
   // QUEUE_LEN 16 of a missing queue → 0.
-  EXPECT_EQ(Exchange(*c, "10" "0100000000000000" "71", 8), "0000000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "10"
+                     "0100000000000000"
+                     "71",
+                     8),
+            "0000000000000000");
   // QUEUE_POP 15 of an empty queue → i64 0 and no item.
-  EXPECT_EQ(Exchange(*c, "0f" "0100000000000000" "71", 8), "0000000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "0f"
+                     "0100000000000000"
+                     "71",
+                     8),
+            "0000000000000000");
   // QUEUE_PUSH 14: "q" ← "i1", "i2"; no reply.
-  ASSERT_TRUE(c->Send(Unhex("0e" "0100000000000000" "71" "0200000000000000" "6931")));
-  ASSERT_TRUE(c->Send(Unhex("0e" "0100000000000000" "71" "0200000000000000" "6932")));
-  EXPECT_EQ(Exchange(*c, "10" "0100000000000000" "71", 8), "0200000000000000");
+  ASSERT_TRUE(
+      c->Send(Unhex("0e"
+                    "0100000000000000"
+                    "71"
+                    "0200000000000000"
+                    "6931")));
+  ASSERT_TRUE(
+      c->Send(Unhex("0e"
+                    "0100000000000000"
+                    "71"
+                    "0200000000000000"
+                    "6932")));
+  EXPECT_EQ(Exchange(*c,
+                     "10"
+                     "0100000000000000"
+                     "71",
+                     8),
+            "0200000000000000");
   // A non-empty queue is present for CHECK.
-  EXPECT_EQ(Exchange(*c, "05" "0100000000000000" "0100000000000000" "71", 1), "00");
+  EXPECT_EQ(Exchange(*c,
+                     "05"
+                     "0100000000000000"
+                     "0100000000000000"
+                     "71",
+                     1),
+            "00");
   // QUEUE_POP: length then the item, first in first out.
-  EXPECT_EQ(Exchange(*c, "0f" "0100000000000000" "71", 8 + 10),
-            "0100000000000000" "0200000000000000" "6931");
-  EXPECT_EQ(Exchange(*c, "0f" "0100000000000000" "71", 8 + 10),
-            "0100000000000000" "0200000000000000" "6932");
-  EXPECT_EQ(Exchange(*c, "0f" "0100000000000000" "71", 8), "0000000000000000");
+  EXPECT_EQ(Exchange(*c,
+                     "0f"
+                     "0100000000000000"
+                     "71",
+                     8 + 10),
+            "0100000000000000"
+            "0200000000000000"
+            "6931");
+  EXPECT_EQ(Exchange(*c,
+                     "0f"
+                     "0100000000000000"
+                     "71",
+                     8 + 10),
+            "0100000000000000"
+            "0200000000000000"
+            "6932");
+  EXPECT_EQ(Exchange(*c,
+                     "0f"
+                     "0100000000000000"
+                     "71",
+                     8),
+            "0000000000000000");
 }
 
 TEST_F(V2FixtureTest, QueuePushWakesAWaiter) {
   auto waiter = Open();
   auto pusher = Open();
-  ASSERT_TRUE(waiter->Send(Unhex("06" "0100000000000000" "0100000000000000" "71")));  // WAIT [q]
-  EXPECT_EQ(Exchange(*pusher, "0d" "01000000", 4), "01000000");
-  ASSERT_TRUE(pusher->Send(Unhex("0e" "0100000000000000" "71" "0100000000000000" "78")));
+  ASSERT_TRUE(
+      waiter->Send(Unhex("06"
+                         "0100000000000000"
+                         "0100000000000000"
+                         "71")));  // WAIT [q]
+  EXPECT_EQ(Exchange(*pusher,
+                     "0d"
+                     "01000000",
+                     4),
+            "01000000");
+  ASSERT_TRUE(
+      pusher->Send(Unhex("0e"
+                         "0100000000000000"
+                         "71"
+                         "0100000000000000"
+                         "78")));
   EXPECT_EQ(Hex(*waiter->Recv(1)), "00");
 }
 
 TEST_F(V2FixtureTest, ListKeys) {
   auto c = Open();
-  ASSERT_TRUE(c->Send(Unhex("01" "0100000000000000" "62" "0000000000000000")));  // SET b
-  ASSERT_TRUE(c->Send(Unhex("01" "0100000000000000" "61" "0000000000000000")));  // SET a
+  ASSERT_TRUE(
+      c->Send(Unhex("01"
+                    "0100000000000000"
+                    "62"
+                    "0000000000000000")));  // SET b
+  ASSERT_TRUE(
+      c->Send(Unhex("01"
+                    "0100000000000000"
+                    "61"
+                    "0000000000000000")));  // SET a
   // LIST_KEYS 17 (0x11) → i64 2, "a", "b" (sorted).
   EXPECT_EQ(Exchange(*c, "11", 8 + 9 + 9),
-            "0200000000000000" "0100000000000000" "61" "0100000000000000" "62");
+            "0200000000000000"
+            "0100000000000000"
+            "61"
+            "0100000000000000"
+            "62");
 }
 
 TEST_F(V2FixtureTest, OneXOnlyOpcodeAndUnknownOpcodeClose) {

@@ -38,8 +38,7 @@ TEST(ParseV1Test, RecordedTorch113Frames) {
   EXPECT_EQ(add.keys[0], "init/");
   EXPECT_EQ(add.integer, 1);
 
-  Request set = ParseOk(Unhex("0004000000000000002f6b6579050000000000000076616c7565"),
-                        Family::kV1);
+  Request set = ParseOk(Unhex("0004000000000000002f6b6579050000000000000076616c7565"), Family::kV1);
   EXPECT_EQ(set.op, Op::kSet);
   EXPECT_EQ(set.keys[0], "/key");
   EXPECT_EQ(set.values[0], "value");
@@ -53,17 +52,17 @@ TEST(ParseV1Test, RecordedTorch113Frames) {
   EXPECT_EQ(get.op, Op::kGet);
   EXPECT_EQ(get.keys[0], "/key");
 
-  Request cas = ParseOk(
-      Unhex("0104000000000000002f6b6579050000000000000076616c756502000000000000007632"),
-      Family::kV1);
+  Request cas =
+      ParseOk(Unhex("0104000000000000002f6b6579050000000000000076616c756502000000000000007632"),
+              Family::kV1);
   EXPECT_EQ(cas.op, Op::kCompareSet);
   EXPECT_EQ(cas.keys[0], "/key");
   EXPECT_EQ(cas.values[0], "value");
   EXPECT_EQ(cas.values[1], "v2");
 
-  Request cas_missing = ParseOk(
-      Unhex("0108000000000000002f6d697373696e67000000000000000003000000000000006e6577"),
-      Family::kV1);
+  Request cas_missing =
+      ParseOk(Unhex("0108000000000000002f6d697373696e67000000000000000003000000000000006e6577"),
+              Family::kV1);
   EXPECT_EQ(cas_missing.keys[0], "/missing");
   EXPECT_EQ(cas_missing.values[0], "");
   EXPECT_EQ(cas_missing.values[1], "new");
@@ -104,15 +103,25 @@ TEST(ParseV2Test, HandDerivedFrames) {
   EXPECT_EQ(ping.op, Op::kPing);
   EXPECT_EQ(ping.u32, 0x12345678u);
 
-  Request set = ParseOk(Unhex("01" "0100000000000000" "61" "0200000000000000" "7879"),
+  Request set = ParseOk(Unhex("01"
+                              "0100000000000000"
+                              "61"
+                              "0200000000000000"
+                              "7879"),
                         Family::kV2);
   EXPECT_EQ(set.op, Op::kSet);
   EXPECT_EQ(set.keys[0], "a");
   EXPECT_EQ(set.values[0], "xy");
 
-  Request multi_set = ParseOk(Unhex("0b" "0200000000000000"
-                                    "0100000000000000" "61" "0100000000000000" "31"
-                                    "0100000000000000" "62" "0000000000000000"),
+  Request multi_set = ParseOk(Unhex("0b"
+                                    "0200000000000000"
+                                    "0100000000000000"
+                                    "61"
+                                    "0100000000000000"
+                                    "31"
+                                    "0100000000000000"
+                                    "62"
+                                    "0000000000000000"),
                               Family::kV2);
   EXPECT_EQ(multi_set.op, Op::kMultiSet);
   ASSERT_EQ(multi_set.keys.size(), 2u);
@@ -121,9 +130,25 @@ TEST(ParseV2Test, HandDerivedFrames) {
   EXPECT_EQ(multi_set.values[1], "");
 
   EXPECT_EQ(ParseOk(Unhex("0c"), Family::kV2).op, Op::kCancelWait);
-  EXPECT_EQ(ParseOk(Unhex("10" "0100000000000000" "71"), Family::kV2).op, Op::kQueueLen);
-  EXPECT_EQ(ParseOk(Unhex("0f" "0100000000000000" "71"), Family::kV2).op, Op::kQueuePop);
-  EXPECT_EQ(ParseOk(Unhex("09" "0100000000000000" "61" "0100000000000000" "7a"), Family::kV2).op,
+  EXPECT_EQ(ParseOk(Unhex("10"
+                          "0100000000000000"
+                          "71"),
+                    Family::kV2)
+                .op,
+            Op::kQueueLen);
+  EXPECT_EQ(ParseOk(Unhex("0f"
+                          "0100000000000000"
+                          "71"),
+                    Family::kV2)
+                .op,
+            Op::kQueuePop);
+  EXPECT_EQ(ParseOk(Unhex("09"
+                          "0100000000000000"
+                          "61"
+                          "0100000000000000"
+                          "7a"),
+                    Family::kV2)
+                .op,
             Op::kAppend);
 }
 
@@ -147,11 +172,16 @@ TEST(ParseTest, OverLimitLengthsFailBeforeTheBytesArrive) {
   ParseResult huge = ParseRequest(Unhex("020000000000010000"), Family::kV1, limits, &r);
   EXPECT_EQ(huge.status, ParseStatus::kError);
   EXPECT_EQ(huge.error, "key length 1099511627776 exceeds the limit of 16 bytes");
-  ParseResult value = ParseRequest(Unhex("00" "0100000000000000" "61" "2100000000000000"),
+  ParseResult value = ParseRequest(Unhex("00"
+                                         "0100000000000000"
+                                         "61"
+                                         "2100000000000000"),
                                    Family::kV1, limits, &r);
   EXPECT_EQ(value.status, ParseStatus::kError);
   EXPECT_EQ(value.error, "value length 33 exceeds the limit of 32 bytes");
-  ParseResult count = ParseRequest(Unhex("05" "0500000000000000"), Family::kV1, limits, &r);
+  ParseResult count = ParseRequest(Unhex("05"
+                                         "0500000000000000"),
+                                   Family::kV1, limits, &r);
   EXPECT_EQ(count.status, ParseStatus::kError);
   EXPECT_EQ(count.error, "key count 5 exceeds the limit of 4");
 }

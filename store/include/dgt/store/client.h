@@ -65,8 +65,7 @@ class Client final : public Store {
   absl::StatusOr<bool> DeleteKey(absl::string_view key) override;
   absl::StatusOr<int64_t> NumKeys() override;
   absl::Status Append(absl::string_view key, absl::string_view value) override;
-  absl::StatusOr<std::vector<std::string>> MultiGet(
-      const std::vector<std::string>& keys) override;
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys) override;
   absl::Status MultiSet(const std::vector<std::pair<std::string, std::string>>& items) override;
 
   // torch 2.x only (Unimplemented for kV1).

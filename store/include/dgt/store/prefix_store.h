@@ -32,8 +32,7 @@ class PrefixStore final : public Store {
   // Counts every key of the wrapped store, as torch's PrefixStore does.
   absl::StatusOr<int64_t> NumKeys() override;
   absl::Status Append(absl::string_view key, absl::string_view value) override;
-  absl::StatusOr<std::vector<std::string>> MultiGet(
-      const std::vector<std::string>& keys) override;
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys) override;
   absl::Status MultiSet(const std::vector<std::pair<std::string, std::string>>& items) override;
 
  private:

@@ -40,8 +40,7 @@ class Store {
   // torch COMPARE_SET: key missing and `expected` empty → stores `desired`; key missing and
   // `expected` non-empty → stores nothing, returns `expected`; key present → replaces the value
   // only when it equals `expected`. Returns the value now current (or `expected`).
-  virtual absl::StatusOr<std::string> CompareSet(absl::string_view key,
-                                                 absl::string_view expected,
+  virtual absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
                                                  absl::string_view desired) = 0;
 
   // True when every key exists (torch CHECK). Does not block.
@@ -67,8 +66,7 @@ class Store {
       const std::vector<std::string>& keys) = 0;
 
   // Stores each (key, value) pair (torch 2.x MULTI_SET).
-  virtual absl::Status MultiSet(
-      const std::vector<std::pair<std::string, std::string>>& items) = 0;
+  virtual absl::Status MultiSet(const std::vector<std::pair<std::string, std::string>>& items) = 0;
 };
 
 }  // namespace dgt::store
