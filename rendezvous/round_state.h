@@ -35,7 +35,6 @@
 
 namespace dgt::rendezvous {
 
-namespace v1 = ::dgt::rendezvous::v1;
 
 using SessionId = uint64_t;
 
