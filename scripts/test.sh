@@ -1,14 +1,49 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds dgt with its tests, and runs the whole suite: unit tests, then
-# the end-to-end tests (real processes, Debian's PyTorch workers, loopback only).
+# Installs the dependencies, then builds and tests dgt in every configuration CI checks:
+#   release  full suite: unit tests, then end-to-end tests (real processes, Debian's PyTorch)
+#   asan     unit and integration tests under AddressSanitizer + UBSan + LeakSanitizer (clang)
+#   tsan     unit and integration tests under ThreadSanitizer, with -Wthread-safety (clang)
+#   lint     clang-format and clang-tidy over the files changed by the last commit
+# DGT_TEST_STAGES="release asan" runs a subset. Prints how long each stage took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stages=${DGT_TEST_STAGES:-"release asan tsan lint"}
 start=$(date +%s)
+stage_start=$start
+summary=()
+done_stage() {
+  local now
+  now=$(date +%s)
+  summary+=("$1: $((now - stage_start)) s")
+  echo "test: stage $1 done in $((now - stage_start)) s"
+  stage_start=$now
+}
+
 scripts/install-deps.sh
-scripts/build.sh
 source scripts/python-env.sh
-echo "test: build done after $(( $(date +%s) - start )) s; DGT_PYTHON=$DGT_PYTHON"
-cd "${DGT_BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)" -L unit
-ctest --output-on-failure -L e2e
-echo "test: all passed after $(( $(date +%s) - start )) s"
+done_stage install-deps
+
+for stage in $stages; do
+  case "$stage" in
+    release)
+      scripts/build.sh
+      (cd build && ctest --output-on-failure -j "$(nproc)" -L unit)
+      (cd build && ctest --output-on-failure -L e2e)
+      ;;
+    asan|tsan)
+      [ -f "build-$stage/build.ninja" ] || cmake --preset "$stage" >/dev/null
+      cmake --build --preset "$stage" -j "$(nproc)"
+      ctest --preset "$stage" -j "$(nproc)"
+      ;;
+    lint)
+      [ -f build/compile_commands.json ] || scripts/build.sh
+      scripts/lint.sh build
+      ;;
+    *)
+      echo "test: unknown stage '$stage'" >&2
+      exit 2
+      ;;
+  esac
+  done_stage "$stage"
+done
+echo "test: all stages passed in $(( $(date +%s) - start )) s (${summary[*]})"
