@@ -61,9 +61,18 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& program) {
 
 struct WorkerGroup::Worker {
   Worker(asio::io_context& io) : pidfd(io), out(io), err(io) {}
+  ~Worker() {
+    if (out_file >= 0) ::close(out_file);
+    if (err_file >= 0) ::close(err_file);
+  }
   int local_rank = 0;
   int rank = 0;
+  int attempt = 0;
   pid_t pid = 0;
+  int out_file = -1;
+  int err_file = -1;
+  bool out_console = true;
+  bool err_console = true;
   bool exited = false;
   std::string prefix;
   asio::posix::stream_descriptor pidfd;
@@ -76,8 +85,13 @@ struct WorkerGroup::Worker {
   std::deque<std::string> stderr_tail;
 };
 
-WorkerGroup::WorkerGroup(asio::io_context& io, ExitCallback on_exit)
-    : io_(io), on_exit_(std::move(on_exit)), kill_timer_(io) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, ExitCallback on_exit, GroupCallback on_spawn,
+                         GroupCallback on_reaped)
+    : io_(io),
+      on_exit_(std::move(on_exit)),
+      on_spawn_(std::move(on_spawn)),
+      on_reaped_(std::move(on_reaped)),
+      kill_timer_(io) {}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
@@ -89,10 +103,29 @@ WorkerGroup::~WorkerGroup() {
 }
 
 absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
-  const pid_t agent_pid = ::getpid();
   for (const WorkerSpec& spec : specs) {
+    auto pid = StartOne(spec);
+    if (!pid.ok()) return pid.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
+  const pid_t agent_pid = ::getpid();
+  {
     auto exe = ResolveExecutable(spec.argv.at(0));
     if (!exe.ok()) return exe.status();
+    int files[2] = {-1, -1};
+    const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
+    for (int i = 0; i < 2; ++i) {
+      if (paths[i]->empty()) continue;
+      files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (files[i] < 0) {
+        int e = errno;
+        if (i == 1 && files[0] >= 0) ::close(files[0]);
+        return ErrnoToStatus(e, absl::StrCat("open ", *paths[i]));
+      }
+    }
     // Everything the child needs is built before fork: after it only async-signal-safe calls.
     std::vector<char*> argv, envp;
     for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -100,11 +133,16 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
     for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+      int e = errno;
+      for (int fd : files) if (fd >= 0) ::close(fd);
+      return ErrnoToStatus(e, "pipe2");
+    }
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
       int e = errno;
       ::close(out_pipe[0]);
       ::close(out_pipe[1]);
+      for (int fd : files) if (fd >= 0) ::close(fd);
       return ErrnoToStatus(e, "pipe2");
     }
     const std::string exec_error =
@@ -114,6 +152,7 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
     if (pid < 0) {
       int e = errno;
       for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+      for (int fd : files) if (fd >= 0) ::close(fd);
       return ErrnoToStatus(e, "fork");
     }
     if (pid == 0) {
@@ -132,18 +171,25 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
       ::_exit(127);
     }
     ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.
+    if (on_spawn_) on_spawn_(pid);
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
     auto w = std::make_unique<Worker>(io_);
     w->local_rank = spec.local_rank;
     w->rank = spec.rank;
+    w->attempt = spec.attempt;
     w->pid = pid;
+    w->out_file = files[0];
+    w->err_file = files[1];
+    w->out_console = spec.stdout_console;
+    w->err_console = spec.stderr_console;
     w->prefix = absl::StrCat("[rank", spec.rank, "]: ");
     int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     if (pidfd < 0) {
       int e = errno;
       ::kill(-pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
+      if (on_reaped_) on_reaped_(pid);
       ::close(out_pipe[0]);
       ::close(err_pipe[0]);
       return ErrnoToStatus(e, "pidfd_open");
@@ -158,8 +204,8 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
     WatchExit(ref);
     Pump(ref, /*is_stderr=*/false);
     Pump(ref, /*is_stderr=*/true);
+    return pid;
   }
-  return absl::OkStatus();
 }
 
 void WorkerGroup::WatchExit(Worker& w) {
@@ -174,6 +220,7 @@ void WorkerGroup::WatchExit(Worker& w) {
                        WorkerExit exit;
                        exit.local_rank = w.local_rank;
                        exit.rank = w.rank;
+                       exit.attempt = w.attempt;
                        exit.pid = w.pid;
                        exit.time = absl::Now();
                        if (WIFSIGNALED(status)) {
@@ -183,6 +230,9 @@ void WorkerGroup::WatchExit(Worker& w) {
                        }
                        exit.stderr_tail = w.stderr_tail;
                        w.exited = true;
+                       // No grandchild outlives its worker: kill what is left of the group.
+                       ::kill(-w.pid, SIGKILL);
+                       if (on_reaped_) on_reaped_(w.pid);
                        boost::system::error_code ignored;
                        w.pidfd.close(ignored);
                        --alive_;
@@ -202,9 +252,12 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
       asio::buffer(buf), [this, &w, is_stderr](boost::system::error_code ec, size_t n) {
         std::string& partial = is_stderr ? w.err_partial : w.out_partial;
         const int fd = is_stderr ? STDERR_FILENO : STDOUT_FILENO;
+        const bool console = is_stderr ? w.err_console : w.out_console;
+        const int file = is_stderr ? w.err_file : w.out_file;
         if (ec) {
           if (!partial.empty()) {
-            WriteAll(fd, absl::StrCat(w.prefix, partial, "\n"));
+            if (console) WriteAll(fd, absl::StrCat(w.prefix, partial, "\n"));
+            if (file >= 0) WriteAll(file, absl::StrCat(partial, "\n"));
             partial.clear();
           }
           boost::system::error_code ignored;
@@ -214,6 +267,11 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
         }
         auto& data = is_stderr ? w.err_buf : w.out_buf;
         partial.append(data.data(), n);
+        if (file >= 0) {
+          // The file gets the bytes as written, up to the last complete line.
+          size_t last_nl = partial.rfind('\n');
+          if (last_nl != std::string::npos) WriteAll(file, partial.substr(0, last_nl + 1));
+        }
         // Forward complete lines only, all of them in one write, so lines never interleave.
         std::string lines;
         size_t start = 0;
@@ -228,9 +286,10 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
         partial.erase(0, start);
         if (partial.size() > 65536) {  // An endless line: forward it in pieces.
           absl::StrAppend(&lines, w.prefix, partial, "\n");
+          if (file >= 0) WriteAll(file, partial);
           partial.clear();
         }
-        if (!lines.empty()) WriteAll(fd, lines);
+        if (!lines.empty() && console) WriteAll(fd, lines);
         Pump(w, is_stderr);
       });
 }
@@ -258,8 +317,8 @@ void WorkerGroup::Signal(int sig) {
   }
 }
 
-void WorkerGroup::Stop(absl::Duration grace) {
-  Signal(SIGTERM);
+void WorkerGroup::Stop(absl::Duration grace, int sig) {
+  Signal(sig);
   kill_timer_.expires_after(absl::ToChronoMilliseconds(grace));
   kill_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;
