@@ -540,6 +540,7 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
         case RestartTracker::Action::kRestartRank:
           spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank,
                        e.local_rank, e.Describe());
+          failures_.pop_back();  // Recovered: not part of a failure summary.
           RestartRank(e, d.restart_count);
           return;
         case RestartTracker::Action::kRestartGroup:

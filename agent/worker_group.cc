@@ -324,8 +324,8 @@ void WorkerGroup::Stop(absl::Duration grace, int sig) {
     if (ec) return;
     for (auto& w : workers_) {
       if (!w->exited) {
-        spdlog::warn("rank {} (pid {}) did not stop after SIGTERM; sending SIGKILL", w->rank,
-                     w->pid);
+        spdlog::warn("rank {} (pid {}) did not stop within the grace period; sending SIGKILL",
+                     w->rank, w->pid);
         ::kill(-w->pid, SIGKILL);
       }
     }
