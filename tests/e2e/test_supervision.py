@@ -257,3 +257,36 @@ def test_json_agent_log(spawn):
         rec = json.loads(line)
         assert list(rec) == ["time", "level", "msg"]
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", rec["time"])
+
+
+def test_torchrun_command_line_runs_unchanged(spawn, tmp_path):
+    port = free_port()
+    p = spawn([DGT_RUN, "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=static",
+               "--max_restarts=0", "--monitor_interval=5", "--start_method=spawn",
+               "--role=default", f"--log_dir={tmp_path / 'logs'}", "-r", "1", "-t", "1",
+               "--rdzv_conf=timeout=900", "--master_addr=127.0.0.1", f"--master_port={port}",
+               "--node_rank=0", WORKERS / "allreduce_check.py"])
+    assert p.wait(timeout=120) == 0, p.stderr
+    logs = list((tmp_path / "logs").glob("*/attempt_0/*/stdout.log"))
+    assert len(logs) == 2
+    for log in logs:
+        rec = json.loads(log.read_text().splitlines()[-1])
+        assert rec["sum"] == 1 and rec["env"]["MASTER_PORT"] == str(port)
+
+
+def test_module_and_run_path(spawn):
+    env = dgt_env(PYTHONPATH=WORKERS)
+    p = spawn([DGT_RUN, "--standalone", "-m", "env_dump", "a"], env=env, name="module")
+    assert p.wait(timeout=30) == 0, p.stderr
+    assert env_records(p.stdout)[0]["argv"] == ["a"]
+    q = spawn([DGT_RUN, "--standalone", "--run-path", WORKERS / "env_dump.py", "b"],
+              name="run_path")
+    assert q.wait(timeout=30) == 0, q.stderr
+    assert env_records(q.stdout)[0]["argv"] == ["b"]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
