@@ -42,8 +42,8 @@ void ConfigureAgentLog(LogFormat format) {
   if (format == LogFormat::kJson) {
     logger = std::make_shared<spdlog::logger>("dgt-run", std::make_shared<JsonLineSink>());
   } else {
-    logger = std::make_shared<spdlog::logger>(
-        "dgt-run", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger = std::make_shared<spdlog::logger>("dgt-run",
+                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
     logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   }
   logger->flush_on(spdlog::level::info);

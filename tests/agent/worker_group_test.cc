@@ -1,0 +1,112 @@
+// WorkerGroup with real, tiny /bin/sh workers: exit events, log routing, stop grace, hooks.
+// Every run of the event loop is bounded.
+#include "agent/worker_group.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace dgt::agent {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+WorkerSpec Shell(const std::string& script, int rank = 0) {
+  WorkerSpec spec;
+  spec.rank = rank;
+  spec.local_rank = rank;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  return spec;
+}
+
+TEST(WorkerGroupTest, ExitEventsCarryCodeAttemptAndHooksSeeEveryGroup) {
+  boost::asio::io_context io;
+  std::vector<WorkerExit> exits;
+  std::vector<pid_t> spawned, reaped;
+  WorkerGroup group(
+      io, [&](const WorkerExit& e) { exits.push_back(e); }, [&](pid_t p) { spawned.push_back(p); },
+      [&](pid_t p) { reaped.push_back(p); });
+  WorkerSpec a = Shell("exit 0", 0);
+  WorkerSpec b = Shell("echo oops >&2; exit 3", 1);
+  b.attempt = 2;
+  ASSERT_TRUE(group.Start({a, b}).ok());
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  ASSERT_EQ(exits.size(), 2u);
+  ASSERT_TRUE(group.drained());
+  const WorkerExit& failed = exits[0].rank == 1 ? exits[0] : exits[1];
+  EXPECT_EQ(failed.exit_code, 3);
+  EXPECT_EQ(failed.signal, 0);
+  EXPECT_EQ(failed.attempt, 2);
+  EXPECT_EQ(failed.ExitStatus(), 3);
+  EXPECT_EQ(failed.Describe(), "exited with code 3");
+  EXPECT_EQ(failed.stderr_tail, (std::deque<std::string>{"oops"}));
+  std::sort(spawned.begin(), spawned.end());
+  std::sort(reaped.begin(), reaped.end());
+  EXPECT_EQ(spawned, reaped);
+  EXPECT_EQ(spawned.size(), 2u);
+}
+
+TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
+  boost::asio::io_context io;
+  WorkerGroup group(io, [](const WorkerExit&) {});
+  WorkerSpec spec = Shell("echo out1; printf 'out2'; echo err1 >&2");
+  spec.stdout_file = ::testing::TempDir() + "wg_stdout.log";
+  spec.stderr_file = ::testing::TempDir() + "wg_stderr.log";
+  spec.stdout_console = false;
+  ASSERT_TRUE(group.Start({spec}).ok());
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  ASSERT_TRUE(group.drained());
+  // A last line without newline is completed when the pipe closes.
+  EXPECT_EQ(ReadFile(spec.stdout_file), "out1\nout2\n");
+  EXPECT_EQ(ReadFile(spec.stderr_file), "err1\n");
+}
+
+TEST(WorkerGroupTest, StopSendsTheSignalThenSigkillAfterGrace) {
+  boost::asio::io_context io;
+  std::vector<WorkerExit> exits;
+  WorkerGroup group(io, [&](const WorkerExit& e) { exits.push_back(e); });
+  // One worker ignores SIGINT, the other dies of it.
+  ASSERT_TRUE(
+      group.Start({Shell("trap '' INT; echo ready; sleep 30", 0), Shell("echo ready; sleep 30", 1)})
+          .ok());
+  boost::asio::steady_timer later(io);
+  later.expires_after(std::chrono::milliseconds(300));  // Let the shells install their traps.
+  later.async_wait([&](boost::system::error_code) { group.Stop(absl::Milliseconds(300), SIGINT); });
+  auto start = std::chrono::steady_clock::now();
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(group.alive(), 0);
+  std::map<int, int> signal_by_rank;
+  for (const WorkerExit& e : exits) signal_by_rank[e.rank] = e.signal;
+  EXPECT_EQ(signal_by_rank[0], SIGKILL);
+  EXPECT_EQ(signal_by_rank[1], SIGINT);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(550));
+  EXPECT_LT(elapsed, std::chrono::seconds(5));
+}
+
+TEST(WorkerGroupTest, MissingExecutableIsNotFound) {
+  boost::asio::io_context io;
+  WorkerGroup group(io, [](const WorkerExit&) {});
+  WorkerSpec spec = Shell("");
+  spec.argv = {"/nonexistent/python"};
+  absl::Status s = group.Start({spec});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'/nonexistent/python' is not an executable file");
+}
+
+}  // namespace
+}  // namespace dgt::agent
