@@ -290,3 +290,18 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_signal_death_exit_status_and_other_failures(spawn):
+    # Rank 1 dies of SIGSEGV first; rank 2 exits 4 on its own a little later.
+    script = ('if [ "$RANK" = 1 ]; then sleep 0.3; kill -SEGV $$; fi; '
+              'if [ "$RANK" = 2 ]; then trap "exit 4" TERM; sleep 0.6; exit 4; fi; '
+              'sleep 30')
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=3", "--no-python", "/bin/sh", "-c",
+               script])
+    assert p.wait(timeout=30) == 128 + signal.SIGSEGV, p.stderr
+    err = p.stderr
+    root = err.index("Root cause (first failure):\n  rank 1 (local rank 1)")
+    assert "signal 11 (SIGSEGV) at " in err[root:], err
+    others = err.index("Other failures:\n  rank 2 (local rank 2)")
+    assert others > root and "exit code 4 at " in err[others:], err
