@@ -122,6 +122,10 @@ Agent::~Agent() {
 
 absl::Status Agent::Prepare() {
   if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
+  if (options_.rdzv_backend == "static" && options_.max_nodes > 1 &&
+      options_.rdzv_endpoint.empty()) {
+    return PrepareStatic();
+  }
 
   if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
@@ -205,6 +209,78 @@ absl::Status Agent::Prepare() {
                            last_progress_.joined_nodes(), " of at least ",
                            options_.min_nodes, " node(s) joined"));
   });
+  return absl::OkStatus();
+}
+
+absl::Status Agent::PrepareStatic() {
+  // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
+  // store at --master-addr:--master-port. No rendezvous service.
+  auto master = ResolveToIp(options_.master_addr);
+  if (!master.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
+  }
+  const int node_rank = std::max(options_.node_rank, 0);
+  if (node_rank == 0) {
+    store::ServerOptions store_options;
+    // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
+    store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
+    store_options.port = static_cast<uint16_t>(options_.master_port);
+    store_ = std::make_unique<store::Server>(store_options);
+    if (absl::Status s = store_->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
+                                                 options_.master_port, ": ", s.message()));
+    }
+  }
+  advertised_address_ = options_.local_addr.empty() ? *master : options_.local_addr;
+  if (options_.local_addr.empty()) {
+    auto local = RoutedLocalAddress(*master);
+    if (local.ok()) advertised_address_ = *local;
+  }
+  assignment_.run_id = options_.run_id;
+  assignment_.node_rank = node_rank;
+  assignment_.node_count = options_.max_nodes;
+  assignment_.world_size = options_.max_nodes * options_.nproc_per_node;
+  assignment_.first_global_rank = node_rank * options_.nproc_per_node;
+  assignment_.local_world_size = options_.nproc_per_node;
+  assignment_.master_addr = *master;
+  assignment_.master_port = options_.master_port;
+  assignment_.max_restarts = options_.max_restarts;
+
+  StaticCoordinator::Options co;
+  co.run_id = options_.run_id;
+  co.node_rank = node_rank;
+  co.node_count = options_.max_nodes;
+  co.master_addr = *master;
+  co.master_port = options_.master_port;
+  co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
+  co.finish_timeout = absl::Seconds(options_.join_timeout_s);
+  static_ = std::make_unique<StaticCoordinator>(io_, co);
+  spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
+               options_.max_nodes, *master, options_.master_port);
+  static_->Start(
+      [this](absl::Status s) {
+        if (state_ != State::kJoining) return;
+        if (!s.ok()) {
+          Finish(1, absl::StrCat("static rendezvous: ", s.message(),
+                                 " (is node rank 0 running? see --rdzv-connect-timeout)"));
+          return;
+        }
+        spdlog::info("dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
+                     "MASTER_ADDR={} MASTER_PORT={}",
+                     assignment_.run_id, assignment_.node_rank, assignment_.node_count,
+                     assignment_.first_global_rank,
+                     assignment_.first_global_rank + options_.nproc_per_node - 1,
+                     assignment_.world_size, assignment_.master_addr, assignment_.master_port);
+        BeginRun();
+      },
+      [this](int exit_status, const std::string& message) {
+        if (state_ == State::kAwaitingOutcome || state_ == State::kDone) return;
+        rdzv_v1::RunFinished finished;
+        finished.set_succeeded(false);
+        finished.set_message(message);
+        finished.mutable_failure()->set_exit_code(exit_status);
+        OnRunFinished(finished);
+      });
   return absl::OkStatus();
 }
 
@@ -306,11 +382,14 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
                a.node_count(), a.first_global_rank(),
                a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(),
                a.master_addr(), a.master_port());
+  BeginRun();
+}
 
+void Agent::BeginRun() {
   RestartTracker::Options restart_options;
   restart_options.policy = options_.restart_policy;
   restart_options.max_restarts = options_.max_restarts;
-  restart_options.node_count = a.node_count();
+  restart_options.node_count = assignment_.node_count;
   restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
 
   if (options_.log_dir.empty()) {
@@ -618,6 +697,24 @@ void Agent::AfterWorkersExited() {
   auto report = [this] {
     drain_timer_.cancel();
     if (state_ != State::kAwaitingOutcome) return;
+    if (static_) {
+      const int own = stop_signal_ != 0 ? 128 + stop_signal_
+                                        : (first_failure_ ? first_failure_->ExitStatus() : 0);
+      std::string what = first_failure_ ? DescribeFailure(*first_failure_)
+                                        : absl::StrCat("stopped by ", SignalName(stop_signal_));
+      static_->Report(own, what, [this] {
+        if (stop_signal_ != 0) {
+          Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+        } else if (first_failure_) {
+          Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+        } else if (remote_outcome_) {
+          OnRunFinished(*remote_outcome_);
+        } else {
+          Finish(0, "");
+        }
+      });
+      return;
+    }
     if (remote_outcome_) {
       OnRunFinished(*remote_outcome_);
       return;

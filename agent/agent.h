@@ -16,6 +16,7 @@
 #include "agent/launch_options.h"
 #include "agent/rendezvous_session.h"
 #include "agent/restart_policy.h"
+#include "agent/static_coordinator.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "boost/asio.hpp"
@@ -45,6 +46,10 @@ class Agent {
   };
 
   absl::Status Prepare();
+  // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
+  absl::Status PrepareStatic();
+  // Sets up restarts and logs for `assignment_`, then StartRound(0).
+  void BeginRun();
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
@@ -84,6 +89,7 @@ class Agent {
   std::string advertised_address_;
   std::unique_ptr<store::Server> store_;
   std::unique_ptr<RendezvousSession> session_;
+  std::unique_ptr<StaticCoordinator> static_;
   bool session_open_ = false;
   GroupWatchdog watchdog_;
   RealClock clock_;

@@ -212,15 +212,21 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     if (!hp.ok()) return hp.status();
   } else if (o->max_nodes > 1) {
     if (backend == "static") {
-      // TODO(issue 5): a static rendezvous hosted by node rank 0's agent at
-      // --master-addr:--master-port, so that no dgt-rendezvous is needed.
-      return Bad(absl::StrCat(
-          "--rdzv-backend=static with --nnodes=", raw.nnodes,
-          " needs dgt's rendezvous service: run dgt-rendezvous and pass its address with "
-          "--rdzv-endpoint (--master-addr/--master-port/--node-rank are not used)"));
-    }
+      // torchrun's static backend: node rank 0's agent hosts the store at --master-addr:
+      // --master-port; every node knows its --node-rank.
+      if (o->min_nodes != o->max_nodes) {
+        return Bad(absl::StrCat("--rdzv-backend=static needs a fixed --nnodes, got '", raw.nnodes,
+                                "' (use --rdzv-endpoint of dgt-rendezvous for elastic jobs)"));
+      }
+      if (o->node_rank >= o->max_nodes) {
+        return Bad(absl::StrCat("--node-rank must be 0..", o->max_nodes - 1, " for --nnodes=",
+                                raw.nnodes, ", got ", o->node_rank));
+      }
+      if (!o->master_port_set) o->master_port = 29500;
+    } else {
     return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", raw.nnodes,
                             " (or use --standalone for one node)"));
+    }
   }
   if (o->distribution == Distribution::kTensorflow) {
     if (o->max_nodes > 1) {
@@ -393,11 +399,12 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "Seconds to keep trying to reach the rendezvous endpoint", kRdzv);
 
   const std::string kStatic = "Static rendezvous (torchrun --rdzv-backend=static)";
-  add("--node-rank,--node_rank", o.node_rank, "Rank of this node (accepted; dgt assigns ranks)",
-      kStatic);
-  add("--master-addr,--master_addr", o.master_addr, "Address of node rank 0 (accepted)", kStatic);
+  add("--node-rank,--node_rank", o.node_rank,
+      "Rank of this node with --rdzv-backend=static and --nnodes>1 (-1 = 0)", kStatic);
+  add("--master-addr,--master_addr", o.master_addr,
+      "Node rank 0's address: it hosts the store there (static, --nnodes>1)", kStatic);
   add("--master-port,--master_port", master_port_text,
-      "Port of the store on a single node (default: a free port)", kStatic);
+      "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic);
 
   const std::string kSupervision = "Supervision and restarts";
   add("--max-restarts,--max_restarts", o.max_restarts, "Restarts after failures", kSupervision);

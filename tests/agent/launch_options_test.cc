@@ -121,10 +121,11 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--signals-to-handle=SIGNOPE", kScript},
        "dgt-run: error: --signals-to-handle: 'SIGNOPE' is not a signal that can be handled\n"},
       {{"--master-port=0", kScript}, "dgt-run: error: --master-port must be 1..65535, got 0\n"},
-      {{"--rdzv-backend=static", "--nnodes=2", "--master-addr=h", kScript},
-       "dgt-run: error: --rdzv-backend=static with --nnodes=2 needs dgt's rendezvous service: "
-       "run dgt-rendezvous and pass its address with --rdzv-endpoint (--master-addr/"
-       "--master-port/--node-rank are not used)\n"},
+      {{"--rdzv-backend=static", "--nnodes=1:2", kScript},
+       "dgt-run: error: --rdzv-backend=static needs a fixed --nnodes, got '1:2' (use "
+       "--rdzv-endpoint of dgt-rendezvous for elastic jobs)\n"},
+      {{"--nnodes=2", "--node-rank=2", kScript},
+       "dgt-run: error: --node-rank must be 0..1 for --nnodes=2, got 2\n"},
       {{"--distribution=tensorflow", "--worker-count=2", "--nproc-per-node=4", kScript},
        "dgt-run: error: --worker-count=2 + --parameter-server-count=0 must equal the number of "
        "processes, 4\n"},
@@ -238,6 +239,16 @@ TEST(LaunchOptionsTest, TensorflowCounts) {
   EXPECT_EQ(p.options->distribution, Distribution::kTensorflow);
   EXPECT_EQ(p.options->nproc_per_node, 3);
   EXPECT_EQ(p.options->parameter_server_count, 1);
+}
+
+TEST(LaunchOptionsTest, StaticMultiNode) {
+  auto p = Parse({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->rdzv_backend, "static");
+  EXPECT_EQ(p.options->node_rank, 1);
+  EXPECT_EQ(p.options->master_addr, "10.0.0.1");
+  EXPECT_EQ(p.options->master_port, 29500);
+  EXPECT_TRUE(p.options->rdzv_endpoint.empty());
 }
 
 TEST(LaunchOptionsTest, SignalList) {

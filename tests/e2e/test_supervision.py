@@ -305,3 +305,34 @@ def test_signal_death_exit_status_and_other_failures(spawn):
     assert "signal 11 (SIGSEGV) at " in err[root:], err
     others = err.index("Other failures:\n  rank 2 (local rank 2)")
     assert others > root and "exit code 4 at " in err[others:], err
+
+
+def static_agents(spawn, script_args, port, max_restarts=0):
+    # Node rank 1 first: it waits for node rank 0's store.
+    return [spawn([DGT_RUN, "--nnodes=2", "--nproc_per_node=2", f"--node_rank={n}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", "--rdzv_id=static",
+                   *script_args], name=f"node{n}") for n in (1, 0)]
+
+
+def test_static_backend_two_nodes(spawn):
+    port = free_port()
+    agents = static_agents(spawn, [WORKERS / "allreduce_check.py"], port)
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr
+    recs = [json.loads(m) for a in agents
+            for m in re.findall(r"^\[rank\d\]: (\{.*\})$", a.stdout, re.M)]
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
+    for r in recs:
+        assert r["sum"] == 6
+        assert r["env"]["MASTER_PORT"] == str(port)
+        assert r["env"]["NODE_RANK"] == str(r["rank"] // 2)
+        assert r["env"]["TORCHELASTIC_RUN_ID"] == "static"
+
+
+def test_static_backend_failure_stops_the_other_node(spawn):
+    port = free_port()
+    agents = static_agents(spawn, [WORKERS / "exit_code.py", "--fail-rank", "3", "--code", "5"],
+                           port)
+    codes = [a.wait(timeout=60) for a in agents]
+    assert codes == [5, 5], [a.stderr for a in agents]
+    assert "rank 3 (local rank 1 on node rank 1" in agents[1].stderr
