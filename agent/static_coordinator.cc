@@ -59,9 +59,8 @@ void StoreConnection::TryConnect() {
         boost::system::error_code ignored;
         self->socket_.close(ignored);
         if (absl::Now() >= self->deadline_) {
-          self->on_connected_(absl::DeadlineExceededError(
-              absl::StrCat("cannot reach the store at ", self->host_, ":", self->port_, ": ",
-                           e.message())));
+          self->on_connected_(absl::DeadlineExceededError(absl::StrCat(
+              "cannot reach the store at ", self->host_, ":", self->port_, ": ", e.message())));
           return;
         }
         // Node rank 0 may start later than this node: retry until the deadline.
@@ -120,15 +119,15 @@ void StoreConnection::Wait(const std::vector<std::string>& keys,
   for (const std::string& k : keys) AppendField(&frame, "/" + k);
   Write(std::move(frame));
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(reply_.data(), 1),
-                   [self, done = std::move(done)](boost::system::error_code ec, size_t) {
-                     if (ec) {
-                       done(absl::UnavailableError(absl::StrCat("store connection: ",
-                                                                ec.message())));
-                       return;
-                     }
-                     done(absl::OkStatus());
-                   });
+  asio::async_read(
+      socket_, asio::buffer(reply_.data(), 1),
+      [self, done = std::move(done)](boost::system::error_code ec, size_t) {
+        if (ec) {
+          done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
+          return;
+        }
+        done(absl::OkStatus());
+      });
 }
 
 void StoreConnection::Get(const std::string& key,
@@ -151,15 +150,15 @@ void StoreConnection::Get(const std::string& key,
           return;
         }
         self->value_.assign(n, '\0');
-        asio::async_read(self->socket_, asio::buffer(self->value_),
-                         [self, done = std::move(done)](boost::system::error_code e, size_t) {
-                           if (e) {
-                             done(absl::UnavailableError(
-                                 absl::StrCat("store connection: ", e.message())));
-                             return;
-                           }
-                           done(self->value_);
-                         });
+        asio::async_read(
+            self->socket_, asio::buffer(self->value_),
+            [self, done = std::move(done)](boost::system::error_code e, size_t) {
+              if (e) {
+                done(absl::UnavailableError(absl::StrCat("store connection: ", e.message())));
+                return;
+              }
+              done(self->value_);
+            });
       });
 }
 

@@ -1,7 +1,7 @@
 // StaticCoordinator: the `--rdzv-backend=static` multi-node job without a rendezvous service, as
-// torchrun's static backend: every node knows --nnodes, --node-rank and --master-addr:--master-port;
-// node rank 0's agent hosts the job's store there. Agents coordinate through that store (torch
-// 1.x TCPStore frames, so any TCPStore-compatible server would do):
+// torchrun's static backend: every node knows --nnodes, --node-rank and
+// --master-addr:--master-port; node rank 0's agent hosts the job's store there. Agents coordinate
+// through that store (torch 1.x TCPStore frames, so any TCPStore-compatible server would do):
 //   dgt/static/<run_id>/failed           "<exit status> <message>", set by the first node whose
 //                                        workers failed; every agent WAITs on it and stops its
 //                                        workers when it appears.
