@@ -511,12 +511,8 @@ void Agent::StartRound(int restart_count) {
   state_ = State::kRunning;
   if (status.ok()) status = workers_->Start(specs);
   if (!status.ok()) {
-    first_failure_ = WorkerExit{};
-    first_failure_->exit_code = 127;
-    first_failure_->time = absl::Now();
-    spdlog::error("dgt-run: cannot start workers: {}", status.message());
-    StopWorkers();
-    if (workers_->alive() == 0) AfterWorkersExited();
+    // Start() killed the workers it had started; the group's destructor reaps them.
+    Finish(127, absl::StrCat("cannot start workers: ", status.message()));
     return;
   }
   if (restart_count > 0) {

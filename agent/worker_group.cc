@@ -3,9 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,20 +42,6 @@ std::string WorkerExit::Describe() const {
   return absl::StrCat("exited with code ", exit_code);
 }
 
-absl::StatusOr<std::string> ResolveExecutable(const std::string& program) {
-  if (program.find('/') != std::string::npos) {
-    if (::access(program.c_str(), X_OK) == 0) return program;
-    return absl::NotFoundError(absl::StrCat("'", program, "' is not an executable file"));
-  }
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
-    if (dir.empty()) continue;
-    std::string candidate = absl::StrCat(dir, "/", program);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return absl::NotFoundError(absl::StrCat("'", program, "' was not found in PATH"));
-}
-
 struct WorkerGroup::Worker {
   Worker(asio::io_context& io) : pidfd(io), out(io), err(io) {}
   ~Worker() {
@@ -86,8 +69,9 @@ struct WorkerGroup::Worker {
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, ExitCallback on_exit, GroupCallback on_spawn,
-                         GroupCallback on_reaped)
+                         GroupCallback on_reaped, ProcessLauncher* launcher)
     : io_(io),
+      launcher_(launcher != nullptr ? launcher : DefaultProcessLauncher()),
       on_exit_(std::move(on_exit)),
       on_spawn_(std::move(on_spawn)),
       on_reaped_(std::move(on_reaped)),
@@ -96,8 +80,8 @@ WorkerGroup::WorkerGroup(asio::io_context& io, ExitCallback on_exit, GroupCallba
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
     if (!w->exited) {
-      ::kill(-w->pid, SIGKILL);
-      ::waitpid(w->pid, nullptr, 0);
+      launcher_->SignalGroup(w->pid, SIGKILL);
+      launcher_->Reap(w->pid);
     }
   }
 }
@@ -105,16 +89,16 @@ WorkerGroup::~WorkerGroup() {
 absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
   for (const WorkerSpec& spec : specs) {
     auto pid = StartOne(spec);
-    if (!pid.ok()) return pid.status();
+    if (!pid.ok()) {
+      KillAll();  // The ones already started exit; their exit events follow.
+      return pid.status();
+    }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
-  const pid_t agent_pid = ::getpid();
   {
-    auto exe = ResolveExecutable(spec.argv.at(0));
-    if (!exe.ok()) return exe.status();
     int files[2] = {-1, -1};
     const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
     for (int i = 0; i < 2; ++i) {
@@ -126,54 +110,19 @@ absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
         return ErrnoToStatus(e, absl::StrCat("open ", *paths[i]));
       }
     }
-    // Everything the child needs is built before fork: after it only async-signal-safe calls.
-    std::vector<char*> argv, envp;
-    for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-      int e = errno;
-      for (int fd : files) if (fd >= 0) ::close(fd);
-      return ErrnoToStatus(e, "pipe2");
+    LaunchRequest request;
+    request.argv = spec.argv;
+    request.env = spec.env;
+    request.local_rank = spec.local_rank;
+    absl::StatusOr<LaunchedProcess> launched = launcher_->Launch(request);
+    if (!launched.ok()) {
+      for (int fd : files) {
+        if (fd >= 0) ::close(fd);
+      }
+      return launched.status();
     }
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      int e = errno;
-      ::close(out_pipe[0]);
-      ::close(out_pipe[1]);
-      for (int fd : files) if (fd >= 0) ::close(fd);
-      return ErrnoToStatus(e, "pipe2");
-    }
-    const std::string exec_error =
-        absl::StrCat("dgt-run: cannot execute '", *exe, "' for local rank ", spec.local_rank,
-                     "\n");
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      int e = errno;
-      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
-      for (int fd : files) if (fd >= 0) ::close(fd);
-      return ErrnoToStatus(e, "fork");
-    }
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != agent_pid) ::_exit(126);  // The agent died before prctl took effect.
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      ::dup2(err_pipe[1], STDERR_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::execve(exe->c_str(), argv.data(), envp.data());
-      ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-      (void)ignored;
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.
+    const pid_t pid = launched->pid;
     if (on_spawn_) on_spawn_(pid);
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
     auto w = std::make_unique<Worker>(io_);
     w->local_rank = spec.local_rank;
     w->rank = spec.rank;
@@ -184,16 +133,9 @@ absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
     w->out_console = spec.stdout_console;
     w->err_console = spec.stderr_console;
     w->prefix = absl::StrCat("[rank", spec.rank, "]: ");
-    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) {
-      int e = errno;
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      if (on_reaped_) on_reaped_(pid);
-      ::close(out_pipe[0]);
-      ::close(err_pipe[0]);
-      return ErrnoToStatus(e, "pidfd_open");
-    }
+    const int pidfd = launched->exit_fd;
+    const int out_pipe[2] = {launched->stdout_fd, -1};
+    const int err_pipe[2] = {launched->stderr_fd, -1};
     w->pidfd.assign(pidfd);
     w->out.assign(out_pipe[0]);
     w->err.assign(err_pipe[0]);
@@ -212,11 +154,7 @@ void WorkerGroup::WatchExit(Worker& w) {
   w.pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
                      [this, &w](boost::system::error_code ec) {
                        if (ec) return;
-                       int status = 0;
-                       pid_t r;
-                       do {
-                         r = ::waitpid(w.pid, &status, 0);
-                       } while (r < 0 && errno == EINTR);
+                       const int status = launcher_->Reap(w.pid);
                        WorkerExit exit;
                        exit.local_rank = w.local_rank;
                        exit.rank = w.rank;
@@ -231,7 +169,7 @@ void WorkerGroup::WatchExit(Worker& w) {
                        exit.stderr_tail = w.stderr_tail;
                        w.exited = true;
                        // No grandchild outlives its worker: kill what is left of the group.
-                       ::kill(-w.pid, SIGKILL);
+                       launcher_->SignalGroup(w.pid, SIGKILL);
                        if (on_reaped_) on_reaped_(w.pid);
                        boost::system::error_code ignored;
                        w.pidfd.close(ignored);
@@ -313,7 +251,7 @@ void WorkerGroup::OnDrained(std::function<void()> callback) {
 
 void WorkerGroup::Signal(int sig) {
   for (auto& w : workers_) {
-    if (!w->exited) ::kill(-w->pid, sig);
+    if (!w->exited) launcher_->SignalGroup(w->pid, sig);
   }
 }
 
@@ -326,7 +264,7 @@ void WorkerGroup::Stop(absl::Duration grace, int sig) {
       if (!w->exited) {
         spdlog::warn("rank {} (pid {}) did not stop within the grace period; sending SIGKILL",
                      w->rank, w->pid);
-        ::kill(-w->pid, SIGKILL);
+        launcher_->SignalGroup(w->pid, SIGKILL);
       }
     }
   });
@@ -334,7 +272,7 @@ void WorkerGroup::Stop(absl::Duration grace, int sig) {
 
 void WorkerGroup::KillAll() {
   kill_timer_.cancel();
-  for (auto& w : workers_) ::kill(-w->pid, SIGKILL);
+  for (auto& w : workers_) launcher_->SignalGroup(w->pid, SIGKILL);
 }
 
 }  // namespace dgt::agent

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/process_launcher.h"
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
@@ -60,8 +61,6 @@ struct WorkerExit {
 
 inline constexpr size_t kStderrTailLines = 20;
 
-// Finds `program` in PATH (or checks it, when it contains a '/'). Errors: NotFound.
-absl::StatusOr<std::string> ResolveExecutable(const std::string& program);
 
 class WorkerGroup {
  public:
@@ -70,13 +69,16 @@ class WorkerGroup {
   // its group's leftovers were killed). For the GroupWatchdog.
   using GroupCallback = std::function<void(pid_t)>;
 
+  // `launcher` defaults to DefaultProcessLauncher() (fork/exec); not owned.
   WorkerGroup(boost::asio::io_context& io, ExitCallback on_exit,
-              GroupCallback on_spawn = nullptr, GroupCallback on_reaped = nullptr);
+              GroupCallback on_spawn = nullptr, GroupCallback on_reaped = nullptr,
+              ProcessLauncher* launcher = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  // Starts one process per spec. On error nothing is left running.
+  // Starts one process per spec. On error the workers already started are killed (their exit
+  // events follow).
   // Errors: NotFound for a missing executable; Internal when fork/pipe fail.
   absl::Status Start(const std::vector<WorkerSpec>& specs);
 
@@ -107,6 +109,7 @@ class WorkerGroup {
   void PipeClosed();
 
   boost::asio::io_context& io_;
+  ProcessLauncher* launcher_;
   ExitCallback on_exit_;
   GroupCallback on_spawn_;
   GroupCallback on_reaped_;

@@ -110,3 +110,129 @@ TEST(WorkerGroupTest, MissingExecutableIsNotFound) {
 
 }  // namespace
 }  // namespace dgt::agent
+
+#include "tests/agent/fake_process_launcher.h"
+
+namespace dgt::agent {
+namespace {
+
+WorkerSpec Fake(int rank, int attempt = 0) {
+  WorkerSpec spec;
+  spec.rank = rank;
+  spec.local_rank = rank;
+  spec.attempt = attempt;
+  spec.argv = {"python3", "-u", "train.py"};
+  return spec;
+}
+
+TEST(WorkerGroupFakeTest, StopIsSignalThenSigkillAfterGraceThenLeftoversKilled) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  std::vector<WorkerExit> exits;
+  WorkerGroup group(
+      io, [&](const WorkerExit& e) { exits.push_back(e); }, nullptr, nullptr, &launcher);
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1)}).ok());
+  const pid_t p0 = launcher.launch_order()[0], p1 = launcher.launch_order()[1];
+  launcher.IgnoreSignal(p1, SIGTERM);
+  group.Stop(absl::Milliseconds(100));
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(exits[0].rank, 0);
+  EXPECT_EQ(exits[0].signal, SIGTERM);
+  EXPECT_EQ(exits[1].rank, 1);
+  EXPECT_EQ(exits[1].signal, SIGKILL);
+  EXPECT_EQ(exits[1].ExitStatus(), 128 + SIGKILL);
+  // After each exit, what is left of the group gets SIGKILL.
+  EXPECT_EQ(launcher.process(p0).signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  EXPECT_EQ(launcher.process(p1).signals, (std::vector<int>{SIGTERM, SIGKILL, SIGKILL}));
+}
+
+TEST(WorkerGroupFakeTest, NotifySignalLeavesWorkersRunning) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1)}).ok());
+  for (pid_t p : launcher.launch_order()) launcher.IgnoreSignal(p, SIGUSR1);
+  group.Signal(SIGUSR1);
+  io.run_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(group.alive(), 2);
+  for (pid_t p : launcher.launch_order()) {
+    EXPECT_EQ(launcher.process(p).signals, (std::vector<int>{SIGUSR1}));
+  }
+}
+
+TEST(WorkerGroupFakeTest, ReplacingOneRankLeavesTheOthersUntouched) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  std::vector<WorkerExit> exits;
+  std::vector<pid_t> spawned;
+  WorkerGroup* group_ptr = nullptr;
+  WorkerGroup group(
+      io,
+      [&](const WorkerExit& e) {
+        exits.push_back(e);
+        if (e.attempt == 0) {
+          ASSERT_TRUE(group_ptr->StartOne(Fake(e.rank, 1)).ok());
+        }
+        io.stop();
+      },
+      [&](pid_t p) { spawned.push_back(p); }, nullptr, &launcher);
+  group_ptr = &group;
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1), Fake(2)}).ok());
+  launcher.ExitWithCode(launcher.launch_order()[1], 3);
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].exit_code, 3);
+  EXPECT_EQ(exits[0].rank, 1);
+  ASSERT_EQ(launcher.launch_order().size(), 4u);
+  EXPECT_EQ(spawned, launcher.launch_order());
+  EXPECT_EQ(group.alive(), 3);
+  EXPECT_TRUE(launcher.process(launcher.launch_order()[0]).signals.empty());
+  EXPECT_TRUE(launcher.process(launcher.launch_order()[2]).signals.empty());
+}
+
+TEST(WorkerGroupFakeTest, LinesAreJoinedAcrossWritesAndRoutedToFiles) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  WorkerSpec spec = Fake(0);
+  spec.stdout_file = ::testing::TempDir() + "wg_fake_stdout.log";
+  spec.stdout_console = false;
+  ASSERT_TRUE(group.Start({spec}).ok());
+  const pid_t p = launcher.launch_order()[0];
+  launcher.Write(p, 1, "hel");
+  io.run_for(std::chrono::milliseconds(20));
+  launcher.Write(p, 1, "lo\nwor");
+  io.run_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(ReadFile(spec.stdout_file), "hello\n");  // Only complete lines so far.
+  launcher.Write(p, 1, "ld\n");
+  launcher.ExitWithCode(p, 0);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_TRUE(group.drained());
+  EXPECT_EQ(ReadFile(spec.stdout_file), "hello\nworld\n");
+}
+
+TEST(WorkerGroupFakeTest, LaunchErrorLeavesNothingRunning) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  WorkerSpec bad = Fake(1);
+  bad.argv = {"missing"};
+  absl::Status s = group.Start({Fake(0), bad});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'missing' was not found in PATH");
+  const pid_t first = launcher.launch_order()[0];
+  ASSERT_FALSE(launcher.process(first).signals.empty());
+  EXPECT_EQ(launcher.process(first).signals[0], SIGKILL);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_EQ(group.alive(), 0);
+}
+
+}  // namespace
+}  // namespace dgt::agent
