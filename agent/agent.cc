@@ -619,6 +619,9 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
           RestartRank(e, d.restart_count);
           return;
         case RestartTracker::Action::kRestartGroup:
+          // Local node only (RestartTracker refuses group restarts when node_count > 1).
+          // TODO(issue 4): across nodes, ask the rendezvous for a new round and call
+          // StartRound(restart_count) from its assignment on every node.
           spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting every worker "
                        "(restart {} of --max-restarts={})",
                        e.rank, e.local_rank, e.Describe(), restarts_->restarts(),
