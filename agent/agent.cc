@@ -798,11 +798,23 @@ void Agent::Finish(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
   exit_status_ = exit_status;
-  if (exit_status != 0 && !failures_.empty() && first_failure_) {
-    std::string summary = Summary();
+  std::string summary;
+  if (exit_status != 0 && !failures_.empty() && first_failure_) summary = Summary();
+  if (options_.log_format == LogFormat::kJson) {
+    // One JSON record, so that log pipelines reading stderr keep parsing.
+    if (!message.empty()) {
+      std::string text = absl::StrCat(summary, "dgt-run: ", exit_status == 0 ? "done" : "error",
+                                      ": ", message);
+      if (exit_status == 0) {
+        spdlog::info("{}", text);
+      } else {
+        spdlog::error("{}", text);
+      }
+    } else if (exit_status == 0) {
+      spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
+    }
+  } else if (!message.empty()) {
     std::fputs(summary.c_str(), stderr);
-  }
-  if (!message.empty()) {
     std::fprintf(stderr, "dgt-run: %s: %s\n", exit_status == 0 ? "done" : "error",
                  message.c_str());
   } else if (exit_status == 0) {

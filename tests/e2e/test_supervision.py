@@ -259,6 +259,17 @@ def test_json_agent_log(spawn):
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", rec["time"])
 
 
+def test_json_agent_log_failure_summary_is_one_record(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--log-format=json",
+               WORKERS / "exit_code.py", "--fail-rank", "1", "--code", "3"])
+    assert p.wait(timeout=30) == 3, p.stderr
+    recs = [json.loads(l) for l in p.stderr.splitlines() if not l.startswith("[rank")]
+    final = [r for r in recs if "Root cause (first failure):" in r["msg"]]
+    assert len(final) == 1 and final[0]["level"] == "error"
+    assert final[0]["msg"].endswith("exited with code 3")
+    assert "\n  rank 1 (local rank 1), host 127.0.0.1" in final[0]["msg"]
+
+
 def test_torchrun_command_line_runs_unchanged(spawn, tmp_path):
     port = free_port()
     p = spawn([DGT_RUN, "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=static",
