@@ -616,8 +616,8 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
           spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank,
                        e.local_rank, e.Describe());
           failures_.pop_back();  // Recovered: not part of a failure summary.
-          RestartRank(e, d.restart_count);
-          return;
+          RestartRank(e, d.restart_count);  // On failure it stops the others.
+          break;
         case RestartTracker::Action::kRestartGroup:
           // Local node only (RestartTracker refuses group restarts when node_count > 1).
           // TODO(issue 4): across nodes, ask the rendezvous for a new round and call
