@@ -92,7 +92,6 @@ class StaticCoordinator {
   std::shared_ptr<StoreConnection> watch_;
   std::shared_ptr<StoreConnection> control_;
   boost::asio::steady_timer finish_timer_;
-  bool reported_failure_ = false;
 };
 
 }  // namespace dgt::agent
