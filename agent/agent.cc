@@ -1,13 +1,18 @@
 #include "agent/agent.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 
@@ -32,8 +37,66 @@ std::string RandomRunId() {
   return absl::StrCat("standalone-", absl::Hex(rd(), absl::kZeroPad8));
 }
 
-// Stop signals the agent handles; torchrun's default --signals-to-handle set.
-constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+std::string SignalName(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
+}
+
+// Signals that are forwarded without stopping the job (schedulers use them to announce a
+// preemption; the workers decide what to do).
+bool IsNotifySignal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
+
+std::string Rfc3339Millis(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+// Appends a torch 1.x TCPStore string field: u64 length (host order) and the bytes.
+void AppendField(std::string* out, absl::string_view s) {
+  uint64_t n = s.size();
+  out->append(reinterpret_cast<const char*>(&n), sizeof n);
+  out->append(s.data(), s.size());
+}
+
+// Fire-and-forget SET of one key on a TCPStore-protocol server (1.x SET: opcode 0, key, value;
+// no reply), bounded by a deadline.
+class StoreSetter : public std::enable_shared_from_this<StoreSetter> {
+ public:
+  StoreSetter(asio::io_context& io, std::string frame)
+      : socket_(io), timer_(io), frame_(std::move(frame)) {}
+  void Run(const std::string& host, int port) {
+    boost::system::error_code ec;
+    auto address = asio::ip::make_address(host, ec);
+    if (ec) return;
+    auto self = shared_from_this();
+    timer_.expires_after(std::chrono::seconds(5));
+    timer_.async_wait([self](boost::system::error_code e) {
+      if (!e) {
+        boost::system::error_code ignored;
+        self->socket_.close(ignored);
+      }
+    });
+    socket_.async_connect(asio::ip::tcp::endpoint(address, static_cast<uint16_t>(port)),
+                          [self](boost::system::error_code e) {
+                            if (e) return self->Done(e);
+                            asio::async_write(self->socket_, asio::buffer(self->frame_),
+                                              [self](boost::system::error_code e2, size_t) {
+                                                self->Done(e2);
+                                              });
+                          });
+  }
+
+ private:
+  void Done(boost::system::error_code ec) {
+    if (ec) spdlog::warn("dgt-run: cannot publish a restart in the store: {}", ec.message());
+    timer_.cancel();
+    boost::system::error_code ignored;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
+  }
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer timer_;
+  std::string frame_;
+};
 
 }  // namespace
 
@@ -46,6 +109,12 @@ Agent::Agent(LaunchOptions options)
 
 Agent::~Agent() {
   workers_.reset();
+  retired_.clear();
+  for (int fd : tf_reservations_) ::close(fd);
+  if (log_root_is_temp_ && !log_root_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(log_root_, ec);
+  }
   if (session_) session_->Close();
   if (store_) store_->Stop();
   if (embedded_rendezvous_) embedded_rendezvous_->Shutdown();
@@ -53,6 +122,10 @@ Agent::~Agent() {
 
 absl::Status Agent::Prepare() {
   if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
+  if (options_.rdzv_backend == "static" && options_.max_nodes > 1 &&
+      options_.rdzv_endpoint.empty()) {
+    return PrepareStatic();
+  }
 
   if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
@@ -93,6 +166,9 @@ absl::Status Agent::Prepare() {
   // closes; other nodes stop theirs once assigned.
   store::ServerOptions store_options;
   store_options.host = advertised_address_;
+  if (options_.master_port_set && options_.max_nodes == 1) {
+    store_options.port = static_cast<uint16_t>(options_.master_port);
+  }
   store_ = std::make_unique<store::Server>(store_options);
   if (auto s = store_->Start(); !s.ok()) return s;
 
@@ -136,6 +212,78 @@ absl::Status Agent::Prepare() {
   return absl::OkStatus();
 }
 
+absl::Status Agent::PrepareStatic() {
+  // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
+  // store at --master-addr:--master-port. No rendezvous service.
+  auto master = ResolveToIp(options_.master_addr);
+  if (!master.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
+  }
+  const int node_rank = std::max(options_.node_rank, 0);
+  if (node_rank == 0) {
+    store::ServerOptions store_options;
+    // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
+    store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
+    store_options.port = static_cast<uint16_t>(options_.master_port);
+    store_ = std::make_unique<store::Server>(store_options);
+    if (absl::Status s = store_->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
+                                                 options_.master_port, ": ", s.message()));
+    }
+  }
+  advertised_address_ = options_.local_addr.empty() ? *master : options_.local_addr;
+  if (options_.local_addr.empty()) {
+    auto local = RoutedLocalAddress(*master);
+    if (local.ok()) advertised_address_ = *local;
+  }
+  assignment_.run_id = options_.run_id;
+  assignment_.node_rank = node_rank;
+  assignment_.node_count = options_.max_nodes;
+  assignment_.world_size = options_.max_nodes * options_.nproc_per_node;
+  assignment_.first_global_rank = node_rank * options_.nproc_per_node;
+  assignment_.local_world_size = options_.nproc_per_node;
+  assignment_.master_addr = *master;
+  assignment_.master_port = options_.master_port;
+  assignment_.max_restarts = options_.max_restarts;
+
+  StaticCoordinator::Options co;
+  co.run_id = options_.run_id;
+  co.node_rank = node_rank;
+  co.node_count = options_.max_nodes;
+  co.master_addr = *master;
+  co.master_port = options_.master_port;
+  co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
+  co.finish_timeout = absl::Seconds(options_.join_timeout_s);
+  static_ = std::make_unique<StaticCoordinator>(io_, co);
+  spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
+               options_.max_nodes, *master, options_.master_port);
+  static_->Start(
+      [this](absl::Status s) {
+        if (state_ != State::kJoining) return;
+        if (!s.ok()) {
+          Finish(1, absl::StrCat("static rendezvous: ", s.message(),
+                                 " (is node rank 0 running? see --rdzv-connect-timeout)"));
+          return;
+        }
+        spdlog::info("dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
+                     "MASTER_ADDR={} MASTER_PORT={}",
+                     assignment_.run_id, assignment_.node_rank, assignment_.node_count,
+                     assignment_.first_global_rank,
+                     assignment_.first_global_rank + options_.nproc_per_node - 1,
+                     assignment_.world_size, assignment_.master_addr, assignment_.master_port);
+        BeginRun();
+      },
+      [this](int exit_status, const std::string& message) {
+        if (state_ == State::kAwaitingOutcome || state_ == State::kDone) return;
+        rdzv_v1::RunFinished finished;
+        finished.set_succeeded(false);
+        finished.set_message(message);
+        finished.mutable_failure()->set_exit_code(exit_status);
+        OnRunFinished(finished);
+      });
+  return absl::OkStatus();
+}
+
 void Agent::WaitForSignals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -146,7 +294,13 @@ void Agent::WaitForSignals() {
 
 int Agent::Run() {
   ::signal(SIGPIPE, SIG_IGN);
-  for (int sig : kStopSignals) signals_.add(sig);
+  // Before any thread starts (gRPC, the store): the watchdog is forked from here.
+  if (absl::Status s = watchdog_.Start(); !s.ok()) {
+    std::fprintf(stderr, "dgt-run: error: cannot start the process-group watchdog: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
   if (absl::Status s = Prepare(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
@@ -195,6 +349,7 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
                              " ended before this node was assigned: ", status.error_message()));
       return;
     case State::kRunning:
+    case State::kRestarting:
     case State::kStopping:
       spdlog::warn("dgt-run: lost the rendezvous service at {} ({}); workers keep running",
                    rdzv_endpoint_, status.error_message());
@@ -231,56 +386,277 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
                a.node_count(), a.first_global_rank(),
                a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(),
                a.master_addr(), a.master_port());
+  BeginRun();
+}
 
-  std::vector<std::string> command;
-  if (!options_.no_python) {
-    command = {options_.python, "-u"};
-    if (options_.module) command.push_back("-m");
+void Agent::BeginRun() {
+  RestartTracker::Options restart_options;
+  restart_options.policy = options_.restart_policy;
+  restart_options.max_restarts = options_.max_restarts;
+  restart_options.node_count = assignment_.node_count;
+  restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
+
+  if (options_.log_dir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dgt-run-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) {
+      log_root_ = pattern;
+      log_root_is_temp_ = true;
+    }
+  } else {
+    log_root_ = (std::filesystem::path(options_.log_dir) / options_.run_id).string();
   }
-  command.insert(command.end(), options_.command.begin(), options_.command.end());
+  if (options_.distribution == Distribution::kTensorflow) {
+    if (absl::Status s = ReserveTfPorts(); !s.ok()) {
+      Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
+      return;
+    }
+  }
+  StartRound(0);
+}
 
-  EnvMap base = CurrentEnvironment();
-  std::vector<WorkerSpec> specs;
+absl::Status Agent::ReserveTfPorts() {
+  // Bound (not listening) sockets hold the ports until the workers start, so the addresses in
+  // TF_CONFIG stay free.
   for (int local = 0; local < options_.nproc_per_node; ++local) {
-    WorkerSpec spec;
-    spec.local_rank = local;
-    spec.rank = a.first_global_rank() + local;
-    spec.argv = command;
-    spec.env = ToEnvStrings(BuildWorkerEnv(base, assignment_, local));
-    specs.push_back(std::move(spec));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, advertised_address_.c_str(), &addr.sin_addr) != 1) {
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError("socket failed");
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot bind a port on ", advertised_address_));
+    }
+    tf_reservations_.push_back(fd);
+    tf_addresses_.push_back(absl::StrCat(advertised_address_, ":", ntohs(addr.sin_port)));
   }
-  workers_ = std::make_unique<WorkerGroup>(io_, [this](const WorkerExit& e) { OnWorkerExit(e); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
+  WorkerSpec spec;
+  spec.local_rank = local_rank;
+  spec.rank = assignment_.first_global_rank + local_rank;
+  spec.attempt = attempt;
+  if (!options_.no_python) {
+    spec.argv = {options_.python, "-u"};
+    if (options_.module) spec.argv.push_back("-m");
+    if (options_.run_path) {
+      spec.argv.push_back("-c");
+      spec.argv.push_back(
+          "import runpy, sys; sys.argv = sys.argv[1:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')");
+    }
+  }
+  spec.argv.insert(spec.argv.end(), options_.command.begin(), options_.command.end());
+  if (options_.pass_local_rank_arg) spec.argv.push_back(absl::StrCat("--local_rank=", local_rank));
+
+  WorkerEnvExtras extras;
+  extras.role = options_.role;
+  extras.distribution = options_.distribution;
+  if (!log_root_.empty()) {
+    std::filesystem::path dir = std::filesystem::path(log_root_) /
+                                absl::StrCat("attempt_", attempt) / absl::StrCat(local_rank);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot create log directory ", dir.string(), ": ", ec.message()));
+    }
+    extras.error_file = (dir / "error.json").string();
+    std::filesystem::remove(extras.error_file, ec);  // A stale file would be taken for this one.
+    const int redirect = options_.redirects.For(local_rank);
+    const int tee = options_.tee.For(local_rank);
+    if ((redirect | tee) & 1) spec.stdout_file = (dir / "stdout.log").string();
+    if ((redirect | tee) & 2) spec.stderr_file = (dir / "stderr.log").string();
+  }
+  const int redirect = options_.redirects.For(local_rank);
+  const int tee = options_.tee.For(local_rank);
+  const bool shown = options_.local_ranks_filter.empty() ||
+                     options_.local_ranks_filter.count(local_rank) > 0;
+  spec.stdout_console = shown && (!(redirect & 1) || (tee & 1));
+  spec.stderr_console = shown && (!(redirect & 2) || (tee & 2));
+  if (options_.distribution == Distribution::kTensorflow) {
+    extras.tf_config = BuildTfConfig(tf_addresses_, options_.parameter_server_count,
+                                     options_.tf_chief, spec.rank);
+  }
+  NodeAssignment a = assignment_;
+  a.restart_count = attempt;
+  spec.env = ToEnvStrings(BuildWorkerEnv(CurrentEnvironment(), a, local_rank, extras));
+  return spec;
+}
+
+void Agent::StartRound(int restart_count) {
+  restart_count_ = restart_count;
+  failures_.clear();
+  std::vector<WorkerSpec> specs;
+  absl::Status status;
+  for (int local = 0; local < options_.nproc_per_node && status.ok(); ++local) {
+    auto spec = MakeSpec(local, restart_count);
+    if (spec.ok()) {
+      specs.push_back(std::move(*spec));
+    } else {
+      status = spec.status();
+    }
+  }
+  for (int fd : tf_reservations_) ::close(fd);  // The workers bind these ports now.
+  tf_reservations_.clear();
+  if (workers_) retired_.push_back(std::move(workers_));
+  workers_ = std::make_unique<WorkerGroup>(
+      io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
+      [this](pid_t pgid) { watchdog_.Register(pgid); },
+      [this](pid_t pgid) { watchdog_.Unregister(pgid); });
   state_ = State::kRunning;
-  if (absl::Status s = workers_->Start(specs); !s.ok()) {
-    first_failure_ = WorkerExit{};
-    first_failure_->exit_code = 127;
-    spdlog::error("dgt-run: cannot start workers: {}", s.message());
-    StopWorkers();
-    if (workers_->alive() == 0) AfterWorkersExited();
+  if (status.ok()) status = workers_->Start(specs);
+  if (!status.ok()) {
+    // Start() killed the workers it had started; the group's destructor reaps them.
+    Finish(127, absl::StrCat("cannot start workers: ", status.message()));
+    return;
+  }
+  if (restart_count > 0) {
+    spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",
+                 specs.size(), restart_count);
   }
 }
 
+void Agent::RestartRank(const WorkerExit& e, int attempt) {
+  auto spec = MakeSpec(e.local_rank, attempt);
+  absl::StatusOr<pid_t> pid = spec.ok() ? workers_->StartOne(*spec)
+                                        : absl::StatusOr<pid_t>(spec.status());
+  if (!pid.ok()) {
+    spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
+    first_failure_ = e;
+    failures_.push_back(RecordFailure(e));
+    StopWorkers();
+    return;
+  }
+  spdlog::info("dgt-run: restarted rank {} (local rank {}) as pid {} with "
+               "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
+               e.rank, e.local_rank, *pid, attempt, restarts_->restarts(),
+               options_.max_restarts);
+  PublishRestart(e.rank, attempt);
+}
+
+void Agent::PublishRestart(int rank, int generation) {
+  // Clients put '/' in front of user keys, so a torch TCPStore client reads this as
+  // store.get("dgt/restart/<rank>").
+  std::string frame(1, '\0');  // 1.x SET.
+  AppendField(&frame, absl::StrCat("/dgt/restart/", rank));
+  AppendField(&frame, absl::StrCat(generation));
+  auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
+  setter->Run(assignment_.master_addr, assignment_.master_port);
+}
+
 std::string Agent::DescribeFailure(const WorkerExit& e) const {
-  std::string text = absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, " on node rank ",
-                                  assignment_.node_rank, ", ", advertised_address_, ", pid ",
-                                  e.pid, ") ", e.Describe());
-  if (!e.stderr_tail.empty()) {
-    absl::StrAppend(&text, "\n  last stderr lines of rank ", e.rank, ":\n    ",
-                    absl::StrJoin(e.stderr_tail, "\n    "));
+  return absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, " on node rank ",
+                      assignment_.node_rank, ", ", advertised_address_, ", pid ", e.pid, ") ",
+                      e.Describe());
+}
+
+Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {
+  Failure f;
+  f.exit = e;
+  if (!log_root_.empty()) {
+    f.error_file = (std::filesystem::path(log_root_) / absl::StrCat("attempt_", e.attempt) /
+                    absl::StrCat(e.local_rank) / "error.json")
+                       .string();
+    f.error = ReadTorchErrorFile(f.error_file);
+  }
+  return f;
+}
+
+std::string Agent::Summary() const {
+  if (failures_.empty()) return "";
+  auto describe = [this](const Failure& f, bool full) {
+    const WorkerExit& e = f.exit;
+    std::string exit = e.signal != 0 ? absl::StrCat("signal ", e.signal, " (",
+                                                    SignalName(e.signal), ")")
+                                     : absl::StrCat("exit code ", e.exit_code);
+    std::string text = absl::StrCat(
+        "  rank ", e.rank, " (local rank ", e.local_rank, "), host ", advertised_address_,
+        " (node rank ", assignment_.node_rank, "), pid ", e.pid, ", attempt ", e.attempt, "\n",
+        "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
+    if (f.error) {
+      absl::StrAppend(&text, "    error file: ", f.error_file, "\n", "    message: ",
+                      f.error->message, "\n");
+      if (full && !f.error->traceback.empty()) {
+        std::string tb = f.error->traceback;
+        while (!tb.empty() && tb.back() == '\n') tb.pop_back();
+        absl::StrAppend(&text, "    traceback:\n      ",
+                        absl::StrJoin(absl::StrSplit(tb, '\n'), "\n      "), "\n");
+      }
+    } else if (full && !e.stderr_tail.empty()) {
+      absl::StrAppend(&text, "    error file: <none written>; last stderr lines:\n      ",
+                      absl::StrJoin(e.stderr_tail, "\n      "), "\n");
+    }
+    return text;
+  };
+  std::string text = absl::StrCat("dgt-run: run '", options_.run_id, "' failed\n",
+                                  "Root cause (first failure):\n", describe(failures_[0], true));
+  if (failures_.size() > 1) {
+    absl::StrAppend(&text, "Other failures:\n");
+    for (size_t i = 1; i < failures_.size(); ++i) {
+      absl::StrAppend(&text, describe(failures_[i], false));
+    }
   }
   return text;
 }
 
 void Agent::OnWorkerExit(const WorkerExit& e) {
   if (!e.succeeded()) {
-    if (!first_failure_ && !remote_outcome_ && stop_signal_ == 0) {
-      first_failure_ = e;
-      spdlog::error("dgt-run: rank {} (local rank {}) {}; stopping the other workers", e.rank,
-                    e.local_rank, e.Describe());
+    // Failures observed before this node started stopping on its own (not ones it caused).
+    const bool own_failure = state_ == State::kRunning && !remote_outcome_ && stop_signal_ == 0;
+    if (own_failure) {
+      RestartTracker::Decision d = restarts_->OnFailure(e.rank, e.attempt);
+      failures_.push_back(RecordFailure(e));
+      switch (d.action) {
+        case RestartTracker::Action::kRestartRank:
+          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank,
+                       e.local_rank, e.Describe());
+          failures_.pop_back();  // Recovered: not part of a failure summary.
+          RestartRank(e, d.restart_count);  // On failure it stops the others.
+          break;
+        case RestartTracker::Action::kRestartGroup:
+          // Local node only (RestartTracker refuses group restarts when node_count > 1).
+          // TODO(issue 4): across nodes, ask the rendezvous for a new round and call
+          // StartRound(restart_count) from its assignment on every node.
+          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting every worker "
+                       "(restart {} of --max-restarts={})",
+                       e.rank, e.local_rank, e.Describe(), restarts_->restarts(),
+                       options_.max_restarts);
+          state_ = State::kRestarting;
+          next_restart_count_ = d.restart_count;
+          workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+          break;
+        case RestartTracker::Action::kIgnore:
+          break;
+        case RestartTracker::Action::kFail:
+          first_failure_ = e;
+          spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
+                        e.rank, e.local_rank, e.Describe(), d.reason);
+          StopWorkers();
+          break;
+      }
+    } else {
+      if (first_failure_ && e.signal != SIGTERM && e.signal != SIGKILL) {
+        failures_.push_back(RecordFailure(e));  // Failed on its own while the others stopped.
+      }
+      if (state_ == State::kRunning) StopWorkers();
     }
-    if (state_ == State::kRunning) StopWorkers();
   }
-  if (workers_->alive() == 0) AfterWorkersExited();
+  if (workers_->alive() > 0) return;
+  if (state_ == State::kRestarting) {
+    workers_->KillAll();
+    StartRound(next_restart_count_);
+    return;
+  }
+  AfterWorkersExited();
 }
 
 void Agent::StopWorkers() {
@@ -289,22 +665,31 @@ void Agent::StopWorkers() {
 }
 
 void Agent::OnSignal(int sig) {
-  const char* name = sigabbrev_np(sig);
+  const std::string name = SignalName(sig);
+  if (IsNotifySignal(sig)) {
+    if (workers_ && (state_ == State::kRunning || state_ == State::kRestarting ||
+                     state_ == State::kStopping)) {
+      spdlog::info("dgt-run: received {}; forwarding it to the workers", name);
+      workers_->Signal(sig);
+    }
+    return;
+  }
   if (state_ == State::kJoining || !workers_) {
-    Finish(128 + sig, absl::StrCat("stopped by SIG", name ? name : "?", " before workers started"));
+    Finish(128 + sig, absl::StrCat("stopped by ", name, " before workers started"));
     return;
   }
   if (stop_signal_ != 0) {
-    spdlog::warn("dgt-run: second signal SIG{}; killing the workers now", name ? name : "?");
+    spdlog::warn("dgt-run: second signal {}; killing the workers now", name);
     workers_->KillAll();
     return;
   }
   stop_signal_ = sig;
-  spdlog::warn("dgt-run: received SIG{}; forwarding it to the workers and stopping",
-               name ? name : "?");
+  spdlog::warn("dgt-run: received {}; forwarding it to the workers and stopping (SIGKILL after "
+               "{} s)", name, options_.stop_timeout_s);
   state_ = State::kStopping;
-  workers_->Signal(sig);
-  workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+  // The workers get the signal itself, then SIGKILL after --stop-timeout (torchrun forwards
+  // the signal it received as the death signal).
+  workers_->Stop(absl::Seconds(options_.stop_timeout_s), sig);
 }
 
 void Agent::AfterWorkersExited() {
@@ -315,6 +700,24 @@ void Agent::AfterWorkersExited() {
   auto report = [this] {
     drain_timer_.cancel();
     if (state_ != State::kAwaitingOutcome) return;
+    if (static_) {
+      const int own = stop_signal_ != 0 ? 128 + stop_signal_
+                                        : (first_failure_ ? first_failure_->ExitStatus() : 0);
+      std::string what = first_failure_ ? DescribeFailure(*first_failure_)
+                                        : absl::StrCat("stopped by ", SignalName(stop_signal_));
+      static_->Report(own, what, [this] {
+        if (stop_signal_ != 0) {
+          Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+        } else if (first_failure_) {
+          Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+        } else if (remote_outcome_) {
+          OnRunFinished(*remote_outcome_);
+        } else {
+          Finish(0, "");
+        }
+      });
+      return;
+    }
     if (remote_outcome_) {
       OnRunFinished(*remote_outcome_);
       return;
@@ -368,6 +771,7 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
              finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
       return;
     case State::kRunning:
+    case State::kRestarting:
     case State::kStopping:
       if (finished.succeeded()) return;  // Cannot happen before this node reported.
       if (!remote_outcome_ && !first_failure_) {
@@ -376,6 +780,7 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
                       finished.message());
       }
       if (state_ == State::kRunning) StopWorkers();
+      if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
       return;
     case State::kAwaitingOutcome:
       if (finished.succeeded()) {
@@ -397,7 +802,23 @@ void Agent::Finish(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
   exit_status_ = exit_status;
-  if (!message.empty()) {
+  std::string summary;
+  if (exit_status != 0 && !failures_.empty() && first_failure_) summary = Summary();
+  if (options_.log_format == LogFormat::kJson) {
+    // One JSON record, so that log pipelines reading stderr keep parsing.
+    if (!message.empty()) {
+      std::string text = absl::StrCat(summary, "dgt-run: ", exit_status == 0 ? "done" : "error",
+                                      ": ", message);
+      if (exit_status == 0) {
+        spdlog::info("{}", text);
+      } else {
+        spdlog::error("{}", text);
+      }
+    } else if (exit_status == 0) {
+      spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
+    }
+  } else if (!message.empty()) {
+    std::fputs(summary.c_str(), stderr);
     std::fprintf(stderr, "dgt-run: %s: %s\n", exit_status == 0 ? "done" : "error",
                  message.c_str());
   } else if (exit_status == 0) {

@@ -11,8 +11,12 @@
 #include <optional>
 #include <string>
 
+#include "agent/error_file.h"
+#include "agent/group_watchdog.h"
 #include "agent/launch_options.h"
 #include "agent/rendezvous_session.h"
+#include "agent/restart_policy.h"
+#include "agent/static_coordinator.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "boost/asio.hpp"
@@ -32,19 +36,43 @@ class Agent {
   int Run();
 
  private:
-  enum class State { kJoining, kRunning, kStopping, kAwaitingOutcome, kDone };
+  enum class State { kJoining, kRunning, kRestarting, kStopping, kAwaitingOutcome, kDone };
+
+  // A failed worker as the summary reports it.
+  struct Failure {
+    WorkerExit exit;
+    std::string error_file;
+    std::optional<WorkerError> error;  // From TORCHELASTIC_ERROR_FILE, when it wrote one.
+  };
 
   absl::Status Prepare();
+  // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
+  absl::Status PrepareStatic();
+  // Sets up restarts and logs for `assignment_`, then StartRound(0).
+  void BeginRun();
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
   void OnRunFinished(const rdzv_v1::RunFinished& finished);
   void OnWorkerExit(const WorkerExit& exit);
+  // Starts every local worker of a round from `assignment_` with TORCHELASTIC_RESTART_COUNT
+  // `restart_count`. The single entry point for first starts and group restarts (and, later,
+  // new rendezvous rounds).
+  void StartRound(int restart_count);
+  // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
+  absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
+  void RestartRank(const WorkerExit& exit, int attempt);
+  // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
+  void PublishRestart(int rank, int generation);
+  absl::Status ReserveTfPorts();
   void OnSignal(int sig);
   void StopWorkers();
   void AfterWorkersExited();
   void Finish(int exit_status, const std::string& message);
   std::string DescribeFailure(const WorkerExit& exit) const;
+  Failure RecordFailure(const WorkerExit& exit) const;
+  // The failure summary: the first failure in time, then the others.
+  std::string Summary() const;
   void WaitForSignals();
 
   LaunchOptions options_;
@@ -61,8 +89,20 @@ class Agent {
   std::string advertised_address_;
   std::unique_ptr<store::Server> store_;
   std::unique_ptr<RendezvousSession> session_;
+  std::unique_ptr<StaticCoordinator> static_;
   bool session_open_ = false;
+  GroupWatchdog watchdog_;
+  RealClock clock_;
+  std::unique_ptr<RestartTracker> restarts_;
   std::unique_ptr<WorkerGroup> workers_;
+  std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
+  int restart_count_ = 0;
+  int next_restart_count_ = 0;      // The attempt being started or running (group policy).
+  std::string log_root_;       // <log_dir>/<run_id>, or a temporary directory.
+  bool log_root_is_temp_ = false;
+  std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
+  std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
+  std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
   NodeAssignment assignment_;
   rdzv_v1::JoinProgress last_progress_;
 

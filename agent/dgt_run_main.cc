@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/agent_log.h"
 #include "agent/launch_options.h"
 #include "common/logging.h"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
     std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
     return parsed.exit_code;
   }
+  dgt::agent::ConfigureAgentLog(parsed.options->log_format);
   dgt::agent::Agent agent(std::move(*parsed.options));
   return agent.Run();
 }

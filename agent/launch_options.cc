@@ -1,5 +1,7 @@
 #include "agent/launch_options.h"
 
+#include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,10 +9,11 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
 #include "common/host_port.h"
 
 namespace dgt::agent {
@@ -91,33 +94,98 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
       return Bad(absl::StrCat("--rdzv-conf entries must be key=value, got '", item, "'"));
     }
     double seconds = 0;
-    bool is_timeout = kv[0].size() > 8 && kv[0].substr(kv[0].size() - 8) == "_timeout";
+    bool is_timeout = absl::EndsWith(kv[0], "_timeout") || kv[0] == "timeout";
     if (is_timeout && (!absl::SimpleAtod(kv[1], &seconds) || seconds <= 0)) {
       return Bad(absl::StrCat("--rdzv-conf ", kv[0], " must be a number of seconds > 0, got '",
                               kv[1], "'"));
     }
-    if (kv[0] == "join_timeout") o->join_timeout_s = seconds;
+    if (kv[0] == "join_timeout" || kv[0] == "timeout") o->join_timeout_s = seconds;
     if (kv[0] == "last_call_timeout") o->last_call_timeout_s = seconds;
-    // close_timeout, read_timeout, timeout, is_host, keep_alive_*: accepted for compatibility.
+    // close_timeout, read_timeout, is_host, keep_alive_*: accepted for compatibility.
   }
   return absl::OkStatus();
 }
 
-absl::Status Validate(const std::string& nnodes, const std::string& nproc,
-                      const std::string& rdzv_backend, const std::string& rdzv_conf,
-                      const std::vector<std::string>& rest,
+absl::StatusOr<std::set<int>> ParseRankList(const std::string& text) {
+  std::set<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int r = 0;
+    if (!absl::SimpleAtoi(item, &r) || r < 0) {
+      return Bad(absl::StrCat("--local-ranks-filter must be local ranks like 0,2, got '", text,
+                              "'"));
+    }
+    out.insert(r);
+  }
+  return out;
+}
+
+struct RawFlags {
+  std::string nnodes = "1:1";
+  std::string nproc = "1";
+  std::string rdzv_conf;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  std::string log_format = "text";
+  std::string distribution = "pytorch";
+  std::string restart_policy = "group";
+  bool nnodes_set = false;
+  bool nproc_set = false;
+};
+
+absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                       const char* (*getenv_fn)(const char*), LaunchOptions* o) {
-  if (auto s = ParseNnodes(nnodes, o); !s.ok()) return s;
-  if (auto s = ParseNproc(nproc, getenv_fn, o); !s.ok()) return s;
-  if (auto s = ParseRdzvConf(rdzv_conf, o); !s.ok()) return s;
-  if (rdzv_backend == "etcd" || rdzv_backend == "etcd-v2") {
-    return Bad(absl::StrCat("--rdzv-backend=", rdzv_backend,
+  if (auto s = ParseNnodes(raw.nnodes, o); !s.ok()) return s;
+  if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;
+  if (auto s = ParseRdzvConf(raw.rdzv_conf, o); !s.ok()) return s;
+  auto redirects = ParseStreamSpec(raw.redirects, "--redirects");
+  if (!redirects.ok()) return redirects.status();
+  o->redirects = *redirects;
+  auto tee = ParseStreamSpec(raw.tee, "--tee");
+  if (!tee.ok()) return tee.status();
+  o->tee = *tee;
+  auto filter = ParseRankList(raw.local_ranks_filter);
+  if (!filter.ok()) return filter.status();
+  o->local_ranks_filter = *filter;
+  auto signals = ParseSignalList(raw.signals);
+  if (!signals.ok()) return signals.status();
+  o->signals_to_handle = *signals;
+
+  if (raw.log_format == "text") {
+    o->log_format = LogFormat::kText;
+  } else if (raw.log_format == "json") {
+    o->log_format = LogFormat::kJson;
+  } else {
+    return Bad(absl::StrCat("--log-format must be text or json, got '", raw.log_format, "'"));
+  }
+  if (raw.distribution == "pytorch") {
+    o->distribution = Distribution::kPytorch;
+  } else if (raw.distribution == "tensorflow") {
+    o->distribution = Distribution::kTensorflow;
+  } else if (raw.distribution == "mpi") {
+    o->distribution = Distribution::kMpi;
+  } else {
+    return Bad(absl::StrCat("--distribution must be pytorch, tensorflow or mpi, got '",
+                            raw.distribution, "'"));
+  }
+  if (raw.restart_policy == "group") {
+    o->restart_policy = RestartPolicy::kGroup;
+  } else if (raw.restart_policy == "rank") {
+    o->restart_policy = RestartPolicy::kRank;
+  } else {
+    return Bad(absl::StrCat("--restart-policy must be group or rank, got '", raw.restart_policy,
+                            "'"));
+  }
+
+  const std::string& backend = o->rdzv_backend;
+  if (backend == "etcd" || backend == "etcd-v2") {
+    return Bad(absl::StrCat("--rdzv-backend=", backend,
                             " is not supported: run dgt-rendezvous and pass its address with "
                             "--rdzv-endpoint"));
   }
-  if (rdzv_backend != "static" && rdzv_backend != "c10d" && rdzv_backend != "dgt") {
-    return Bad(absl::StrCat("--rdzv-backend must be static, c10d or dgt, got '", rdzv_backend,
-                            "'"));
+  if (backend != "static" && backend != "c10d" && backend != "dgt") {
+    return Bad(absl::StrCat("--rdzv-backend must be static, c10d or dgt, got '", backend, "'"));
   }
   if (o->max_restarts < 0) {
     return Bad(absl::StrCat("--max-restarts must be >= 0, got ", o->max_restarts));
@@ -125,9 +193,15 @@ absl::Status Validate(const std::string& nnodes, const std::string& nproc,
   if (o->join_timeout_s <= 0 || o->connect_timeout_s <= 0 || o->stop_timeout_s < 0) {
     return Bad("timeouts must be positive numbers of seconds");
   }
+  if (o->master_port < 1 || o->master_port > 65535) {
+    return Bad(absl::StrCat("--master-port must be 1..65535, got ", o->master_port));
+  }
+  if (o->parameter_server_count < 0 || o->worker_count < 0) {
+    return Bad("--worker-count and --parameter-server-count must be >= 0");
+  }
   if (o->standalone) {
     if (o->max_nodes != 1) {
-      return Bad(absl::StrCat("--standalone runs a single node, but --nnodes=", nnodes));
+      return Bad(absl::StrCat("--standalone runs a single node, but --nnodes=", raw.nnodes));
     }
     if (!o->rdzv_endpoint.empty()) {
       return Bad("--standalone embeds its own rendezvous; do not pass --rdzv-endpoint");
@@ -137,8 +211,41 @@ absl::Status Validate(const std::string& nnodes, const std::string& nproc,
     auto hp = ParseHostPort(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
   } else if (o->max_nodes > 1) {
-    return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", nnodes,
+    if (backend == "static") {
+      // torchrun's static backend: node rank 0's agent hosts the store at --master-addr:
+      // --master-port; every node knows its --node-rank.
+      if (o->min_nodes != o->max_nodes) {
+        return Bad(absl::StrCat("--rdzv-backend=static needs a fixed --nnodes, got '", raw.nnodes,
+                                "' (use --rdzv-endpoint of dgt-rendezvous for elastic jobs)"));
+      }
+      if (o->node_rank >= o->max_nodes) {
+        return Bad(absl::StrCat("--node-rank must be 0..", o->max_nodes - 1, " for --nnodes=",
+                                raw.nnodes, ", got ", o->node_rank));
+      }
+      if (!o->master_port_set) o->master_port = 29500;
+    } else {
+    return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", raw.nnodes,
                             " (or use --standalone for one node)"));
+    }
+  }
+  if (o->distribution == Distribution::kTensorflow) {
+    if (o->max_nodes > 1) {
+      // TODO(issue 4): needs every node's address from the rendezvous assignment.
+      return Bad("--distribution tensorflow runs on a single node for now (TF_CONFIG needs "
+                 "every node's address from the rendezvous)");
+    }
+    int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
+    if (o->worker_count > 0 && !raw.nproc_set) o->nproc_per_node = o->worker_count + roles;
+    if (o->worker_count > 0 && o->worker_count + roles != o->nproc_per_node) {
+      return Bad(absl::StrCat("--worker-count=", o->worker_count, " + --parameter-server-count=",
+                              o->parameter_server_count, o->tf_chief ? " + 1 chief" : "",
+                              " must equal the number of processes, ", o->nproc_per_node));
+    }
+    if (roles >= o->nproc_per_node) {
+      return Bad(absl::StrCat("--distribution tensorflow needs at least one worker: ",
+                              o->nproc_per_node, " process(es) for ", roles,
+                              " parameter server(s)/chief"));
+    }
   }
   if (rest.empty()) return Bad("missing the training script (usage: dgt-run [flags] script.py "
                                "[script args])");
@@ -146,6 +253,10 @@ absl::Status Validate(const std::string& nnodes, const std::string& nproc,
     return Bad(absl::StrCat("unknown flag '", rest[0], "' (see dgt-run --help)"));
   }
   o->command = rest;
+  if (o->module && o->no_python) return Bad("-m/--module and --no-python exclude each other");
+  if (o->run_path && (o->module || o->no_python)) {
+    return Bad("--run-path excludes -m/--module and --no-python");
+  }
   if (!o->no_python && !o->module) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(o->command[0], ec)) {
@@ -159,62 +270,192 @@ absl::Status Validate(const std::string& nnodes, const std::string& nproc,
 
 const char* RealGetenv(const char* name) { return std::getenv(name); }
 
+// The first long name of a CLI11 name list: "-r,--redirects" -> "redirects".
+std::string LongName(const std::string& names) {
+  size_t start = names.find("--") + 2;
+  return names.substr(start, names.find(',', start) - start);
+}
+
+// "nproc-per-node" -> "PET_NPROC_PER_NODE" (torchrun's environment defaults).
+std::string PetName(absl::string_view flag) {
+  std::string name = absl::StrCat("PET_", flag);
+  for (char& c : name) c = c == '-' ? '_' : absl::ascii_toupper(c);
+  return name;
+}
+
 }  // namespace
+
+int StreamSpec::For(int local_rank) const {
+  auto it = per_rank.find(local_rank);
+  return it != per_rank.end() ? it->second : (per_rank.empty() ? all : 0);
+}
+
+absl::StatusOr<StreamSpec> ParseStreamSpec(absl::string_view text, absl::string_view flag) {
+  StreamSpec spec;
+  auto error = [&] {
+    return Bad(absl::StrCat(flag, " must be 0..3 or LOCAL_RANK:0..3,..., got '", text, "'"));
+  };
+  int v = 0;
+  if (absl::SimpleAtoi(text, &v)) {
+    if (v < 0 || v > 3) return error();
+    spec.all = v;
+    return spec;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(item, ':');
+    int rank = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || rank < 0 ||
+        !absl::SimpleAtoi(kv[1], &v) || v < 0 || v > 3) {
+      return error();
+    }
+    spec.per_rank[rank] = v;
+  }
+  if (spec.per_rank.empty()) return error();
+  return spec;
+}
+
+absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::string name(absl::StripAsciiWhitespace(item));
+    int number = 0;
+    if (absl::SimpleAtoi(name, &number)) {
+      if (number < 1 || number >= NSIG) number = 0;
+    } else {
+      std::string bare = absl::StartsWith(name, "SIG") ? name.substr(3) : name;
+      for (int s = 1; s < NSIG; ++s) {
+        const char* abbrev = sigabbrev_np(s);
+        if (abbrev != nullptr && bare == abbrev) number = s;
+      }
+    }
+    if (number == 0 || number == SIGKILL || number == SIGSTOP) {
+      return Bad(absl::StrCat("--signals-to-handle: '", name, "' is not a signal that can be "
+                              "handled"));
+    }
+    out.push_back(number);
+  }
+  return out;
+}
 
 ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                          const char* (*getenv_fn)(const char*)) {
   if (getenv_fn == nullptr) getenv_fn = RealGetenv;
   LaunchOptions o;
-  std::string nnodes = "1";
-  std::string nproc = "1";
-  std::string rdzv_backend = "c10d";
-  std::string rdzv_conf;
+  RawFlags raw;
+  std::string master_port_text;
 
   CLI::App app{
-      "dgt-run: launch a distributed PyTorch training job (torchrun-compatible).\n"
-      "Usage: dgt-run [flags] script.py [script args]",
+      "dgt-run: launch a distributed training job (torchrun-compatible).\n"
+      "Usage: dgt-run [flags] script.py [script args]\n"
+      "Flags default from PET_<FLAG> environment variables, as in torchrun.",
       "dgt-run"};
   app.prefix_command();
-  app.get_formatter()->column_width(40);
-  app.add_option("--nnodes", nnodes, "Number of nodes: N or MIN:MAX")->capture_default_str();
-  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                 "Workers per node: N, auto, cpu or gpu")
-      ->capture_default_str();
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
-                 "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port)");
-  app.add_option("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job")
-      ->capture_default_str();
-  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
-                 "c10d or static: both use dgt's rendezvous")
-      ->capture_default_str();
-  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
-                 "key=value,...: join_timeout, last_call_timeout (seconds)");
-  app.add_flag("--standalone", o.standalone,
-               "Single node; rendezvous and store embedded on free ports");
-  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restarts of the worker group on failure")
-      ->capture_default_str();
-  app.add_flag("--no-python,--no_python", o.no_python,
-               "Run the command directly instead of with python -u");
-  app.add_flag("-m,--module", o.module, "Run the script as a Python module (python -m)");
-  app.add_option("--local-addr,--local_addr", o.local_addr,
-                 "IP (or name, resolved here) other nodes reach this node at");
-  app.add_option("--node-id,--node_id", o.node_id, "Node identity (default hostname:pid)");
-  app.add_option("--join-timeout,--join_timeout", o.join_timeout_s,
-                 "Seconds to wait for the round to close")
-      ->capture_default_str();
-  app.add_option("--rdzv-connect-timeout,--rdzv_connect_timeout", o.connect_timeout_s,
-                 "Seconds to keep trying to reach the rendezvous endpoint")
-      ->capture_default_str();
-  app.add_option("--stop-timeout,--stop_timeout", o.stop_timeout_s,
-                 "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->capture_default_str();
+  app.get_formatter()->column_width(46);
+  // Options that take their default from PET_<NAME> when not on the command line.
+  std::vector<std::pair<CLI::Option*, std::string>> pet;
+  auto add = [&](const std::string& names, auto& target, const std::string& help,
+                 const std::string& group) {
+    CLI::Option* opt = app.add_option(names, target, help)->group(group)->capture_default_str();
+    if (group != "Azure ML aliases") pet.emplace_back(opt, PetName(LongName(names)));
+    return opt;
+  };
+  auto flag = [&](const std::string& names, bool& target, const std::string& help,
+                  const std::string& group) {
+    CLI::Option* opt = app.add_flag(names, target, help)->group(group);
+    pet.emplace_back(opt, PetName(LongName(names)));
+    return opt;
+  };
+
+  const std::string kNodes = "Nodes and workers";
+  CLI::Option* nnodes_opt = add("--nnodes", raw.nnodes, "Number of nodes: N or MIN:MAX", kNodes);
+  CLI::Option* nproc_opt = add("--nproc-per-node,--nproc_per_node", raw.nproc,
+                               "Workers per node: N, auto, cpu or gpu", kNodes);
+  add("--role", o.role, "Role of this node's workers (ROLE_NAME)", kNodes);
+  flag("--no-python,--no_python", o.no_python,
+       "Run the command directly instead of with python -u", kNodes);
+  flag("-m,--module", o.module, "Run the script as a Python module (python -u -m)", kNodes);
+  flag("--run-path,--run_path", o.run_path, "Run the script with runpy.run_path", kNodes);
+  flag("--pass-local-rank-arg,--pass_local_rank_arg", o.pass_local_rank_arg,
+       "Append --local_rank=N to the script's arguments", kNodes);
+  add("--distribution", raw.distribution,
+      "Env contract: pytorch, tensorflow (TF_CONFIG) or mpi (OMPI_COMM_WORLD_*)", kNodes);
+
+  const std::string kRdzv = "Rendezvous";
+  flag("--standalone", o.standalone, "Single node; rendezvous and store embedded on free ports",
+       kRdzv);
+  add("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
+      "static, c10d or dgt: all use dgt's rendezvous (etcd: use dgt-rendezvous)", kRdzv);
+  add("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+      "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port)", kRdzv);
+  add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
+  add("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
+      "key=value,...: join_timeout, last_call_timeout (seconds)", kRdzv);
+  add("--local-addr,--local_addr", o.local_addr,
+      "IP (or name, resolved here) other nodes reach this node at", kRdzv);
+  add("--node-id,--node_id", o.node_id, "Node identity (default hostname:pid)", kRdzv);
+  add("--join-timeout,--join_timeout", o.join_timeout_s, "Seconds to wait for the round to close",
+      kRdzv);
+  add("--rdzv-connect-timeout,--rdzv_connect_timeout", o.connect_timeout_s,
+      "Seconds to keep trying to reach the rendezvous endpoint", kRdzv);
+
+  const std::string kStatic = "Static rendezvous (torchrun --rdzv-backend=static)";
+  add("--node-rank,--node_rank", o.node_rank,
+      "Rank of this node with --rdzv-backend=static and --nnodes>1 (-1 = 0)", kStatic);
+  add("--master-addr,--master_addr", o.master_addr,
+      "Node rank 0's address: it hosts the store there (static, --nnodes>1)", kStatic);
+  add("--master-port,--master_port", master_port_text,
+      "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic);
+
+  const std::string kSupervision = "Supervision and restarts";
+  add("--max-restarts,--max_restarts", o.max_restarts, "Restarts after failures", kSupervision);
+  add("--restart-policy,--restart_policy", raw.restart_policy,
+      "group: restart every worker; rank: only the failed one", kSupervision);
+  add("--stop-timeout,--stop_timeout", o.stop_timeout_s,
+      "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision);
+  add("--signals-to-handle,--signals_to_handle", raw.signals,
+      "Signals forwarded to the workers (SIGUSR1/2 do not stop the job)", kSupervision);
+  add("--monitor-interval,--monitor_interval", o.monitor_interval_s,
+      "Accepted; worker exits are events, not polled", kSupervision);
+  add("--start-method,--start_method", o.start_method, "Accepted; workers are fork/exec'ed",
+      kSupervision);
+
+  const std::string kLogs = "Logs";
+  add("--log-dir,--log_dir", o.log_dir,
+      "Per attempt and local rank: <dir>/<run id>/attempt_<n>/<local rank>/", kLogs);
+  add("-r,--redirects", raw.redirects,
+      "Streams to files only: 3 or 0:1,1:2 (1 stdout, 2 stderr, 3 both)", kLogs);
+  add("-t,--tee", raw.tee, "Streams to files and console: 3 or 0:1,1:2", kLogs);
+  add("--local-ranks-filter,--local_ranks_filter", raw.local_ranks_filter,
+      "Only these local ranks reach the console, e.g. 0,2", kLogs);
+  add("--log-format,--log_format", raw.log_format, "Agent log: text or json (JSON lines)", kLogs);
+
+  const std::string kAzure = "Azure ML aliases";
+  CLI::Option* instances_opt =
+      add("--instance-count,--instance_count", raw.nnodes, "Same as --nnodes", kAzure);
+  CLI::Option* per_instance_opt =
+      add("--process-count-per-instance,--process_count_per_instance", raw.nproc,
+          "Same as --nproc-per-node", kAzure);
+  add("--worker-count,--worker_count", o.worker_count,
+      "tensorflow: workers (0: all but ps/chief)", kAzure);
+  add("--parameter-server-count,--parameter_server_count", o.parameter_server_count,
+      "tensorflow: parameter servers (first ranks)", kAzure);
+  flag("--tf-chief,--tf_chief", o.tf_chief, "tensorflow: the first non-ps rank is the chief",
+       kAzure);
   app.set_version_flag("--version", "dgt-run 0.1.0");
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParsedCommandLine result;
   try {
     app.parse(reversed);
+    for (auto& [opt, env] : pet) {
+      const char* value = getenv_fn(env.c_str());
+      const bool alias_given = (opt == nnodes_opt && instances_opt->count() > 0) ||
+                               (opt == nproc_opt && per_instance_opt->count() > 0);
+      if (opt->count() == 0 && !alias_given && value != nullptr && *value != '\0') {
+        opt->add_result(std::string(value));
+        opt->run_callback();
+      }
+    }
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;
@@ -226,7 +467,13 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     result.output = absl::StrCat("dgt-run: error: ", e.what(), "\n");
     return result;
   }
-  absl::Status s = Validate(nnodes, nproc, rdzv_backend, rdzv_conf, app.remaining(), getenv_fn, &o);
+  raw.nproc_set = nproc_opt->count() > 0 || per_instance_opt->count() > 0;
+  absl::Status s;
+  if (!master_port_text.empty()) {
+    o.master_port_set = true;
+    if (!absl::SimpleAtoi(master_port_text, &o.master_port)) o.master_port = -1;
+  }
+  s = Validate(raw, app.remaining(), getenv_fn, &o);
   if (!s.ok()) {
     result.exit_code = 2;
     result.output = absl::StrCat("dgt-run: error: ", s.message(), "\n");

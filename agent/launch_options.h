@@ -1,33 +1,88 @@
 // LaunchOptions: everything `dgt-run` was asked to do, parsed and validated from a
-// torchrun-compatible command line. Every multi-word flag accepts dash and underscore spellings.
+// torchrun-compatible command line (torchrun 2.x flag set, REFERENCE.md §2). Every multi-word
+// flag accepts dash and underscore spellings, and most default from a PET_<NAME> environment
+// variable as in torchrun (PET_NPROC_PER_NODE, PET_NNODES, PET_RDZV_ENDPOINT, ...).
 #ifndef DGT_AGENT_LAUNCH_OPTIONS_H_
 #define DGT_AGENT_LAUNCH_OPTIONS_H_
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt::agent {
 
+// Which of a worker's streams go to files (torchrun -r/--redirects and -t/--tee): a bit set,
+// 1 = stdout, 2 = stderr, 3 = both; either one value for every local rank ("3") or per local
+// rank ("0:1,1:2"; ranks not listed get 0).
+struct StreamSpec {
+  int all = 0;
+  std::map<int, int> per_rank;
+  // The bit set for `local_rank`.
+  int For(int local_rank) const;
+};
+
+// Parses "3" or "0:1,1:2". `flag` names the flag in errors.
+// Errors: InvalidArgument, e.g. "--redirects must be 0..3 or LOCAL_RANK:0..3,..., got '4'".
+absl::StatusOr<StreamSpec> ParseStreamSpec(absl::string_view text, absl::string_view flag);
+
+// Parses "SIGTERM,SIGUSR1,15" (names with or without SIG, or numbers) into signal numbers.
+// Errors: InvalidArgument naming the unknown entry.
+absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text);
+
+enum class Distribution { kPytorch, kTensorflow, kMpi };
+enum class RestartPolicy { kGroup, kRank };
+enum class LogFormat { kText, kJson };
+
 struct LaunchOptions {
-  int min_nodes = 1;  // --nnodes MIN[:MAX]
+  int min_nodes = 1;  // --nnodes MIN[:MAX] (--instance-count).
   int max_nodes = 1;
-  int nproc_per_node = 1;
+  int nproc_per_node = 1;  // --nproc-per-node (--process-count-per-instance).
   // "host:port" of the rendezvous service; empty with --standalone (embedded on a free port).
   std::string rdzv_endpoint;
+  std::string rdzv_backend = "static";  // static, c10d or dgt: all use dgt's rendezvous.
   std::string run_id = "none";  // --rdzv-id (torchrun's default is "none").
   bool standalone = false;
   int max_restarts = 0;
+  RestartPolicy restart_policy = RestartPolicy::kGroup;
   bool no_python = false;
-  bool module = false;            // -m: run the script as a Python module.
-  std::string local_addr;         // Address advertised to other nodes (--local-addr).
-  std::string node_id;            // Default "<hostname>:<pid>".
-  double join_timeout_s = 600;    // Wait for the round to close (--rdzv-conf join_timeout).
+  bool module = false;    // -m: run the script as a Python module.
+  bool run_path = false;  // --run-path: python -c "runpy.run_path(...)".
+  std::string local_addr;  // Address advertised to other nodes (--local-addr).
+  std::string node_id;     // Default "<hostname>:<pid>".
+  std::string role = "default";
+  // Static backend (--node-rank, --master-addr, --master-port). master_port_set tells whether
+  // --master-port (or PET_MASTER_PORT) was given: then a single node's store listens there.
+  int node_rank = -1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_set = false;
+  double join_timeout_s = 600;      // Wait for the round to close (--rdzv-conf join_timeout).
   double last_call_timeout_s = 30;  // --rdzv-conf last_call_timeout.
-  double connect_timeout_s = 30;  // Reach the rendezvous endpoint (--rdzv-connect-timeout).
-  double stop_timeout_s = 30;     // SIGTERM → SIGKILL grace when stopping workers.
+  double connect_timeout_s = 30;    // Reach the rendezvous endpoint (--rdzv-connect-timeout).
+  double stop_timeout_s = 30;       // SIGTERM → SIGKILL grace when stopping workers.
+  double monitor_interval_s = 0.1;  // Accepted for torchrun compatibility; exits are events.
+  std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.
+  // Signals forwarded to every worker's process group. SIGUSR1/SIGUSR2 are forwarded only;
+  // the others also stop the job.
+  std::vector<int> signals_to_handle;
+  // Logs: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json.
+  std::string log_dir;
+  StreamSpec redirects;  // Streams written to the files only.
+  StreamSpec tee;        // Streams written to the files and the console.
+  std::set<int> local_ranks_filter;  // Local ranks that reach the console; empty = all.
+  LogFormat log_format = LogFormat::kText;
+  Distribution distribution = Distribution::kPytorch;
+  // --distribution tensorflow: parameter servers take the first global ranks, then the chief
+  // (with --tf-chief), then the workers.
+  int worker_count = 0;  // 0: every process that is not a ps or the chief.
+  int parameter_server_count = 0;
+  bool tf_chief = false;
+  bool pass_local_rank_arg = false;  // Append --local_rank=N to the script's arguments.
   // Interpreter for scripts: $DGT_PYTHON, else "python3" from PATH.
   std::string python = "python3";
   // The training script (or program with --no-python, or module with -m) and its arguments.
@@ -44,7 +99,7 @@ struct ParsedCommandLine {
 
 // Parses dgt-run's arguments (argv[0] excluded). Usage errors give exit code 2 and a one-line
 // message naming the flag and value, e.g. "--nproc-per-node must be >= 1, got 0".
-// `getenv` supplies DGT_PYTHON (a seam for tests).
+// `getenv_fn` supplies DGT_PYTHON, CUDA_VISIBLE_DEVICES and the PET_* defaults (a seam for tests).
 ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                          const char* (*getenv_fn)(const char*) = nullptr);
 

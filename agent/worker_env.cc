@@ -1,12 +1,14 @@
 #include "agent/worker_env.h"
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 extern char** environ;
 
 namespace dgt::agent {
 
-EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_rank) {
+EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_rank,
+                      const WorkerEnvExtras& extras) {
   EnvMap env = base;
   const std::string rank = absl::StrCat(a.first_global_rank + local_rank);
   env["RANK"] = rank;
@@ -16,7 +18,7 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
   env["NODE_RANK"] = absl::StrCat(a.node_rank);
   env["GROUP_RANK"] = absl::StrCat(a.node_rank);
   env["GROUP_WORLD_SIZE"] = absl::StrCat(a.node_count);
-  env["ROLE_NAME"] = "default";
+  env["ROLE_NAME"] = extras.role;
   env["ROLE_RANK"] = rank;
   env["ROLE_WORLD_SIZE"] = absl::StrCat(a.world_size);
   env["MASTER_ADDR"] = a.master_addr;
@@ -27,7 +29,43 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
   env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(a.max_restarts);
   if (a.local_world_size > 1) env.try_emplace("OMP_NUM_THREADS", "1");
   env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!extras.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = extras.error_file;
+  switch (extras.distribution) {
+    case Distribution::kPytorch:
+      break;
+    case Distribution::kMpi:
+      env["OMPI_COMM_WORLD_RANK"] = rank;
+      env["OMPI_COMM_WORLD_SIZE"] = absl::StrCat(a.world_size);
+      env["OMPI_COMM_WORLD_LOCAL_RANK"] = absl::StrCat(local_rank);
+      env["OMPI_COMM_WORLD_LOCAL_SIZE"] = absl::StrCat(a.local_world_size);
+      env["AZ_BATCH_MASTER_NODE"] = absl::StrCat(a.master_addr, ":", a.master_port);
+      break;
+    case Distribution::kTensorflow:
+      env["TF_CONFIG"] = extras.tf_config;
+      break;
+  }
   return env;
+}
+
+std::string BuildTfConfig(const std::vector<std::string>& addresses, int ps_count, bool chief,
+                          int rank) {
+  nlohmann::ordered_json cluster = nlohmann::ordered_json::object();
+  std::string type;
+  int index = 0;
+  for (int r = 0; r < static_cast<int>(addresses.size()); ++r) {
+    std::string t = r < ps_count ? "ps" : (chief && r == ps_count ? "chief" : "worker");
+    if (!cluster.contains(t)) cluster[t] = nlohmann::ordered_json::array();
+    if (r == rank) {
+      type = t;
+      index = static_cast<int>(cluster[t].size());
+    }
+    cluster[t].push_back(addresses[r]);
+  }
+  nlohmann::ordered_json config;
+  config["cluster"] = cluster;
+  config["task"] = {{"type", type}, {"index", index}};
+  config["environment"] = "cloud";
+  return config.dump();
 }
 
 EnvMap CurrentEnvironment() {

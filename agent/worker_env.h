@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/launch_options.h"
+
 namespace dgt::agent {
 
 // What the rendezvous assigned to this node for one round.
@@ -25,10 +27,29 @@ struct NodeAssignment {
 
 using EnvMap = std::map<std::string, std::string>;
 
+// Per-worker additions to the contract that depend on the launch, not on the round.
+struct WorkerEnvExtras {
+  std::string role = "default";  // ROLE_NAME (one role per job: ROLE_RANK = RANK).
+  Distribution distribution = Distribution::kPytorch;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE; not set when empty.
+  std::string tf_config;   // TF_CONFIG (tensorflow only), see BuildTfConfig.
+};
+
 // The environment of local rank `local_rank`: `base` (the agent's environment) overlaid with the
 // contract. OMP_NUM_THREADS=1 is added when unset and more than one worker runs on the node, and
-// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset, as torchrun does.
-EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_rank);
+// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset, as torchrun does. The pytorch set is always
+// present; --distribution mpi adds OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} and
+// AZ_BATCH_MASTER_NODE=MASTER_ADDR:MASTER_PORT; tensorflow adds TF_CONFIG.
+EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_rank,
+                      const WorkerEnvExtras& extras = {});
+
+// TF_CONFIG for global rank `rank` of a job whose processes listen at `addresses` (host:port,
+// indexed by global rank). The first `ps_count` ranks are parameter servers ("ps"), the next one
+// the chief when `chief`, the rest workers; indices count within each task type. Example:
+// {"cluster": {"ps": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0},
+//  "environment": "cloud"}.
+std::string BuildTfConfig(const std::vector<std::string>& addresses, int ps_count, bool chief,
+                          int rank);
 
 // The current process environment as a map.
 EnvMap CurrentEnvironment();

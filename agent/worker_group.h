@@ -1,12 +1,15 @@
 // WorkerGroup: starts a node's worker processes and supervises them without polling. Each worker
-// leads its own process group, dies with the agent (PR_SET_PDEATHSIG), and has its stdout and
-// stderr forwarded line by line to the agent's, prefixed with its rank. A worker's exit is an
-// event (a pidfd becoming readable in the agent's io_context).
+// leads its own process group, dies with the agent (PR_SET_PDEATHSIG; the GroupWatchdog handles
+// its descendants), and has its stdout and stderr forwarded line by line, prefixed with its
+// rank, to the agent's console and/or to per-worker log files (torchrun -r/-t). A worker's exit
+// is an event (a pidfd becoming readable in the agent's io_context). When a worker exits, what
+// is left of its process group is killed.
 //
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_WORKER_GROUP_H_
 #define DGT_AGENT_WORKER_GROUP_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <deque>
@@ -18,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/process_launcher.h"
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
@@ -25,14 +29,22 @@ namespace dgt::agent {
 struct WorkerSpec {
   int local_rank = 0;
   int rank = 0;
+  int attempt = 0;  // The TORCHELASTIC_RESTART_COUNT it starts with.
   // argv[0] is resolved against PATH before any fork.
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "KEY=VALUE".
+  // Log files (created, truncated); empty for none. Lines go there without the rank prefix.
+  std::string stdout_file;
+  std::string stderr_file;
+  // Whether each stream also reaches the agent's console (prefixed "[rankN]: ").
+  bool stdout_console = true;
+  bool stderr_console = true;
 };
 
 struct WorkerExit {
   int local_rank = 0;
   int rank = 0;
+  int attempt = 0;
   pid_t pid = 0;
   int exit_code = 0;  // When it exited; 0 when killed by a signal.
   int signal = 0;     // Terminating signal, 0 when it exited.
@@ -49,27 +61,37 @@ struct WorkerExit {
 
 inline constexpr size_t kStderrTailLines = 20;
 
-// Finds `program` in PATH (or checks it, when it contains a '/'). Errors: NotFound.
-absl::StatusOr<std::string> ResolveExecutable(const std::string& program);
 
 class WorkerGroup {
  public:
   using ExitCallback = std::function<void(const WorkerExit&)>;
+  // Called with each worker's process group id when it starts, and when it is reaped (after
+  // its group's leftovers were killed). For the GroupWatchdog.
+  using GroupCallback = std::function<void(pid_t)>;
 
-  WorkerGroup(boost::asio::io_context& io, ExitCallback on_exit);
+  // `launcher` defaults to DefaultProcessLauncher() (fork/exec); not owned.
+  WorkerGroup(boost::asio::io_context& io, ExitCallback on_exit,
+              GroupCallback on_spawn = nullptr, GroupCallback on_reaped = nullptr,
+              ProcessLauncher* launcher = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  // Starts one process per spec. On error nothing is left running.
+  // Starts one process per spec. On error the workers already started are killed (their exit
+  // events follow).
   // Errors: NotFound for a missing executable; Internal when fork/pipe fail.
   absl::Status Start(const std::vector<WorkerSpec>& specs);
+
+  // Starts one more worker (a replacement under --restart-policy rank). Returns its pid.
+  // Errors: as Start.
+  absl::StatusOr<pid_t> StartOne(const WorkerSpec& spec);
 
   // Sends `sig` to the process group of every live worker.
   void Signal(int sig);
 
-  // SIGTERM to every live worker's group, then SIGKILL to the groups still there after `grace`.
-  void Stop(absl::Duration grace);
+  // `sig` (SIGTERM unless told) to every live worker's group, then SIGKILL to the groups still
+  // there after `grace`.
+  void Stop(absl::Duration grace, int sig = SIGTERM);
 
   // SIGKILL to every worker's process group, exited ones included (their leftovers).
   void KillAll();
@@ -87,7 +109,10 @@ class WorkerGroup {
   void PipeClosed();
 
   boost::asio::io_context& io_;
+  ProcessLauncher* launcher_;
   ExitCallback on_exit_;
+  GroupCallback on_spawn_;
+  GroupCallback on_reaped_;
   std::vector<std::unique_ptr<Worker>> workers_;
   int alive_ = 0;
   int open_pipes_ = 0;

@@ -58,3 +58,58 @@ TEST(WorkerEnvTest, EnvStrings) {
 
 }  // namespace
 }  // namespace dgt::agent
+
+namespace dgt::agent {
+namespace {
+
+NodeAssignment OneNode(int nproc) {
+  NodeAssignment a;
+  a.run_id = "r";
+  a.world_size = nproc;
+  a.local_world_size = nproc;
+  a.master_addr = "127.0.0.1";
+  a.master_port = 4000;
+  return a;
+}
+
+TEST(WorkerEnvTest, MpiDistribution) {
+  WorkerEnvExtras x;
+  x.distribution = Distribution::kMpi;
+  x.role = "trainer";
+  x.error_file = "/logs/r/attempt_0/2/error.json";
+  EnvMap env = BuildWorkerEnv({}, OneNode(3), 2, x);
+  EXPECT_EQ(env.at("OMPI_COMM_WORLD_RANK"), "2");
+  EXPECT_EQ(env.at("OMPI_COMM_WORLD_SIZE"), "3");
+  EXPECT_EQ(env.at("OMPI_COMM_WORLD_LOCAL_RANK"), "2");
+  EXPECT_EQ(env.at("OMPI_COMM_WORLD_LOCAL_SIZE"), "3");
+  EXPECT_EQ(env.at("AZ_BATCH_MASTER_NODE"), "127.0.0.1:4000");
+  EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
+  EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/logs/r/attempt_0/2/error.json");
+  EXPECT_EQ(env.count("TF_CONFIG"), 0u);
+}
+
+TEST(WorkerEnvTest, PytorchHasNoOtherDistributionVariables) {
+  EnvMap env = BuildWorkerEnv({}, OneNode(2), 0, {});
+  EXPECT_EQ(env.count("OMPI_COMM_WORLD_RANK"), 0u);
+  EXPECT_EQ(env.count("TF_CONFIG"), 0u);
+  EXPECT_EQ(env.count("TORCHELASTIC_ERROR_FILE"), 0u);
+}
+
+TEST(WorkerEnvTest, TfConfigWithPsAndChief) {
+  const std::vector<std::string> hosts = {"h:1", "h:2", "h:3", "h:4"};
+  EXPECT_EQ(BuildTfConfig(hosts, 1, true, 0),
+            R"({"cluster":{"ps":["h:1"],"chief":["h:2"],"worker":["h:3","h:4"]},)"
+            R"("task":{"type":"ps","index":0},"environment":"cloud"})");
+  EXPECT_EQ(BuildTfConfig(hosts, 1, true, 1),
+            R"({"cluster":{"ps":["h:1"],"chief":["h:2"],"worker":["h:3","h:4"]},)"
+            R"("task":{"type":"chief","index":0},"environment":"cloud"})");
+  EXPECT_EQ(BuildTfConfig(hosts, 1, true, 3),
+            R"({"cluster":{"ps":["h:1"],"chief":["h:2"],"worker":["h:3","h:4"]},)"
+            R"("task":{"type":"worker","index":1},"environment":"cloud"})");
+  EXPECT_EQ(BuildTfConfig({"h:1", "h:2"}, 0, false, 1),
+            R"({"cluster":{"worker":["h:1","h:2"]},"task":{"type":"worker","index":1},)"
+            R"("environment":"cloud"})");
+}
+
+}  // namespace
+}  // namespace dgt::agent

@@ -65,3 +65,11 @@ def test_rendezvous_bad_listen_address(spawn):
     p = spawn([BIN / "dgt-rendezvous", "--listen", "256.1.1.1:0"])
     assert p.wait(timeout=20) == 1
     assert "dgt-rendezvous: rendezvous cannot listen on '256.1.1.1:0'" in p.stderr
+
+
+def test_missing_program_with_no_python(spawn):
+    p = spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=2", "--no-python",
+               "no-such-program-dgt"])
+    assert p.wait(timeout=20) == 127
+    assert [l for l in p.stderr.splitlines() if l.startswith("dgt-run: error:")] == [
+        "dgt-run: error: cannot start workers: 'no-such-program-dgt' was not found in PATH"]

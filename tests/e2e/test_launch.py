@@ -71,7 +71,7 @@ def test_worker_exit_code_is_reported(spawn):
     rc = p.wait(timeout=60)
     assert rc == 3, p.stderr
     assert time.monotonic() - start < 20  # The others were stopped, not waited for (60 s).
-    final = p.stderr.strip().splitlines()[-1]
+    final = [l for l in p.stderr.splitlines() if l.startswith("dgt-run: error:")][-1]
     assert re.match(r"^dgt-run: error: rank 1 \(local rank 1 on node rank 0, 127\.0\.0\.1, "
                     r"pid \d+\) exited with code 3$", final), p.stderr
     assert sorted(re.findall(r"^\[rank(\d)\]: rank \d started$", p.stdout, re.M)) == ["0", "1", "2"]

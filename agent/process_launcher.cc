@@ -1,0 +1,111 @@
+#include "agent/process_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/errno_status.h"
+
+namespace dgt::agent {
+
+absl::StatusOr<std::string> ResolveExecutable(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    if (::access(program.c_str(), X_OK) == 0) return program;
+    return absl::NotFoundError(absl::StrCat("'", program, "' is not an executable file"));
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = absl::StrCat(dir, "/", program);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat("'", program, "' was not found in PATH"));
+}
+
+absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& request) {
+  const pid_t agent_pid = ::getpid();
+  auto exe = ResolveExecutable(request.argv.at(0));
+  if (!exe.ok()) return exe.status();
+  // Everything the child needs is built before fork: after it only async-signal-safe calls.
+  std::vector<char*> argv, envp;
+  for (const std::string& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    int e = errno;
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return ErrnoToStatus(e, "pipe2");
+  }
+  const std::string exec_error = absl::StrCat("dgt-run: cannot execute '", *exe,
+                                              "' for local rank ", request.local_rank, "\n");
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    return ErrnoToStatus(e, "fork");
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent_pid) ::_exit(126);  // The agent died before prctl took effect.
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execve(exe->c_str(), argv.data(), envp.data());
+    ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    int e = errno;
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return ErrnoToStatus(e, "pidfd_open");
+  }
+  LaunchedProcess p;
+  p.pid = pid;
+  p.exit_fd = pidfd;
+  p.stdout_fd = out_pipe[0];
+  p.stderr_fd = err_pipe[0];
+  return p;
+}
+
+void ForkExecLauncher::SignalGroup(pid_t pgid, int sig) { ::kill(-pgid, sig); }
+
+int ForkExecLauncher::Reap(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = ::waitpid(pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  return status;
+}
+
+ProcessLauncher* DefaultProcessLauncher() {
+  static ForkExecLauncher* launcher = new ForkExecLauncher();
+  return launcher;
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,60 @@
+// ProcessLauncher: how a WorkerGroup starts, signals and reaps worker processes — the seam that
+// lets unit tests drive the group with a fake (tests/agent/fake_process_launcher.h).
+// ForkExecLauncher is the real one: fork/exec, each worker the leader of a new process group,
+// PR_SET_PDEATHSIG, a pidfd as the exit event.
+//
+// Thread-compatible.
+#ifndef DGT_AGENT_PROCESS_LAUNCHER_H_
+#define DGT_AGENT_PROCESS_LAUNCHER_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dgt::agent {
+
+struct LaunchRequest {
+  std::vector<std::string> argv;  // argv[0] is resolved against PATH.
+  std::vector<std::string> env;   // "KEY=VALUE".
+  int local_rank = 0;             // For error messages.
+};
+
+// Descriptors of a started process, owned by the caller (close them).
+struct LaunchedProcess {
+  pid_t pid = 0;       // Also its process group id.
+  int exit_fd = -1;    // Becomes readable once the process exited (a pidfd).
+  int stdout_fd = -1;  // Read ends of its stdout and stderr.
+  int stderr_fd = -1;
+};
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+  // Starts a process. Errors: NotFound for a missing executable; Internal for fork/pipe.
+  virtual absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) = 0;
+  // Sends `sig` to the process group `pgid` (ignores errors: the group may be gone).
+  virtual void SignalGroup(pid_t pgid, int sig) = 0;
+  // Collects the exit of `pid` once its exit_fd was readable (or after SIGKILL); returns the
+  // waitpid status.
+  virtual int Reap(pid_t pid) = 0;
+};
+
+class ForkExecLauncher final : public ProcessLauncher {
+ public:
+  absl::StatusOr<LaunchedProcess> Launch(const LaunchRequest& request) override;
+  void SignalGroup(pid_t pgid, int sig) override;
+  int Reap(pid_t pid) override;
+};
+
+// A process-wide ForkExecLauncher.
+ProcessLauncher* DefaultProcessLauncher();
+
+// Finds `program` in PATH (or checks it, when it contains a '/'). Errors: NotFound.
+absl::StatusOr<std::string> ResolveExecutable(const std::string& program);
+
+}  // namespace dgt::agent
+
+#endif  // DGT_AGENT_PROCESS_LAUNCHER_H_

@@ -1,0 +1,242 @@
+#include "agent/static_coordinator.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace asio = boost::asio;
+
+// torch 1.x TCPStore opcodes (REFERENCE.md §4).
+constexpr char kSet = 0;
+constexpr char kGet = 2;
+constexpr char kWait = 5;
+
+void AppendU64(std::string* out, uint64_t v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void AppendField(std::string* out, const std::string& s) {
+  AppendU64(out, s.size());
+  out->append(s);
+}
+
+}  // namespace
+
+StoreConnection::StoreConnection(asio::io_context& io, std::string host, int port)
+    : io_(io), host_(std::move(host)), port_(port), socket_(io), retry_timer_(io) {}
+
+void StoreConnection::Connect(absl::Duration timeout, std::function<void(absl::Status)> done) {
+  deadline_ = absl::Now() + timeout;
+  on_connected_ = std::move(done);
+  TryConnect();
+}
+
+void StoreConnection::TryConnect() {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host_, ec);
+  if (ec) {
+    on_connected_(absl::InvalidArgumentError(absl::StrCat("not an IP address: ", host_)));
+    return;
+  }
+  auto self = shared_from_this();
+  socket_.async_connect(
+      asio::ip::tcp::endpoint(address, static_cast<uint16_t>(port_)),
+      [self](boost::system::error_code e) {
+        if (!e) {
+          boost::system::error_code ignored;
+          self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+          self->on_connected_(absl::OkStatus());
+          return;
+        }
+        if (e == asio::error::operation_aborted) return;
+        boost::system::error_code ignored;
+        self->socket_.close(ignored);
+        if (absl::Now() >= self->deadline_) {
+          self->on_connected_(absl::DeadlineExceededError(absl::StrCat(
+              "cannot reach the store at ", self->host_, ":", self->port_, ": ", e.message())));
+          return;
+        }
+        // Node rank 0 may start later than this node: retry until the deadline.
+        self->retry_timer_.expires_after(std::chrono::milliseconds(100));
+        self->retry_timer_.async_wait([self](boost::system::error_code te) {
+          if (!te) self->TryConnect();
+        });
+      });
+}
+
+void StoreConnection::Write(std::string frame) {
+  queue_.push_back(std::move(frame));
+  if (!writing_) WriteNext();
+}
+
+void StoreConnection::Flush(std::function<void()> done) {
+  if (!writing_ && queue_.empty()) {
+    asio::post(io_, std::move(done));
+    return;
+  }
+  on_flushed_.push_back(std::move(done));
+}
+
+void StoreConnection::WriteNext() {
+  if (queue_.empty()) {
+    writing_ = false;
+    auto callbacks = std::move(on_flushed_);
+    on_flushed_.clear();
+    for (auto& cb : callbacks) cb();
+    return;
+  }
+  writing_ = true;
+  auto self = shared_from_this();
+  auto frame = std::make_shared<std::string>(std::move(queue_.front()));
+  queue_.erase(queue_.begin());
+  asio::async_write(socket_, asio::buffer(*frame),
+                    [self, frame](boost::system::error_code ec, size_t) {
+                      if (ec) {
+                        self->queue_.clear();  // WriteNext then reports the flush.
+                      }
+                      self->WriteNext();
+                    });
+}
+
+void StoreConnection::Set(const std::string& key, const std::string& value) {
+  std::string frame(1, kSet);
+  AppendField(&frame, "/" + key);
+  AppendField(&frame, value);
+  Write(std::move(frame));
+}
+
+void StoreConnection::Wait(const std::vector<std::string>& keys,
+                           std::function<void(absl::Status)> done) {
+  std::string frame(1, kWait);
+  AppendU64(&frame, keys.size());
+  for (const std::string& k : keys) AppendField(&frame, "/" + k);
+  Write(std::move(frame));
+  auto self = shared_from_this();
+  asio::async_read(
+      socket_, asio::buffer(reply_.data(), 1),
+      [self, done = std::move(done)](boost::system::error_code ec, size_t) {
+        if (ec) {
+          done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
+          return;
+        }
+        done(absl::OkStatus());
+      });
+}
+
+void StoreConnection::Get(const std::string& key,
+                          std::function<void(absl::StatusOr<std::string>)> done) {
+  std::string frame(1, kGet);
+  AppendField(&frame, "/" + key);
+  Write(std::move(frame));
+  auto self = shared_from_this();
+  asio::async_read(
+      socket_, asio::buffer(reply_.data(), 8),
+      [self, done = std::move(done)](boost::system::error_code ec, size_t) mutable {
+        if (ec) {
+          done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
+          return;
+        }
+        uint64_t n = 0;
+        std::memcpy(&n, self->reply_.data(), sizeof n);
+        if (n > (1u << 20)) {
+          done(absl::DataLossError("store value too large"));
+          return;
+        }
+        self->value_.assign(n, '\0');
+        asio::async_read(
+            self->socket_, asio::buffer(self->value_),
+            [self, done = std::move(done)](boost::system::error_code e, size_t) {
+              if (e) {
+                done(absl::UnavailableError(absl::StrCat("store connection: ", e.message())));
+                return;
+              }
+              done(self->value_);
+            });
+      });
+}
+
+void StoreConnection::Close() {
+  boost::system::error_code ignored;
+  retry_timer_.cancel();
+  socket_.close(ignored);
+}
+
+StaticCoordinator::StaticCoordinator(asio::io_context& io, Options options)
+    : io_(io), options_(std::move(options)), finish_timer_(io) {}
+
+StaticCoordinator::~StaticCoordinator() {
+  if (watch_) watch_->Close();
+  if (control_) control_->Close();
+}
+
+std::string StaticCoordinator::Key(const std::string& suffix) const {
+  return absl::StrCat("dgt/static/", options_.run_id, "/", suffix);
+}
+
+void StaticCoordinator::Start(std::function<void(absl::Status)> connected,
+                              FailureCallback on_failure) {
+  watch_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  control_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  auto pending = std::make_shared<int>(2);
+  auto first_error = std::make_shared<absl::Status>();
+  auto both = [pending, first_error, connected](absl::Status s) {
+    if (!s.ok() && first_error->ok()) *first_error = s;
+    if (--*pending == 0) connected(*first_error);
+  };
+  watch_->Connect(options_.connect_timeout, [this, both, on_failure](absl::Status s) {
+    both(s);
+    if (!s.ok()) return;
+    watch_->Wait({Key("failed")}, [this, on_failure](absl::Status ws) {
+      if (!ws.ok()) return;  // The store went away: the run's outcome comes from our workers.
+      watch_->Get(Key("failed"), [on_failure](absl::StatusOr<std::string> v) {
+        int status = 1;
+        std::string message = "a worker failed on another node";
+        if (v.ok()) {
+          size_t space = v->find(' ');
+          if (absl::SimpleAtoi(v->substr(0, space), &status) && space != std::string::npos) {
+            message = v->substr(space + 1);
+          }
+        }
+        on_failure(status, message);
+      });
+    });
+  });
+  control_->Connect(options_.connect_timeout, both);
+}
+
+void StaticCoordinator::Report(int exit_status, const std::string& message,
+                               std::function<void()> done) {
+  if (exit_status != 0) control_->Set(Key("failed"), absl::StrCat(exit_status, " ", message));
+  control_->Set(Key(absl::StrCat("done/", options_.node_rank)), absl::StrCat(exit_status));
+  if (options_.node_rank != 0) {
+    control_->Flush(std::move(done));
+    return;
+  }
+  std::vector<std::string> keys;
+  for (int n = 0; n < options_.node_count; ++n) keys.push_back(Key(absl::StrCat("done/", n)));
+  auto once = std::make_shared<std::function<void()>>(std::move(done));
+  finish_timer_.expires_after(absl::ToChronoMilliseconds(options_.finish_timeout));
+  finish_timer_.async_wait([once](boost::system::error_code ec) {
+    if (ec || !*once) return;
+    spdlog::warn("dgt-run: not every node reported within the finish timeout; closing the store");
+    auto cb = std::move(*once);
+    *once = nullptr;
+    cb();
+  });
+  control_->Wait(keys, [this, once](absl::Status) {
+    finish_timer_.cancel();
+    if (!*once) return;
+    auto cb = std::move(*once);
+    *once = nullptr;
+    cb();
+  });
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,99 @@
+// StaticCoordinator: the `--rdzv-backend=static` multi-node job without a rendezvous service, as
+// torchrun's static backend: every node knows --nnodes, --node-rank and
+// --master-addr:--master-port; node rank 0's agent hosts the job's store there. Agents coordinate
+// through that store (torch 1.x TCPStore frames, so any TCPStore-compatible server would do):
+//   dgt/static/<run_id>/failed           "<exit status> <message>", set by the first node whose
+//                                        workers failed; every agent WAITs on it and stops its
+//                                        workers when it appears.
+//   dgt/static/<run_id>/done/<node rank> "<exit status>", set by each node when its workers ended.
+// Node rank 0 keeps the store until every node is done (bounded by a deadline).
+//
+// Thread-compatible: use from the io_context's thread only.
+#ifndef DGT_AGENT_STATIC_COORDINATOR_H_
+#define DGT_AGENT_STATIC_COORDINATOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "boost/asio.hpp"
+
+namespace dgt::agent {
+
+// One TCP connection to a TCPStore-protocol server (torch 1.x opcodes), asynchronous.
+class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
+ public:
+  StoreConnection(boost::asio::io_context& io, std::string host, int port);
+  // Connects, retrying refused connections every 100 ms until `timeout` passes.
+  // `done` gets Ok, or DeadlineExceeded / Unavailable.
+  void Connect(absl::Duration timeout, std::function<void(absl::Status)> done);
+  // SET (no reply).
+  void Set(const std::string& key, const std::string& value);
+  // WAIT for every key; `done` gets Ok once they exist, Unavailable when the connection ends.
+  void Wait(const std::vector<std::string>& keys, std::function<void(absl::Status)> done);
+  // Runs `done` once every queued write went out (or the connection failed).
+  void Flush(std::function<void()> done);
+  // GET (only for keys known to exist: a 1.x server drops the connection otherwise).
+  void Get(const std::string& key, std::function<void(absl::StatusOr<std::string>)> done);
+  void Close();
+
+ private:
+  void TryConnect();
+  void Write(std::string frame);
+  void WriteNext();
+
+  boost::asio::io_context& io_;
+  std::string host_;
+  int port_;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer retry_timer_;
+  absl::Time deadline_;
+  std::function<void(absl::Status)> on_connected_;
+  std::vector<std::string> queue_;
+  bool writing_ = false;
+  std::vector<std::function<void()>> on_flushed_;
+  std::array<char, 8> reply_;
+  std::string value_;
+};
+
+class StaticCoordinator {
+ public:
+  struct Options {
+    std::string run_id;
+    int node_rank = 0;
+    int node_count = 1;
+    std::string master_addr;  // IP.
+    int master_port = 0;
+    absl::Duration connect_timeout = absl::Seconds(30);
+    absl::Duration finish_timeout = absl::Seconds(600);  // Node 0's wait for the others.
+  };
+  using FailureCallback = std::function<void(int exit_status, const std::string& message)>;
+
+  StaticCoordinator(boost::asio::io_context& io, Options options);
+  ~StaticCoordinator();
+
+  // Connects to the store and starts watching for another node's failure (`on_failure`).
+  void Start(std::function<void(absl::Status)> connected, FailureCallback on_failure);
+
+  // This node's workers ended with `exit_status` (0 = success). Publishes it (and the failure,
+  // when it is the first); then `done` runs, on node rank 0 once every node is done or the
+  // finish timeout passed.
+  void Report(int exit_status, const std::string& message, std::function<void()> done);
+
+ private:
+  std::string Key(const std::string& suffix) const;
+
+  boost::asio::io_context& io_;
+  Options options_;
+  std::shared_ptr<StoreConnection> watch_;
+  std::shared_ptr<StoreConnection> control_;
+  boost::asio::steady_timer finish_timer_;
+};
+
+}  // namespace dgt::agent
+
+#endif  // DGT_AGENT_STATIC_COORDINATOR_H_

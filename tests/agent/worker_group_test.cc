@@ -1,0 +1,238 @@
+// WorkerGroup with real, tiny /bin/sh workers: exit events, log routing, stop grace, hooks.
+// Every run of the event loop is bounded.
+#include "agent/worker_group.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace dgt::agent {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+WorkerSpec Shell(const std::string& script, int rank = 0) {
+  WorkerSpec spec;
+  spec.rank = rank;
+  spec.local_rank = rank;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  return spec;
+}
+
+TEST(WorkerGroupTest, ExitEventsCarryCodeAttemptAndHooksSeeEveryGroup) {
+  boost::asio::io_context io;
+  std::vector<WorkerExit> exits;
+  std::vector<pid_t> spawned, reaped;
+  WorkerGroup group(
+      io, [&](const WorkerExit& e) { exits.push_back(e); }, [&](pid_t p) { spawned.push_back(p); },
+      [&](pid_t p) { reaped.push_back(p); });
+  WorkerSpec a = Shell("exit 0", 0);
+  WorkerSpec b = Shell("echo oops >&2; exit 3", 1);
+  b.attempt = 2;
+  ASSERT_TRUE(group.Start({a, b}).ok());
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  ASSERT_EQ(exits.size(), 2u);
+  ASSERT_TRUE(group.drained());
+  const WorkerExit& failed = exits[0].rank == 1 ? exits[0] : exits[1];
+  EXPECT_EQ(failed.exit_code, 3);
+  EXPECT_EQ(failed.signal, 0);
+  EXPECT_EQ(failed.attempt, 2);
+  EXPECT_EQ(failed.ExitStatus(), 3);
+  EXPECT_EQ(failed.Describe(), "exited with code 3");
+  EXPECT_EQ(failed.stderr_tail, (std::deque<std::string>{"oops"}));
+  std::sort(spawned.begin(), spawned.end());
+  std::sort(reaped.begin(), reaped.end());
+  EXPECT_EQ(spawned, reaped);
+  EXPECT_EQ(spawned.size(), 2u);
+}
+
+TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
+  boost::asio::io_context io;
+  WorkerGroup group(io, [](const WorkerExit&) {});
+  WorkerSpec spec = Shell("echo out1; printf 'out2'; echo err1 >&2");
+  spec.stdout_file = ::testing::TempDir() + "wg_stdout.log";
+  spec.stderr_file = ::testing::TempDir() + "wg_stderr.log";
+  spec.stdout_console = false;
+  ASSERT_TRUE(group.Start({spec}).ok());
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  ASSERT_TRUE(group.drained());
+  // A last line without newline is completed when the pipe closes.
+  EXPECT_EQ(ReadFile(spec.stdout_file), "out1\nout2\n");
+  EXPECT_EQ(ReadFile(spec.stderr_file), "err1\n");
+}
+
+TEST(WorkerGroupTest, StopSendsTheSignalThenSigkillAfterGrace) {
+  boost::asio::io_context io;
+  std::vector<WorkerExit> exits;
+  WorkerGroup group(io, [&](const WorkerExit& e) { exits.push_back(e); });
+  // One worker ignores SIGINT, the other dies of it.
+  ASSERT_TRUE(
+      group.Start({Shell("trap '' INT; echo ready; sleep 30", 0), Shell("echo ready; sleep 30", 1)})
+          .ok());
+  boost::asio::steady_timer later(io);
+  later.expires_after(std::chrono::milliseconds(300));  // Let the shells install their traps.
+  later.async_wait([&](boost::system::error_code) { group.Stop(absl::Milliseconds(300), SIGINT); });
+  auto start = std::chrono::steady_clock::now();
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(group.alive(), 0);
+  std::map<int, int> signal_by_rank;
+  for (const WorkerExit& e : exits) signal_by_rank[e.rank] = e.signal;
+  EXPECT_EQ(signal_by_rank[0], SIGKILL);
+  EXPECT_EQ(signal_by_rank[1], SIGINT);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(550));
+  EXPECT_LT(elapsed, std::chrono::seconds(5));
+}
+
+TEST(WorkerGroupTest, MissingExecutableIsNotFound) {
+  boost::asio::io_context io;
+  WorkerGroup group(io, [](const WorkerExit&) {});
+  WorkerSpec spec = Shell("");
+  spec.argv = {"/nonexistent/python"};
+  absl::Status s = group.Start({spec});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'/nonexistent/python' is not an executable file");
+}
+
+}  // namespace
+}  // namespace dgt::agent
+
+#include "tests/agent/fake_process_launcher.h"
+
+namespace dgt::agent {
+namespace {
+
+WorkerSpec Fake(int rank, int attempt = 0) {
+  WorkerSpec spec;
+  spec.rank = rank;
+  spec.local_rank = rank;
+  spec.attempt = attempt;
+  spec.argv = {"python3", "-u", "train.py"};
+  return spec;
+}
+
+TEST(WorkerGroupFakeTest, StopIsSignalThenSigkillAfterGraceThenLeftoversKilled) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  std::vector<WorkerExit> exits;
+  WorkerGroup group(
+      io, [&](const WorkerExit& e) { exits.push_back(e); }, nullptr, nullptr, &launcher);
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1)}).ok());
+  const pid_t p0 = launcher.launch_order()[0], p1 = launcher.launch_order()[1];
+  launcher.IgnoreSignal(p1, SIGTERM);
+  group.Stop(absl::Milliseconds(100));
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(exits[0].rank, 0);
+  EXPECT_EQ(exits[0].signal, SIGTERM);
+  EXPECT_EQ(exits[1].rank, 1);
+  EXPECT_EQ(exits[1].signal, SIGKILL);
+  EXPECT_EQ(exits[1].ExitStatus(), 128 + SIGKILL);
+  // After each exit, what is left of the group gets SIGKILL.
+  EXPECT_EQ(launcher.process(p0).signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  EXPECT_EQ(launcher.process(p1).signals, (std::vector<int>{SIGTERM, SIGKILL, SIGKILL}));
+}
+
+TEST(WorkerGroupFakeTest, NotifySignalLeavesWorkersRunning) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1)}).ok());
+  for (pid_t p : launcher.launch_order()) launcher.IgnoreSignal(p, SIGUSR1);
+  group.Signal(SIGUSR1);
+  io.run_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(group.alive(), 2);
+  for (pid_t p : launcher.launch_order()) {
+    EXPECT_EQ(launcher.process(p).signals, (std::vector<int>{SIGUSR1}));
+  }
+}
+
+TEST(WorkerGroupFakeTest, ReplacingOneRankLeavesTheOthersUntouched) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  std::vector<WorkerExit> exits;
+  std::vector<pid_t> spawned;
+  WorkerGroup* group_ptr = nullptr;
+  WorkerGroup group(
+      io,
+      [&](const WorkerExit& e) {
+        exits.push_back(e);
+        if (e.attempt == 0) {
+          ASSERT_TRUE(group_ptr->StartOne(Fake(e.rank, 1)).ok());
+        }
+        io.stop();
+      },
+      [&](pid_t p) { spawned.push_back(p); }, nullptr, &launcher);
+  group_ptr = &group;
+  ASSERT_TRUE(group.Start({Fake(0), Fake(1), Fake(2)}).ok());
+  launcher.ExitWithCode(launcher.launch_order()[1], 3);
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].exit_code, 3);
+  EXPECT_EQ(exits[0].rank, 1);
+  ASSERT_EQ(launcher.launch_order().size(), 4u);
+  EXPECT_EQ(spawned, launcher.launch_order());
+  EXPECT_EQ(group.alive(), 3);
+  EXPECT_TRUE(launcher.process(launcher.launch_order()[0]).signals.empty());
+  EXPECT_TRUE(launcher.process(launcher.launch_order()[2]).signals.empty());
+}
+
+TEST(WorkerGroupFakeTest, LinesAreJoinedAcrossWritesAndRoutedToFiles) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  WorkerSpec spec = Fake(0);
+  spec.stdout_file = ::testing::TempDir() + "wg_fake_stdout.log";
+  spec.stdout_console = false;
+  ASSERT_TRUE(group.Start({spec}).ok());
+  const pid_t p = launcher.launch_order()[0];
+  launcher.Write(p, 1, "hel");
+  io.run_for(std::chrono::milliseconds(20));
+  launcher.Write(p, 1, "lo\nwor");
+  io.run_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(ReadFile(spec.stdout_file), "hello\n");  // Only complete lines so far.
+  launcher.Write(p, 1, "ld\n");
+  launcher.ExitWithCode(p, 0);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_TRUE(group.drained());
+  EXPECT_EQ(ReadFile(spec.stdout_file), "hello\nworld\n");
+}
+
+TEST(WorkerGroupFakeTest, LaunchErrorLeavesNothingRunning) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  WorkerSpec bad = Fake(1);
+  bad.argv = {"missing"};
+  absl::Status s = group.Start({Fake(0), bad});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'missing' was not found in PATH");
+  const pid_t first = launcher.launch_order()[0];
+  ASSERT_FALSE(launcher.process(first).signals.empty());
+  EXPECT_EQ(launcher.process(first).signals[0], SIGKILL);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_EQ(group.alive(), 0);
+}
+
+}  // namespace
+}  // namespace dgt::agent

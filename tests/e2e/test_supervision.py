@@ -1,0 +1,349 @@
+"""dgt-run supervision end to end: signals, stop grace, kill -9 of the agent, restarts, the
+failure summary, distributions' env, logs. Real processes; every wait is bounded."""
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, WORKERS, dgt_env
+
+DGT_RUN = BIN / "dgt-run"
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def ready_pids(ready_dir, n, proc):
+    """{rank: (worker pid, grandchild pid)} once all n workers wrote their ready files."""
+    def ready():
+        assert proc.popen.poll() is None, proc.stderr
+        return len(list(ready_dir.glob("rank[0-9]"))) == n
+    wait_for(ready, 30, f"{n} workers ready")
+    out = {}
+    for f in ready_dir.glob("rank[0-9]"):
+        pid, child = f.read_text().split()
+        out[int(f.name[4:])] = (int(pid), int(child))
+    return out
+
+
+def alive(pid):
+    """True when pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
+def test_stop_signal_is_forwarded(spawn, tmp_path, sig):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
+               "--ready-dir", ready])
+    pids = ready_pids(ready, 2, p)
+    os.kill(p.popen.pid, sig)
+    assert p.wait(timeout=20) == 128 + sig, p.stderr
+    for r in range(2):
+        assert f"[rank{r}]: rank {r} got {sig.name}" in p.stdout, p.stdout
+    assert not any(alive(pid) for pid, _ in pids.values())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2])
+def test_notify_signal_is_forwarded_without_stopping(spawn, tmp_path, sig):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
+               "--ready-dir", ready])
+    pids = ready_pids(ready, 2, p)
+    os.kill(p.popen.pid, sig)
+    wait_for(lambda: all(f"[rank{r}]: rank {r} got {sig.name}" in p.stdout for r in range(2)),
+             10, f"both ranks to report {sig.name}")
+    time.sleep(0.3)
+    assert p.popen.poll() is None
+    assert all(alive(pid) for pid, _ in pids.values())
+    os.kill(p.popen.pid, signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+
+
+def test_stop_grace_then_sigkill(spawn, tmp_path):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--stop-timeout=1",
+               WORKERS / "signal_worker.py", "--ready-dir", ready, "--ignore-term"])
+    pids = ready_pids(ready, 2, p)
+    start = time.monotonic()
+    os.kill(p.popen.pid, signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    elapsed = time.monotonic() - start
+    assert 0.9 <= elapsed < 5, elapsed
+    assert "did not stop" in p.stderr and "sending SIGKILL" in p.stderr, p.stderr
+    assert not any(alive(pid) for pid, _ in pids.values())
+
+
+def test_kill_9_of_the_agent_leaves_nothing(spawn, tmp_path):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
+               "--ready-dir", ready, "--grandchild"])
+    pids = ready_pids(ready, 2, p)
+    everything = [pid for pair in pids.values() for pid in pair]
+    assert all(alive(pid) for pid in everything)
+    os.kill(p.popen.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in everything), 10,
+             "workers and grandchildren to die")
+    # Their process groups empty out (once init has reaped the orphans).
+    groups = ",".join(str(pid) for pid, _ in pids.values())
+    wait_for(lambda: os.popen(f"pgrep -g {groups}").read().strip() == "", 10,
+             "the workers' process groups to be empty")
+
+
+def starts(text):
+    return [tuple(map(int, m)) for m in
+            re.findall(r"^\[rank\d\]: rank (\d) attempt (\d) pid (\d+) start$", text, re.M)]
+
+
+def test_group_restart_up_to_max_restarts(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--max-restarts=2",
+               WORKERS / "flaky.py", "--fail-rank", "1", "--fails", "2"])
+    assert p.wait(timeout=60) == 0, p.stderr
+    s = starts(p.stdout)
+    assert sorted((r, a) for r, a, _ in s) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert len({pid for _, _, pid in s}) == 6  # Every attempt is a new process.
+    assert "restarting every worker (restart 2 of --max-restarts=2)" in p.stderr
+
+
+def test_group_restart_exhausted(spawn, tmp_path):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+               f"--log-dir={tmp_path / 'logs'}", "--rdzv-id=exhaust",
+               WORKERS / "flaky.py", "--fail-rank", "1", "--fails", "5", "--hold", "30"])
+    assert p.wait(timeout=60) == 3, p.stderr
+    assert sorted((r, a) for r, a, _ in starts(p.stdout)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert "Root cause (first failure):\n  rank 1 (local rank 1), host 127.0.0.1 (node rank 0)" \
+        in p.stderr, p.stderr
+    assert re.search(r"attempt 1\n    exit code 3 at \d{4}-\d\d-\d\dT", p.stderr), p.stderr
+    assert "rank 1 failing on purpose" in p.stderr
+    assert (tmp_path / "logs" / "exhaust" / "attempt_1" / "0").is_dir()
+
+
+def test_rank_restart_keeps_the_other_pids(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=3", "--restart-policy=rank",
+               "--max-restarts=1", WORKERS / "flaky.py", "--fail-rank", "1", "--fails", "1",
+               "--wait-restart-key"])
+    assert p.wait(timeout=90) == 0, p.stderr
+    s = starts(p.stdout)
+    assert sorted((r, a) for r, a, _ in s) == [(0, 0), (1, 0), (1, 1), (2, 0)]
+    done = re.findall(r"^\[rank\d\]: rank (\d) attempt (\d) pid (\d+) done$", p.stdout, re.M)
+    done = {int(r): (int(a), int(pid)) for r, a, pid in done}
+    first = {r: pid for r, a, pid in s if a == 0}
+    assert done[0] == (0, first[0]) and done[2] == (0, first[2])  # Same processes.
+    assert done[1][0] == 1 and done[1][1] != first[1]  # A new rank 1, restart count 1.
+    for r in (0, 2):
+        assert f"[rank{r}]: rank {r} saw restart 1" in p.stdout
+
+
+def test_record_error_file_in_summary(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"])
+    assert p.wait(timeout=60) == 1, p.stderr
+    err = p.stderr
+    root = err.index("Root cause (first failure):")
+    assert "rank 1 (local rank 1)" in err[root:root + 200], err
+    assert "message: ValueError: root cause from rank 1" in err
+    assert "traceback:" in err and 'raise ValueError("root cause from rank 1")' in err
+    assert re.search(r"error file: \S+/attempt_0/1/error\.json", err), err
+
+
+def env_records(text):
+    return {int(m.group(1)): json.loads(m.group(2)) for m in
+            re.finditer(r"^\[rank(\d)\]: (\{.*\})$", text, re.M)}
+
+
+def test_tf_config(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--distribution=tensorflow", "--worker-count=2",
+               "--parameter-server-count=1", "--tf-chief", WORKERS / "env_dump.py"])
+    assert p.wait(timeout=30) == 0, p.stderr
+    recs = env_records(p.stdout)
+    assert sorted(recs) == [0, 1, 2, 3]
+    configs = [json.loads(recs[r]["env"]["TF_CONFIG"]) for r in range(4)]
+    cluster = configs[0]["cluster"]
+    assert sorted(cluster) == ["chief", "ps", "worker"]
+    addrs = cluster["ps"] + cluster["chief"] + cluster["worker"]
+    assert len(addrs) == 4 and len(set(addrs)) == 4
+    assert all(re.match(r"^127\.0\.0\.1:\d+$", a) for a in addrs)
+    assert [c["task"] for c in configs] == [
+        {"type": "ps", "index": 0}, {"type": "chief", "index": 0},
+        {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert all(c["cluster"] == cluster and c["environment"] == "cloud" for c in configs)
+
+
+def test_mpi_env_and_local_rank_arg(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--distribution=mpi",
+               "--pass-local-rank-arg", WORKERS / "env_dump.py", "x"])
+    assert p.wait(timeout=30) == 0, p.stderr
+    recs = env_records(p.stdout)
+    for r in range(2):
+        env = recs[r]["env"]
+        assert env["OMPI_COMM_WORLD_RANK"] == str(r)
+        assert env["OMPI_COMM_WORLD_SIZE"] == "2"
+        assert env["OMPI_COMM_WORLD_LOCAL_RANK"] == str(r)
+        assert env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "2"
+        assert env["AZ_BATCH_MASTER_NODE"] == f"127.0.0.1:{env['MASTER_PORT']}"
+        assert recs[r]["argv"] == ["x", f"--local_rank={r}"]
+        assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json")
+
+
+def test_pet_defaults(spawn):
+    p = spawn([DGT_RUN, WORKERS / "env_dump.py"],
+              env=dgt_env(PET_NPROC_PER_NODE=3, PET_STANDALONE=1, PET_ROLE="trainer"))
+    assert p.wait(timeout=30) == 0, p.stderr
+    recs = env_records(p.stdout)
+    assert sorted(recs) == [0, 1, 2]
+    assert all(r["env"]["ROLE_NAME"] == "trainer" and r["env"]["WORLD_SIZE"] == "3"
+               for r in recs.values())
+
+
+def test_two_standalone_jobs_at_once(spawn):
+    jobs = [spawn([DGT_RUN, "--standalone", "--nproc-per-node=2",
+                   WORKERS / "allreduce_check.py"], name=f"job{i}") for i in range(2)]
+    for j in jobs:
+        assert j.wait(timeout=120) == 0, j.stderr
+    ports = [{json.loads(m)["env"]["MASTER_PORT"] for m in
+              re.findall(r"^\[rank\d\]: (\{.*\})$", j.stdout, re.M)} for j in jobs]
+    assert len(ports[0]) == 1 and len(ports[1]) == 1 and ports[0] != ports[1]
+
+
+def test_local_ranks_filter(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=3", "--local-ranks-filter=1",
+               WORKERS / "env_dump.py"])
+    assert p.wait(timeout=30) == 0, p.stderr
+    assert re.findall(r"^\[rank(\d)\]", p.stdout, re.M) == ["1", "1"]
+    assert re.findall(r"^\[rank(\d)\]", p.stderr, re.M) == ["1"]
+
+
+def test_redirect_and_tee_files(spawn, tmp_path):
+    logs = tmp_path / "logs"
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", f"--log-dir={logs}",
+               "--rdzv-id=files", "-r", "0:3", "-t", "1:2", WORKERS / "env_dump.py"])
+    assert p.wait(timeout=30) == 0, p.stderr
+    d0 = logs / "files" / "attempt_0" / "0"
+    d1 = logs / "files" / "attempt_0" / "1"
+    # Rank 0: both streams redirected to files only.
+    assert "out 0\n" in (d0 / "stdout.log").read_text()
+    assert (d0 / "stderr.log").read_text() == "err 0\n"
+    assert "[rank0]" not in p.stdout and "[rank0]" not in p.stderr
+    # Rank 1: stderr teed (file and console), stdout only on the console.
+    assert (d1 / "stderr.log").read_text() == "err 1\n"
+    assert not (d1 / "stdout.log").exists()
+    assert "[rank1]: err 1" in p.stderr and "[rank1]: out 1" in p.stdout
+
+
+def test_json_agent_log(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--log-format=json", WORKERS / "env_dump.py"])
+    assert p.wait(timeout=30) == 0, p.stderr
+    lines = [l for l in p.stderr.splitlines() if not l.startswith("[rank")]
+    assert lines
+    for line in lines:
+        rec = json.loads(line)
+        assert list(rec) == ["time", "level", "msg"]
+        assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", rec["time"])
+
+
+def test_json_agent_log_failure_summary_is_one_record(spawn):
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--log-format=json",
+               WORKERS / "exit_code.py", "--fail-rank", "1", "--code", "3"])
+    assert p.wait(timeout=30) == 3, p.stderr
+    recs = [json.loads(l) for l in p.stderr.splitlines() if not l.startswith("[rank")]
+    final = [r for r in recs if "Root cause (first failure):" in r["msg"]]
+    assert len(final) == 1 and final[0]["level"] == "error"
+    assert final[0]["msg"].endswith("exited with code 3")
+    assert "\n  rank 1 (local rank 1), host 127.0.0.1" in final[0]["msg"]
+
+
+def test_torchrun_command_line_runs_unchanged(spawn, tmp_path):
+    port = free_port()
+    p = spawn([DGT_RUN, "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=static",
+               "--max_restarts=0", "--monitor_interval=5", "--start_method=spawn",
+               "--role=default", f"--log_dir={tmp_path / 'logs'}", "-r", "1", "-t", "1",
+               "--rdzv_conf=timeout=900", "--master_addr=127.0.0.1", f"--master_port={port}",
+               "--node_rank=0", WORKERS / "allreduce_check.py"])
+    assert p.wait(timeout=120) == 0, p.stderr
+    logs = list((tmp_path / "logs").glob("*/attempt_0/*/stdout.log"))
+    assert len(logs) == 2
+    for log in logs:
+        rec = json.loads(log.read_text().splitlines()[-1])
+        assert rec["sum"] == 1 and rec["env"]["MASTER_PORT"] == str(port)
+
+
+def test_module_and_run_path(spawn):
+    env = dgt_env(PYTHONPATH=WORKERS)
+    p = spawn([DGT_RUN, "--standalone", "-m", "env_dump", "a"], env=env, name="module")
+    assert p.wait(timeout=30) == 0, p.stderr
+    assert env_records(p.stdout)[0]["argv"] == ["a"]
+    q = spawn([DGT_RUN, "--standalone", "--run-path", WORKERS / "env_dump.py", "b"],
+              name="run_path")
+    assert q.wait(timeout=30) == 0, q.stderr
+    assert env_records(q.stdout)[0]["argv"] == ["b"]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_signal_death_exit_status_and_other_failures(spawn):
+    # Rank 1 dies of SIGSEGV first; rank 2 exits 4 on its own a little later.
+    script = ('if [ "$RANK" = 1 ]; then sleep 0.3; kill -SEGV $$; fi; '
+              'if [ "$RANK" = 2 ]; then trap "exit 4" TERM; sleep 0.6; exit 4; fi; '
+              'sleep 30')
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=3", "--no-python", "/bin/sh", "-c",
+               script])
+    assert p.wait(timeout=30) == 128 + signal.SIGSEGV, p.stderr
+    err = p.stderr
+    root = err.index("Root cause (first failure):\n  rank 1 (local rank 1)")
+    assert "signal 11 (SIGSEGV) at " in err[root:], err
+    others = err.index("Other failures:\n  rank 2 (local rank 2)")
+    assert others > root and "exit code 4 at " in err[others:], err
+
+
+def static_agents(spawn, script_args, port, max_restarts=0):
+    # Node rank 1 first: it waits for node rank 0's store.
+    return [spawn([DGT_RUN, "--nnodes=2", "--nproc_per_node=2", f"--node_rank={n}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", "--rdzv_id=static",
+                   *script_args], name=f"node{n}") for n in (1, 0)]
+
+
+def test_static_backend_two_nodes(spawn):
+    port = free_port()
+    agents = static_agents(spawn, [WORKERS / "allreduce_check.py"], port)
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr
+    recs = [json.loads(m) for a in agents
+            for m in re.findall(r"^\[rank\d\]: (\{.*\})$", a.stdout, re.M)]
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
+    for r in recs:
+        assert r["sum"] == 6
+        assert r["env"]["MASTER_PORT"] == str(port)
+        assert r["env"]["NODE_RANK"] == str(r["rank"] // 2)
+        assert r["env"]["TORCHELASTIC_RUN_ID"] == "static"
+
+
+def test_static_backend_failure_stops_the_other_node(spawn):
+    port = free_port()
+    agents = static_agents(spawn, [WORKERS / "exit_code.py", "--fail-rank", "3", "--code", "5"],
+                           port)
+    codes = [a.wait(timeout=60) for a in agents]
+    assert codes == [5, 5], [a.stderr for a in agents]
+    assert "rank 3 (local rank 1 on node rank 1" in agents[1].stderr
