@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "agent/rendezvous_session.h"
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +36,7 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
 RendezvousSession::~RendezvousSession() { Close(); }
 
 absl::Status RendezvousSession::Send(const rdzv_v1::AgentMessage& message) {
-  absl::MutexLock lock(&write_mu_);
+  dgt::MutexLock lock(&write_mu_);
   if (!stream_->Write(message)) {
     return absl::UnavailableError("the rendezvous session is closed");
   }

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -53,7 +53,7 @@ class RendezvousSession {
       stream_;
   MessageCallback on_message_;
   ClosedCallback on_closed_;
-  absl::Mutex write_mu_;
+  dgt::Mutex write_mu_;
   std::thread reader_;
 };
 

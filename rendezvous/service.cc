@@ -1,3 +1,4 @@
+#include "common/mutex.h"
 #include "rendezvous/service.h"
 
 #include <deque>
@@ -22,7 +23,7 @@ class RendezvousService::SessionReactor final
 
   // Queues `message`; with `close`, the stream finishes once it is written.
   void Send(v1::ServiceMessage message, bool close) {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     if (finish_requested_) return;
     queue_.push_back(std::move(message));
     if (close) close_after_queue_ = true;
@@ -31,7 +32,7 @@ class RendezvousService::SessionReactor final
 
   // Finishes the stream once queued writes are done.
   void End() {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     close_after_queue_ = true;
     MaybeWriteLocked();
   }
@@ -47,7 +48,7 @@ class RendezvousService::SessionReactor final
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     writing_ = false;
     queue_.pop_front();
     if (!ok) {
@@ -85,7 +86,7 @@ class RendezvousService::SessionReactor final
   const SessionId id_;
   const std::string peer_;
   v1::AgentMessage incoming_;
-  absl::Mutex mu_;
+  dgt::Mutex mu_;
   std::deque<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
@@ -108,7 +109,7 @@ RendezvousService::~RendezvousService() { Stop(); }
 
 void RendezvousService::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     stopping_ = true;
     timer_cv_.SignalAll();
   }
@@ -130,7 +131,7 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
     return new RejectReactor(
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   SessionId id = next_session_++;
   auto* reactor = new SessionReactor(this, id, context->peer());
   sessions_[id] = reactor;
@@ -138,7 +139,7 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
 }
 
 void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   absl::Time now = absl::Now();
   switch (message.kind_case()) {
     case v1::AgentMessage::kJoin: {
@@ -170,7 +171,7 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
 }
 
 void RendezvousService::OnSessionEnded(SessionId session) {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   Dispatch(machine_.OnSessionClosed(session, absl::Now()));
   timer_cv_.SignalAll();  // A join deadline may have started.
 }
@@ -185,7 +186,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
     return reactor;
   }
   {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     *response = machine_.Status(request->run_id());
   }
   reactor->Finish(grpc::Status::OK);
@@ -193,7 +194,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
 }
 
 void RendezvousService::Unregister(SessionId session) {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   sessions_.erase(session);
 }
 
@@ -237,7 +238,7 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
 }
 
 std::string RendezvousService::RenderMetrics() {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   const RoundStateMachine::Counters& c = machine_.counters();
   std::string out;
   absl::StrAppend(&out, "# HELP dgt_rendezvous_runs Runs known to the service, by state.\n",
@@ -263,7 +264,7 @@ std::string RendezvousService::RenderMetrics() {
 }
 
 void RendezvousService::TimerLoop() {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   while (!stopping_) {
     std::optional<absl::Time> next = machine_.NextDeadline();
     absl::Time now = absl::Now();

@@ -16,7 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/credentials.h"
@@ -55,8 +55,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool Authorized(const grpc::CallbackServerContext* context) const;
 
   const std::string token_;
-  absl::Mutex mu_;
-  absl::CondVar timer_cv_;
+  dgt::Mutex mu_;
+  dgt::CondVar timer_cv_;
   RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(mu_);
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "store/wire.h"
 
@@ -71,7 +71,7 @@ class Client::Impl {
   template <typename T>
   absl::StatusOr<T> Run(bool idempotent, const std::function<absl::StatusOr<T>(absl::Time)>& call)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     absl::Time deadline = absl::Now() + options_.timeout;
     for (int attempt = 0;; ++attempt) {
       bool was_connected = fd_ >= 0;
@@ -191,7 +191,7 @@ class Client::Impl {
     return req;
   }
 
-  absl::Mutex mu_;
+  dgt::Mutex mu_;
 
  private:
   static constexpr uint64_t kMaxReplyBytes = 1ull << 32;
@@ -310,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.host.empty()) return absl::InvalidArgumentError("store client: host is empty");
   auto impl = std::make_unique<Impl>(std::move(options));
   {
-    absl::MutexLock lock(&impl->mu_);
+    dgt::MutexLock lock(&impl->mu_);
     DGT_RETURN_IF_ERROR(impl->EnsureConnected(absl::Now() + impl->options().timeout));
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));

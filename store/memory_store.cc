@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "store/engine.h"
 
 namespace dgt::store {
@@ -17,13 +17,13 @@ class MemoryStore::Impl {
   // Runs `fn` on the engine under the lock.
   template <typename Fn>
   auto With(Fn fn) {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return fn(engine_);
   }
 
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
     absl::Time deadline = absl::Now() + timeout;
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     auto done = std::make_shared<bool>(false);
     std::optional<Engine::WaitId> id = engine_.Wait(keys, [this, done] {
       *done = true;  // Runs under mu_, inside the mutating call.
@@ -42,8 +42,8 @@ class MemoryStore::Impl {
 
  private:
   MemoryStoreOptions options_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  dgt::Mutex mu_;
+  dgt::CondVar cv_;
   Engine engine_ ABSL_GUARDED_BY(mu_);
 };
 
