@@ -194,6 +194,10 @@ absl::Status Agent::Prepare() {
   join->set_address(advertised_address_);
   join->set_store_port(store_->port());
   join->set_last_call_timeout_s(options_.last_call_timeout_s);
+  join->set_join_timeout_s(options_.join_timeout_s);
+  // Group restarts are rounds decided by the rendezvous, for one node or many.
+  join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
+                                                                          : 0);
   if (auto s = session_->Send(join_message); !s.ok()) {
     return absl::UnavailableError(
         absl::StrCat("the rendezvous service at ", rdzv_endpoint_, " closed the session"));
@@ -333,8 +337,7 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
       }
       return;
     case rdzv_v1::ServiceMessage::kStop:
-      // Elastic rounds are handled by the agent in a later change; until then a stop is fatal.
-      OnRunFinished(rdzv_v1::RunFinished());
+      OnStopWorkers(message.stop());
       return;
     case rdzv_v1::ServiceMessage::KIND_NOT_SET:
       return;
@@ -351,8 +354,16 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
     case State::kRunning:
     case State::kRestarting:
     case State::kStopping:
-      spdlog::warn("dgt-run: lost the rendezvous service at {} ({}); workers keep running",
-                   rdzv_endpoint_, status.error_message());
+    case State::kRerounding:
+      // After a RunFinished the service ends the session itself: nothing was lost.
+      if (!remote_outcome_) {
+        spdlog::warn("dgt-run: lost the rendezvous service at {} ({}); workers keep running",
+                     rdzv_endpoint_, status.error_message());
+      }
+      return;
+    case State::kWaitingForRound:
+      Finish(1, absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
+                             " while waiting for a new round: ", status.error_message()));
       return;
     case State::kAwaitingOutcome:
       // No run outcome will come: end with this node's own result.
@@ -368,8 +379,49 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
 }
 
 void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
-  if (state_ != State::kJoining) return;
-  join_timer_.cancel();
+  switch (state_) {
+    case State::kJoining:
+      join_timer_.cancel();
+      ApplyAssignment(a);
+      return;
+    case State::kRunning:
+    case State::kRestarting:
+    case State::kStopping:
+    case State::kRerounding:
+      // A new round (a node left or came, or a restart after a failure): stop this round's
+      // workers; the new round starts once they are gone. Failures seen while they stop belong
+      // to the old round.
+      spdlog::warn("dgt-run: run '{}' moves to round {} ({}); stopping this node's workers",
+                   options_.run_id, a.round(), a.reason());
+      pending_assignment_ = a;
+      first_failure_.reset();
+      failures_.clear();
+      if (state_ != State::kRerounding && state_ != State::kStopping) {
+        workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+      }
+      state_ = State::kRerounding;
+      if (workers_->alive() == 0) {
+        pending_assignment_.reset();
+        workers_->KillAll();
+        ApplyAssignment(a);
+      }
+      return;
+    case State::kWaitingForRound:
+    case State::kAwaitingOutcome:
+      join_timer_.cancel();
+      drain_timer_.cancel();
+      first_failure_.reset();
+      failures_.clear();
+      ApplyAssignment(a);
+      return;
+    case State::kDone:
+      return;
+  }
+}
+
+void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
+  const bool first_round = round_ < 0;
+  round_ = a.round();
   assignment_.run_id = a.run_id();
   assignment_.node_rank = a.node_rank();
   assignment_.node_count = a.node_count();
@@ -378,15 +430,65 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
   assignment_.local_world_size = options_.nproc_per_node;
   assignment_.master_addr = a.master_addr();
   assignment_.master_port = a.master_port();
-  assignment_.restart_count = 0;
+  assignment_.restart_count = a.restart_count();
   assignment_.max_restarts = options_.max_restarts;
-  if (a.node_rank() != 0) store_->Stop();
-  spdlog::info("dgt-run: run '{}' round {}: node rank {} of {}, ranks {}..{} of world size {}, "
-               "MASTER_ADDR={} MASTER_PORT={}", a.run_id(), a.round(), a.node_rank(),
-               a.node_count(), a.first_global_rank(),
-               a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(),
-               a.master_addr(), a.master_port());
-  BeginRun();
+  // The previous round's store (if this node served it) has no readers left.
+  if (round_store_) {
+    round_store_->Stop();
+    round_store_.reset();
+  }
+  if (a.node_rank() == 0 && store_ && a.master_port() == store_->port()) {
+    // This node's standby store serves the round; open the next standby so that a later round
+    // starts on an empty store too.
+    round_store_ = std::move(store_);
+    store::ServerOptions next;
+    next.host = advertised_address_;
+    store_ = std::make_unique<store::Server>(next);
+    if (absl::Status st = store_->Start(); !st.ok()) {
+      spdlog::error("dgt-run: cannot open the next store: {}", st.message());
+      store_.reset();
+    } else if (session_open_) {
+      rdzv_v1::AgentMessage ready;
+      ready.mutable_store_ready()->set_store_port(store_->port());
+      (void)session_->Send(ready);
+    }
+  }
+  spdlog::info("dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
+               "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
+               a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(),
+               a.first_global_rank(), a.first_global_rank() + options_.nproc_per_node - 1,
+               a.world_size(), a.master_addr(), a.master_port(), a.restart_count());
+  if (first_round) {
+    BeginRun();
+  } else {
+    if (restarts_) {
+      RestartTracker::Options restart_options;
+      restart_options.policy = options_.restart_policy;
+      restart_options.max_restarts = options_.max_restarts;
+      restart_options.node_count = assignment_.node_count;
+      restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
+    }
+    StartRound(a.restart_count());
+  }
+}
+
+void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
+  if (state_ == State::kDone || state_ == State::kJoining) return;
+  spdlog::warn("dgt-run: the rendezvous stopped this node's workers: {}", stop.reason());
+  first_failure_.reset();
+  failures_.clear();
+  if (workers_ && workers_->alive() > 0 && state_ != State::kRerounding) {
+    state_ = State::kRerounding;  // Stop; wait for the next assignment once they are gone.
+    workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+  } else if (!workers_ || workers_->alive() == 0) {
+    state_ = State::kWaitingForRound;
+  }
+  join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
+  join_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || state_ != State::kWaitingForRound) return;
+    Finish(1, absl::StrCat("run '", options_.run_id, "' got no new round within ",
+                           options_.join_timeout_s, " s after its workers were stopped"));
+  });
 }
 
 void Agent::BeginRun() {
@@ -411,7 +513,7 @@ void Agent::BeginRun() {
       return;
     }
   }
-  StartRound(0);
+  StartRound(assignment_.restart_count);
 }
 
 absl::Status Agent::ReserveTfPorts() {
@@ -623,24 +725,34 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
           RestartRank(e, d.restart_count);  // On failure it stops the others.
           break;
         case RestartTracker::Action::kRestartGroup:
-          // Local node only (RestartTracker refuses group restarts when node_count > 1).
-          // TODO(issue 4): across nodes, ask the rendezvous for a new round and call
-          // StartRound(restart_count) from its assignment on every node.
-          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting every worker "
-                       "(restart {} of --max-restarts={})",
-                       e.rank, e.local_rank, e.Describe(), restarts_->restarts(),
-                       options_.max_restarts);
-          state_ = State::kRestarting;
-          next_restart_count_ = d.restart_count;
-          workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-          break;
-        case RestartTracker::Action::kIgnore:
-          break;
+          if (static_) {
+            // No rendezvous: the local node restarts alone.
+            spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting every worker "
+                         "(restart {} of --max-restarts={})",
+                         e.rank, e.local_rank, e.Describe(), restarts_->restarts(),
+                         options_.max_restarts);
+            state_ = State::kRestarting;
+            next_restart_count_ = d.restart_count;
+            workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+            break;
+          }
+          [[fallthrough]];
         case RestartTracker::Action::kFail:
           first_failure_ = e;
-          spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
-                        e.rank, e.local_rank, e.Describe(), d.reason);
+          if (d.action == RestartTracker::Action::kRestartGroup ||
+              (!static_ && options_.restart_policy == RestartPolicy::kGroup)) {
+            // Group restarts are new rendezvous rounds for every node: stop this node's
+            // workers and report; the service answers with a restart round or the run's end.
+            spdlog::error("dgt-run: rank {} (local rank {}) {}; stopping the other workers "
+                          "and reporting to the rendezvous", e.rank, e.local_rank,
+                          e.Describe());
+          } else {
+            spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
+                          e.rank, e.local_rank, e.Describe(), d.reason);
+          }
           StopWorkers();
+          break;
+        case RestartTracker::Action::kIgnore:
           break;
       }
     } else {
@@ -651,6 +763,17 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
     }
   }
   if (workers_->alive() > 0) return;
+  if (state_ == State::kRerounding) {
+    workers_->KillAll();
+    if (pending_assignment_) {
+      rdzv_v1::Assignment a = *pending_assignment_;
+      pending_assignment_.reset();
+      ApplyAssignment(a);
+    } else {
+      state_ = State::kWaitingForRound;  // Stopped by the service; the next round will come.
+    }
+    return;
+  }
   if (state_ == State::kRestarting) {
     workers_->KillAll();
     StartRound(next_restart_count_);
@@ -674,7 +797,7 @@ void Agent::OnSignal(int sig) {
     }
     return;
   }
-  if (state_ == State::kJoining || !workers_) {
+  if (state_ == State::kJoining || !workers_ || state_ == State::kWaitingForRound) {
     Finish(128 + sig, absl::StrCat("stopped by ", name, " before workers started"));
     return;
   }
@@ -724,11 +847,11 @@ void Agent::AfterWorkersExited() {
     }
     rdzv_v1::AgentMessage message;
     rdzv_v1::NodeReport* report = message.mutable_report();
+    report->set_round(round_);
     if (stop_signal_ != 0) {
+      // No report: the session ends with this agent, and the service treats the node as lost
+      // (the others go on in a new round if enough nodes remain).
       const char* name = sigabbrev_np(stop_signal_);
-      report->set_succeeded(false);
-      report->set_message(absl::StrCat("agent stopped by SIG", name ? name : "?"));
-      if (session_open_) (void)session_->Send(message);
       Finish(128 + stop_signal_, absl::StrCat("stopped by SIG", name ? name : "?"));
       return;
     }
@@ -742,6 +865,7 @@ void Agent::AfterWorkersExited() {
       f->set_local_rank(first_failure_->local_rank);
       f->set_exit_code(first_failure_->exit_code);
       f->set_signal(first_failure_->signal);
+      f->set_time_unix_s(absl::ToDoubleSeconds(first_failure_->time - absl::UnixEpoch()));
     } else {
       report->set_succeeded(true);
     }
@@ -749,11 +873,8 @@ void Agent::AfterWorkersExited() {
       OnSessionClosed(grpc::Status(grpc::StatusCode::UNAVAILABLE, "session closed"));
       return;
     }
-    if (first_failure_) {
-      Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
-    }
-    // On success, wait for the run's outcome: node rank 0 keeps serving the store until every
-    // node is done.
+    // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
+    // every node is done), or a new round (a restart after a failure).
   };
   // Bound the wait for output: a worker's descendant that left its process group may hold the
   // pipes open forever.
@@ -770,10 +891,16 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
       Finish(finished.succeeded() ? 0 : 1,
              finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
       return;
+    case State::kWaitingForRound:
+      Finish(finished.succeeded() ? 0 : 1,
+             finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
+      return;
     case State::kRunning:
     case State::kRestarting:
     case State::kStopping:
+    case State::kRerounding:
       if (finished.succeeded()) return;  // Cannot happen before this node reported.
+      pending_assignment_.reset();
       if (!remote_outcome_ && !first_failure_) {
         remote_outcome_ = finished;
         spdlog::error("dgt-run: run failed on another node: {}; stopping this node's workers",
@@ -785,6 +912,14 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
     case State::kAwaitingOutcome:
       if (finished.succeeded()) {
         Finish(0, "");
+      } else if (first_failure_ && finished.has_failure() &&
+                 finished.failure().node_id() != options_.node_id) {
+        // Another node failed first: that is the run's root cause; this node's failure followed.
+        spdlog::warn("dgt-run: this node's {} followed the root cause on another node",
+                     DescribeFailure(*first_failure_));
+        failures_.clear();
+        first_failure_.reset();
+        OnRunFinished(finished);
       } else if (first_failure_) {
         Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
       } else {

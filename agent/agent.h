@@ -36,7 +36,19 @@ class Agent {
   int Run();
 
  private:
-  enum class State { kJoining, kRunning, kRestarting, kStopping, kAwaitingOutcome, kDone };
+  // kRerounding: a new rendezvous round was assigned while workers ran; they are stopping and
+  // the round starts when they are gone. kWaitingForRound: the service stopped this node's
+  // workers (too few nodes) and a new assignment is awaited.
+  enum class State {
+    kJoining,
+    kRunning,
+    kRestarting,
+    kStopping,
+    kRerounding,
+    kWaitingForRound,
+    kAwaitingOutcome,
+    kDone
+  };
 
   // A failed worker as the summary reports it.
   struct Failure {
@@ -53,6 +65,10 @@ class Agent {
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
+  // Takes `assignment` as this node's round: the store it names (when this node is node rank 0)
+  // becomes the round's store and a fresh standby store is announced; workers start.
+  void ApplyAssignment(const rdzv_v1::Assignment& assignment);
+  void OnStopWorkers(const rdzv_v1::StopWorkers& stop);
   void OnRunFinished(const rdzv_v1::RunFinished& finished);
   void OnWorkerExit(const WorkerExit& exit);
   // Starts every local worker of a round from `assignment_` with TORCHELASTIC_RESTART_COUNT
@@ -87,7 +103,13 @@ class Agent {
   std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
   std::string rdzv_endpoint_;
   std::string advertised_address_;
+  // The standby store: listening, never used by a round; its port is what the rendezvous may
+  // name as MASTER_PORT next.
   std::unique_ptr<store::Server> store_;
+  // The store serving the current round, when this node is node rank 0.
+  std::unique_ptr<store::Server> round_store_;
+  int64_t round_ = -1;
+  std::optional<rdzv_v1::Assignment> pending_assignment_;
   std::unique_ptr<RendezvousSession> session_;
   std::unique_ptr<StaticCoordinator> static_;
   bool session_open_ = false;

@@ -256,6 +256,9 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
+  run.failure_deadline.reset();
+  run.failures.clear();
+  run.failure_messages.clear();
 
   // Members of the new round: survivors of the last round first (by rank), then waiting nodes in
   // node-id order, up to MAX.
@@ -424,12 +427,32 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   }
   v1::WorkerFailure failure = report.failure();
   failure.set_node_id(node->node_id);
-  FinishRun(*run, false,
-            run->max_restarts > 0
-                ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
-                : what,
-            &failure, now, out);
+  run->failures.push_back(failure);
+  run->failure_messages.push_back(
+      run->max_restarts > 0 ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
+                            : what);
+  int32_t members = 0;
+  for (const auto& [id, n] : run->nodes) members += n.node_rank >= 0 ? 1 : 0;
+  if (static_cast<int32_t>(run->failures.size()) >= members) {
+    FinishWithEarliestFailure(*run, now, out);
+  } else if (!run->failure_deadline) {
+    run->failure_deadline = now + options_.failure_grace;
+  }
   return out;
+}
+
+void RoundStateMachine::FinishWithEarliestFailure(Run& run, absl::Time now,
+                                                  std::vector<Outgoing>& out) {
+  size_t first = 0;
+  for (size_t i = 1; i < run.failures.size(); ++i) {
+    if (run.failures[i].time_unix_s() < run.failures[first].time_unix_s()) first = i;
+  }
+  v1::WorkerFailure failure = run.failures[first];
+  std::string message = run.failure_messages[first];
+  run.failures.clear();
+  run.failure_messages.clear();
+  run.failure_deadline.reset();
+  FinishRun(run, false, message, &failure, now, out);
 }
 
 std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session,
@@ -466,6 +489,11 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
   if (run.state == RunState::kClosed) return;
   if (!active_member) {
     Evaluate(run, now, out);
+    return;
+  }
+  if (!run.failures.empty()) {
+    // The round is already failing: losing a node now does not start another round.
+    FinishWithEarliestFailure(run, now, out);
     return;
   }
   if (ConnectedCount(run) >= run.min_nodes) {
@@ -529,6 +557,9 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
                  connected >= run.min_nodes) {
         StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
       }
+    } else if (run.state == RunState::kRunning && run.failure_deadline &&
+               *run.failure_deadline <= now) {
+      FinishWithEarliestFailure(run, now, out);
     } else if (run.state == RunState::kRunning && run.scale_up_deadline &&
                *run.scale_up_deadline <= now) {
       StartRound(run, "scale-up", 0, now, out);
@@ -552,6 +583,7 @@ std::optional<absl::Time> RoundStateMachine::NextDeadline() const {
     consider(run.last_call_deadline);
     consider(run.join_deadline);
     consider(run.scale_up_deadline);
+    consider(run.failure_deadline);
     if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   }
   return next;

@@ -52,6 +52,10 @@ struct RoundStateOptions {
   absl::Duration default_join_timeout = absl::Seconds(600);
   // How long a finished run is remembered to refuse late joins.
   absl::Duration closed_run_retention = absl::Hours(1);
+  // After the first failure report of a round that cannot restart, how long to wait for the
+  // other members' reports before ending the run: the root cause is the earliest failure in
+  // time, and a peer's failure is often a consequence reported first.
+  absl::Duration failure_grace = absl::Seconds(1);
   // Field limits: a longer run id, node id or address is refused (INVALID_ARGUMENT).
   size_t max_id_bytes = 256;
   int32_t max_nodes_per_run = 100000;
@@ -127,6 +131,10 @@ class RoundStateMachine {
     std::optional<absl::Time> join_deadline;
     // kRunning with waiting nodes and room: scale up once this passes.
     std::optional<absl::Time> scale_up_deadline;
+    // Failures reported in the current round (no restart left), and when to end the run.
+    std::vector<v1::WorkerFailure> failures;
+    std::vector<std::string> failure_messages;
+    std::optional<absl::Time> failure_deadline;
     // A round decided but held until node rank 0 has a fresh store port.
     std::optional<std::string> pending_reason;
     int32_t pending_restart_increment = 0;
@@ -153,6 +161,8 @@ class RoundStateMachine {
                  const v1::WorkerFailure* failure, absl::Time now, std::vector<Outgoing>& out);
   // JoinProgress to every waiting node, or only to session `only` when it is not 0.
   void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
+  // Ends the run with the earliest of its reported failures.
+  void FinishWithEarliestFailure(Run& run, absl::Time now, std::vector<Outgoing>& out);
   static Outgoing ErrorFor(SessionId session, int code, std::string message);
 
   RoundStateOptions options_;

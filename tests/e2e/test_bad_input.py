@@ -63,8 +63,23 @@ def test_conflicting_join_is_refused(spawn, rendezvous):
 
 def test_rendezvous_bad_listen_address(spawn):
     p = spawn([BIN / "dgt-rendezvous", "--listen", "256.1.1.1:0"])
+    assert p.wait(timeout=20) == 2
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "dgt-rendezvous: error: --listen: cannot resolve host '256.1.1.1'"), p.stderr
+    for listen, message in (("127.0.0.1:70000", "--listen: port must be 0..65535, got "
+                             "'127.0.0.1:70000'"),
+                            ("127.0.0.1:", "--listen: empty port, got '127.0.0.1:'")):
+        q = spawn([BIN / "dgt-rendezvous", "--listen", listen])
+        assert q.wait(timeout=20) == 2
+        assert q.stderr.strip().splitlines()[-1] == f"dgt-rendezvous: error: {message}"
+
+
+def test_rendezvous_port_in_use_is_refused(spawn, rendezvous):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", rendezvous])
     assert p.wait(timeout=20) == 1
-    assert "dgt-rendezvous: rendezvous cannot listen on '256.1.1.1:0'" in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"dgt-rendezvous: error: rendezvous cannot listen on {rendezvous}: the address is in use "
+        "or not local")
 
 
 def test_missing_program_with_no_python(spawn):

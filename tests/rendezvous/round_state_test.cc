@@ -51,14 +51,16 @@ class Harness {
     Apply(out);
     return out;
   }
-  std::vector<Outgoing> Report(SessionId s, bool ok, int64_t round, absl::Time t = kT0) {
+  std::vector<Outgoing> Report(SessionId s, bool ok, int64_t round, absl::Time t = kT0,
+                               double failed_at = 100.0, int code = 3) {
     v1::NodeReport r;
     r.set_round(round);
     r.set_succeeded(ok);
     if (!ok) {
-      r.set_message("rank 3 (local rank 1) exited with code 3");
+      r.set_message(absl::StrCat("rank 3 (local rank 1) exited with code ", code));
       r.mutable_failure()->set_rank(3);
-      r.mutable_failure()->set_exit_code(3);
+      r.mutable_failure()->set_exit_code(code);
+      r.mutable_failure()->set_time_unix_s(failed_at);
     }
     auto out = m.OnReport(s, r, t);
     Apply(out);
@@ -210,7 +212,10 @@ TEST(RoundStateTest, FailureWithoutRestartsEndsRunForEveryNode) {
   Harness h;
   h.Join(1, Join("n1", 2, 2));
   h.Join(2, Join("n2", 2, 2));
-  auto out = h.Report(2, false, 0);
+  // The run waits up to the failure grace for the other member's report...
+  EXPECT_TRUE(h.Report(2, false, 0).empty());
+  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(1));
+  auto out = h.Tick(kT0 + absl::Seconds(1));
   ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
   const v1::RunFinished& f = out[0].message.finished();
   EXPECT_FALSE(f.succeeded());
@@ -218,6 +223,20 @@ TEST(RoundStateTest, FailureWithoutRestartsEndsRunForEveryNode) {
   EXPECT_EQ(f.failure().rank(), 3);
   EXPECT_EQ(f.failure().exit_code(), 3);
   EXPECT_EQ(f.failure().node_id(), "n2");
+}
+
+TEST(RoundStateTest, RootCauseIsTheEarliestFailureNotTheFirstReport) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  // n1's worker aborted because n2's worker had exited (code 4) a moment earlier.
+  EXPECT_TRUE(h.Report(1, false, 0, kT0, /*failed_at=*/100.5, /*code=*/134).empty());
+  auto out = h.Report(2, false, 0, kT0, /*failed_at=*/100.0, /*code=*/4);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
+  const v1::RunFinished& f = out[0].message.finished();
+  EXPECT_EQ(f.failure().exit_code(), 4);
+  EXPECT_EQ(f.failure().node_id(), "n2");
+  EXPECT_EQ(f.message(), "node n2 (node rank 1): rank 3 (local rank 1) exited with code 4");
 }
 
 TEST(RoundStateTest, FailureWithRestartsStartsNewRoundCountingRestart) {
@@ -238,7 +257,8 @@ TEST(RoundStateTest, FailureWithRestartsStartsNewRoundCountingRestart) {
             "code 3");
   // A late report about round 0 is ignored; a failure in round 1 ends the run.
   EXPECT_TRUE(h.Report(1, false, 0).empty());
-  auto end = h.Report(1, false, 1);
+  EXPECT_TRUE(h.Report(1, false, 1).empty());
+  auto end = h.Tick(kT0 + absl::Seconds(1));
   ASSERT_EQ(Count(end, v1::ServiceMessage::kFinished), 2);
   EXPECT_EQ(end[0].message.finished().message(),
             "node n1 (node rank 0): rank 3 (local rank 1) exited with code 3 (after 1 "

@@ -1,0 +1,105 @@
+"""Elastic rounds end to end: real dgt-rendezvous, real dgt-run agents, real PyTorch workers.
+
+A kill -9 of one agent of a --nnodes=2:3 job gives the survivors a new round of two nodes in
+which node rank 0 keeps rank 0 and the job completes; a worker failure with --max-restarts
+restarts every node's workers in a new round; a late node scales a running job up.
+"""
+import json
+import re
+import signal
+import time
+
+from conftest import BIN, WORKERS
+
+WORKER = WORKERS / "elastic_worker.py"
+
+
+def records(text):
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^\[rank\d+\]: (\{.*\})$", line)
+        if m:
+            out.append(json.loads(m.group(1)))
+    return out
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def agent(spawn, rendezvous, run_id, node_id, nnodes, extra=(), worker_args=()):
+    return spawn([BIN / "dgt-run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+                  f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}",
+                  f"--node-id={node_id}", "--rdzv-conf=last_call_timeout=1",
+                  "--stop-timeout=5", *extra, WORKER, *worker_args], name=node_id)
+
+
+def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous):
+    args = ["--wait-world-size", "3", "--steps", "5"]
+    agents = {n: agent(spawn, rendezvous, "elastic-kill", n, "2:3", worker_args=args)
+              for n in ("node-a", "node-b", "node-c")}
+    wait_for(lambda: all(any(r["event"] == "start" and r["env"]["WORLD_SIZE"] == "3"
+                             for r in records(a.stdout)) for a in agents.values()),
+             120, "three nodes in round 0")
+    first = {n: [r for r in records(a.stdout) if r["event"] == "start"][0]["env"]
+             for n, a in agents.items()}
+    assert [first[n]["GROUP_RANK"] for n in ("node-a", "node-b", "node-c")] == ["0", "1", "2"]
+    killed_at = time.monotonic()
+    agents["node-b"].popen.send_signal(signal.SIGKILL)
+    for n in ("node-a", "node-c"):
+        assert agents[n].wait(timeout=120) == 0, agents[n].stderr
+    elapsed = time.monotonic() - killed_at
+    done = {n: [r for r in records(agents[n].stdout) if r["event"] == "done"] for n in
+            ("node-a", "node-c")}
+    for n in ("node-a", "node-c"):
+        assert len(done[n]) == 1, agents[n].stdout
+        assert done[n][0]["world_size"] == 2
+        assert done[n][0]["sum"] == 1
+        assert done[n][0]["env"]["TORCHELASTIC_RESTART_COUNT"] == "0"  # Not a restart.
+    # Node rank 0 survived and kept rank 0; node-c (rank 2) moved into node-b's gap.
+    assert done["node-a"][0]["env"]["GROUP_RANK"] == "0"
+    assert done["node-c"][0]["env"]["GROUP_RANK"] == "1"
+    assert done["node-a"][0]["env"]["MASTER_ADDR"] == first["node-a"]["MASTER_ADDR"]
+    assert "round 1 (node lost: node node-b" in agents["node-a"].stderr
+    assert elapsed < 60
+
+
+def test_worker_failure_restarts_every_node_in_a_new_round(spawn, rendezvous):
+    args = ["--fail-rank", "1", "--fail-code", "3", "--steps", "3"]
+    agents = [agent(spawn, rendezvous, "elastic-restart", f"node-{i}", "2",
+                    extra=["--max-restarts=1"], worker_args=args) for i in range(2)]
+    for a in agents:
+        assert a.wait(timeout=180) == 0, a.stderr
+    for a in agents:
+        starts = [r for r in records(a.stdout) if r["event"] == "start"]
+        assert [s["env"]["TORCHELASTIC_RESTART_COUNT"] for s in starts] == ["0", "1"]
+        done = [r for r in records(a.stdout) if r["event"] == "done"]
+        assert len(done) == 1 and done[0]["world_size"] == 2 and done[0]["sum"] == 1
+        assert done[0]["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+
+
+def test_failure_after_the_last_restart_fails_every_node(spawn, rendezvous):
+    args = ["--fail-rank", "1", "--fail-code", "4"]
+    agents = [agent(spawn, rendezvous, "elastic-norestart", f"node-{i}", "2",
+                    worker_args=args) for i in range(2)]
+    assert [a.wait(timeout=120) for a in agents] == [4, 4]
+
+
+def test_late_node_scales_the_job_up(spawn, rendezvous):
+    args = ["--wait-world-size", "1", "--steps", "3"]
+    first = agent(spawn, rendezvous, "elastic-scale", "node-a", "1:2", worker_args=args)
+    wait_for(lambda: any(r["event"] == "start" for r in records(first.stdout)), 120,
+             "the first node's workers")
+    second = agent(spawn, rendezvous, "elastic-scale", "node-b", "1:2", worker_args=args)
+    for a in (first, second):
+        assert a.wait(timeout=120) == 0, a.stderr
+    for a, rank in ((first, "0"), (second, "1")):
+        done = [r for r in records(a.stdout) if r["event"] == "done"]
+        assert len(done) == 1 and done[0]["world_size"] == 2
+        assert done[0]["env"]["GROUP_RANK"] == rank
+    assert "round 1 (scale-up)" in first.stderr
