@@ -172,8 +172,16 @@ absl::Status Agent::Prepare() {
   store_ = std::make_unique<store::Server>(store_options);
   if (auto s = store_->Start(); !s.ok()) return s;
 
+  rendezvous::TlsFiles tls{options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
+  std::string token;
+  if (!options_.rdzv_token_file.empty()) {
+    auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ",
+                                                                t.status().message()));
+    token = *t;
+  }
   auto session = RendezvousSession::Open(
-      rdzv_endpoint_, absl::Seconds(options_.connect_timeout_s),
+      rdzv_endpoint_, absl::Seconds(options_.connect_timeout_s), tls, token,
       [this](const rdzv_v1::ServiceMessage& m) {
         asio::post(io_, [this, m] { OnServiceMessage(m); });
       },

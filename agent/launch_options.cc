@@ -397,6 +397,13 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       kRdzv);
   add("--rdzv-connect-timeout,--rdzv_connect_timeout", o.connect_timeout_s,
       "Seconds to keep trying to reach the rendezvous endpoint", kRdzv);
+  add("--rdzv-tls-ca,--rdzv_tls_ca", o.rdzv_tls_ca,
+      "PEM CA that signed the service's certificate (turns TLS on)", kRdzv);
+  add("--rdzv-tls-cert,--rdzv_tls_cert", o.rdzv_tls_cert,
+      "PEM client certificate for mutual TLS", kRdzv);
+  add("--rdzv-tls-key,--rdzv_tls_key", o.rdzv_tls_key, "PEM client private key", kRdzv);
+  add("--rdzv-token-file,--rdzv_token_file", o.rdzv_token_file,
+      "File holding the rendezvous service's bearer token", kRdzv);
 
   const std::string kStatic = "Static rendezvous (torchrun --rdzv-backend=static)";
   add("--node-rank,--node_rank", o.node_rank,

@@ -64,6 +64,12 @@ struct LaunchOptions {
   double join_timeout_s = 600;      // Wait for the round to close (--rdzv-conf join_timeout).
   double last_call_timeout_s = 30;  // --rdzv-conf last_call_timeout.
   double connect_timeout_s = 30;    // Reach the rendezvous endpoint (--rdzv-connect-timeout).
+  // Rendezvous transport security: TLS CA (turns TLS on), client certificate and key (mutual
+  // TLS), and a file holding the service's bearer token.
+  std::string rdzv_tls_ca;
+  std::string rdzv_tls_cert;
+  std::string rdzv_tls_key;
+  std::string rdzv_token_file;
   double stop_timeout_s = 30;       // SIGTERM → SIGKILL grace when stopping workers.
   double monitor_interval_s = 0.1;  // Accepted for torchrun compatibility; exits are events.
   std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.

@@ -1,14 +1,20 @@
-#include "common/mutex.h"
 #include "agent/rendezvous_session.h"
+
+#include "common/mutex.h"
 
 #include "absl/strings/str_cat.h"
 
 namespace dgt::agent {
 
 absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
-    const std::string& endpoint, absl::Duration connect_timeout, MessageCallback on_message,
-    ClosedCallback on_closed) {
+    const std::string& endpoint, absl::Duration connect_timeout, const rendezvous::TlsFiles& tls,
+    const std::string& token, MessageCallback on_message, ClosedCallback on_closed) {
+  auto credentials = rendezvous::MakeChannelCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousSession> s(new RendezvousSession());
+  if (!token.empty()) {
+    s->context_.AddMetadata(rendezvous::kAuthorizationKey, rendezvous::BearerValue(token));
+  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
@@ -17,7 +23,7 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
   // Retry refused connections quickly while the service is starting.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  s->channel_ = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  s->channel_ = grpc::CreateCustomChannel(endpoint, *credentials, args);
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(connect_timeout);
   if (!s->channel_->WaitForConnected(deadline)) {
     return absl::DeadlineExceededError(

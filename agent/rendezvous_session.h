@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/credentials.h"
 
 namespace dgt::agent {
 
@@ -30,8 +31,11 @@ class RendezvousSession {
   // Connects to `endpoint` ("host:port"), retrying until `connect_timeout` passes, then opens the
   // Session stream. Keepalive pings every second declare a silent service dead after 3 s.
   // Errors: DeadlineExceeded when the service was not reachable in time.
+  // `tls` (empty: plaintext) and `token` (empty: none) as the service requires.
+  // Errors also: InvalidArgument for unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<RendezvousSession>> Open(
-      const std::string& endpoint, absl::Duration connect_timeout, MessageCallback on_message,
+      const std::string& endpoint, absl::Duration connect_timeout,
+      const rendezvous::TlsFiles& tls, const std::string& token, MessageCallback on_message,
       ClosedCallback on_closed);
 
   ~RendezvousSession();

@@ -11,7 +11,7 @@ packages=(
   libabsl-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   # Tests
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
-  iproute2 iptables procps psmisc
+  iproute2 iptables procps psmisc openssl
 )
 
 missing=()

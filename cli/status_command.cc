@@ -1,0 +1,131 @@
+#include "cli/status_command.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/host_port.h"
+#include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/credentials.h"
+
+namespace dgt::cli {
+namespace {
+
+namespace v1 = ::dgt::rendezvous::v1;
+
+struct StatusFlags {
+  std::string endpoint = "127.0.0.1:29400";
+  std::string run_id;
+  std::string tls_ca, tls_cert, tls_key, token_file;
+  double timeout_s = 10;
+  bool json = false;
+};
+
+int RunStatus(const StatusFlags& f) {
+  auto hp = ParseHostPort(f.endpoint, 29400, "--rdzv-endpoint");
+  if (!hp.ok()) {
+    std::fprintf(stderr, "dgt status: error: %s\n", std::string(hp.status().message()).c_str());
+    return 2;
+  }
+  auto credentials =
+      dgt::rendezvous::MakeChannelCredentials({f.tls_cert, f.tls_key, f.tls_ca});
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "dgt status: error: %s\n",
+                 std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  grpc::ClientContext ctx;
+  if (!f.token_file.empty()) {
+    auto token = dgt::rendezvous::ReadTokenFile(f.token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "dgt status: error: %s\n",
+                   std::string(token.status().message()).c_str());
+      return 2;
+    }
+    ctx.AddMetadata(dgt::rendezvous::kAuthorizationKey, dgt::rendezvous::BearerValue(*token));
+  }
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
+  ctx.set_wait_for_ready(true);  // Retry a refused connection until the deadline.
+  auto channel =
+      grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
+  auto stub = v1::Rendezvous::NewStub(channel);
+  v1::GetStatusRequest request;
+  request.set_run_id(f.run_id);
+  v1::GetStatusResponse response;
+  grpc::Status st = stub->GetStatus(&ctx, request, &response);
+  if (!st.ok()) {
+    std::fprintf(stderr, "dgt status: error: %s: %s\n", f.endpoint.c_str(),
+                 st.error_message().c_str());
+    return 1;
+  }
+  if (f.json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(response, &out, options);
+    std::printf("%s\n", out.c_str());
+  } else {
+    std::fputs(FormatStatus(response, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
+                   .c_str(),
+               stdout);
+  }
+  if (!f.run_id.empty() && response.runs_size() == 0) {
+    std::fprintf(stderr, "dgt status: run '%s' is not known to %s\n", f.run_id.c_str(),
+                 f.endpoint.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s) {
+  if (status.runs_size() == 0) return "no runs\n";
+  std::string out;
+  for (const v1::RunStatus& r : status.runs()) {
+    absl::StrAppend(&out, "run ", r.run_id(), ": ", r.state(), ", round ", r.round(),
+                    ", restarts ", r.restart_count(), ", nodes ", r.nodes_size(), " (min ",
+                    r.min_nodes(), ", max ", r.max_nodes(), "), world size ", r.world_size());
+    if (!r.master_addr().empty()) {
+      absl::StrAppend(&out, ", master ", FormatHostPort(r.master_addr(),
+                                                       static_cast<uint16_t>(r.master_port())));
+    }
+    absl::StrAppend(&out, "\n");
+    if (!r.outcome().empty()) absl::StrAppend(&out, "  outcome: ", r.outcome(), "\n");
+    absl::StrAppend(&out, absl::StrFormat("  %-9s %-24s %-40s %5s %s\n", "NODE RANK", "NODE ID",
+                                          "ADDRESS", "NPROC", "LAST CONTACT"));
+    for (const v1::NodeStatus& n : r.nodes()) {
+      std::string rank = n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "waiting";
+      absl::StrAppend(&out, absl::StrFormat("  %-9s %-24s %-40s %5d %.1f s ago%s\n", rank,
+                                            n.node_id(), n.address(), n.nproc_per_node(),
+                                            now_unix_s - n.last_contact_unix_s(),
+                                            n.succeeded() ? " (succeeded)" : ""));
+    }
+  }
+  return out;
+}
+
+void AddStatusCommand(CLI::App& app, std::function<int()>* run) {
+  auto flags = std::make_shared<StatusFlags>();
+  CLI::App* cmd = app.add_subcommand("status", "Runs, rounds, nodes and ranks of a rendezvous "
+                                               "service");
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint,
+                  "dgt-rendezvous HOST[:PORT]")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-id,--rdzv_id", flags->run_id, "Only this run");
+  cmd->add_option("--rdzv-tls-ca", flags->tls_ca, "PEM CA of the service's certificate");
+  cmd->add_option("--rdzv-tls-cert", flags->tls_cert, "PEM client certificate (mutual TLS)");
+  cmd->add_option("--rdzv-tls-key", flags->tls_key, "PEM client key (mutual TLS)");
+  cmd->add_option("--rdzv-token-file", flags->token_file, "File holding the bearer token");
+  cmd->add_option("--timeout", flags->timeout_s, "Seconds to wait for the service")
+      ->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print the status as JSON");
+  cmd->callback([flags, run] { *run = [flags] { return RunStatus(*flags); }; });
+}
+
+}  // namespace dgt::cli

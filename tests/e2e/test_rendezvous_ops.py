@@ -1,0 +1,109 @@
+"""Operating the rendezvous service: dgt status, bearer tokens, TLS, Prometheus metrics."""
+import json
+import re
+import subprocess
+import time
+import urllib.request
+
+from conftest import BIN, WORKERS
+
+SCRIPT = WORKERS / "print_env.py"
+
+
+def start_rendezvous(spawn, *args, name="rdzv"):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", *args], name=name)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = re.search(r"listening on port (\d+)", p.stdout)
+        if m and ("--metrics-listen" not in args or "metrics on port" in p.stdout):
+            return p, f"127.0.0.1:{m.group(1)}"
+        assert p.popen.poll() is None, p.stderr
+        time.sleep(0.05)
+    raise AssertionError("dgt-rendezvous did not start")
+
+
+def test_status_lists_runs_nodes_and_ranks(spawn, rendezvous):
+    waiting = spawn([BIN / "dgt-run", "--nnodes=2", f"--rdzv-endpoint={rendezvous}",
+                     "--rdzv-id=ops", "--node-id=node-a", "--join-timeout=30", SCRIPT])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        out = subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={rendezvous}", "--json"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and json.loads(out.stdout).get("runs"):
+            break
+        time.sleep(0.2)
+    status = json.loads(out.stdout)
+    assert len(status["runs"]) == 1
+    run = status["runs"][0]
+    assert run["run_id"] == "ops"
+    assert run["state"] == "gathering"
+    assert run["min_nodes"] == 2 and run["max_nodes"] == 2
+    assert [n["node_id"] for n in run["nodes"]] == ["node-a"]
+    assert run["nodes"][0]["node_rank"] == -1
+    text = subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={rendezvous}",
+                           "--rdzv-id=ops"], capture_output=True, text=True, timeout=20)
+    assert text.returncode == 0
+    assert text.stdout.startswith("run ops: gathering, round -1, restarts 0, nodes 1 (min 2, "
+                                  "max 2), world size 0\n")
+    assert re.search(r"^  waiting\s+node-a\s+127\.0\.0\.1\s+1 \d+\.\d s ago$", text.stdout,
+                     re.M), text.stdout
+    missing = subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={rendezvous}",
+                              "--rdzv-id=nope"], capture_output=True, text=True, timeout=20)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"dgt status: run 'nope' is not known to {rendezvous}"
+    assert waiting.popen.poll() is None
+
+
+def test_bearer_token_is_required(spawn, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    _, endpoint = start_rendezvous(spawn, "--token-file", str(token))
+    refused = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}",
+                     "--rdzv-id=tok", SCRIPT], name="refused")
+    assert refused.wait(timeout=30) == 1
+    assert "missing or wrong bearer token" in refused.stderr.strip().splitlines()[-1]
+    ok = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=tok",
+                f"--rdzv-token-file={token}", SCRIPT], name="ok")
+    assert ok.wait(timeout=60) == 0, ok.stderr
+    status = subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={endpoint}"],
+                            capture_output=True, text=True, timeout=20)
+    assert status.returncode == 1 and "missing or wrong bearer token" in status.stderr
+
+
+def make_certs(d):
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=dgt-test-ca",
+        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"), "-CAkey",
+        str(d / "ca.key"), "-CAcreateserial", "-days", "1", "-extfile", str(d / "san.ext"),
+        "-out", str(d / "server.pem"))
+
+
+def test_tls_job_and_plaintext_client_refused(spawn, tmp_path):
+    make_certs(tmp_path)
+    _, endpoint = start_rendezvous(spawn, "--tls-cert", str(tmp_path / "server.pem"),
+                                   "--tls-key", str(tmp_path / "server.key"))
+    ok = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=tls",
+                f"--rdzv-tls-ca={tmp_path / 'ca.pem'}", SCRIPT], name="tls")
+    assert ok.wait(timeout=60) == 0, ok.stderr
+    plain = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}",
+                   "--rdzv-id=plain", "--rdzv-connect-timeout=2", SCRIPT], name="plain")
+    assert plain.wait(timeout=30) == 1
+    assert "cannot reach the rendezvous service" in plain.stderr
+
+
+def test_metrics_endpoint(spawn, tmp_path):
+    p, endpoint = start_rendezvous(spawn, "--metrics-listen", "127.0.0.1:0")
+    metrics_port = re.search(r"metrics on port (\d+)", p.stdout).group(1)
+    job = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=m",
+                 SCRIPT], name="job")
+    assert job.wait(timeout=60) == 0, job.stderr
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+    text = body.decode()
+    assert "\ndgt_rendezvous_joins_total 1\n" in text
+    assert "\ndgt_rendezvous_runs_succeeded_total 1\n" in text
+    assert 'dgt_rendezvous_runs{state="closed"} 1' in text
