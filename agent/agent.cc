@@ -23,7 +23,8 @@ namespace asio = boost::asio;
 
 bool IsIpLiteral(const std::string& text) {
   in6_addr buf;
-  return inet_pton(AF_INET, text.c_str(), &buf) == 1 || inet_pton(AF_INET6, text.c_str(), &buf) == 1;
+  return inet_pton(AF_INET, text.c_str(), &buf) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &buf) == 1;
 }
 
 std::string DefaultNodeId() {
@@ -78,10 +79,9 @@ class StoreSetter : public std::enable_shared_from_this<StoreSetter> {
     socket_.async_connect(asio::ip::tcp::endpoint(address, static_cast<uint16_t>(port)),
                           [self](boost::system::error_code e) {
                             if (e) return self->Done(e);
-                            asio::async_write(self->socket_, asio::buffer(self->frame_),
-                                              [self](boost::system::error_code e2, size_t) {
-                                                self->Done(e2);
-                                              });
+                            asio::async_write(
+                                self->socket_, asio::buffer(self->frame_),
+                                [self](boost::system::error_code e2, size_t) { self->Done(e2); });
                           });
   }
 
@@ -151,8 +151,8 @@ absl::Status Agent::Prepare() {
       advertised_address_ = options_.local_addr;
     } else {
       auto ip = ResolveToIp(options_.local_addr);
-      if (!ip.ok()) return absl::InvalidArgumentError(absl::StrCat("--local-addr: ",
-                                                                   ip.status().message()));
+      if (!ip.ok())
+        return absl::InvalidArgumentError(absl::StrCat("--local-addr: ", ip.status().message()));
       advertised_address_ = *ip;
     }
   } else {
@@ -176,8 +176,8 @@ absl::Status Agent::Prepare() {
   std::string token;
   if (!options_.rdzv_token_file.empty()) {
     auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ",
-                                                                t.status().message()));
+    if (!t.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
     token = *t;
   }
   auto session = RendezvousSession::Open(
@@ -217,8 +217,8 @@ absl::Status Agent::Prepare() {
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kJoining) return;
     Finish(1, absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
-                           options_.join_timeout_s, " s (--join-timeout): ",
-                           last_progress_.joined_nodes(), " of at least ",
+                           options_.join_timeout_s,
+                           " s (--join-timeout): ", last_progress_.joined_nodes(), " of at least ",
                            options_.min_nodes, " node(s) joined"));
   });
   return absl::OkStatus();
@@ -277,12 +277,13 @@ absl::Status Agent::PrepareStatic() {
                                  " (is node rank 0 running? see --rdzv-connect-timeout)"));
           return;
         }
-        spdlog::info("dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
-                     "MASTER_ADDR={} MASTER_PORT={}",
-                     assignment_.run_id, assignment_.node_rank, assignment_.node_count,
-                     assignment_.first_global_rank,
-                     assignment_.first_global_rank + options_.nproc_per_node - 1,
-                     assignment_.world_size, assignment_.master_addr, assignment_.master_port);
+        spdlog::info(
+            "dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
+            "MASTER_ADDR={} MASTER_PORT={}",
+            assignment_.run_id, assignment_.node_rank, assignment_.node_count,
+            assignment_.first_global_rank,
+            assignment_.first_global_rank + options_.nproc_per_node - 1, assignment_.world_size,
+            assignment_.master_addr, assignment_.master_port);
         BeginRun();
       },
       [this](int exit_status, const std::string& message) {
@@ -461,11 +462,12 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
       (void)session_->Send(ready);
     }
   }
-  spdlog::info("dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
-               "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
-               a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(),
-               a.first_global_rank(), a.first_global_rank() + options_.nproc_per_node - 1,
-               a.world_size(), a.master_addr(), a.master_port(), a.restart_count());
+  spdlog::info(
+      "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
+      "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
+      a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(), a.first_global_rank(),
+      a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(), a.master_addr(),
+      a.master_port(), a.restart_count());
   if (first_round) {
     BeginRun();
   } else {
@@ -588,13 +590,13 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   }
   const int redirect = options_.redirects.For(local_rank);
   const int tee = options_.tee.For(local_rank);
-  const bool shown = options_.local_ranks_filter.empty() ||
-                     options_.local_ranks_filter.count(local_rank) > 0;
+  const bool shown =
+      options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(local_rank) > 0;
   spec.stdout_console = shown && (!(redirect & 1) || (tee & 1));
   spec.stderr_console = shown && (!(redirect & 2) || (tee & 2));
   if (options_.distribution == Distribution::kTensorflow) {
-    extras.tf_config = BuildTfConfig(tf_addresses_, options_.parameter_server_count,
-                                     options_.tf_chief, spec.rank);
+    extras.tf_config =
+        BuildTfConfig(tf_addresses_, options_.parameter_server_count, options_.tf_chief, spec.rank);
   }
   NodeAssignment a = assignment_;
   a.restart_count = attempt;
@@ -630,15 +632,15 @@ void Agent::StartRound(int restart_count) {
     return;
   }
   if (restart_count > 0) {
-    spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",
-                 specs.size(), restart_count);
+    spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}", specs.size(),
+                 restart_count);
   }
 }
 
 void Agent::RestartRank(const WorkerExit& e, int attempt) {
   auto spec = MakeSpec(e.local_rank, attempt);
-  absl::StatusOr<pid_t> pid = spec.ok() ? workers_->StartOne(*spec)
-                                        : absl::StatusOr<pid_t>(spec.status());
+  absl::StatusOr<pid_t> pid =
+      spec.ok() ? workers_->StartOne(*spec) : absl::StatusOr<pid_t>(spec.status());
   if (!pid.ok()) {
     spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
     first_failure_ = e;
@@ -646,10 +648,10 @@ void Agent::RestartRank(const WorkerExit& e, int attempt) {
     StopWorkers();
     return;
   }
-  spdlog::info("dgt-run: restarted rank {} (local rank {}) as pid {} with "
-               "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
-               e.rank, e.local_rank, *pid, attempt, restarts_->restarts(),
-               options_.max_restarts);
+  spdlog::info(
+      "dgt-run: restarted rank {} (local rank {}) as pid {} with "
+      "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
+      e.rank, e.local_rank, *pid, attempt, restarts_->restarts(), options_.max_restarts);
   PublishRestart(e.rank, attempt);
 }
 
@@ -685,16 +687,16 @@ std::string Agent::Summary() const {
   if (failures_.empty()) return "";
   auto describe = [this](const Failure& f, bool full) {
     const WorkerExit& e = f.exit;
-    std::string exit = e.signal != 0 ? absl::StrCat("signal ", e.signal, " (",
-                                                    SignalName(e.signal), ")")
-                                     : absl::StrCat("exit code ", e.exit_code);
-    std::string text = absl::StrCat(
-        "  rank ", e.rank, " (local rank ", e.local_rank, "), host ", advertised_address_,
-        " (node rank ", assignment_.node_rank, "), pid ", e.pid, ", attempt ", e.attempt, "\n",
-        "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
+    std::string exit = e.signal != 0
+                           ? absl::StrCat("signal ", e.signal, " (", SignalName(e.signal), ")")
+                           : absl::StrCat("exit code ", e.exit_code);
+    std::string text = absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ",
+                                    advertised_address_, " (node rank ", assignment_.node_rank,
+                                    "), pid ", e.pid, ", attempt ", e.attempt, "\n", "    ", exit,
+                                    " at ", Rfc3339Millis(e.time), "\n");
     if (f.error) {
-      absl::StrAppend(&text, "    error file: ", f.error_file, "\n", "    message: ",
-                      f.error->message, "\n");
+      absl::StrAppend(&text, "    error file: ", f.error_file, "\n",
+                      "    message: ", f.error->message, "\n");
       if (full && !f.error->traceback.empty()) {
         std::string tb = f.error->traceback;
         while (!tb.empty() && tb.back() == '\n') tb.pop_back();
@@ -727,18 +729,18 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
       failures_.push_back(RecordFailure(e));
       switch (d.action) {
         case RestartTracker::Action::kRestartRank:
-          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank,
-                       e.local_rank, e.Describe());
-          failures_.pop_back();  // Recovered: not part of a failure summary.
+          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank, e.local_rank,
+                       e.Describe());
+          failures_.pop_back();             // Recovered: not part of a failure summary.
           RestartRank(e, d.restart_count);  // On failure it stops the others.
           break;
         case RestartTracker::Action::kRestartGroup:
           if (static_) {
             // No rendezvous: the local node restarts alone.
-            spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting every worker "
-                         "(restart {} of --max-restarts={})",
-                         e.rank, e.local_rank, e.Describe(), restarts_->restarts(),
-                         options_.max_restarts);
+            spdlog::warn(
+                "dgt-run: rank {} (local rank {}) {}; restarting every worker "
+                "(restart {} of --max-restarts={})",
+                e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
             state_ = State::kRestarting;
             next_restart_count_ = d.restart_count;
             workers_->Stop(absl::Seconds(options_.stop_timeout_s));
@@ -751,9 +753,10 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
               (!static_ && options_.restart_policy == RestartPolicy::kGroup)) {
             // Group restarts are new rendezvous rounds for every node: stop this node's
             // workers and report; the service answers with a restart round or the run's end.
-            spdlog::error("dgt-run: rank {} (local rank {}) {}; stopping the other workers "
-                          "and reporting to the rendezvous", e.rank, e.local_rank,
-                          e.Describe());
+            spdlog::error(
+                "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
+                "and reporting to the rendezvous",
+                e.rank, e.local_rank, e.Describe());
           } else {
             spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
                           e.rank, e.local_rank, e.Describe(), d.reason);
@@ -798,8 +801,8 @@ void Agent::StopWorkers() {
 void Agent::OnSignal(int sig) {
   const std::string name = SignalName(sig);
   if (IsNotifySignal(sig)) {
-    if (workers_ && (state_ == State::kRunning || state_ == State::kRestarting ||
-                     state_ == State::kStopping)) {
+    if (workers_ &&
+        (state_ == State::kRunning || state_ == State::kRestarting || state_ == State::kStopping)) {
       spdlog::info("dgt-run: received {}; forwarding it to the workers", name);
       workers_->Signal(sig);
     }
@@ -815,8 +818,10 @@ void Agent::OnSignal(int sig) {
     return;
   }
   stop_signal_ = sig;
-  spdlog::warn("dgt-run: received {}; forwarding it to the workers and stopping (SIGKILL after "
-               "{} s)", name, options_.stop_timeout_s);
+  spdlog::warn(
+      "dgt-run: received {}; forwarding it to the workers and stopping (SIGKILL after "
+      "{} s)",
+      name, options_.stop_timeout_s);
   state_ = State::kStopping;
   // The workers get the signal itself, then SIGKILL after --stop-timeout (torchrun forwards
   // the signal it received as the death signal).
@@ -950,8 +955,8 @@ void Agent::Finish(int exit_status, const std::string& message) {
   if (options_.log_format == LogFormat::kJson) {
     // One JSON record, so that log pipelines reading stderr keep parsing.
     if (!message.empty()) {
-      std::string text = absl::StrCat(summary, "dgt-run: ", exit_status == 0 ? "done" : "error",
-                                      ": ", message);
+      std::string text =
+          absl::StrCat(summary, "dgt-run: ", exit_status == 0 ? "done" : "error", ": ", message);
       if (exit_status == 0) {
         spdlog::info("{}", text);
       } else {
@@ -962,8 +967,7 @@ void Agent::Finish(int exit_status, const std::string& message) {
     }
   } else if (!message.empty()) {
     std::fputs(summary.c_str(), stderr);
-    std::fprintf(stderr, "dgt-run: %s: %s\n", exit_status == 0 ? "done" : "error",
-                 message.c_str());
+    std::fprintf(stderr, "dgt-run: %s: %s\n", exit_status == 0 ? "done" : "error", message.c_str());
   } else if (exit_status == 0) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }

@@ -119,8 +119,8 @@ class Agent {
   std::unique_ptr<WorkerGroup> workers_;
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
   int restart_count_ = 0;
-  int next_restart_count_ = 0;      // The attempt being started or running (group policy).
-  std::string log_root_;       // <log_dir>/<run_id>, or a temporary directory.
+  int next_restart_count_ = 0;  // The attempt being started or running (group policy).
+  std::string log_root_;        // <log_dir>/<run_id>, or a temporary directory.
   bool log_root_is_temp_ = false;
   std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.

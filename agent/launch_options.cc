@@ -33,8 +33,7 @@ absl::Status ParseNnodes(const std::string& text, LaunchOptions* o) {
     ok = absl::SimpleAtoi(parts[0], &lo) && absl::SimpleAtoi(parts[1], &hi);
   }
   if (!ok || lo < 1 || hi < lo) {
-    return Bad(absl::StrCat("--nnodes must be N or MIN:MAX with 0 < MIN <= MAX, got '", text,
-                            "'"));
+    return Bad(absl::StrCat("--nnodes must be N or MIN:MAX with 0 < MIN <= MAX, got '", text, "'"));
   }
   o->min_nodes = lo;
   o->max_nodes = hi;
@@ -77,8 +76,8 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
   } else {
     int n = 0;
     if (!absl::SimpleAtoi(text, &n)) {
-      return Bad(absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '",
-                              text, "'"));
+      return Bad(
+          absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '", text, "'"));
     }
     if (n < 1) return Bad(absl::StrCat("--nproc-per-node must be >= 1, got ", n));
     o->nproc_per_node = n;
@@ -111,8 +110,8 @@ absl::StatusOr<std::set<int>> ParseRankList(const std::string& text) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     int r = 0;
     if (!absl::SimpleAtoi(item, &r) || r < 0) {
-      return Bad(absl::StrCat("--local-ranks-filter must be local ranks like 0,2, got '", text,
-                              "'"));
+      return Bad(
+          absl::StrCat("--local-ranks-filter must be local ranks like 0,2, got '", text, "'"));
     }
     out.insert(r);
   }
@@ -174,8 +173,8 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   } else if (raw.restart_policy == "rank") {
     o->restart_policy = RestartPolicy::kRank;
   } else {
-    return Bad(absl::StrCat("--restart-policy must be group or rank, got '", raw.restart_policy,
-                            "'"));
+    return Bad(
+        absl::StrCat("--restart-policy must be group or rank, got '", raw.restart_policy, "'"));
   }
 
   const std::string& backend = o->rdzv_backend;
@@ -219,20 +218,21 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                                 "' (use --rdzv-endpoint of dgt-rendezvous for elastic jobs)"));
       }
       if (o->node_rank >= o->max_nodes) {
-        return Bad(absl::StrCat("--node-rank must be 0..", o->max_nodes - 1, " for --nnodes=",
-                                raw.nnodes, ", got ", o->node_rank));
+        return Bad(absl::StrCat("--node-rank must be 0..", o->max_nodes - 1,
+                                " for --nnodes=", raw.nnodes, ", got ", o->node_rank));
       }
       if (!o->master_port_set) o->master_port = 29500;
     } else {
-    return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", raw.nnodes,
-                            " (or use --standalone for one node)"));
+      return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", raw.nnodes,
+                              " (or use --standalone for one node)"));
     }
   }
   if (o->distribution == Distribution::kTensorflow) {
     if (o->max_nodes > 1) {
       // TODO(issue 4): needs every node's address from the rendezvous assignment.
-      return Bad("--distribution tensorflow runs on a single node for now (TF_CONFIG needs "
-                 "every node's address from the rendezvous)");
+      return Bad(
+          "--distribution tensorflow runs on a single node for now (TF_CONFIG needs "
+          "every node's address from the rendezvous)");
     }
     int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
     if (o->worker_count > 0 && !raw.nproc_set) o->nproc_per_node = o->worker_count + roles;
@@ -242,13 +242,15 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                               " must equal the number of processes, ", o->nproc_per_node));
     }
     if (roles >= o->nproc_per_node) {
-      return Bad(absl::StrCat("--distribution tensorflow needs at least one worker: ",
-                              o->nproc_per_node, " process(es) for ", roles,
-                              " parameter server(s)/chief"));
+      return Bad(
+          absl::StrCat("--distribution tensorflow needs at least one worker: ", o->nproc_per_node,
+                       " process(es) for ", roles, " parameter server(s)/chief"));
     }
   }
-  if (rest.empty()) return Bad("missing the training script (usage: dgt-run [flags] script.py "
-                               "[script args])");
+  if (rest.empty())
+    return Bad(
+        "missing the training script (usage: dgt-run [flags] script.py "
+        "[script args])");
   if (rest[0].size() > 1 && rest[0][0] == '-') {
     return Bad(absl::StrCat("unknown flag '", rest[0], "' (see dgt-run --help)"));
   }
@@ -329,7 +331,8 @@ absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text) {
       }
     }
     if (number == 0 || number == SIGKILL || number == SIGSTOP) {
-      return Bad(absl::StrCat("--signals-to-handle: '", name, "' is not a signal that can be "
+      return Bad(absl::StrCat("--signals-to-handle: '", name,
+                              "' is not a signal that can be "
                               "handled"));
     }
     out.push_back(number);
@@ -371,8 +374,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   CLI::Option* nproc_opt = add("--nproc-per-node,--nproc_per_node", raw.nproc,
                                "Workers per node: N, auto, cpu or gpu", kNodes);
   add("--role", o.role, "Role of this node's workers (ROLE_NAME)", kNodes);
-  flag("--no-python,--no_python", o.no_python,
-       "Run the command directly instead of with python -u", kNodes);
+  flag("--no-python,--no_python", o.no_python, "Run the command directly instead of with python -u",
+       kNodes);
   flag("-m,--module", o.module, "Run the script as a Python module (python -u -m)", kNodes);
   flag("--run-path,--run_path", o.run_path, "Run the script with runpy.run_path", kNodes);
   flag("--pass-local-rank-arg,--pass_local_rank_arg", o.pass_local_rank_arg,
@@ -399,8 +402,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "Seconds to keep trying to reach the rendezvous endpoint", kRdzv);
   add("--rdzv-tls-ca,--rdzv_tls_ca", o.rdzv_tls_ca,
       "PEM CA that signed the service's certificate (turns TLS on)", kRdzv);
-  add("--rdzv-tls-cert,--rdzv_tls_cert", o.rdzv_tls_cert,
-      "PEM client certificate for mutual TLS", kRdzv);
+  add("--rdzv-tls-cert,--rdzv_tls_cert", o.rdzv_tls_cert, "PEM client certificate for mutual TLS",
+      kRdzv);
   add("--rdzv-tls-key,--rdzv_tls_key", o.rdzv_tls_key, "PEM client private key", kRdzv);
   add("--rdzv-token-file,--rdzv_token_file", o.rdzv_token_file,
       "File holding the rendezvous service's bearer token", kRdzv);
@@ -439,11 +442,10 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   const std::string kAzure = "Azure ML aliases";
   CLI::Option* instances_opt =
       add("--instance-count,--instance_count", raw.nnodes, "Same as --nnodes", kAzure);
-  CLI::Option* per_instance_opt =
-      add("--process-count-per-instance,--process_count_per_instance", raw.nproc,
-          "Same as --nproc-per-node", kAzure);
-  add("--worker-count,--worker_count", o.worker_count,
-      "tensorflow: workers (0: all but ps/chief)", kAzure);
+  CLI::Option* per_instance_opt = add("--process-count-per-instance,--process_count_per_instance",
+                                      raw.nproc, "Same as --nproc-per-node", kAzure);
+  add("--worker-count,--worker_count", o.worker_count, "tensorflow: workers (0: all but ps/chief)",
+      kAzure);
   add("--parameter-server-count,--parameter_server_count", o.parameter_server_count,
       "tensorflow: parameter servers (first ranks)", kAzure);
   flag("--tf-chief,--tf_chief", o.tf_chief, "tensorflow: the first non-ps rank is the chief",

@@ -45,13 +45,13 @@ struct LaunchOptions {
   // "host:port" of the rendezvous service; empty with --standalone (embedded on a free port).
   std::string rdzv_endpoint;
   std::string rdzv_backend = "static";  // static, c10d or dgt: all use dgt's rendezvous.
-  std::string run_id = "none";  // --rdzv-id (torchrun's default is "none").
+  std::string run_id = "none";          // --rdzv-id (torchrun's default is "none").
   bool standalone = false;
   int max_restarts = 0;
   RestartPolicy restart_policy = RestartPolicy::kGroup;
   bool no_python = false;
-  bool module = false;    // -m: run the script as a Python module.
-  bool run_path = false;  // --run-path: python -c "runpy.run_path(...)".
+  bool module = false;     // -m: run the script as a Python module.
+  bool run_path = false;   // --run-path: python -c "runpy.run_path(...)".
   std::string local_addr;  // Address advertised to other nodes (--local-addr).
   std::string node_id;     // Default "<hostname>:<pid>".
   std::string role = "default";
@@ -70,16 +70,16 @@ struct LaunchOptions {
   std::string rdzv_tls_cert;
   std::string rdzv_tls_key;
   std::string rdzv_token_file;
-  double stop_timeout_s = 30;       // SIGTERM → SIGKILL grace when stopping workers.
-  double monitor_interval_s = 0.1;  // Accepted for torchrun compatibility; exits are events.
+  double stop_timeout_s = 30;          // SIGTERM → SIGKILL grace when stopping workers.
+  double monitor_interval_s = 0.1;     // Accepted for torchrun compatibility; exits are events.
   std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.
   // Signals forwarded to every worker's process group. SIGUSR1/SIGUSR2 are forwarded only;
   // the others also stop the job.
   std::vector<int> signals_to_handle;
   // Logs: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json.
   std::string log_dir;
-  StreamSpec redirects;  // Streams written to the files only.
-  StreamSpec tee;        // Streams written to the files and the console.
+  StreamSpec redirects;              // Streams written to the files only.
+  StreamSpec tee;                    // Streams written to the files and the console.
   std::set<int> local_ranks_filter;  // Local ranks that reach the console; empty = all.
   LogFormat log_format = LogFormat::kText;
   Distribution distribution = Distribution::kPytorch;

@@ -1,8 +1,7 @@
 #include "agent/rendezvous_session.h"
 
-#include "common/mutex.h"
-
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 
 namespace dgt::agent {
 

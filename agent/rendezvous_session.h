@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/credentials.h"
@@ -34,9 +34,8 @@ class RendezvousSession {
   // `tls` (empty: plaintext) and `token` (empty: none) as the service requires.
   // Errors also: InvalidArgument for unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<RendezvousSession>> Open(
-      const std::string& endpoint, absl::Duration connect_timeout,
-      const rendezvous::TlsFiles& tls, const std::string& token, MessageCallback on_message,
-      ClosedCallback on_closed);
+      const std::string& endpoint, absl::Duration connect_timeout, const rendezvous::TlsFiles& tls,
+      const std::string& token, MessageCallback on_message, ClosedCallback on_closed);
 
   ~RendezvousSession();
 
@@ -53,8 +52,7 @@ class RendezvousSession {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rdzv_v1::Rendezvous::Stub> stub_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<rdzv_v1::AgentMessage, rdzv_v1::ServiceMessage>>
-      stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<rdzv_v1::AgentMessage, rdzv_v1::ServiceMessage>> stream_;
   MessageCallback on_message_;
   ClosedCallback on_closed_;
   dgt::Mutex write_mu_;

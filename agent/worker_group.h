@@ -61,7 +61,6 @@ struct WorkerExit {
 
 inline constexpr size_t kStderrTailLines = 20;
 
-
 class WorkerGroup {
  public:
   using ExitCallback = std::function<void(const WorkerExit&)>;
@@ -70,9 +69,8 @@ class WorkerGroup {
   using GroupCallback = std::function<void(pid_t)>;
 
   // `launcher` defaults to DefaultProcessLauncher() (fork/exec); not owned.
-  WorkerGroup(boost::asio::io_context& io, ExitCallback on_exit,
-              GroupCallback on_spawn = nullptr, GroupCallback on_reaped = nullptr,
-              ProcessLauncher* launcher = nullptr);
+  WorkerGroup(boost::asio::io_context& io, ExitCallback on_exit, GroupCallback on_spawn = nullptr,
+              GroupCallback on_reaped = nullptr, ProcessLauncher* launcher = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;

@@ -31,8 +31,7 @@ int RunStatus(const StatusFlags& f) {
     std::fprintf(stderr, "dgt status: error: %s\n", std::string(hp.status().message()).c_str());
     return 2;
   }
-  auto credentials =
-      dgt::rendezvous::MakeChannelCredentials({f.tls_cert, f.tls_key, f.tls_ca});
+  auto credentials = dgt::rendezvous::MakeChannelCredentials({f.tls_cert, f.tls_key, f.tls_ca});
   if (!credentials.ok()) {
     std::fprintf(stderr, "dgt status: error: %s\n",
                  std::string(credentials.status().message()).c_str());
@@ -51,8 +50,7 @@ int RunStatus(const StatusFlags& f) {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
   ctx.set_wait_for_ready(true);  // Retry a refused connection until the deadline.
-  auto channel =
-      grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
+  auto channel = grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
   auto stub = v1::Rendezvous::NewStub(channel);
   v1::GetStatusRequest request;
   request.set_run_id(f.run_id);
@@ -70,9 +68,9 @@ int RunStatus(const StatusFlags& f) {
     (void)google::protobuf::util::MessageToJsonString(response, &out, options);
     std::printf("%s\n", out.c_str());
   } else {
-    std::fputs(FormatStatus(response, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))
-                   .c_str(),
-               stdout);
+    std::fputs(
+        FormatStatus(response, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())).c_str(),
+        stdout);
   }
   if (!f.run_id.empty() && response.runs_size() == 0) {
     std::fprintf(stderr, "dgt status: run '%s' is not known to %s\n", f.run_id.c_str(),
@@ -88,12 +86,12 @@ std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s)
   if (status.runs_size() == 0) return "no runs\n";
   std::string out;
   for (const v1::RunStatus& r : status.runs()) {
-    absl::StrAppend(&out, "run ", r.run_id(), ": ", r.state(), ", round ", r.round(),
-                    ", restarts ", r.restart_count(), ", nodes ", r.nodes_size(), " (min ",
-                    r.min_nodes(), ", max ", r.max_nodes(), "), world size ", r.world_size());
+    absl::StrAppend(&out, "run ", r.run_id(), ": ", r.state(), ", round ", r.round(), ", restarts ",
+                    r.restart_count(), ", nodes ", r.nodes_size(), " (min ", r.min_nodes(),
+                    ", max ", r.max_nodes(), "), world size ", r.world_size());
     if (!r.master_addr().empty()) {
-      absl::StrAppend(&out, ", master ", FormatHostPort(r.master_addr(),
-                                                       static_cast<uint16_t>(r.master_port())));
+      absl::StrAppend(&out, ", master ",
+                      FormatHostPort(r.master_addr(), static_cast<uint16_t>(r.master_port())));
     }
     absl::StrAppend(&out, "\n");
     if (!r.outcome().empty()) absl::StrAppend(&out, "  outcome: ", r.outcome(), "\n");
@@ -112,10 +110,10 @@ std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s)
 
 void AddStatusCommand(CLI::App& app, std::function<int()>* run) {
   auto flags = std::make_shared<StatusFlags>();
-  CLI::App* cmd = app.add_subcommand("status", "Runs, rounds, nodes and ranks of a rendezvous "
-                                               "service");
-  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint,
-                  "dgt-rendezvous HOST[:PORT]")
+  CLI::App* cmd = app.add_subcommand("status",
+                                     "Runs, rounds, nodes and ranks of a rendezvous "
+                                     "service");
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint, "dgt-rendezvous HOST[:PORT]")
       ->capture_default_str();
   cmd->add_option("--rdzv-id,--rdzv_id", flags->run_id, "Only this run");
   cmd->add_option("--rdzv-tls-ca", flags->tls_ca, "PEM CA of the service's certificate");

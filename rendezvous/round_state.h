@@ -35,7 +35,6 @@
 
 namespace dgt::rendezvous {
 
-
 using SessionId = uint64_t;
 
 // One message for one session; `close` ends that session after the message.

@@ -1,4 +1,3 @@
-#include "common/mutex.h"
 #include "rendezvous/service.h"
 
 #include <deque>
@@ -7,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace dgt::rendezvous {

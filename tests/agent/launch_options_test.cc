@@ -54,8 +54,8 @@ TEST(LaunchOptionsTest, StandaloneDefaults) {
 }
 
 TEST(LaunchOptionsTest, RdzvConfTimeouts) {
-  auto p = Parse({"--nnodes=1", "--rdzv-conf=join_timeout=5,last_call_timeout=2,is_host=1",
-                  kScript});
+  auto p =
+      Parse({"--nnodes=1", "--rdzv-conf=join_timeout=5,last_call_timeout=2,is_host=1", kScript});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->join_timeout_s, 5);
   EXPECT_EQ(p.options->last_call_timeout_s, 2);
@@ -106,8 +106,9 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0, got '-1'\n"},
       {{"--standalone", "--nnodes=2", kScript},
        "dgt-run: error: --standalone runs a single node, but --nnodes=2\n"},
-      {{"-r", "4", kScript}, "dgt-run: error: --redirects must be 0..3 or LOCAL_RANK:0..3,..., "
-                             "got '4'\n"},
+      {{"-r", "4", kScript},
+       "dgt-run: error: --redirects must be 0..3 or LOCAL_RANK:0..3,..., "
+       "got '4'\n"},
       {{"--tee", "0:x", kScript},
        "dgt-run: error: --tee must be 0..3 or LOCAL_RANK:0..3,..., got '0:x'\n"},
       {{"--local-ranks-filter=a", kScript},
@@ -142,11 +143,11 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
 
 const char* PetEnv(const char* name) {
   static const std::map<std::string, std::string> env = {
-      {"PET_NPROC_PER_NODE", "3"},   {"PET_NNODES", "2:3"},
-      {"PET_RDZV_ENDPOINT", "h:1"},  {"PET_MAX_RESTARTS", "4"},
-      {"PET_RDZV_ID", "from-env"},   {"PET_STANDALONE", ""},
-      {"PET_LOG_DIR", "/tmp/logs"},  {"PET_REDIRECTS", "3"},
-      {"PET_MASTER_PORT", "1234"},   {"PET_SIGNALS_TO_HANDLE", "SIGTERM,USR1"},
+      {"PET_NPROC_PER_NODE", "3"},  {"PET_NNODES", "2:3"},
+      {"PET_RDZV_ENDPOINT", "h:1"}, {"PET_MAX_RESTARTS", "4"},
+      {"PET_RDZV_ID", "from-env"},  {"PET_STANDALONE", ""},
+      {"PET_LOG_DIR", "/tmp/logs"}, {"PET_REDIRECTS", "3"},
+      {"PET_MASTER_PORT", "1234"},  {"PET_SIGNALS_TO_HANDLE", "SIGTERM,USR1"},
       {"PET_NO_PYTHON", "1"},
   };
   auto it = env.find(name);
@@ -181,16 +182,54 @@ TEST(LaunchOptionsTest, PetEnvironmentDefaults) {
 }
 
 TEST(LaunchOptionsTest, FullTorchrunFlagSet) {
-  auto p = Parse({"--nnodes", "1", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
-                  "--rdzv_endpoint", "localhost:29400", "--rdzv_id", "x", "--rdzv_conf",
-                  "read_timeout=60,close_timeout=5", "--max_restarts", "1",
-                  "--monitor_interval", "5", "--start_method", "fork", "--role", "trainer",
-                  "--run_path", "--log_dir", "/tmp/l", "-r", "0:1,1:2", "-t", "3",
-                  "--local_ranks_filter", "0,1", "--node_rank", "0", "--master_addr", "10.1.1.1",
-                  "--master_port", "29501", "--local_addr", "127.0.0.1",
-                  "--signals_to_handle", "SIGTERM,SIGINT", "--stop_timeout", "7",
-                  "--log_format", "json", "--restart_policy", "rank", "--pass_local_rank_arg",
-                  kScript, "a"});
+  auto p = Parse({"--nnodes",
+                  "1",
+                  "--nproc_per_node",
+                  "2",
+                  "--rdzv_backend",
+                  "c10d",
+                  "--rdzv_endpoint",
+                  "localhost:29400",
+                  "--rdzv_id",
+                  "x",
+                  "--rdzv_conf",
+                  "read_timeout=60,close_timeout=5",
+                  "--max_restarts",
+                  "1",
+                  "--monitor_interval",
+                  "5",
+                  "--start_method",
+                  "fork",
+                  "--role",
+                  "trainer",
+                  "--run_path",
+                  "--log_dir",
+                  "/tmp/l",
+                  "-r",
+                  "0:1,1:2",
+                  "-t",
+                  "3",
+                  "--local_ranks_filter",
+                  "0,1",
+                  "--node_rank",
+                  "0",
+                  "--master_addr",
+                  "10.1.1.1",
+                  "--master_port",
+                  "29501",
+                  "--local_addr",
+                  "127.0.0.1",
+                  "--signals_to_handle",
+                  "SIGTERM,SIGINT",
+                  "--stop_timeout",
+                  "7",
+                  "--log_format",
+                  "json",
+                  "--restart_policy",
+                  "rank",
+                  "--pass_local_rank_arg",
+                  kScript,
+                  "a"});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   const LaunchOptions& o = *p.options;
   EXPECT_EQ(o.rdzv_backend, "c10d");
@@ -233,8 +272,8 @@ TEST(LaunchOptionsTest, Defaults) {
 }
 
 TEST(LaunchOptionsTest, TensorflowCounts) {
-  auto p = Parse({"--distribution", "tensorflow", "--worker-count", "2",
-                  "--parameter_server_count", "1", kScript});
+  auto p = Parse({"--distribution", "tensorflow", "--worker-count", "2", "--parameter_server_count",
+                  "1", kScript});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->distribution, Distribution::kTensorflow);
   EXPECT_EQ(p.options->nproc_per_node, 3);

@@ -52,8 +52,7 @@ TEST(WorkerEnvTest, OmpDefaultOnlyWithSeveralWorkers) {
 }
 
 TEST(WorkerEnvTest, EnvStrings) {
-  EXPECT_EQ(ToEnvStrings({{"A", "1"}, {"B", "x=y"}}),
-            (std::vector<std::string>{"A=1", "B=x=y"}));
+  EXPECT_EQ(ToEnvStrings({{"A", "1"}, {"B", "x=y"}}), (std::vector<std::string>{"A=1", "B=x=y"}));
 }
 
 }  // namespace
