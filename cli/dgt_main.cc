@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "cli/doctor_command.h"
 #include "cli/store_command.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> run;
   dgt::cli::AddStoreCommand(app, &run);
+  dgt::cli::AddDoctorCommand(app, &run);
   CLI11_PARSE(app, argc, argv);
   if (!run) {
     std::cerr << app.help();
