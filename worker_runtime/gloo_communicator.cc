@@ -1,5 +1,7 @@
 #include "dgt/worker/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -244,6 +246,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: rank must be in [0, ", options.size,
                                                    "), got ", options.rank));
+  }
+  // Gloo's TCP transport writes with write(2): a dead peer would raise SIGPIPE and kill this
+  // process instead of failing the collective. Ignore it unless the program chose a handler.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
   }
   try {
     gloo::transport::tcp::attr attr;

@@ -70,9 +70,12 @@ class ElasticGroup {
   ElasticGroup(const ElasticGroup&) = delete;
   ElasticGroup& operator=(const ElasticGroup&) = delete;
 
-  // The current generation's communicator (valid until the next Recover()).
+  // The current generation's communicator (valid until the next Recover()). Only valid while
+  // ready(): after a failed Recover() there is none until a Recover() succeeds.
   Communicator& comm() { return *comm_; }
-  int generation() const { return comm_->generation(); }
+  bool ready() const { return comm_ != nullptr; }
+  // The generation last built (or being built).
+  int generation() const { return current_; }
   // This process's RANK from the env contract (kept across generations, also when shrinking).
   int original_rank() const { return context_.rank; }
   // Original ranks of the current members, in communicator rank order.

@@ -8,6 +8,9 @@
 // small control-plane tensors of the examples and tests (O(size) messages per rank per call),
 // not for gradient-sized buffers.
 //
+// Create() sets SIGPIPE to SIG_IGN when it has its default disposition: Gloo writes to sockets
+// with write(2), and a peer's death must fail the collective, not kill the survivor.
+//
 // Thread-safety: as Communicator.
 #ifndef DGT_WORKER_GLOO_COMMUNICATOR_H_
 #define DGT_WORKER_GLOO_COMMUNICATOR_H_
