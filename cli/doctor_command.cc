@@ -36,8 +36,9 @@ int RunDoctor(const DoctorFlags& f) {
                 << " gids=" << (p.gids.empty() ? "-" : absl::StrJoin(p.gids, ",")) << "\n";
     }
   }
-  std::cout << "MASTER_ADDR " << options.master_addr << " via interface: "
-            << (r.socket_ifname.empty() ? "(unknown)" : r.socket_ifname) << "\n";
+  std::cout << "MASTER_ADDR " << options.master_addr
+            << " via interface: " << (r.socket_ifname.empty() ? "(unknown)" : r.socket_ifname)
+            << "\n";
   std::cout << "Decisions:\n";
   for (const std::string& why : r.reasons) std::cout << "  " << why << "\n";
   std::cout << "Environment dgt exports to workers:\n";

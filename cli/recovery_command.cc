@@ -52,8 +52,9 @@ void AddRecoveryCommand(CLI::App& app, std::function<int()>* run) {
   CLI::App* fail = rec->add_subcommand(
       "fail", "Report a rank as failed: opens the next generation and lists the rank in it");
   fail->add_option("--endpoint", flags->endpoint, "The job's store, host:port");
-  fail->add_option("--rank", flags->rank, "The failed global rank")->required()->check(
-      CLI::NonNegativeNumber);
+  fail->add_option("--rank", flags->rank, "The failed global rank")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
   fail->add_option("--group", flags->group, "Recovery group name");
   fail->add_option("--reason", flags->reason, "Why (stored with the generation)");
   fail->add_option("--timeout", flags->timeout_s, "Seconds to reach the store");

@@ -26,8 +26,8 @@ StoreConnector ConnectToJobStore(const Context& context, absl::Duration timeout)
 }
 
 ElasticGroup::ElasticGroup(const Context& context, std::unique_ptr<store::Store> store,
-                           std::unique_ptr<store::Store> watch_store,
-                           CommunicatorFactory& factory, ElasticGroupOptions options)
+                           std::unique_ptr<store::Store> watch_store, CommunicatorFactory& factory,
+                           ElasticGroupOptions options)
     : context_(context),
       store_(std::move(store)),
       watch_store_(std::move(watch_store)),
@@ -42,9 +42,8 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
                                                                  ElasticGroupOptions options) {
   DGT_ASSIGN_OR_RETURN(auto store, connect());
   DGT_ASSIGN_OR_RETURN(auto watch_store, connect());
-  std::unique_ptr<ElasticGroup> g(new ElasticGroup(context, std::move(store),
-                                                   std::move(watch_store), factory,
-                                                   std::move(options)));
+  std::unique_ptr<ElasticGroup> g(new ElasticGroup(
+      context, std::move(store), std::move(watch_store), factory, std::move(options)));
   const std::string& group = g->options_.group;
   const std::string member_key = recovery::MemberKey(group, context.rank);
   DGT_ASSIGN_OR_RETURN(bool was_member, g->store_->Check({member_key}));
@@ -57,11 +56,11 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
       return absl::InternalError(absl::StrCat("store key ", member_key, " holds '", v, "'"));
     }
     g->replacement_ = true;
-    DGT_ASSIGN_OR_RETURN(
-        target, recovery::OpenNextGeneration(
-                    *g->store_, group, previous,
-                    absl::StrCat("rank ", context.rank, " replaced (restart count ",
-                                 context.generation, ")")));
+    DGT_ASSIGN_OR_RETURN(target,
+                         recovery::OpenNextGeneration(
+                             *g->store_, group, previous,
+                             absl::StrCat("rank ", context.rank, " replaced (restart count ",
+                                          context.generation, ")")));
   } else {
     const std::string gen_key = recovery::GenerationKey(group);
     DGT_ASSIGN_OR_RETURN(bool started, g->store_->Check({gen_key}));
@@ -135,12 +134,11 @@ absl::StatusOr<std::vector<int>> ElasticGroup::ShrinkMembers(int target) {
 absl::StatusOr<Communicator*> ElasticGroup::Recover() {
   const int from = current_;
   if (comm_) comm_->Abort("recovering");
-  DGT_ASSIGN_OR_RETURN(
-      int target, recovery::OpenNextGeneration(
-                      *store_, options_.group, from,
-                      absl::StrCat("rank ", context_.rank, " left generation ", from)));
-  DGT_RETURN_IF_ERROR(
-      store_->Set(recovery::AliveKey(options_.group, target, context_.rank), "1"));
+  DGT_ASSIGN_OR_RETURN(int target,
+                       recovery::OpenNextGeneration(
+                           *store_, options_.group, from,
+                           absl::StrCat("rank ", context_.rank, " left generation ", from)));
+  DGT_RETURN_IF_ERROR(store_->Set(recovery::AliveKey(options_.group, target, context_.rank), "1"));
   std::vector<int> members;
   if (options_.mode == RecoveryMode::kShrink) {
     DGT_ASSIGN_OR_RETURN(members, ShrinkMembers(target));

@@ -36,7 +36,8 @@ std::chrono::milliseconds ToMs(absl::Duration d) {
 // are caught where connectFullMesh is called.
 class GlooStoreAdapter final : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(store::Store& store, absl::Duration timeout) : store_(store), timeout_(timeout) {}
+  GlooStoreAdapter(store::Store& store, absl::Duration timeout)
+      : store_(store), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     absl::Status s = store_.Set(key, absl::string_view(data.data(), data.size()));
@@ -45,7 +46,8 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   std::vector<char> get(const std::string& key) override {
     wait({key}, ToMs(timeout_));
     auto v = store_.Get(key);
-    if (!v.ok()) throw std::runtime_error(absl::StrCat("store get ", key, ": ", v.status().ToString()));
+    if (!v.ok())
+      throw std::runtime_error(absl::StrCat("store get ", key, ": ", v.status().ToString()));
     return std::vector<char>(v->begin(), v->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, ToMs(timeout_)); }
@@ -77,9 +79,15 @@ void Reduce(absl::Span<T> out, const std::vector<std::vector<char>>& all, Reduce
       T v;
       std::memcpy(&v, all[r].data() + i * sizeof(T), sizeof(T));
       switch (op) {
-        case ReduceOp::kSum: acc = acc + v; break;
-        case ReduceOp::kMin: acc = std::min(acc, v); break;
-        case ReduceOp::kMax: acc = std::max(acc, v); break;
+        case ReduceOp::kSum:
+          acc = acc + v;
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, v);
+          break;
       }
     }
     out[i] = acc;
@@ -158,8 +166,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status AbortedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::AbortedError(absl::StrCat("communicator generation ", options_.generation,
-                                           " aborted: ", abort_reason_));
+    return absl::AbortedError(
+        absl::StrCat("communicator generation ", options_.generation, " aborted: ", abort_reason_));
   }
 
   // Sends `bytes` of `mine` to every peer (root < 0) or, from root, to every rank; receives the
@@ -210,8 +218,8 @@ class GlooCommunicator final : public Communicator {
         result = AbortedStatus();
       }
     } catch (const std::exception& e) {
-      result = FromException(e, absl::StrCat("gloo generation ", options_.generation,
-                                             " rank ", me));
+      result =
+          FromException(e, absl::StrCat("gloo generation ", options_.generation, " rank ", me));
     }
     {
       absl::MutexLock lock(&mu_);
@@ -244,8 +252,8 @@ class GlooCommunicator final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
     store::Store& store, const CommunicatorOptions& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("gloo: rank must be in [0, ", options.size,
-                                                   "), got ", options.rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank must be in [0, ", options.size, "), got ", options.rank));
   }
   // Gloo's TCP transport writes with write(2): a dead peer would raise SIGPIPE and kill this
   // process instead of failing the collective. Ignore it unless the program chose a handler.

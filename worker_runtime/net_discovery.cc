@@ -17,21 +17,31 @@ namespace dgt::worker {
 
 std::string PortStateName(int state) {
   switch (state) {
-    case 1: return "DOWN";
-    case 2: return "INIT";
-    case 3: return "ARMED";
-    case 4: return "ACTIVE";
-    case 5: return "ACTIVE_DEFER";
-    default: return absl::StrCat("state ", state);
+    case 1:
+      return "DOWN";
+    case 2:
+      return "INIT";
+    case 3:
+      return "ARMED";
+    case 4:
+      return "ACTIVE";
+    case 5:
+      return "ACTIVE_DEFER";
+    default:
+      return absl::StrCat("state ", state);
   }
 }
 
 std::string LinkLayerName(int link_layer) {
   switch (link_layer) {
-    case 0: return "unspecified";
-    case kLinkLayerInfiniBand: return "InfiniBand";
-    case kLinkLayerEthernet: return "Ethernet";
-    default: return absl::StrCat("link layer ", link_layer);
+    case 0:
+      return "unspecified";
+    case kLinkLayerInfiniBand:
+      return "InfiniBand";
+    case kLinkLayerEthernet:
+      return "Ethernet";
+    default:
+      return absl::StrCat("link layer ", link_layer);
   }
 }
 
@@ -82,12 +92,10 @@ absl::StatusOr<std::string> RealRouteApi::InterfaceTo(const std::string& host) {
   return name;
 }
 
-NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route,
-                               const NetworkEnvOptions& options) {
+NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEnvOptions& options) {
   NetworkReport report;
-  auto getenv = options.getenv ? options.getenv : [](const char* n) -> const char* {
-    return std::getenv(n);
-  };
+  auto getenv =
+      options.getenv ? options.getenv : [](const char* n) -> const char* { return std::getenv(n); };
   auto user_set = [&](const char* name) {
     const char* v = getenv(name);
     return v != nullptr && *v != '\0';
@@ -171,8 +179,8 @@ NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route,
     }
   }
   if (user_set("NCCL_SOCKET_IFNAME")) {
-    report.reasons.push_back(absl::StrCat("NCCL_SOCKET_IFNAME kept as the user set it: ",
-                                          getenv("NCCL_SOCKET_IFNAME")));
+    report.reasons.push_back(
+        absl::StrCat("NCCL_SOCKET_IFNAME kept as the user set it: ", getenv("NCCL_SOCKET_IFNAME")));
   } else if (!report.socket_ifname.empty()) {
     report.env["NCCL_SOCKET_IFNAME"] = absl::StrCat("=", report.socket_ifname);
   }

@@ -16,12 +16,11 @@ absl::StatusOr<int> Advance(store::Store& store, absl::string_view group, int fr
   const std::string key = GenerationKey(group);
   // Make sure the counter exists ("0"), so COMPARE_SET below has something to compare.
   DGT_ASSIGN_OR_RETURN(std::string current, store.CompareSet(key, "", "0"));
-  DGT_ASSIGN_OR_RETURN(current,
-                       store.CompareSet(key, absl::StrCat(from), absl::StrCat(from + 1)));
+  DGT_ASSIGN_OR_RETURN(current, store.CompareSet(key, absl::StrCat(from), absl::StrCat(from + 1)));
   int now = 0;
   if (!absl::SimpleAtoi(current, &now)) {
-    return absl::InternalError(absl::StrCat("store key ", key, " holds '", current,
-                                            "', not a generation number"));
+    return absl::InternalError(
+        absl::StrCat("store key ", key, " holds '", current, "', not a generation number"));
   }
   return std::max(now, from + 1);
 }
@@ -56,8 +55,8 @@ absl::StatusOr<int> PublishRankFailure(store::Store& store, absl::string_view gr
   if (known) {
     DGT_ASSIGN_OR_RETURN(std::string v, store.Get(MemberKey(group, rank)));
     if (!absl::SimpleAtoi(v, &from)) {
-      return absl::InternalError(absl::StrCat("store key ", MemberKey(group, rank), " holds '",
-                                              v, "', not a generation number"));
+      return absl::InternalError(absl::StrCat("store key ", MemberKey(group, rank), " holds '", v,
+                                              "', not a generation number"));
     }
   }
   DGT_ASSIGN_OR_RETURN(int target, Advance(store, group, from));

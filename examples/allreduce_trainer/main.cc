@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   }
   dgt::worker::GlooCommunicatorFactory factory({hostname});
   dgt::worker::ElasticGroupOptions options;
-  options.mode = mode == "shrink" ? dgt::worker::RecoveryMode::kShrink
-                                  : dgt::worker::RecoveryMode::kReplace;
+  options.mode =
+      mode == "shrink" ? dgt::worker::RecoveryMode::kShrink : dgt::worker::RecoveryMode::kReplace;
   options.init_timeout = absl::Seconds(init_timeout_s);
   options.op_timeout = absl::Seconds(60);
   options.watch_period = absl::Milliseconds(200);
@@ -145,12 +145,12 @@ int main(int argc, char** argv) {
     }
     if (!s.ok()) {
       if (++recoveries > max_recoveries) {
-        std::fprintf(stderr, "rank %d: giving up after %d recoveries: %s\n", rank,
-                     max_recoveries, s.ToString().c_str());
+        std::fprintf(stderr, "rank %d: giving up after %d recoveries: %s\n", rank, max_recoveries,
+                     s.ToString().c_str());
         return 1;
       }
-      std::printf("EVENT failure rank=%d pid=%ld generation=%d step=%lld error=\"%s\"\n", rank,
-                  pid, g.generation(), static_cast<long long>(st.completed),
+      std::printf("EVENT failure rank=%d pid=%ld generation=%d step=%lld error=\"%s\"\n", rank, pid,
+                  g.generation(), static_cast<long long>(st.completed),
                   std::string(s.message()).c_str());
       std::fflush(stdout);
       auto c = g.Recover();
@@ -187,11 +187,12 @@ int main(int argc, char** argv) {
     while (st.total.size() > 16) st.total.erase(st.total.begin());
     if (step_ms > 0) absl::SleepFor(absl::Milliseconds(step_ms));
   }
-  std::printf("EVENT done rank=%d pid=%ld generation=%d steps=%lld total=%lld members=%s "
-              "recoveries=%d\n",
-              rank, pid, g.generation(), static_cast<long long>(st.completed),
-              static_cast<long long>(st.total.rbegin()->second),
-              absl::StrJoin(g.members(), ",").c_str(), recoveries);
+  std::printf(
+      "EVENT done rank=%d pid=%ld generation=%d steps=%lld total=%lld members=%s "
+      "recoveries=%d\n",
+      rank, pid, g.generation(), static_cast<long long>(st.completed),
+      static_cast<long long>(st.total.rbegin()->second), absl::StrJoin(g.members(), ",").c_str(),
+      recoveries);
   std::fflush(stdout);
   return 0;
 }

@@ -40,8 +40,7 @@ ElasticGroupOptions Fast(RecoveryMode mode = RecoveryMode::kReplace) {
 
 // Joins `n` ranks concurrently.
 std::vector<std::unique_ptr<ElasticGroup>> JoinAll(int n, store::Store& store,
-                                                   CommunicatorFactory& f,
-                                                   ElasticGroupOptions o) {
+                                                   CommunicatorFactory& f, ElasticGroupOptions o) {
   std::vector<std::unique_ptr<ElasticGroup>> groups(n);
   std::vector<std::thread> t;
   for (int r = 0; r < n; ++r) {

@@ -29,9 +29,7 @@ class StoreRef final : public store::Store {
   }
   absl::StatusOr<bool> DeleteKey(absl::string_view k) override { return s_.DeleteKey(k); }
   absl::StatusOr<int64_t> NumKeys() override { return s_.NumKeys(); }
-  absl::Status Append(absl::string_view k, absl::string_view v) override {
-    return s_.Append(k, v);
-  }
+  absl::Status Append(absl::string_view k, absl::string_view v) override { return s_.Append(k, v); }
   absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& k) override {
     return s_.MultiGet(k);
   }

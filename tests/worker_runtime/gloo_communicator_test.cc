@@ -24,8 +24,8 @@ CommunicatorOptions Opts(int rank, int size, int generation = 0) {
 }
 
 // Runs fn(rank, comm) on `size` threads with communicators of one generation.
-void RunGroup(int size, const std::function<void(int, Communicator&)>& fn,
-              store::Store& store, int generation = 0) {
+void RunGroup(int size, const std::function<void(int, Communicator&)>& fn, store::Store& store,
+              int generation = 0) {
   GlooCommunicatorFactory factory;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -43,65 +43,74 @@ void RunGroup(int size, const std::function<void(int, Communicator&)>& fn,
 
 TEST(GlooCommunicatorTest, CollectivesGiveExactResults) {
   store::MemoryStore store;
-  RunGroup(3, [](int r, Communicator& c) {
-    std::vector<int64_t> v = {r + 1, 10 * (r + 1), -r};
-    ASSERT_TRUE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
-    EXPECT_EQ(v, (std::vector<int64_t>{6, 60, -3}));
-    std::vector<float> f = {0.5f * (r + 1), 0.1f};
-    ASSERT_TRUE(c.AllReduce(absl::MakeSpan(f), ReduceOp::kSum).ok());
-    EXPECT_EQ(f[0], 3.0f);
-    EXPECT_EQ(f[1], (0.1f + 0.1f) + 0.1f);  // Rank order on every rank.
-    std::vector<int64_t> m = {r, r};
-    ASSERT_TRUE(c.AllReduce(absl::MakeSpan(m.data(), 1), ReduceOp::kMin).ok());
-    ASSERT_TRUE(c.AllReduce(absl::MakeSpan(m.data() + 1, 1), ReduceOp::kMax).ok());
-    EXPECT_EQ(m, (std::vector<int64_t>{0, 2}));
-    std::vector<int64_t> b = {r == 1 ? 42 : 0, r == 1 ? 7 : 0};
-    ASSERT_TRUE(c.Broadcast(absl::MakeSpan(b), 1).ok());
-    EXPECT_EQ(b, (std::vector<int64_t>{42, 7}));
-    EXPECT_TRUE(c.Barrier().ok());
-    EXPECT_EQ(c.Broadcast(absl::MakeSpan(b), 3).code(), absl::StatusCode::kInvalidArgument);
-  }, store);
+  RunGroup(
+      3,
+      [](int r, Communicator& c) {
+        std::vector<int64_t> v = {r + 1, 10 * (r + 1), -r};
+        ASSERT_TRUE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+        EXPECT_EQ(v, (std::vector<int64_t>{6, 60, -3}));
+        std::vector<float> f = {0.5f * (r + 1), 0.1f};
+        ASSERT_TRUE(c.AllReduce(absl::MakeSpan(f), ReduceOp::kSum).ok());
+        EXPECT_EQ(f[0], 3.0f);
+        EXPECT_EQ(f[1], (0.1f + 0.1f) + 0.1f);  // Rank order on every rank.
+        std::vector<int64_t> m = {r, r};
+        ASSERT_TRUE(c.AllReduce(absl::MakeSpan(m.data(), 1), ReduceOp::kMin).ok());
+        ASSERT_TRUE(c.AllReduce(absl::MakeSpan(m.data() + 1, 1), ReduceOp::kMax).ok());
+        EXPECT_EQ(m, (std::vector<int64_t>{0, 2}));
+        std::vector<int64_t> b = {r == 1 ? 42 : 0, r == 1 ? 7 : 0};
+        ASSERT_TRUE(c.Broadcast(absl::MakeSpan(b), 1).ok());
+        EXPECT_EQ(b, (std::vector<int64_t>{42, 7}));
+        EXPECT_TRUE(c.Barrier().ok());
+        EXPECT_EQ(c.Broadcast(absl::MakeSpan(b), 3).code(), absl::StatusCode::kInvalidArgument);
+      },
+      store);
 }
 
 TEST(GlooCommunicatorTest, SingleRankIsTrivial) {
   store::MemoryStore store;
-  RunGroup(1, [](int, Communicator& c) {
-    std::vector<int64_t> v = {5};
-    ASSERT_TRUE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
-    EXPECT_EQ(v[0], 5);
-  }, store);
+  RunGroup(
+      1,
+      [](int, Communicator& c) {
+        std::vector<int64_t> v = {5};
+        ASSERT_TRUE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+        EXPECT_EQ(v[0], 5);
+      },
+      store);
 }
 
 TEST(GlooCommunicatorTest, AbortUnblocksACollectiveWaitingForAPeer) {
   store::MemoryStore store;
-  RunGroup(2, [](int r, Communicator& c) {
-    if (r == 1) {
-      absl::SleepFor(absl::Milliseconds(200));
-      c.Abort("test abort");
-      EXPECT_TRUE(c.aborted());
-      std::vector<int64_t> v = {1};
-      EXPECT_EQ(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).code(),
-                absl::StatusCode::kAborted);
-      // Stay connected until rank 0 is done: closing would fail its collective differently.
-      absl::SleepFor(absl::Milliseconds(1500));
-      return;
-    }
-    // Rank 0 waits for rank 1, which never joins this collective; its own Abort comes from
-    // another thread.
-    std::thread aborter([&c] {
-      absl::SleepFor(absl::Milliseconds(300));
-      c.Abort("watcher says so");
-    });
-    const absl::Time start = absl::Now();
-    std::vector<int64_t> v = {1};
-    absl::Status s = c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum);
-    aborter.join();
-    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
-    EXPECT_EQ(s.message(), "communicator generation 0 aborted: watcher says so");
-    EXPECT_LT(absl::Now() - start, absl::Seconds(3));
-    // Once failed, later calls fail at once.
-    EXPECT_FALSE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
-  }, store);
+  RunGroup(
+      2,
+      [](int r, Communicator& c) {
+        if (r == 1) {
+          absl::SleepFor(absl::Milliseconds(200));
+          c.Abort("test abort");
+          EXPECT_TRUE(c.aborted());
+          std::vector<int64_t> v = {1};
+          EXPECT_EQ(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).code(),
+                    absl::StatusCode::kAborted);
+          // Stay connected until rank 0 is done: closing would fail its collective differently.
+          absl::SleepFor(absl::Milliseconds(1500));
+          return;
+        }
+        // Rank 0 waits for rank 1, which never joins this collective; its own Abort comes from
+        // another thread.
+        std::thread aborter([&c] {
+          absl::SleepFor(absl::Milliseconds(300));
+          c.Abort("watcher says so");
+        });
+        const absl::Time start = absl::Now();
+        std::vector<int64_t> v = {1};
+        absl::Status s = c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum);
+        aborter.join();
+        EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+        EXPECT_EQ(s.message(), "communicator generation 0 aborted: watcher says so");
+        EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+        // Once failed, later calls fail at once.
+        EXPECT_FALSE(c.AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+      },
+      store);
 }
 
 TEST(GlooCommunicatorTest, OperationTimeoutIsDeadlineExceeded) {
@@ -133,8 +142,7 @@ TEST(GlooCommunicatorTest, BootstrapWithoutPeersTimesOut) {
   auto c = factory.Create(store, o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded) << c.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
-  EXPECT_EQ(factory.Create(store, Opts(2, 2)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(factory.Create(store, Opts(2, 2)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GlooCommunicatorTest, PeerDeathFailsTheCollective) {

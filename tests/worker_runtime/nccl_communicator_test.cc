@@ -62,8 +62,8 @@ class FakeNcclApi final : public NcclApi {
                                   ncclConfig_t* cfg) override {
     return Init(comm, n, id.internal, rank, cfg);
   }
-  ncclResult_t CommInitRankScalable(ncclComm_t* comm, int n, int rank, int nids,
-                                    ncclUniqueId* ids, ncclConfig_t* cfg) override {
+  ncclResult_t CommInitRankScalable(ncclComm_t* comm, int n, int rank, int nids, ncclUniqueId* ids,
+                                    ncclConfig_t* cfg) override {
     ++scalable_inits;
     last_nids = nids;
     std::string key;
@@ -120,7 +120,9 @@ class FakeNcclApi final : public NcclApi {
                          ncclComm_t comm, cudaStream_t st) override {
     return Enqueue(r, n, t, ncclSum, root, comm, st);
   }
-  std::string ErrorString(ncclResult_t r) override { return "fake nccl error " + std::to_string(r); }
+  std::string ErrorString(ncclResult_t r) override {
+    return "fake nccl error " + std::to_string(r);
+  }
   ncclResult_t CommCount(ncclComm_t comm, int* n) override {
     absl::MutexLock l(&mu_);
     *n = Comm(comm)->size;
@@ -230,8 +232,8 @@ CommunicatorOptions Opts(int rank, int size, int generation = 0) {
   return o;
 }
 
-std::vector<std::unique_ptr<Communicator>> CreateAll(FakeNcclApi& api, store::Store& store,
-                                                     int n, NcclOptions nopts = {}) {
+std::vector<std::unique_ptr<Communicator>> CreateAll(FakeNcclApi& api, store::Store& store, int n,
+                                                     NcclOptions nopts = {}) {
   std::vector<std::unique_ptr<Communicator>> comms(n);
   std::vector<std::thread> t;
   for (int r = 0; r < n; ++r) {
@@ -252,7 +254,8 @@ TEST(NcclRootRanksTest, SpreadsRootsAboveTheThreshold) {
   o.ranks_per_root = 128;
   o.max_roots = 32;
   EXPECT_EQ(NcclRootRanks(512, 22809, o), (std::vector<int>{0}));
-  EXPECT_EQ(NcclRootRanks(1024, 22809, o), (std::vector<int>{0, 128, 256, 384, 512, 640, 768, 896}));
+  EXPECT_EQ(NcclRootRanks(1024, 22809, o),
+            (std::vector<int>{0, 128, 256, 384, 512, 640, 768, 896}));
   EXPECT_EQ(NcclRootRanks(1024, 22200, o), (std::vector<int>{0}));  // Before 2.23.
   EXPECT_EQ(NcclRootRanks(100000, 22809, o).size(), 32u);
 }
@@ -325,8 +328,7 @@ TEST(NcclCommunicatorTest, InitErrorAborts) {
   NcclCommunicatorFactory f(api);
   auto c = f.Create(store, Opts(0, 1));
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(c.status().message(),
-            "nccl init of generation 0 rank 0/1 failed: fake nccl error 2");
+  EXPECT_EQ(c.status().message(), "nccl init of generation 0 rank 0/1 failed: fake nccl error 2");
   EXPECT_EQ(api.aborts.load(), 1);
 }
 
@@ -350,8 +352,8 @@ TEST(NcclCommunicatorTest, AsyncErrorWatcherAbortsAndReports) {
   std::vector<int64_t> v = {1};
   absl::Status s = comms[0]->AllReduce(absl::MakeSpan(v), ReduceOp::kSum);
   t.join();
-  EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
-              s.code() == absl::StatusCode::kAborted) << s;
+  EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kAborted)
+      << s;
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_TRUE(comms[0]->aborted());
   EXPECT_TRUE(comms[1]->aborted());

@@ -74,9 +74,8 @@ TEST(NetDiscoveryTest, AzureIbNodeUsesIbHcasAndSkipsTheAcceleratedNic) {
   FakeRouteApi route = EthRoute();
   NetworkReport r = DeriveNetworkEnv(verbs, route, Options());
   EXPECT_EQ(r.usable_ports, (std::vector<std::string>{"mlx5_ib0:1", "mlx5_ib1:1"}));
-  EXPECT_EQ(r.env, (std::map<std::string, std::string>{
-                       {"NCCL_IB_HCA", "=mlx5_ib0:1,mlx5_ib1:1"},
-                       {"NCCL_SOCKET_IFNAME", "=eth0"}}));
+  EXPECT_EQ(r.env, (std::map<std::string, std::string>{{"NCCL_IB_HCA", "=mlx5_ib0:1,mlx5_ib1:1"},
+                                                       {"NCCL_SOCKET_IFNAME", "=eth0"}}));
   EXPECT_EQ(r.reasons.at(0),
             "mlx5_an0:1 skipped: link layer Ethernet with LID 0 (not InfiniBand; e.g. Azure's "
             "accelerated-networking NIC; RoCE not enabled)");
@@ -85,8 +84,8 @@ TEST(NetDiscoveryTest, AzureIbNodeUsesIbHcasAndSkipsTheAcceleratedNic) {
 
 TEST(NetDiscoveryTest, DownAndInitPortsAreSkipped) {
   FakeVerbsApi verbs(std::vector<IbDevice>{
-      Dev("mlx5_0", {Port(1, 1, kLinkLayerInfiniBand, 0), Port(2, kPortActive,
-                                                               kLinkLayerInfiniBand, 7)}),
+      Dev("mlx5_0",
+          {Port(1, 1, kLinkLayerInfiniBand, 0), Port(2, kPortActive, kLinkLayerInfiniBand, 7)}),
       Dev("mlx5_1", {Port(1, 2, kLinkLayerInfiniBand, 0)})});
   FakeRouteApi route = EthRoute();
   NetworkReport r = DeriveNetworkEnv(verbs, route, Options());
@@ -106,10 +105,9 @@ TEST(NetDiscoveryTest, AllPortsDownDisablesIb) {
 }
 
 TEST(NetDiscoveryTest, RoceIsSkippedByDefaultAndUsedWhenEnabled) {
-  std::vector<IbDevice> table = {
-      Dev("mlx5_0", {Port(1, kPortActive, kLinkLayerEthernet, 0,
-                          {"fe80:0000:0000:0000:0000:0000:0000:0001"})}),
-      Dev("mlx5_1", {Port(1, kPortActive, kLinkLayerEthernet, 0)})};
+  std::vector<IbDevice> table = {Dev("mlx5_0", {Port(1, kPortActive, kLinkLayerEthernet, 0,
+                                                     {"fe80:0000:0000:0000:0000:0000:0000:0001"})}),
+                                 Dev("mlx5_1", {Port(1, kPortActive, kLinkLayerEthernet, 0)})};
   FakeVerbsApi verbs(table);
   FakeRouteApi route = EthRoute();
   NetworkReport off = DeriveNetworkEnv(verbs, route, Options());
@@ -129,8 +127,7 @@ TEST(NetDiscoveryTest, UserSetVariablesAreNeverOverridden) {
   FakeVerbsApi verbs(AzureTable());
   FakeRouteApi route = EthRoute();
   NetworkReport r = DeriveNetworkEnv(
-      verbs, route,
-      Options({{"NCCL_IB_HCA", "mlx5_ib1"}, {"NCCL_SOCKET_IFNAME", "ib0"}}));
+      verbs, route, Options({{"NCCL_IB_HCA", "mlx5_ib1"}, {"NCCL_SOCKET_IFNAME", "ib0"}}));
   EXPECT_TRUE(r.env.empty()) << r.env.begin()->first;
   EXPECT_EQ(r.usable_ports.size(), 2u);
 

@@ -59,9 +59,9 @@ bool RunGeneration(dgt::worker::NcclApi& api, dgt::store::Store& store, int rank
   bool ok = s.ok();
   for (int64_t x : v) ok = ok && x == want;
   for (float x : f) ok = ok && x == 0.5f * static_cast<float>(want);
-  Print(absl::StrCat("rank=", rank, " gen=", generation, " init_ms=", init_ms,
-                     " allreduce_ms=", ar_ms, " expected=", want, " got=", v[0],
-                     " result=", ok ? "OK" : "WRONG", s.ok() ? "" : " error=\"" + s.ToString() + "\""));
+  Print(absl::StrCat("rank=", rank, " gen=", generation, " init_ms=", init_ms, " allreduce_ms=",
+                     ar_ms, " expected=", want, " got=", v[0], " result=", ok ? "OK" : "WRONG",
+                     s.ok() ? "" : " error=\"" + s.ToString() + "\""));
   *out = std::move(*comm);
   return ok;
 }

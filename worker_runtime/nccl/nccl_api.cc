@@ -1,7 +1,8 @@
+#include "dgt/worker/nccl_api.h"
+
 #include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
-#include "dgt/worker/nccl_api.h"
 
 namespace dgt::worker {
 namespace {
@@ -17,9 +18,9 @@ using CudaStreamDestroy = cudaError_t (*)(cudaStream_t);
 using CudaStreamQuery = cudaError_t (*)(cudaStream_t);
 using CudaGetErrorString = const char* (*)(cudaError_t);
 
-#define DGT_CUDA_RETURN(expr, what)                  \
-  do {                                               \
-    cudaError_t e_ = (expr);                         \
+#define DGT_CUDA_RETURN(expr, what)                    \
+  do {                                                 \
+    cudaError_t e_ = (expr);                           \
     if (e_ != cudaSuccess) return CudaError(e_, what); \
   } while (0)
 
@@ -64,8 +65,9 @@ class RealNcclApi final : public NcclApi {
 #undef DGT_NCCL_SYM
     if (!get_version_ || !get_unique_id_ || !init_config_ || !async_error_ || !abort_ ||
         !destroy_ || !all_reduce_ || !broadcast_ || !error_string_ || !count_ || !user_rank_) {
-      return absl::FailedPreconditionError("libnccl.so.2 lacks ncclCommInitRankConfig (NCCL "
-                                           "2.14 or newer is required)");
+      return absl::FailedPreconditionError(
+          "libnccl.so.2 lacks ncclCommInitRankConfig (NCCL "
+          "2.14 or newer is required)");
     }
     if (!device_count_ || !set_device_ || !malloc_ || !free_ || !memcpy_ || !stream_create_ ||
         !stream_destroy_ || !stream_query_ || !cuda_error_string_) {
@@ -102,8 +104,8 @@ class RealNcclApi final : public NcclApi {
                          ncclComm_t c, cudaStream_t st) override {
     return all_reduce_(s, r, n, t, op, c, st);
   }
-  ncclResult_t Broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
-                         ncclComm_t c, cudaStream_t st) override {
+  ncclResult_t Broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root, ncclComm_t c,
+                         cudaStream_t st) override {
     return broadcast_(s, r, n, t, root, c, st);
   }
   std::string ErrorString(ncclResult_t r) override { return error_string_(r); }
@@ -164,8 +166,8 @@ class RealNcclApi final : public NcclApi {
   ncclResult_t (*destroy_)(ncclComm_t) = nullptr;
   ncclResult_t (*split_)(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*) = nullptr;
   ncclResult_t (*shrink_)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) = nullptr;
-  ncclResult_t (*all_reduce_)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
-                              ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*all_reduce_)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                              cudaStream_t) = nullptr;
   ncclResult_t (*broadcast_)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
                              cudaStream_t) = nullptr;
   const char* (*error_string_)(ncclResult_t) = nullptr;
@@ -189,8 +191,8 @@ absl::StatusOr<std::unique_ptr<NcclApi>> LoadRealNcclApi() {
   absl::Status s = api->Load();
   if (!s.ok()) return s;
   if (api->Version() < kNcclVersionConfig) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "NCCL ", api->Version(), " is too old: non-blocking init needs 2.14 (21400)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL ", api->Version(), " is too old: non-blocking init needs 2.14 (21400)"));
   }
   return std::unique_ptr<NcclApi>(std::move(api));
 }

@@ -35,9 +35,12 @@ ncclConfig_t NonBlockingConfig() {
 
 ncclRedOp_t ToNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kSum: break;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kSum:
+      break;
   }
   return ncclSum;
 }
@@ -106,8 +109,8 @@ class NcclCommunicator final : public Communicator {
       return absl::InvalidArgumentError(
           absl::StrCat("broadcast root must be in [0, ", options_.size, "), got ", root));
     }
-    return Run(data.data(), data.size() * sizeof(int64_t), data.size(), ncclInt64,
-               ReduceOp::kSum, root);
+    return Run(data.data(), data.size() * sizeof(int64_t), data.size(), ncclInt64, ReduceOp::kSum,
+               root);
   }
   absl::Status Barrier() override {
     int64_t zero = 0;
@@ -132,12 +135,12 @@ class NcclCommunicator final : public Communicator {
                                                       absl::Duration timeout) {
     const int version = api_.Version();
     if (!shrink && version < kNcclVersionSplit) {
-      return absl::UnimplementedError(absl::StrCat("ncclCommSplit needs NCCL 2.18, have ",
-                                                   version));
+      return absl::UnimplementedError(
+          absl::StrCat("ncclCommSplit needs NCCL 2.18, have ", version));
     }
     if (shrink && version < kNcclVersionShrink) {
-      return absl::UnimplementedError(absl::StrCat("ncclCommShrink needs NCCL 2.27, have ",
-                                                   version));
+      return absl::UnimplementedError(
+          absl::StrCat("ncclCommShrink needs NCCL 2.27, have ", version));
     }
     ncclConfig_t config = NonBlockingConfig();
     ncclComm_t child = nullptr;
@@ -146,12 +149,12 @@ class NcclCommunicator final : public Communicator {
       absl::MutexLock lock(&mu_);
       if (aborted_ && !shrink) return AbortedStatus();
       ncclResult_t r =
-          shrink ? api_.CommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()),
-                                   &child, &config, NCCL_SHRINK_ABORT)
+          shrink ? api_.CommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()), &child,
+                                   &config, NCCL_SHRINK_ABORT)
                  : api_.CommSplit(comm_, color, key, &child, &config);
       if (r != ncclSuccess && r != ncclInProgress) {
-        return absl::UnavailableError(absl::StrCat(shrink ? "ncclCommShrink" : "ncclCommSplit",
-                                                   ": ", api_.ErrorString(r)));
+        return absl::UnavailableError(
+            absl::StrCat(shrink ? "ncclCommShrink" : "ncclCommSplit", ": ", api_.ErrorString(r)));
       }
     }
     if (child == nullptr) {
@@ -160,14 +163,14 @@ class NcclCommunicator final : public Communicator {
     if (shrink) {
       std::sort(exclude.begin(), exclude.end());
       o.size = options_.size - static_cast<int>(exclude.size());
-      o.rank = options_.rank - static_cast<int>(std::lower_bound(exclude.begin(), exclude.end(),
-                                                                 options_.rank) -
-                                                exclude.begin());
+      o.rank = options_.rank -
+               static_cast<int>(std::lower_bound(exclude.begin(), exclude.end(), options_.rank) -
+                                exclude.begin());
       o.generation = options_.generation + 1;
     }
     auto c = std::make_unique<NcclCommunicator>(api_, nccl_, o, child);
-    DGT_RETURN_IF_ERROR(c->WaitReady(absl::Now() + timeout,
-                                     shrink ? "ncclCommShrink" : "ncclCommSplit"));
+    DGT_RETURN_IF_ERROR(
+        c->WaitReady(absl::Now() + timeout, shrink ? "ncclCommShrink" : "ncclCommSplit"));
     if (!shrink) {
       // A split child's shape is NCCL's to tell.
       int n = 0, r = 0;
@@ -182,8 +185,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   absl::Status AbortedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::AbortedError(absl::StrCat("communicator generation ", options_.generation,
-                                           " aborted: ", abort_reason_));
+    return absl::AbortedError(
+        absl::StrCat("communicator generation ", options_.generation, " aborted: ", abort_reason_));
   }
 
   absl::Status Run(void* host, size_t bytes, size_t count, ncclDataType_t type, ReduceOp op,
@@ -222,9 +225,8 @@ class NcclCommunicator final : public Communicator {
       }
       if (absl::Now() >= deadline) {
         Abort("collective timed out");
-        return absl::DeadlineExceededError(
-            absl::StrCat("nccl collective did not finish in ",
-                         absl::FormatDuration(options_.op_timeout)));
+        return absl::DeadlineExceededError(absl::StrCat("nccl collective did not finish in ",
+                                                        absl::FormatDuration(options_.op_timeout)));
       }
       absl::SleepFor(nccl_.poll_interval);
     }
@@ -281,8 +283,8 @@ class NcclCommunicator final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
     store::Store& store, const CommunicatorOptions& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat("nccl: rank must be in [0, ", options.size,
-                                                   "), got ", options.rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: rank must be in [0, ", options.size, "), got ", options.rank));
   }
   const absl::Time deadline = absl::Now() + options.init_timeout;
   if (options_.device >= 0) DGT_RETURN_IF_ERROR(api_.SetDevice(options_.device));
@@ -314,24 +316,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
   ncclConfig_t config = NonBlockingConfig();
   ncclComm_t comm = nullptr;
   ncclResult_t r =
-      ids.size() > 1
-          ? api_.CommInitRankScalable(&comm, options.size, options.rank,
-                                      static_cast<int>(ids.size()), ids.data(), &config)
-          : api_.CommInitRankConfig(&comm, options.size, ids[0], options.rank, &config);
+      ids.size() > 1 ? api_.CommInitRankScalable(&comm, options.size, options.rank,
+                                                 static_cast<int>(ids.size()), ids.data(), &config)
+                     : api_.CommInitRankConfig(&comm, options.size, ids[0], options.rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     if (comm != nullptr) api_.CommAbort(comm);
     return absl::UnavailableError(absl::StrCat("nccl init: ", api_.ErrorString(r)));
   }
   auto c = std::make_unique<NcclCommunicator>(api_, options_, options, comm);
-  DGT_RETURN_IF_ERROR(c->WaitReady(
-      deadline, absl::StrCat("nccl init of generation ", options.generation, " rank ",
-                             options.rank, "/", options.size)));
+  DGT_RETURN_IF_ERROR(
+      c->WaitReady(deadline, absl::StrCat("nccl init of generation ", options.generation, " rank ",
+                                          options.rank, "/", options.size)));
   DGT_RETURN_IF_ERROR(c->Start());
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclCommunicator(Communicator& parent,
-                                                                    int color, int key,
+absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclCommunicator(Communicator& parent, int color,
+                                                                    int key,
                                                                     absl::Duration timeout) {
   auto* nccl = dynamic_cast<NcclCommunicator*>(&parent);
   if (nccl == nullptr) return absl::InvalidArgumentError("not an NCCL communicator");

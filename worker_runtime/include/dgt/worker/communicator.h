@@ -30,9 +30,9 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  virtual int rank() const = 0;        // 0 <= rank < size, in this generation's numbering.
+  virtual int rank() const = 0;  // 0 <= rank < size, in this generation's numbering.
   virtual int size() const = 0;
-  virtual int generation() const = 0;  // The generation this communicator was built for.
+  virtual int generation() const = 0;             // The generation this communicator was built for.
   virtual absl::string_view backend() const = 0;  // "gloo", "nccl", "fake".
 
   // Reduces `data` element-wise across all ranks, in place. Every rank gets the same bits (the

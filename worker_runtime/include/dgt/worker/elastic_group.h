@@ -40,7 +40,8 @@ enum class RecoveryMode { kReplace, kShrink };
 using StoreConnector = std::function<absl::StatusOr<std::unique_ptr<store::Store>>()>;
 
 // A StoreConnector for MASTER_ADDR:MASTER_PORT (dgt::store::Client, torch 2.x protocol).
-StoreConnector ConnectToJobStore(const Context& context, absl::Duration timeout = absl::Seconds(60));
+StoreConnector ConnectToJobStore(const Context& context,
+                                 absl::Duration timeout = absl::Seconds(60));
 
 struct ElasticGroupOptions {
   RecoveryMode mode = RecoveryMode::kReplace;

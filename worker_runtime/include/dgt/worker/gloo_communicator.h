@@ -31,8 +31,8 @@ struct GlooOptions {
 class GlooCommunicatorFactory final : public CommunicatorFactory {
  public:
   explicit GlooCommunicatorFactory(GlooOptions options = {}) : options_(std::move(options)) {}
-  absl::StatusOr<std::unique_ptr<Communicator>> Create(
-      store::Store& store, const CommunicatorOptions& options) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(store::Store& store,
+                                                       const CommunicatorOptions& options) override;
   absl::string_view backend() const override { return "gloo"; }
 
  private:

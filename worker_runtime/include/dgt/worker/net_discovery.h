@@ -23,15 +23,15 @@
 namespace dgt::worker {
 
 // Values as rdma-core defines them (<infiniband/verbs.h>), so fakes need not include it.
-inline constexpr int kPortActive = 4;          // IBV_PORT_ACTIVE
+inline constexpr int kPortActive = 4;           // IBV_PORT_ACTIVE
 inline constexpr int kLinkLayerInfiniBand = 1;  // IBV_LINK_LAYER_INFINIBAND
 inline constexpr int kLinkLayerEthernet = 2;    // IBV_LINK_LAYER_ETHERNET
 
 struct IbPort {
-  int number = 1;       // 1-based port number.
-  int state = 0;        // ibv_port_state: 4 = ACTIVE.
-  int link_layer = 0;   // 1 = InfiniBand, 2 = Ethernet (RoCE).
-  uint16_t lid = 0;     // Local identifier; 0 on Ethernet link layers.
+  int number = 1;                 // 1-based port number.
+  int state = 0;                  // ibv_port_state: 4 = ACTIVE.
+  int link_layer = 0;             // 1 = InfiniBand, 2 = Ethernet (RoCE).
+  uint16_t lid = 0;               // Local identifier; 0 on Ethernet link layers.
   std::vector<std::string> gids;  // Non-zero GIDs, "fe80:0000:...", in table order.
 };
 
@@ -97,8 +97,7 @@ struct NetworkReport {
 // Derives NCCL_IB_HCA (exact form "=mlx5_ib0:1,mlx5_ib1:1"), NCCL_SOCKET_IFNAME ("=eth0") and
 // NCCL_IB_DISABLE=1 (no usable IB port). Ports not ACTIVE and Ethernet ports with LID 0 (unless
 // include_roce) are skipped. A device-table error counts as zero devices (with a reason).
-NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route,
-                               const NetworkEnvOptions& options);
+NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEnvOptions& options);
 
 // Human-readable name of a port state / link layer ("ACTIVE", "DOWN", "InfiniBand", ...).
 std::string PortStateName(int state);

@@ -40,9 +40,8 @@ class NcclApi {
                                  ncclConfig_t* config) = 0;
   virtual ncclResult_t CommShrink(ncclComm_t comm, int* exclude, int count, ncclComm_t* out,
                                   ncclConfig_t* config, int flags) = 0;
-  virtual ncclResult_t AllReduce(const void* send, void* recv, size_t count,
-                                 ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                                 cudaStream_t stream) = 0;
+  virtual ncclResult_t AllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) = 0;
   virtual ncclResult_t Broadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                                  int root, ncclComm_t comm, cudaStream_t stream) = 0;
   virtual std::string ErrorString(ncclResult_t result) = 0;

@@ -53,8 +53,8 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
   // `api` must outlive the factory and its communicators.
   NcclCommunicatorFactory(NcclApi& api, NcclOptions options = {})
       : api_(api), options_(std::move(options)) {}
-  absl::StatusOr<std::unique_ptr<Communicator>> Create(
-      store::Store& store, const CommunicatorOptions& options) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(store::Store& store,
+                                                       const CommunicatorOptions& options) override;
   absl::string_view backend() const override { return "nccl"; }
 
  private:
@@ -65,8 +65,8 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
 // ncclCommSplit of an NCCL communicator (non-blocking, with `timeout`): ranks with the same
 // `color` form a new communicator, ordered by `key`. Errors: InvalidArgument when `parent` is
 // not NCCL; Unimplemented before NCCL 2.18; as Create otherwise.
-absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclCommunicator(Communicator& parent,
-                                                                    int color, int key,
+absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclCommunicator(Communicator& parent, int color,
+                                                                    int key,
                                                                     absl::Duration timeout);
 
 // ncclCommShrink with NCCL_SHRINK_ABORT: the survivors' communicator without `exclude` (ranks of
