@@ -12,7 +12,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "dgt/store/memory_store.h"
+#include "dgt/worker/elastic_group.h"
+#include "dgt/worker/recovery_keys.h"
 #include "gtest/gtest.h"
+#include "tests/worker_runtime/fake_store_ref.h"
 
 namespace dgt::worker {
 namespace {
@@ -445,6 +448,56 @@ TEST(NcclCommunicatorTest, SplitTakesItsShapeFromNccl) {
   EXPECT_EQ(kids[0]->rank(), 1);
   EXPECT_EQ(kids[1]->rank(), 0);
   EXPECT_EQ(kids[0]->size(), 2);
+}
+
+// The recovery protocol on the NCCL path: a failure report aborts both ranks' communicators
+// through their watchers, and Recover() bootstraps generation 1 with a fresh unique id.
+TEST(NcclCommunicatorTest, ElasticGroupRebuildsTheNcclGenerationThroughTheStore) {
+  FakeNcclApi api;
+  store::MemoryStore store;
+  NcclCommunicatorFactory factory(api);
+  ElasticGroupOptions o;
+  o.init_timeout = absl::Seconds(5);
+  o.watch_period = absl::Milliseconds(50);
+  std::vector<std::unique_ptr<ElasticGroup>> groups(2);
+  std::vector<std::thread> t;
+  for (int r = 0; r < 2; ++r) {
+    t.emplace_back([&, r] {
+      Context c;
+      c.rank = r;
+      c.world_size = 2;
+      c.local_world_size = 2;
+      c.local_rank = r;
+      auto g = ElasticGroup::Join(c, testing::ConnectorTo(store), factory, o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  t.clear();
+  ASSERT_TRUE(recovery::PublishRankFailure(store, "world", 1, "NCCL async error").ok());
+  for (int r = 0; r < 2; ++r) {
+    t.emplace_back([&, r] {
+      const absl::Time deadline = absl::Now() + absl::Seconds(5);
+      while (!groups[r]->recovery_pending() && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      EXPECT_TRUE(groups[r]->comm().aborted());
+      auto c = groups[r]->Recover();
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ((*c)->generation(), 1);
+      EXPECT_EQ((*c)->backend(), "nccl");
+      std::vector<int64_t> v = {10 * (r + 1)};
+      ASSERT_TRUE((*c)->AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+      EXPECT_EQ(v[0], 30);
+    });
+  }
+  for (auto& th : t) th.join();
+  auto id0 = store.Get("dgt/comm/world/g0/nccl_id/0");
+  auto id1 = store.Get("dgt/comm/world/g1/nccl_id/0");
+  ASSERT_TRUE(id0.ok() && id1.ok());
+  EXPECT_NE(*id0, *id1);
+  EXPECT_EQ(api.aborts.load(), 2);
 }
 
 }  // namespace
