@@ -73,7 +73,20 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
   for (int r = 0; r < context.world_size; ++r) all[r] = r;
   spdlog::info("rank {}: joining generation {}{}", context.rank, target,
                g->replacement_ ? " as a replacement" : "");
-  DGT_RETURN_IF_ERROR(g->Build(target, std::move(all)));
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = g->Build(target, all);
+    if (s.ok()) break;
+    // Not everyone came (e.g. the others gave up on this generation and moved on): try the
+    // generation after, which is where everyone converges (each joins max(current, from+1)).
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || attempt >= g->options_.join_attempts) {
+      return s;
+    }
+    spdlog::warn("rank {}: generation {} did not form ({}); trying the next", context.rank,
+                 target, s.message());
+    DGT_ASSIGN_OR_RETURN(
+        target, recovery::OpenNextGeneration(*g->store_, group, target,
+                                             absl::StrCat("rank ", context.rank, " retried")));
+  }
   return g;
 }
 

@@ -198,5 +198,41 @@ TEST(ElasticGroupTest, RecoverTimesOutWhenTheReplacementNeverComes) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// A survivor gave up on generation 1 (no replacement in time) and moved to 2; the replacement
+// that comes late joins the survivor's generation, not its predecessor's + 1.
+TEST(ElasticGroupTest, LateReplacementConvergesOnTheCurrentGeneration) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  ElasticGroupOptions o = Fast();
+  o.init_timeout = absl::Milliseconds(500);
+  auto groups = JoinAll(2, store, factory, o);
+  groups[1].reset();
+  EXPECT_EQ(groups[0]->Recover().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(groups[0]->generation(), 1);
+  o.init_timeout = absl::Seconds(10);
+  std::unique_ptr<ElasticGroup> replacement;
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    auto g = ElasticGroup::Join(Ctx(1, 2, 1), ConnectorTo(store), factory, o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ((*g)->generation(), 2);
+    replacement = std::move(*g);
+  });
+  auto c = groups[0]->Recover();
+  late.join();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->generation(), 2);
+  ASSERT_NE(replacement, nullptr);
+  std::thread t([&] {
+    absl::Status st;
+    EXPECT_EQ(SumOnce(*replacement, 2, &st), 3);
+    EXPECT_TRUE(st.ok()) << st;
+  });
+  absl::Status st;
+  EXPECT_EQ(SumOnce(*groups[0], 1, &st), 3);
+  EXPECT_TRUE(st.ok()) << st;
+  t.join();
+}
+
 }  // namespace
 }  // namespace dgt::worker

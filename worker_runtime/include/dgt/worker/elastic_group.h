@@ -53,6 +53,8 @@ struct ElasticGroupOptions {
   absl::Duration op_timeout = absl::Seconds(300);
   // Shrink mode: how long to wait for the failure report naming the lost ranks.
   absl::Duration report_timeout = absl::Seconds(5);
+  // Join(): generations tried when one does not form by init_timeout.
+  int join_attempts = 3;
   // How often the watcher re-arms its store wait (bounds how long destruction takes).
   absl::Duration watch_period = absl::Milliseconds(500);
 };
@@ -61,7 +63,9 @@ class ElasticGroup {
  public:
   // Joins the job: generation 0 for a fresh start; for a process whose rank was a member before
   // (a replacement, or after a group restart against the same store), the generation after the
-  // one its predecessor last joined. Blocks until that generation's communicator is built.
+  // one its predecessor last joined (or the current one, if the others moved further). Blocks
+  // until that generation's communicator is built; a generation that does not form by
+  // init_timeout is left for the next one, up to join_attempts generations.
   // Errors: those of CommunicatorFactory::Create and of the store.
   static absl::StatusOr<std::unique_ptr<ElasticGroup>> Join(const Context& context,
                                                             StoreConnector connect,
