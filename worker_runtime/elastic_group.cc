@@ -81,8 +81,8 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
     if (s.code() != absl::StatusCode::kDeadlineExceeded || attempt >= g->options_.join_attempts) {
       return s;
     }
-    spdlog::warn("rank {}: generation {} did not form ({}); trying the next", context.rank,
-                 target, s.message());
+    spdlog::warn("rank {}: generation {} did not form ({}); trying the next", context.rank, target,
+                 s.message());
     DGT_ASSIGN_OR_RETURN(
         target, recovery::OpenNextGeneration(*g->store_, group, target,
                                              absl::StrCat("rank ", context.rank, " retried")));
@@ -90,25 +90,34 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
   return g;
 }
 
-absl::Status ElasticGroup::Build(int target, std::vector<int> members) {
-  StopWatcher();
-  comm_.reset();
-  current_ = target;
-  auto it = std::find(members.begin(), members.end(), context_.rank);
-  if (it == members.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", context_.rank, " is not a member of generation ", target, " (reported failed)"));
-  }
-  DGT_RETURN_IF_ERROR(
-      store_->Set(recovery::MemberKey(options_.group, context_.rank), absl::StrCat(target)));
+CommunicatorOptions ElasticGroup::OptionsFor(int target, const std::vector<int>& members) const {
   CommunicatorOptions co;
-  co.rank = static_cast<int>(it - members.begin());
+  co.rank =
+      static_cast<int>(std::find(members.begin(), members.end(), context_.rank) - members.begin());
   co.size = static_cast<int>(members.size());
   co.generation = target;
   co.key_prefix = CommKeyPrefix(options_.group, target);
   co.init_timeout = options_.init_timeout;
   co.op_timeout = options_.op_timeout;
-  DGT_ASSIGN_OR_RETURN(comm_, factory_.Create(*store_, co));
+  return co;
+}
+
+absl::Status ElasticGroup::Build(int target, std::vector<int> members,
+                                 std::unique_ptr<Communicator> ready) {
+  StopWatcher();
+  comm_.reset();
+  current_ = target;
+  if (std::find(members.begin(), members.end(), context_.rank) == members.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", context_.rank, " is not a member of generation ", target, " (reported failed)"));
+  }
+  DGT_RETURN_IF_ERROR(
+      store_->Set(recovery::MemberKey(options_.group, context_.rank), absl::StrCat(target)));
+  if (ready != nullptr) {
+    comm_ = std::move(ready);
+  } else {
+    DGT_ASSIGN_OR_RETURN(comm_, factory_.Create(*store_, OptionsFor(target, members)));
+  }
   members_ = std::move(members);
   pending_ = false;
   StartWatcher();
@@ -161,7 +170,24 @@ absl::StatusOr<Communicator*> ElasticGroup::Recover() {
   }
   spdlog::info("rank {}: rebuilding at generation {} with {} ranks", context_.rank, target,
                members.size());
-  DGT_RETURN_IF_ERROR(Build(target, std::move(members)));
+  std::unique_ptr<Communicator> shrunk;
+  if (options_.mode == RecoveryMode::kShrink && comm_ != nullptr && factory_.CanShrink() &&
+      std::find(members.begin(), members.end(), context_.rank) != members.end()) {
+    std::vector<int> exclude;  // In the current communicator's numbering.
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (std::find(members.begin(), members.end(), members_[i]) == members.end()) {
+        exclude.push_back(static_cast<int>(i));
+      }
+    }
+    auto s = factory_.Shrink(*comm_, exclude, OptionsFor(target, members));
+    if (s.ok()) {
+      shrunk = std::move(*s);
+    } else {
+      spdlog::warn("rank {}: in-place shrink failed ({}); bootstrapping generation {} instead",
+                   context_.rank, s.status().ToString(), target);
+    }
+  }
+  DGT_RETURN_IF_ERROR(Build(target, std::move(members), std::move(shrunk)));
   return comm_.get();
 }
 

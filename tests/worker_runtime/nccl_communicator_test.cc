@@ -500,5 +500,61 @@ TEST(NcclCommunicatorTest, ElasticGroupRebuildsTheNcclGenerationThroughTheStore)
   EXPECT_EQ(api.aborts.load(), 2);
 }
 
+// Shrink mode on NCCL: ncclCommShrink of the kept communicator when NCCL >= 2.27, a new
+// bootstrap through the store before that.
+void ShrinkThroughElasticGroup(int version, bool expect_in_place) {
+  FakeNcclApi api(version);
+  store::MemoryStore store;
+  NcclOptions nopts;
+  nopts.keep_for_shrink = true;
+  NcclCommunicatorFactory factory(api, nopts);
+  EXPECT_EQ(factory.CanShrink(), expect_in_place);
+  ElasticGroupOptions o;
+  o.mode = RecoveryMode::kShrink;
+  o.init_timeout = absl::Seconds(5);
+  o.watch_period = absl::Milliseconds(50);
+  std::vector<std::unique_ptr<ElasticGroup>> groups(3);
+  std::vector<std::thread> t;
+  for (int r = 0; r < 3; ++r) {
+    t.emplace_back([&, r] {
+      Context c;
+      c.rank = r;
+      c.world_size = 3;
+      c.local_world_size = 3;
+      c.local_rank = r;
+      auto g = ElasticGroup::Join(c, testing::ConnectorTo(store), factory, o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      groups[r] = std::move(*g);
+    });
+  }
+  for (auto& th : t) th.join();
+  t.clear();
+  ASSERT_TRUE(recovery::PublishRankFailure(store, "world", 1, "GPU fell off the bus").ok());
+  for (int r : {0, 2}) {
+    t.emplace_back([&, r] {
+      auto c = groups[r]->Recover();
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ((*c)->generation(), 1);
+      EXPECT_EQ((*c)->size(), 2);
+      EXPECT_EQ((*c)->rank(), r / 2);
+      EXPECT_EQ(groups[r]->members(), (std::vector<int>{0, 2}));
+      std::vector<int64_t> v = {r + 1};
+      ASSERT_TRUE((*c)->AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+      EXPECT_EQ(v[0], 4);
+    });
+  }
+  for (auto& th : t) th.join();
+  EXPECT_EQ(api.shrink_flags.load(), expect_in_place ? NCCL_SHRINK_ABORT : -1);
+  EXPECT_EQ(store.Check({"dgt/comm/world/g1/nccl_id/0"}).value(), !expect_in_place);
+}
+
+TEST(NcclCommunicatorTest, ElasticShrinkUsesNcclCommShrinkFrom227) {
+  ShrinkThroughElasticGroup(22809, true);
+}
+
+TEST(NcclCommunicatorTest, ElasticShrinkBootstrapsANewCommunicatorBefore227) {
+  ShrinkThroughElasticGroup(22600, false);
+}
+
 }  // namespace
 }  // namespace dgt::worker

@@ -56,8 +56,11 @@ class NcclCommunicator final : public Communicator {
     {
       absl::MutexLock lock(&mu_);
       // Abort, not destroy: destroy may wait for peers that are gone.
-      if (!aborted_ && comm_ != nullptr) api_.CommAbort(comm_);
-      aborted_ = true;
+      if (!released_ && comm_ != nullptr) api_.CommAbort(comm_);
+      released_ = aborted_ = true;
+      // Buffers of collectives that were abandoned while NCCL could still write them.
+      for (void* p : orphans_) api_.Free(p);
+      orphans_.clear();
     }
     if (stream_ != nullptr) api_.StreamDestroy(stream_);
   }
@@ -93,6 +96,7 @@ class NcclCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
+  void set_generation(int g) { options_.generation = g; }
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
   int generation() const override { return options_.generation; }
@@ -122,7 +126,10 @@ class NcclCommunicator final : public Communicator {
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::string(reason);
+    // Kept for ncclCommShrink (NCCL_SHRINK_ABORT stops its pending work); else aborted now.
+    if (nccl_.keep_for_shrink && api_.Version() >= kNcclVersionShrink) return;
     if (comm_ != nullptr) api_.CommAbort(comm_);
+    released_ = true;
   }
   bool aborted() const override {
     absl::MutexLock lock(&mu_);
@@ -148,6 +155,10 @@ class NcclCommunicator final : public Communicator {
     {
       absl::MutexLock lock(&mu_);
       if (aborted_ && !shrink) return AbortedStatus();
+      if (released_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "communicator generation ", options_.generation, " was aborted; it cannot be shrunk"));
+      }
       ncclResult_t r =
           shrink ? api_.CommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()), &child,
                                    &config, NCCL_SHRINK_ABORT)
@@ -194,24 +205,41 @@ class NcclCommunicator final : public Communicator {
     if (count == 0) return absl::OkStatus();
     const absl::Time deadline = absl::Now() + options_.op_timeout;
     DGT_ASSIGN_OR_RETURN(void* dev, api_.Malloc(bytes));
+    // Freed on return, unless NCCL may still write it (an abandoned collective): then it is kept
+    // until the communicator is gone.
     struct Freer {
-      NcclApi& api;
+      NcclCommunicator* self;
       void* p;
-      ~Freer() { api.Free(p); }
-    } freer{api_, dev};
-    DGT_RETURN_IF_ERROR(api_.CopyToDevice(dev, host, bytes));
+      bool done = false;
+      ~Freer() {
+        if (done) {
+          self->api_.Free(p);
+        } else {
+          absl::MutexLock lock(&self->mu_);
+          self->orphans_.push_back(p);
+        }
+      }
+    } freer{this, dev};
+    if (absl::Status s = api_.CopyToDevice(dev, host, bytes); !s.ok()) {
+      freer.done = true;
+      return s;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (aborted_) return AbortedStatus();
       ncclResult_t r = root < 0 ? api_.AllReduce(dev, dev, count, type, ToNccl(op), comm_, stream_)
                                 : api_.Broadcast(dev, dev, count, type, root, comm_, stream_);
       if (r != ncclSuccess && r != ncclInProgress) {
+        freer.done = true;
         return absl::UnavailableError(absl::StrCat("nccl collective: ", api_.ErrorString(r)));
       }
     }
     while (true) {
       DGT_ASSIGN_OR_RETURN(bool done, api_.StreamDone(stream_));
-      if (done) break;
+      if (done) {
+        freer.done = true;
+        break;
+      }
       ncclResult_t state = ncclSuccess;
       {
         absl::MutexLock lock(&mu_);
@@ -271,6 +299,8 @@ class NcclCommunicator final : public Communicator {
   mutable absl::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;  // ncclCommAbort was called.
+  std::vector<void*> orphans_ ABSL_GUARDED_BY(mu_);
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   cudaStream_t stream_ = nullptr;
   absl::Mutex stop_mu_;
@@ -329,6 +359,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
                                           options.rank, "/", options.size)));
   DGT_RETURN_IF_ERROR(c->Start());
   return std::unique_ptr<Communicator>(std::move(c));
+}
+
+bool NcclCommunicatorFactory::CanShrink() const {
+  return options_.keep_for_shrink && api_.Version() >= kNcclVersionShrink;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Shrink(
+    Communicator& current, const std::vector<int>& exclude, const CommunicatorOptions& next) {
+  DGT_ASSIGN_OR_RETURN(auto c, ShrinkNcclCommunicator(current, exclude, next.init_timeout));
+  static_cast<NcclCommunicator*>(c.get())->set_generation(next.generation);
+  return c;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclCommunicator(Communicator& parent, int color,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -81,6 +82,17 @@ class CommunicatorFactory {
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Create(
       store::Store& store, const CommunicatorOptions& options) = 0;
   virtual absl::string_view backend() const = 0;
+
+  // Whether Shrink() can derive the next generation from the current communicator without a
+  // new bootstrap (NCCL >= 2.27's ncclCommShrink). Default: no.
+  virtual bool CanShrink() const { return false; }
+  // The survivors' communicator: `current` without its ranks `exclude` (current numbering), at
+  // next.generation, renumbered in order. Errors: Unimplemented when !CanShrink().
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Shrink(Communicator& current,
+                                                               const std::vector<int>& exclude,
+                                                               const CommunicatorOptions& next) {
+    return absl::UnimplementedError("this backend cannot shrink a communicator in place");
+  }
 };
 
 }  // namespace dgt::worker

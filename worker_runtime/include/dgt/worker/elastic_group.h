@@ -11,7 +11,8 @@
 //     agent with TORCHELASTIC_RESTART_COUNT+1) joins with its rank;
 //   - RecoveryMode::kShrink: the survivors only, renumbered in their original rank order; the
 //     failed ranks come from the failure report (or, without one by report_timeout, from who
-//     joined).
+//     joined). A factory that CanShrink() (NCCL >= 2.27 with keep_for_shrink) shrinks the
+//     current communicator in place (ncclCommShrink) instead of bootstrapping a new one.
 // Every wait has a deadline (Options). The protocol's store keys are in recovery_keys.h.
 //
 // Thread-safety: one trainer thread calls the methods; the watcher thread is internal.
@@ -101,7 +102,11 @@ class ElasticGroup {
   ElasticGroup(const Context& context, std::unique_ptr<store::Store> store,
                std::unique_ptr<store::Store> watch_store, CommunicatorFactory& factory,
                ElasticGroupOptions options);
-  absl::Status Build(int target, std::vector<int> members);
+  // Makes `members` generation `target`: with `ready` (a shrunk communicator) as is, else through
+  // a new bootstrap.
+  absl::Status Build(int target, std::vector<int> members,
+                     std::unique_ptr<Communicator> ready = nullptr);
+  CommunicatorOptions OptionsFor(int target, const std::vector<int>& members) const;
   absl::StatusOr<std::vector<int>> ShrinkMembers(int target);
   void StartWatcher();
   void StopWatcher();

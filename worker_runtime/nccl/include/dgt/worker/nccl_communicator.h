@@ -39,6 +39,10 @@ struct NcclOptions {
   absl::Duration poll_interval = absl::Milliseconds(1);
   // Period of the async-error watcher.
   absl::Duration watch_interval = absl::Milliseconds(100);
+  // Abort() leaves the NCCL communicator alive (it only fails the waits) when NCCL has
+  // ncclCommShrink (>= 2.27), so ElasticGroup's shrink mode can shrink it with NCCL_SHRINK_ABORT,
+  // which stops its pending work; the communicator is aborted when destroyed.
+  bool keep_for_shrink = false;
   // Called from the watcher thread after it aborted the communicator on an async error (e.g. to
   // report to the agent or open the next generation).
   std::function<void(const absl::Status&)> on_async_error;
@@ -56,6 +60,11 @@ class NcclCommunicatorFactory final : public CommunicatorFactory {
   absl::StatusOr<std::unique_ptr<Communicator>> Create(store::Store& store,
                                                        const CommunicatorOptions& options) override;
   absl::string_view backend() const override { return "nccl"; }
+  // With keep_for_shrink and NCCL >= 2.27: ncclCommShrink of the current communicator.
+  bool CanShrink() const override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Shrink(Communicator& current,
+                                                       const std::vector<int>& exclude,
+                                                       const CommunicatorOptions& next) override;
 
  private:
   NcclApi& api_;
