@@ -17,16 +17,10 @@ Context::Getenv EnvOf(std::map<std::string, std::string> vars) {
 }
 
 std::map<std::string, std::string> Valid() {
-  return {{"RANK", "3"},
-          {"LOCAL_RANK", "1"},
-          {"WORLD_SIZE", "4"},
-          {"LOCAL_WORLD_SIZE", "2"},
-          {"NODE_RANK", "1"},
-          {"MASTER_ADDR", "10.0.0.1"},
-          {"MASTER_PORT", "29500"},
-          {"TORCHELASTIC_RUN_ID", "job"},
-          {"TORCHELASTIC_RESTART_COUNT", "2"},
-          {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  return {{"RANK", "3"},          {"LOCAL_RANK", "1"},        {"WORLD_SIZE", "4"},
+          {"LOCAL_WORLD_SIZE", "2"}, {"NODE_RANK", "1"},       {"MASTER_ADDR", "10.0.0.1"},
+          {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "job"},
+          {"TORCHELASTIC_RESTART_COUNT", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
 }
 
 TEST(ContextTest, ParsesTheContract) {
