@@ -95,3 +95,25 @@ def test_kill_one_rank_group_restart(job):
         assert j.workers[r].pid != first_pids[r]         # Everyone was restarted.
         assert done[r]["total"] == str(full_total(WORLD, STEPS))
         assert done[r]["recoveries"] == "0"
+
+
+def test_two_ranks_killed_one_after_the_other(job):
+    j = job(mode="replace")
+    j.start()
+    survivors = {r: j.workers[r].pid for r in (0, 3)}
+    j.wait_for_step(2, 60)
+    j.kill_rank(2)
+    j.replace_rank(2)
+    j.wait_for_step(1, 30)
+    j.kill_rank(1)
+    j.replace_rank(1)
+    codes = j.wait_all(timeout=120)
+    assert codes == {0: 0, 1: 0, 2: 0, 3: 0}, {r: w.stderr()[-2000:] for r, w in j.workers.items()}
+    done = done_events(j)
+    for r, pid in survivors.items():
+        assert j.workers[r].pid == pid
+        assert done[r]["pid"] == str(pid)
+    for r in range(WORLD):
+        assert done[r]["total"] == str(full_total(WORLD, STEPS))
+        assert done[r]["members"] == "0,1,2,3"
+        assert done[r]["generation"] == "2"          # Two recoveries, one after the other.
