@@ -5,6 +5,8 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/status_command.h"
+#include "cli/doctor_command.h"
+#include "cli/recovery_command.h"
 #include "cli/store_command.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   dgt::cli::AddStoreCommand(app, &run);
   dgt::cli::AddStatusCommand(app, &run);
+  dgt::cli::AddDoctorCommand(app, &run);
+  dgt::cli::AddRecoveryCommand(app, &run);
   CLI11_PARSE(app, argc, argv);
   if (!run) {
     std::cerr << app.help();

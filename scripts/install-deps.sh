@@ -9,6 +9,7 @@ packages=(
   # Libraries
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libgrpc-dev
   libabsl-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libibverbs-dev libgloo-dev
   # Tests
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
   iproute2 iptables procps psmisc openssl

@@ -1,0 +1,220 @@
+#include "dgt/worker/elastic_group.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "dgt/store/client.h"
+#include "dgt/worker/recovery_keys.h"
+
+namespace dgt::worker {
+
+StoreConnector ConnectToJobStore(const Context& context, absl::Duration timeout) {
+  store::ClientOptions o;
+  o.host = context.master_addr;
+  o.port = context.master_port;
+  o.timeout = timeout;
+  return [o]() -> absl::StatusOr<std::unique_ptr<store::Store>> {
+    DGT_ASSIGN_OR_RETURN(auto client, store::Client::Connect(o));
+    return std::unique_ptr<store::Store>(std::move(client));
+  };
+}
+
+ElasticGroup::ElasticGroup(const Context& context, std::unique_ptr<store::Store> store,
+                           std::unique_ptr<store::Store> watch_store, CommunicatorFactory& factory,
+                           ElasticGroupOptions options)
+    : context_(context),
+      store_(std::move(store)),
+      watch_store_(std::move(watch_store)),
+      factory_(factory),
+      options_(std::move(options)) {}
+
+ElasticGroup::~ElasticGroup() { StopWatcher(); }
+
+absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& context,
+                                                                 StoreConnector connect,
+                                                                 CommunicatorFactory& factory,
+                                                                 ElasticGroupOptions options) {
+  DGT_ASSIGN_OR_RETURN(auto store, connect());
+  DGT_ASSIGN_OR_RETURN(auto watch_store, connect());
+  std::unique_ptr<ElasticGroup> g(new ElasticGroup(
+      context, std::move(store), std::move(watch_store), factory, std::move(options)));
+  const std::string& group = g->options_.group;
+  const std::string member_key = recovery::MemberKey(group, context.rank);
+  DGT_ASSIGN_OR_RETURN(bool was_member, g->store_->Check({member_key}));
+  int target = 0;
+  if (was_member) {
+    // A replacement: the generation its predecessor was in is over.
+    DGT_ASSIGN_OR_RETURN(std::string v, g->store_->Get(member_key));
+    int previous = 0;
+    if (!absl::SimpleAtoi(v, &previous)) {
+      return absl::InternalError(absl::StrCat("store key ", member_key, " holds '", v, "'"));
+    }
+    g->replacement_ = true;
+    DGT_ASSIGN_OR_RETURN(target,
+                         recovery::OpenNextGeneration(
+                             *g->store_, group, previous,
+                             absl::StrCat("rank ", context.rank, " replaced (restart count ",
+                                          context.generation, ")")));
+  } else {
+    const std::string gen_key = recovery::GenerationKey(group);
+    DGT_ASSIGN_OR_RETURN(bool started, g->store_->Check({gen_key}));
+    if (started) {
+      DGT_ASSIGN_OR_RETURN(std::string v, g->store_->Get(gen_key));
+      if (!absl::SimpleAtoi(v, &target)) target = 0;
+    }
+  }
+  std::vector<int> all(context.world_size);
+  for (int r = 0; r < context.world_size; ++r) all[r] = r;
+  spdlog::info("rank {}: joining generation {}{}", context.rank, target,
+               g->replacement_ ? " as a replacement" : "");
+  for (int attempt = 1;; ++attempt) {
+    absl::Status s = g->Build(target, all);
+    if (s.ok()) break;
+    // Not everyone came (e.g. the others gave up on this generation and moved on): try the
+    // generation after, which is where everyone converges (each joins max(current, from+1)).
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || attempt >= g->options_.join_attempts) {
+      return s;
+    }
+    spdlog::warn("rank {}: generation {} did not form ({}); trying the next", context.rank, target,
+                 s.message());
+    DGT_ASSIGN_OR_RETURN(
+        target, recovery::OpenNextGeneration(*g->store_, group, target,
+                                             absl::StrCat("rank ", context.rank, " retried")));
+  }
+  return g;
+}
+
+CommunicatorOptions ElasticGroup::OptionsFor(int target, const std::vector<int>& members) const {
+  CommunicatorOptions co;
+  co.rank =
+      static_cast<int>(std::find(members.begin(), members.end(), context_.rank) - members.begin());
+  co.size = static_cast<int>(members.size());
+  co.generation = target;
+  co.key_prefix = CommKeyPrefix(options_.group, target);
+  co.init_timeout = options_.init_timeout;
+  co.op_timeout = options_.op_timeout;
+  return co;
+}
+
+absl::Status ElasticGroup::Build(int target, std::vector<int> members,
+                                 std::unique_ptr<Communicator> ready) {
+  StopWatcher();
+  comm_.reset();
+  current_ = target;
+  if (std::find(members.begin(), members.end(), context_.rank) == members.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", context_.rank, " is not a member of generation ", target, " (reported failed)"));
+  }
+  DGT_RETURN_IF_ERROR(
+      store_->Set(recovery::MemberKey(options_.group, context_.rank), absl::StrCat(target)));
+  if (ready != nullptr) {
+    comm_ = std::move(ready);
+  } else {
+    DGT_ASSIGN_OR_RETURN(comm_, factory_.Create(*store_, OptionsFor(target, members)));
+  }
+  members_ = std::move(members);
+  pending_ = false;
+  StartWatcher();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> ElasticGroup::ShrinkMembers(int target) {
+  std::set<int> failed;
+  const std::string failed_key = recovery::FailedKey(options_.group, target);
+  absl::Status report = store_->Wait({failed_key}, options_.report_timeout);
+  if (report.ok()) {
+    DGT_ASSIGN_OR_RETURN(std::string v, store_->Get(failed_key));
+    for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+      int r = 0;
+      if (absl::SimpleAtoi(part, &r)) failed.insert(r);
+    }
+  } else if (report.code() == absl::StatusCode::kDeadlineExceeded) {
+    // No report: the members are who announced themselves alive by now.
+    for (int m : members_) {
+      DGT_ASSIGN_OR_RETURN(bool alive,
+                           store_->Check({recovery::AliveKey(options_.group, target, m)}));
+      if (!alive) failed.insert(m);
+    }
+    spdlog::warn("rank {}: no failure report for generation {} in {}; shrinking by who joined",
+                 context_.rank, target, absl::FormatDuration(options_.report_timeout));
+  } else {
+    return report;
+  }
+  std::vector<int> out;
+  for (int m : members_) {
+    if (!failed.count(m)) out.push_back(m);
+  }
+  return out;
+}
+
+absl::StatusOr<Communicator*> ElasticGroup::Recover() {
+  const int from = current_;
+  if (comm_) comm_->Abort("recovering");
+  DGT_ASSIGN_OR_RETURN(int target,
+                       recovery::OpenNextGeneration(
+                           *store_, options_.group, from,
+                           absl::StrCat("rank ", context_.rank, " left generation ", from)));
+  DGT_RETURN_IF_ERROR(store_->Set(recovery::AliveKey(options_.group, target, context_.rank), "1"));
+  std::vector<int> members;
+  if (options_.mode == RecoveryMode::kShrink) {
+    DGT_ASSIGN_OR_RETURN(members, ShrinkMembers(target));
+  } else {
+    members.resize(context_.world_size);
+    for (int r = 0; r < context_.world_size; ++r) members[r] = r;
+  }
+  spdlog::info("rank {}: rebuilding at generation {} with {} ranks", context_.rank, target,
+               members.size());
+  std::unique_ptr<Communicator> shrunk;
+  if (options_.mode == RecoveryMode::kShrink && comm_ != nullptr && factory_.CanShrink() &&
+      std::find(members.begin(), members.end(), context_.rank) != members.end()) {
+    std::vector<int> exclude;  // In the current communicator's numbering.
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (std::find(members.begin(), members.end(), members_[i]) == members.end()) {
+        exclude.push_back(static_cast<int>(i));
+      }
+    }
+    auto s = factory_.Shrink(*comm_, exclude, OptionsFor(target, members));
+    if (s.ok()) {
+      shrunk = std::move(*s);
+    } else {
+      spdlog::warn("rank {}: in-place shrink failed ({}); bootstrapping generation {} instead",
+                   context_.rank, s.status().ToString(), target);
+    }
+  }
+  DGT_RETURN_IF_ERROR(Build(target, std::move(members), std::move(shrunk)));
+  return comm_.get();
+}
+
+void ElasticGroup::StartWatcher() {
+  stop_watch_ = false;
+  const int next = comm_->generation() + 1;
+  Communicator* comm = comm_.get();
+  watcher_ = std::thread([this, next, comm] {
+    const std::string key = recovery::OpenKey(options_.group, next);
+    while (!stop_watch_.load()) {
+      absl::Status s = watch_store_->Wait({key}, options_.watch_period);
+      if (s.ok()) {
+        pending_ = true;
+        comm->Abort(absl::StrCat("generation ", next, " was opened"));
+        return;
+      }
+      if (s.code() != absl::StatusCode::kDeadlineExceeded) {
+        spdlog::warn("rank {}: recovery watcher: {}", context_.rank, s.ToString());
+        absl::SleepFor(options_.watch_period);
+      }
+    }
+  });
+}
+
+void ElasticGroup::StopWatcher() {
+  stop_watch_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+}  // namespace dgt::worker

@@ -1,0 +1,282 @@
+#include "dgt/worker/gloo_communicator.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "dgt/store/prefix_store.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace dgt::worker {
+
+std::string CommKeyPrefix(absl::string_view group, int generation) {
+  return absl::StrCat("dgt/comm/", group, "/g", generation);
+}
+
+namespace {
+
+std::chrono::milliseconds ToMs(absl::Duration d) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// gloo's rendezvous store on top of a dgt store. Gloo reports store failures by exception; they
+// are caught where connectFullMesh is called.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(store::Store& store, absl::Duration timeout)
+      : store_(store), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s = store_.Set(key, absl::string_view(data.data(), data.size()));
+    if (!s.ok()) throw std::runtime_error(absl::StrCat("store set ", key, ": ", s.ToString()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, ToMs(timeout_));
+    auto v = store_.Get(key);
+    if (!v.ok())
+      throw std::runtime_error(absl::StrCat("store get ", key, ": ", v.status().ToString()));
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, ToMs(timeout_)); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    absl::Status s = store_.Wait(keys, absl::Milliseconds(timeout.count()));
+    if (!s.ok()) throw std::runtime_error(absl::StrCat("store wait: ", s.ToString()));
+  }
+
+ private:
+  store::Store& store_;
+  absl::Duration timeout_;
+};
+
+absl::Status FromException(const std::exception& e, absl::string_view what) {
+  const std::string msg = absl::StrCat(what, ": ", e.what());
+  if (absl::StrContains(e.what(), "Timed out") || absl::StrContains(e.what(), "DEADLINE_EXCEEDED"))
+    return absl::DeadlineExceededError(msg);
+  return absl::UnavailableError(msg);
+}
+
+template <typename T>
+void Reduce(absl::Span<T> out, const std::vector<std::vector<char>>& all, ReduceOp op) {
+  // Rank order, so every rank computes the same bits.
+  for (size_t i = 0; i < out.size(); ++i) {
+    T acc;
+    std::memcpy(&acc, all[0].data() + i * sizeof(T), sizeof(T));
+    for (size_t r = 1; r < all.size(); ++r) {
+      T v;
+      std::memcpy(&v, all[r].data() + i * sizeof(T), sizeof(T));
+      switch (op) {
+        case ReduceOp::kSum:
+          acc = acc + v;
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, v);
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, v);
+          break;
+      }
+    }
+    out[i] = acc;
+  }
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const CommunicatorOptions& options,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::rendezvous::Context> context)
+      : options_(options), device_(std::move(device)), context_(std::move(context)) {}
+
+  ~GlooCommunicator() override {
+    // Close sockets before the device's loop goes away.
+    try {
+      context_.reset();
+      device_.reset();
+    } catch (const std::exception& e) {
+      spdlog::warn("gloo: closing generation {}: {}", options_.generation, e.what());
+    }
+  }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  int generation() const override { return options_.generation; }
+  absl::string_view backend() const override { return "gloo"; }
+
+  absl::Status AllReduce(absl::Span<int64_t> data, ReduceOp op) override {
+    return AllReduceT(data, op);
+  }
+  absl::Status AllReduce(absl::Span<float> data, ReduceOp op) override {
+    return AllReduceT(data, op);
+  }
+
+  absl::Status Broadcast(absl::Span<int64_t> data, int root) override {
+    if (root < 0 || root >= options_.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("broadcast root must be in [0, ", options_.size, "), got ", root));
+    }
+    std::vector<std::vector<char>> all;
+    DGT_RETURN_IF_ERROR(Exchange(data.data(), data.size() * sizeof(int64_t), root, &all));
+    if (options_.rank != root) {
+      std::memcpy(data.data(), all[root].data(), data.size() * sizeof(int64_t));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Barrier() override {
+    int64_t zero = 0;
+    return AllReduce(absl::MakeSpan(&zero, 1), ReduceOp::kSum);
+  }
+
+  void Abort(absl::string_view reason) override {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = std::string(reason);
+    for (gloo::transport::UnboundBuffer* b : pending_) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
+  }
+  bool aborted() const override {
+    absl::MutexLock lock(&mu_);
+    return aborted_;
+  }
+
+ private:
+  template <typename T>
+  absl::Status AllReduceT(absl::Span<T> data, ReduceOp op) {
+    std::vector<std::vector<char>> all;
+    DGT_RETURN_IF_ERROR(Exchange(data.data(), data.size() * sizeof(T), -1, &all));
+    Reduce(data, all, op);
+    return absl::OkStatus();
+  }
+
+  absl::Status AbortedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::AbortedError(
+        absl::StrCat("communicator generation ", options_.generation, " aborted: ", abort_reason_));
+  }
+
+  // Sends `bytes` of `mine` to every peer (root < 0) or, from root, to every rank; receives the
+  // peers' bytes into (*all)[peer]; (*all)[rank] is a copy of mine.
+  absl::Status Exchange(const void* mine, size_t bytes, int root,
+                        std::vector<std::vector<char>>* all) {
+    const int n = options_.size, me = options_.rank;
+    all->assign(n, std::vector<char>(bytes));
+    if (bytes > 0) std::memcpy((*all)[me].data(), mine, bytes);
+    if (failed_) return absl::FailedPreconditionError(failure_);
+    {
+      // Nothing may leave an aborted communicator: a peer could complete with our data.
+      absl::MutexLock lock(&mu_);
+      if (aborted_) return Fail(AbortedStatus());
+    }
+    if (n == 1 || bytes == 0) return absl::OkStatus();
+    const uint64_t slot = next_slot_++;
+    const auto deadline = std::chrono::steady_clock::now() + ToMs(options_.op_timeout);
+    std::unique_ptr<gloo::transport::UnboundBuffer> out;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> ins;
+    absl::Status result = absl::OkStatus();
+    try {
+      const bool send = root < 0 || root == me;
+      out = context_->createUnboundBuffer((*all)[me].data(), bytes);
+      int sends = 0;
+      for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        if (root < 0 || root == p) {
+          ins.push_back(context_->createUnboundBuffer((*all)[p].data(), bytes));
+          ins.back()->recv(p, slot);
+        }
+        if (send) {
+          out->send(p, slot);
+          ++sends;
+        }
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        if (aborted_) return Fail(AbortedStatus());
+        pending_.push_back(out.get());
+        for (auto& b : ins) pending_.push_back(b.get());
+      }
+      bool ok = true;
+      for (auto& b : ins) ok = ok && b->waitRecv(deadline);
+      for (int i = 0; ok && i < sends; ++i) ok = out->waitSend(deadline);
+      if (!ok) {
+        absl::MutexLock lock(&mu_);
+        result = AbortedStatus();
+      }
+    } catch (const std::exception& e) {
+      result =
+          FromException(e, absl::StrCat("gloo generation ", options_.generation, " rank ", me));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.clear();
+    }
+    if (!result.ok()) return Fail(result);
+    return result;
+  }
+
+  absl::Status Fail(absl::Status s) {
+    failed_ = true;
+    failure_ = absl::StrCat("communicator failed earlier: ", s.ToString());
+    return s;
+  }
+
+  const CommunicatorOptions options_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  uint64_t next_slot_ = 1;
+  bool failed_ = false;  // Owned by the collective thread.
+  std::string failure_;
+  mutable absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<gloo::transport::UnboundBuffer*> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
+    store::Store& store, const CommunicatorOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank must be in [0, ", options.size, "), got ", options.rank));
+  }
+  // Gloo's TCP transport writes with write(2): a dead peer would raise SIGPIPE and kill this
+  // process instead of failing the collective. Ignore it unless the program chose a handler.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options_.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(ToMs(options.init_timeout));
+    store::PrefixStore prefixed(options.key_prefix, store);
+    GlooStoreAdapter adapter(prefixed, options.init_timeout);
+    context->connectFullMesh(adapter, device);
+    context->setTimeout(ToMs(options.op_timeout));
+    return std::unique_ptr<Communicator>(
+        std::make_unique<GlooCommunicator>(options, std::move(device), std::move(context)));
+  } catch (const std::exception& e) {
+    return FromException(e, absl::StrCat("gloo bootstrap of generation ", options.generation,
+                                         " rank ", options.rank, "/", options.size));
+  }
+}
+
+}  // namespace dgt::worker
