@@ -11,7 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "dgt/store/prefix_store.h"
@@ -142,7 +142,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   void Abort(absl::string_view reason) override {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::string(reason);
@@ -152,7 +152,7 @@ class GlooCommunicator final : public Communicator {
     }
   }
   bool aborted() const override {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return aborted_;
   }
 
@@ -180,7 +180,7 @@ class GlooCommunicator final : public Communicator {
     if (failed_) return absl::FailedPreconditionError(failure_);
     {
       // Nothing may leave an aborted communicator: a peer could complete with our data.
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       if (aborted_) return Fail(AbortedStatus());
     }
     if (n == 1 || bytes == 0) return absl::OkStatus();
@@ -205,7 +205,7 @@ class GlooCommunicator final : public Communicator {
         }
       }
       {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         if (aborted_) return Fail(AbortedStatus());
         pending_.push_back(out.get());
         for (auto& b : ins) pending_.push_back(b.get());
@@ -214,7 +214,7 @@ class GlooCommunicator final : public Communicator {
       for (auto& b : ins) ok = ok && b->waitRecv(deadline);
       for (int i = 0; ok && i < sends; ++i) ok = out->waitSend(deadline);
       if (!ok) {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         result = AbortedStatus();
       }
     } catch (const std::exception& e) {
@@ -222,7 +222,7 @@ class GlooCommunicator final : public Communicator {
           FromException(e, absl::StrCat("gloo generation ", options_.generation, " rank ", me));
     }
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       pending_.clear();
     }
     if (!result.ok()) return Fail(result);
@@ -241,7 +241,7 @@ class GlooCommunicator final : public Communicator {
   uint64_t next_slot_ = 1;
   bool failed_ = false;  // Owned by the collective thread.
   std::string failure_;
-  mutable absl::Mutex mu_;
+  mutable dgt::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<gloo::transport::UnboundBuffer*> pending_ ABSL_GUARDED_BY(mu_);

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/worker/elastic_group.h"
@@ -56,7 +56,7 @@ class FakeNcclApi final : public NcclApi {
 
   int Version() override { return version_; }
   ncclResult_t GetUniqueId(ncclUniqueId* id) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     std::memset(id->internal, 0, sizeof(id->internal));
     std::snprintf(id->internal, sizeof(id->internal), "fake-%d", next_id_++);
     return ncclSuccess;
@@ -74,7 +74,7 @@ class FakeNcclApi final : public NcclApi {
     return Init(comm, n, key, rank, cfg);
   }
   ncclResult_t CommGetAsyncError(ncclComm_t comm, ncclResult_t* e) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     FakeComm* c = Comm(comm);
     if (c->aborted) return ncclInvalidUsage;  // Use after abort: the test fails on this.
     if (async_error != ncclSuccess) {
@@ -87,7 +87,7 @@ class FakeNcclApi final : public NcclApi {
     return ncclSuccess;
   }
   ncclResult_t CommAbort(ncclComm_t comm) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     Comm(comm)->aborted = true;
     ++aborts;
     return ncclSuccess;
@@ -97,7 +97,7 @@ class FakeNcclApi final : public NcclApi {
                          ncclConfig_t* cfg) override {
     FakeComm parent;
     {
-      absl::MutexLock l(&mu_);
+      dgt::MutexLock l(&mu_);
       parent = *Comm(comm);
     }
     // Supports every rank passing the same color.
@@ -108,7 +108,7 @@ class FakeNcclApi final : public NcclApi {
     shrink_flags = flags;
     FakeComm parent;
     {
-      absl::MutexLock l(&mu_);
+      dgt::MutexLock l(&mu_);
       parent = *Comm(comm);
     }
     int rank = parent.rank;
@@ -127,12 +127,12 @@ class FakeNcclApi final : public NcclApi {
     return "fake nccl error " + std::to_string(r);
   }
   ncclResult_t CommCount(ncclComm_t comm, int* n) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     *n = Comm(comm)->size;
     return ncclSuccess;
   }
   ncclResult_t CommUserRank(ncclComm_t comm, int* r) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     *r = Comm(comm)->rank;
     return ncclSuccess;
   }
@@ -149,12 +149,12 @@ class FakeNcclApi final : public NcclApi {
     return absl::OkStatus();
   }
   absl::StatusOr<cudaStream_t> StreamCreate() override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(++next_stream_));
   }
   void StreamDestroy(cudaStream_t) override {}
   absl::StatusOr<bool> StreamDone(cudaStream_t st) override {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     auto it = pending_.find(st);
     if (it == pending_.end()) return true;
     const FakeOp& op = it->second;
@@ -188,7 +188,7 @@ class FakeNcclApi final : public NcclApi {
 
   ncclResult_t Init(ncclComm_t* comm, int n, const std::string& group, int rank,
                     ncclConfig_t* cfg) {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     if (cfg->blocking == 0) ++nonblocking_inits;
     auto c = std::make_unique<FakeComm>();
     c->group = group;
@@ -203,7 +203,7 @@ class FakeNcclApi final : public NcclApi {
 
   ncclResult_t Enqueue(void* buf, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
                        ncclComm_t comm, cudaStream_t st) {
-    absl::MutexLock l(&mu_);
+    dgt::MutexLock l(&mu_);
     FakeComm* c = Comm(comm);
     if (c->aborted) return ncclInvalidUsage;
     const uint64_t seq = c->seq++;
@@ -215,7 +215,7 @@ class FakeNcclApi final : public NcclApi {
   }
 
   const int version_;
-  absl::Mutex mu_;
+  dgt::Mutex mu_;
   int next_id_ = 0;
   int next_stream_ = 0;
   std::vector<std::unique_ptr<FakeComm>> comms_;
@@ -340,10 +340,10 @@ TEST(NcclCommunicatorTest, AsyncErrorWatcherAbortsAndReports) {
   store::MemoryStore store;
   NcclOptions o;
   o.watch_interval = absl::Milliseconds(20);
-  absl::Mutex mu;
+  dgt::Mutex mu;
   std::vector<absl::Status> reports;
   o.on_async_error = [&](const absl::Status& s) {
-    absl::MutexLock l(&mu);
+    dgt::MutexLock l(&mu);
     reports.push_back(s);
   };
   auto comms = CreateAll(api, store, 2, o);
@@ -360,7 +360,7 @@ TEST(NcclCommunicatorTest, AsyncErrorWatcherAbortsAndReports) {
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_TRUE(comms[0]->aborted());
   EXPECT_TRUE(comms[1]->aborted());
-  absl::MutexLock l(&mu);
+  dgt::MutexLock l(&mu);
   ASSERT_EQ(reports.size(), 2u - (s.code() == absl::StatusCode::kUnavailable ? 1 : 0));
   EXPECT_EQ(reports[0].code(), absl::StatusCode::kUnavailable);
 }

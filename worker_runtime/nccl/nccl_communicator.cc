@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -54,7 +54,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     StopWatcher();
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       // Abort, not destroy: destroy may wait for peers that are gone.
       if (!released_ && comm_ != nullptr) api_.CommAbort(comm_);
       released_ = aborted_ = true;
@@ -70,7 +70,7 @@ class NcclCommunicator final : public Communicator {
     while (true) {
       ncclResult_t state = ncclSuccess;
       {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         if (aborted_) return AbortedStatus();
         ncclResult_t r = api_.CommGetAsyncError(comm_, &state);
         if (r != ncclSuccess) state = r;
@@ -122,7 +122,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void Abort(absl::string_view reason) override {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::string(reason);
@@ -132,7 +132,7 @@ class NcclCommunicator final : public Communicator {
     released_ = true;
   }
   bool aborted() const override {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return aborted_;
   }
 
@@ -153,7 +153,7 @@ class NcclCommunicator final : public Communicator {
     ncclComm_t child = nullptr;
     CommunicatorOptions o = options_;
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       if (aborted_ && !shrink) return AbortedStatus();
       if (released_) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -215,7 +215,7 @@ class NcclCommunicator final : public Communicator {
         if (done) {
           self->api_.Free(p);
         } else {
-          absl::MutexLock lock(&self->mu_);
+          dgt::MutexLock lock(&self->mu_);
           self->orphans_.push_back(p);
         }
       }
@@ -225,7 +225,7 @@ class NcclCommunicator final : public Communicator {
       return s;
     }
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       if (aborted_) return AbortedStatus();
       ncclResult_t r = root < 0 ? api_.AllReduce(dev, dev, count, type, ToNccl(op), comm_, stream_)
                                 : api_.Broadcast(dev, dev, count, type, root, comm_, stream_);
@@ -242,7 +242,7 @@ class NcclCommunicator final : public Communicator {
       }
       ncclResult_t state = ncclSuccess;
       {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         if (aborted_) return AbortedStatus();
         api_.CommGetAsyncError(comm_, &state);
       }
@@ -264,13 +264,15 @@ class NcclCommunicator final : public Communicator {
   void Watch() {
     while (true) {
       {
-        absl::MutexLock lock(&stop_mu_);
-        stop_mu_.AwaitWithTimeout(absl::Condition(&stop_), nccl_.watch_interval);
+        dgt::MutexLock lock(&stop_mu_);
+        const absl::Time until = absl::Now() + nccl_.watch_interval;
+        while (!stop_ && !stop_cv_.WaitWithDeadline(&stop_mu_, until)) {
+        }
         if (stop_) return;
       }
       ncclResult_t state = ncclSuccess;
       {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         if (aborted_) return;
         api_.CommGetAsyncError(comm_, &state);
       }
@@ -287,8 +289,9 @@ class NcclCommunicator final : public Communicator {
 
   void StopWatcher() {
     {
-      absl::MutexLock lock(&stop_mu_);
+      dgt::MutexLock lock(&stop_mu_);
       stop_ = true;
+      stop_cv_.SignalAll();
     }
     if (watcher_.joinable()) watcher_.join();
   }
@@ -296,14 +299,15 @@ class NcclCommunicator final : public Communicator {
   NcclApi& api_;
   const NcclOptions nccl_;
   CommunicatorOptions options_;
-  mutable absl::Mutex mu_;
+  mutable dgt::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;  // ncclCommAbort was called.
   std::vector<void*> orphans_ ABSL_GUARDED_BY(mu_);
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   cudaStream_t stream_ = nullptr;
-  absl::Mutex stop_mu_;
+  dgt::Mutex stop_mu_;
+  dgt::CondVar stop_cv_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread watcher_;
 };
