@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "cli/status_command.h"
 #include "cli/doctor_command.h"
 #include "cli/recovery_command.h"
+#include "cli/status_command.h"
 #include "cli/store_command.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"

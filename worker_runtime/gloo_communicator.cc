@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/mutex.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "dgt/store/prefix_store.h"
 #include "gloo/rendezvous/context.h"

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/mutex.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/worker/elastic_group.h"
 #include "dgt/worker/recovery_keys.h"

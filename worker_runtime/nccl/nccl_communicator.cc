@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "dgt/store/prefix_store.h"
 
