@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
 namespace {
@@ -462,6 +463,21 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
       (void)session_->Send(ready);
     }
   }
+  if (network_env_master_ != a.master_addr()) {
+    // What NCCL needs to find InfiniBand (or to stay off it), as `dgt doctor` shows it.
+    worker::RealVerbsApi verbs;
+    worker::RealRouteApi route;
+    worker::NetworkEnvOptions net_options;
+    net_options.master_addr = a.master_addr();
+    worker::NetworkReport report = worker::DeriveNetworkEnv(verbs, route, net_options);
+    network_env_ = report.env;
+    network_env_master_ = a.master_addr();
+    for (const std::string& reason : report.reasons) spdlog::debug("dgt-run: network: {}", reason);
+    std::string exported;
+    for (const auto& [key, value] : network_env_) absl::StrAppend(&exported, " ", key, "=", value);
+    spdlog::info("dgt-run: network discovery: {} RDMA device(s); exporting{}",
+                 report.devices.size(), exported.empty() ? " nothing new" : exported);
+  }
   spdlog::info(
       "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
       "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
@@ -600,7 +616,9 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   }
   NodeAssignment a = assignment_;
   a.restart_count = attempt;
-  spec.env = ToEnvStrings(BuildWorkerEnv(CurrentEnvironment(), a, local_rank, extras));
+  EnvMap env = BuildWorkerEnv(CurrentEnvironment(), a, local_rank, extras);
+  for (const auto& [key, value] : network_env_) env.try_emplace(key, value);
+  spec.env = ToEnvStrings(env);
   return spec;
 }
 

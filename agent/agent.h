@@ -7,6 +7,7 @@
 #ifndef DGT_AGENT_AGENT_H_
 #define DGT_AGENT_AGENT_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,6 +127,10 @@ class Agent {
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
   std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
   NodeAssignment assignment_;
+  // NCCL_IB_HCA / NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE from InfiniBand discovery for the current
+  // MASTER_ADDR (only variables the user did not set); added to every worker's environment.
+  std::map<std::string, std::string> network_env_;
+  std::string network_env_master_;
   rdzv_v1::JoinProgress last_progress_;
 
   std::optional<WorkerExit> first_failure_;

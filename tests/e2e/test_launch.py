@@ -88,3 +88,26 @@ def test_failure_on_one_node_stops_the_other(spawn, rendezvous):
     assert codes == [3, 3], [a.stderr for a in agents]
     text = agents[0].stderr + agents[1].stderr
     assert "rank 3 (local rank 1) exited with code 3" in text
+
+
+def test_agent_exports_nccl_network_discovery(spawn):
+    """No RDMA device here: NCCL_IB_DISABLE=1, and the interface routing to MASTER_ADDR."""
+    p = spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=1", "--no-python", "/usr/bin/env"],
+              name="env")
+    assert p.wait(timeout=60) == 0, p.stderr
+    env = dict(line[len("[rank0]: "):].split("=", 1) for line in p.stdout.splitlines()
+               if line.startswith("[rank0]: ") and "=" in line)
+    assert env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == "=lo"  # MASTER_ADDR is 127.0.0.1.
+    assert "network discovery: 0 RDMA device(s); exporting NCCL_IB_DISABLE=1" in p.stderr
+
+
+def test_user_set_nccl_variables_are_kept(spawn):
+    from conftest import dgt_env
+    p = spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=1", "--no-python", "/usr/bin/env"],
+              name="env", env=dgt_env(NCCL_SOCKET_IFNAME="eth9", NCCL_IB_DISABLE="0"))
+    assert p.wait(timeout=60) == 0, p.stderr
+    env = dict(line[len("[rank0]: "):].split("=", 1) for line in p.stdout.splitlines()
+               if line.startswith("[rank0]: ") and "=" in line)
+    assert env["NCCL_SOCKET_IFNAME"] == "eth9"
+    assert env["NCCL_IB_DISABLE"] == "0"
