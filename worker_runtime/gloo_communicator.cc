@@ -225,7 +225,16 @@ class GlooCommunicator final : public Communicator {
       dgt::MutexLock lock(&mu_);
       pending_.clear();
     }
-    if (!result.ok()) return Fail(result);
+    if (!result.ok()) {
+      // Gloo's transport thread may still complete a send or receive of an aborted operation:
+      // its buffers (and the memory they point at) must outlive the context, so they are kept
+      // until this communicator is destroyed (the communicator is unusable from now on anyway).
+      if (out) graveyard_buffers_.push_back(std::move(out));
+      for (auto& b : ins) graveyard_buffers_.push_back(std::move(b));
+      graveyard_data_.push_back(std::move(*all));
+      all->assign(n, std::vector<char>(bytes));
+      return Fail(result);
+    }
     return result;
   }
 
@@ -236,6 +245,10 @@ class GlooCommunicator final : public Communicator {
   }
 
   const CommunicatorOptions options_;
+  // Buffers of failed operations; declared before the context so that they are destroyed after
+  // it (members are destroyed in reverse order).
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> graveyard_buffers_;
+  std::vector<std::vector<std::vector<char>>> graveyard_data_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   uint64_t next_slot_ = 1;
