@@ -208,8 +208,9 @@ absl::Status Agent::Prepare() {
   join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
                                                                           : 0);
   if (auto s = session_->Send(join_message); !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("the rendezvous service at ", rdzv_endpoint_, " closed the session"));
+    // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback
+    // delivers its status, which is the reason to report.
+    spdlog::debug("dgt-run: the join could not be sent: {}", s.message());
   }
   spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
                options_.node_id, advertised_address_, options_.run_id, rdzv_endpoint_,
