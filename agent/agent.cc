@@ -272,7 +272,7 @@ absl::Status Agent::PrepareStatic() {
   spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
                options_.max_nodes, *master, options_.master_port);
   static_->Start(
-      [this](absl::Status s) {
+      [this](const absl::Status& s) {
         if (state_ != State::kJoining) return;
         if (!s.ok()) {
           Finish(1, absl::StrCat("static rendezvous: ", s.message(),
@@ -575,10 +575,10 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   spec.attempt = attempt;
   if (!options_.no_python) {
     spec.argv = {options_.python, "-u"};
-    if (options_.module) spec.argv.push_back("-m");
+    if (options_.module) spec.argv.emplace_back("-m");
     if (options_.run_path) {
-      spec.argv.push_back("-c");
-      spec.argv.push_back(
+      spec.argv.emplace_back("-c");
+      spec.argv.emplace_back(
           "import runpy, sys; sys.argv = sys.argv[1:]; "
           "runpy.run_path(sys.argv[0], run_name='__main__')");
     }
@@ -920,9 +920,6 @@ void Agent::AfterWorkersExited() {
 void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
   switch (state_) {
     case State::kJoining:
-      Finish(finished.succeeded() ? 0 : 1,
-             finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
-      return;
     case State::kWaitingForRound:
       Finish(finished.succeeded() ? 0 : 1,
              finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));

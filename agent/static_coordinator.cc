@@ -180,20 +180,20 @@ std::string StaticCoordinator::Key(const std::string& suffix) const {
   return absl::StrCat("dgt/static/", options_.run_id, "/", suffix);
 }
 
-void StaticCoordinator::Start(std::function<void(absl::Status)> connected,
-                              FailureCallback on_failure) {
+void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected,
+                              const FailureCallback& on_failure) {
   watch_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
   control_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
   auto pending = std::make_shared<int>(2);
   auto first_error = std::make_shared<absl::Status>();
-  auto both = [pending, first_error, connected](absl::Status s) {
+  auto both = [pending, first_error, connected](const absl::Status& s) {
     if (!s.ok() && first_error->ok()) *first_error = s;
     if (--*pending == 0) connected(*first_error);
   };
-  watch_->Connect(options_.connect_timeout, [this, both, on_failure](absl::Status s) {
+  watch_->Connect(options_.connect_timeout, [this, both, on_failure](const absl::Status& s) {
     both(s);
     if (!s.ok()) return;
-    watch_->Wait({Key("failed")}, [this, on_failure](absl::Status ws) {
+    watch_->Wait({Key("failed")}, [this, on_failure](const absl::Status& ws) {
       if (!ws.ok()) return;  // The store went away: the run's outcome comes from our workers.
       watch_->Get(Key("failed"), [on_failure](absl::StatusOr<std::string> v) {
         int status = 1;
@@ -220,6 +220,7 @@ void StaticCoordinator::Report(int exit_status, const std::string& message,
     return;
   }
   std::vector<std::string> keys;
+  keys.reserve(options_.node_count);
   for (int n = 0; n < options_.node_count; ++n) keys.push_back(Key(absl::StrCat("done/", n)));
   auto once = std::make_shared<std::function<void()>>(std::move(done));
   finish_timer_.expires_after(absl::ToChronoMilliseconds(options_.finish_timeout));
@@ -230,7 +231,7 @@ void StaticCoordinator::Report(int exit_status, const std::string& message,
     *once = nullptr;
     cb();
   });
-  control_->Wait(keys, [this, once](absl::Status) {
+  control_->Wait(keys, [this, once](const absl::Status&) {
     finish_timer_.cancel();
     if (!*once) return;
     auto cb = std::move(*once);

@@ -77,7 +77,7 @@ class StaticCoordinator {
   ~StaticCoordinator();
 
   // Connects to the store and starts watching for another node's failure (`on_failure`).
-  void Start(std::function<void(absl::Status)> connected, FailureCallback on_failure);
+  void Start(const std::function<void(absl::Status)>& connected, const FailureCallback& on_failure);
 
   // This node's workers ended with `exit_status` (0 = success). Publishes it (and the failure,
   // when it is the first); then `done` runs, on node rank 0 once every node is done or the
