@@ -4,6 +4,7 @@ Binaries come from $DGT_BIN_DIR (default: build/bin). Workers run with $DGT_PYTH
 /usr/bin/python3, Debian's interpreter with python3-torch). Every process a test starts has a
 deadline and is killed at the end of the test.
 """
+import json
 import os
 import re
 import signal
@@ -63,6 +64,21 @@ class Proc:
             self.popen.wait(timeout=10)
         self._out.close()
         self._err.close()
+
+
+def wait_for(predicate, timeout, what):
+    """Polls `predicate` every 0.1 s; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def records(text):
+    """The JSON lines workers printed, from dgt-run's console output ("[rankN]: {...}")."""
+    return [json.loads(m) for m in re.findall(r"^\[rank\d+\]: (\{.*\})$", text, re.M)]
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from conftest import BIN, REPO, WORKERS
+from conftest import BIN, WORKERS
 
 SCRIPT = str(WORKERS / "print_env.py")
 

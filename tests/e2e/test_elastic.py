@@ -4,32 +4,16 @@ A kill -9 of one agent of a --nnodes=2:3 job gives the survivors a new round of 
 which node rank 0 keeps rank 0 and the job completes; a worker failure with --max-restarts
 restarts every node's workers in a new round; a late node scales a running job up.
 """
-import json
-import re
 import signal
 import time
 
-from conftest import BIN, WORKERS
+from conftest import BIN, WORKERS, records, wait_for
 
 WORKER = WORKERS / "elastic_worker.py"
 
 
-def records(text):
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"^\[rank\d+\]: (\{.*\})$", line)
-        if m:
-            out.append(json.loads(m.group(1)))
-    return out
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def agent(spawn, rendezvous, run_id, node_id, nnodes, extra=(), worker_args=()):

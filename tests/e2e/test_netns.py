@@ -5,7 +5,6 @@ agent of a --nnodes=1:2 job. iptables DROP on B cuts it without FIN or RST; the 
 through gRPC keepalive (1 s pings, 2 s timeout) and gives A a new round of one node, whose job
 then completes. Needs root, ip and iptables; skipped otherwise.
 """
-import json
 import os
 import re
 import shutil
@@ -14,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, dgt_env
+from conftest import BIN, WORKERS, dgt_env, records, wait_for
 
 WORKER = WORKERS / "elastic_worker.py"
 
@@ -54,17 +53,8 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def records(text):
-    return [json.loads(m) for m in re.findall(r"^\[rank\d+\]: (\{.*\})$", text, re.M)]
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_silently_cut_node_is_noticed_by_keepalive(spawn, two_hosts):

@@ -7,7 +7,6 @@ store, and the operator commands (`dgt store get|set|add|wait|keys`) are checked
 1.x client against torch's own server.
 """
 import json
-import os
 import re
 import signal
 import socket

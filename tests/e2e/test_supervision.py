@@ -9,18 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, WORKERS, dgt_env
+from conftest import BIN, WORKERS, dgt_env, wait_for
 
 DGT_RUN = BIN / "dgt-run"
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def ready_pids(ready_dir, n, proc):
