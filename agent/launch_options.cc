@@ -261,6 +261,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   }
   if (!o->no_python && !o->module) {
     std::error_code ec;
+    if (std::filesystem::is_directory(o->command[0], ec)) {
+      return Bad(absl::StrCat("training script '", o->command[0], "' is a directory"));
+    }
     if (!std::filesystem::is_regular_file(o->command[0], ec)) {
       return absl::NotFoundError(
           absl::StrCat("training script '", o->command[0], "' does not exist"));
@@ -481,6 +484,18 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   if (!master_port_text.empty()) {
     o.master_port_set = true;
     if (!absl::SimpleAtoi(master_port_text, &o.master_port)) o.master_port = -1;
+  }
+  // "--flag=" with nothing after '=' makes CLI11 take the next argument as the value (often the
+  // script): refuse it, naming the flag.
+  const size_t flags_end = args.size() - app.remaining().size();
+  for (size_t i = 0; i < flags_end; ++i) {
+    const std::string& a = args[i];
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=') {
+      result.exit_code = 2;
+      result.output = absl::StrCat("dgt-run: error: ", a.substr(0, a.size() - 1),
+                                   " needs a value, got an empty one\n");
+      return result;
+    }
   }
   s = Validate(raw, app.remaining(), getenv_fn, &o);
   if (!s.ok()) {
