@@ -24,7 +24,8 @@ std::string MakeScript() {
 }
 const std::string kScript = MakeScript();
 
-ParsedCommandLine Parse(std::vector<std::string> args, const char* (*env)(const char*) = NoEnv) {
+ParsedCommandLine Parse(const std::vector<std::string>& args,
+                        const char* (*env)(const char*) = NoEnv) {
   return ParseDgtRunCommandLine(args, env);
 }
 
