@@ -22,7 +22,19 @@ int main(int argc, char** argv) {
   dgt::cli::AddStatusCommand(app, &run);
   dgt::cli::AddDoctorCommand(app, &run);
   dgt::cli::AddRecoveryCommand(app, &run);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // A usage error: exit 2 like dgt-run and dgt-rendezvous (CLI11's own codes are 100+).
+    std::cerr << "dgt: error: " << e.what() << "\n";
+    return 2;
+  }
   if (!run) {
     std::cerr << app.help();
     return 2;

@@ -49,7 +49,6 @@ int RunStatus(const StatusFlags& f) {
   }
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
-  ctx.set_wait_for_ready(true);  // Retry a refused connection until the deadline.
   auto channel = grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
   auto stub = v1::Rendezvous::NewStub(channel);
   v1::GetStatusRequest request;
@@ -65,6 +64,7 @@ int RunStatus(const StatusFlags& f) {
     std::string out;
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;  // node_rank 0 and round 0 are values too.
     (void)google::protobuf::util::MessageToJsonString(response, &out, options);
     std::printf("%s\n", out.c_str());
   } else {
