@@ -361,8 +361,11 @@ TEST(NcclCommunicatorTest, AsyncErrorWatcherAbortsAndReports) {
   EXPECT_TRUE(comms[0]->aborted());
   EXPECT_TRUE(comms[1]->aborted());
   dgt::MutexLock l(&mu);
-  ASSERT_EQ(reports.size(), 2u - (s.code() == absl::StatusCode::kUnavailable ? 1 : 0));
-  EXPECT_EQ(reports[0].code(), absl::StatusCode::kUnavailable);
+  // Rank 1's watcher always reports; rank 0's reports unless its own blocked collective saw the
+  // error first and aborted (which of the two wins is a race, so both counts are right).
+  ASSERT_GE(reports.size(), 1u);
+  ASSERT_LE(reports.size(), 2u);
+  for (const absl::Status& r : reports) EXPECT_EQ(r.code(), absl::StatusCode::kUnavailable) << r;
 }
 
 TEST(NcclCommunicatorTest, AbortFromAnotherThreadUnblocksACollective) {
