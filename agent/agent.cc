@@ -488,13 +488,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   if (first_round) {
     BeginRun();
   } else {
-    if (restarts_) {
-      RestartTracker::Options restart_options;
-      restart_options.policy = options_.restart_policy;
-      restart_options.max_restarts = options_.max_restarts;
-      restart_options.node_count = assignment_.node_count;
-      restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
-    }
+    ResetRestartTracker();
     StartRound(a.restart_count());
   }
 }
@@ -518,12 +512,16 @@ void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
   });
 }
 
-void Agent::BeginRun() {
+void Agent::ResetRestartTracker() {
   RestartTracker::Options restart_options;
   restart_options.policy = options_.restart_policy;
   restart_options.max_restarts = options_.max_restarts;
   restart_options.node_count = assignment_.node_count;
   restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
+}
+
+void Agent::BeginRun() {
+  ResetRestartTracker();
 
   if (options_.log_dir.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "dgt-run-XXXXXX").string();

@@ -63,6 +63,8 @@ class Agent {
   absl::Status PrepareStatic();
   // Sets up restarts and logs for `assignment_`, then StartRound(0).
   void BeginRun();
+  // A fresh restart budget for the node count of `assignment_` (each round).
+  void ResetRestartTracker();
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
