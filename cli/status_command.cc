@@ -10,12 +10,29 @@
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "rendezvous/credentials.h"
 
 namespace dgt::cli {
 namespace {
 
 namespace v1 = ::dgt::rendezvous::v1;
+
+// proto3's JSON mapping writes int64 fields as strings; `round` is the only int64 in the status
+// messages, and scripts (jq, Python) expect a number. Converts every "round" string back.
+void RoundsAsNumbers(nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    for (auto& [key, value] : j.items()) {
+      if (key == "round" && value.is_string()) {
+        value = std::stoll(value.get<std::string>());
+      } else {
+        RoundsAsNumbers(value);
+      }
+    }
+  } else if (j.is_array()) {
+    for (auto& e : j) RoundsAsNumbers(e);
+  }
+}
 
 struct StatusFlags {
   std::string endpoint = "127.0.0.1:29400";
@@ -66,7 +83,9 @@ int RunStatus(const StatusFlags& f) {
     options.preserve_proto_field_names = true;
     options.always_print_primitive_fields = true;  // node_rank 0 and round 0 are values too.
     (void)google::protobuf::util::MessageToJsonString(response, &out, options);
-    std::printf("%s\n", out.c_str());
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(out);
+    RoundsAsNumbers(j);
+    std::printf("%s\n", j.dump().c_str());
   } else {
     std::fputs(
         FormatStatus(response, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())).c_str(),

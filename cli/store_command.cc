@@ -51,7 +51,7 @@ int Serve(const ServeFlags& f) {
   auto hp = any_port ? ParseHostPort(listen.substr(0, listen.size() - 2), 0, "--listen")
                      : ParseHostPort(listen, -1, "--listen");
   if (!hp.ok()) {
-    std::cerr << "dgt store serve: " << hp.status().message() << "\n";
+    std::cerr << "dgt store serve: error: " << hp.status().message() << "\n";
     return 2;
   }
   store::ServerOptions options;
@@ -74,7 +74,7 @@ int Serve(const ServeFlags& f) {
 
   store::Server server(options);
   if (absl::Status s = server.Start(); !s.ok()) {
-    std::cerr << "dgt store serve: " << s.message() << "\n";
+    std::cerr << "dgt store serve: error: " << s.message() << "\n";
     return 1;
   }
   std::cout << "dgt store listening on port " << server.port() << std::endl;

@@ -37,6 +37,7 @@ def test_status_lists_runs_nodes_and_ranks(spawn, rendezvous):
     run = status["runs"][0]
     assert run["run_id"] == "ops"
     assert run["state"] == "gathering"
+    assert run["round"] == -1  # a number, not proto3 JSON's int64 string
     assert run["min_nodes"] == 2 and run["max_nodes"] == 2
     assert [n["node_id"] for n in run["nodes"]] == ["node-a"]
     assert run["nodes"][0]["node_rank"] == -1
