@@ -319,7 +319,9 @@ int Agent::Run() {
   WaitForSignals();
   if (absl::Status s = Prepare(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
-    return 1;
+    // A flag whose value is wrong (--local-addr, --master-addr, --rdzv-token-file) is a usage
+    // error, exit 2 like the parser's; anything else (a port in use, ...) exits 1.
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   io_.run();
   return exit_status_;
