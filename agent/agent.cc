@@ -530,6 +530,10 @@ void Agent::BeginRun() {
     if (::mkdtemp(pattern.data()) != nullptr) {
       log_root_ = pattern;
       log_root_is_temp_ = true;
+      if (absl::Status s = watchdog_.RemoveOnExit(log_root_); !s.ok()) {
+        spdlog::warn("dgt-run: the temporary log directory {} may outlive a killed agent: {}",
+                     log_root_, s.message());
+      }
     }
   } else {
     log_root_ = (std::filesystem::path(options_.log_dir) / options_.run_id).string();

@@ -3,7 +3,8 @@
 // start the agent forks a tiny watchdog process (its own process group, ignoring the signals a
 // terminal or scheduler sends) that holds the read end of a pipe. The agent registers each
 // worker's process group id through the pipe; when the pipe closes, because the agent exited or
-// was killed, the watchdog sends SIGKILL to every registered group and exits.
+// was killed, the watchdog sends SIGKILL to every registered group, removes the directory it was
+// given (if any) and exits.
 //
 // Thread-compatible. Start() must run before the agent starts threads (the child only makes
 // async-signal-safe calls, but it must not inherit locks held by other threads).
@@ -13,6 +14,7 @@
 #include <sys/types.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dgt::agent {
 
@@ -30,6 +32,12 @@ class GroupWatchdog {
   // Adds / removes a process group id. No-ops before Start.
   void Register(pid_t pgid);
   void Unregister(pid_t pgid);
+
+  // After the agent is gone (pipe EOF) and the groups are killed, the watchdog removes `dir`
+  // (recursively; the agent's temporary log directory, which a killed agent cannot remove).
+  // The last call wins. Errors: InvalidArgument for a relative path or one over 4,000 bytes;
+  // the errno of a failed pipe write. A no-op before Start.
+  absl::Status RemoveOnExit(absl::string_view dir);
 
   pid_t pid() const { return pid_; }
 

@@ -87,11 +87,14 @@ def test_stop_grace_then_sigkill(spawn, tmp_path):
 def test_kill_9_of_the_agent_leaves_nothing(spawn, tmp_path):
     ready = tmp_path / "ready"
     ready.mkdir()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
-               "--ready-dir", ready, "--grandchild"])
+               "--ready-dir", ready, "--grandchild"], env=dgt_env(TMPDIR=tmpdir))
     pids = ready_pids(ready, 2, p)
     everything = [pid for pair in pids.values() for pid in pair]
     assert all(alive(pid) for pid in everything)
+    assert len(list(tmpdir.glob("dgt-run-*"))) == 1  # the agent's temporary log directory
     os.kill(p.popen.pid, signal.SIGKILL)
     p.wait(timeout=10)
     wait_for(lambda: not any(alive(pid) for pid in everything), 10,
@@ -100,6 +103,8 @@ def test_kill_9_of_the_agent_leaves_nothing(spawn, tmp_path):
     groups = ",".join(str(pid) for pid, _ in pids.values())
     wait_for(lambda: os.popen(f"pgrep -g {groups}").read().strip() == "", 10,
              "the workers' process groups to be empty")
+    # The watchdog removed the temporary log directory the killed agent could not.
+    wait_for(lambda: list(tmpdir.glob("dgt-run-*")) == [], 10, "the agent's temp dir removed")
 
 
 def starts(text):
