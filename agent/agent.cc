@@ -519,6 +519,8 @@ void Agent::ResetRestartTracker() {
   restart_options.policy = options_.restart_policy;
   restart_options.max_restarts = options_.max_restarts;
   restart_options.node_count = assignment_.node_count;
+  restart_options.shrink = options_.restart_policy == RestartPolicy::kRank &&
+                           options_.recovery_mode == RecoveryMode::kShrink;
   restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
 }
 
@@ -623,6 +625,11 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   a.restart_count = attempt;
   EnvMap env = BuildWorkerEnv(CurrentEnvironment(), a, local_rank, extras);
   for (const auto& [key, value] : network_env_) env.try_emplace(key, value);
+  if (options_.restart_policy == RestartPolicy::kRank) {
+    // What the agent does when a rank dies, for trainers using dgt::worker::ElasticGroup.
+    env["DGT_RECOVERY_MODE"] =
+        options_.recovery_mode == RecoveryMode::kShrink ? "shrink" : "replace";
+  }
   spec.env = ToEnvStrings(env);
   return spec;
 }
@@ -676,6 +683,43 @@ void Agent::RestartRank(const WorkerExit& e, int attempt) {
       "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
       e.rank, e.local_rank, *pid, attempt, restarts_->restarts(), options_.max_restarts);
   PublishRestart(e.rank, attempt);
+}
+
+void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
+  if (!publisher_) {
+    publisher_ = std::make_unique<FailurePublisher>(FailurePublisher::Options{},
+                                                    FailurePublisher::ClientConnector());
+  }
+  if (restart) ++pending_restarts_;
+  WorkerGroup* group = workers_.get();
+  const absl::Time start = absl::Now();
+  publisher_->Publish(
+      assignment_.master_addr, assignment_.master_port, e.rank,
+      absl::StrCat("rank ", e.rank, " ", e.Describe()),
+      [this, e, restart, attempt, group, start](absl::StatusOr<int> generation) {
+        asio::post(io_, [this, e, restart, attempt, group, start, generation] {
+          if (generation.ok()) {
+            spdlog::info(
+                "dgt-run: published the failure of rank {}: recovery generation {} ({} ms)", e.rank,
+                *generation, absl::ToInt64Milliseconds(absl::Now() - start));
+          } else {
+            // Survivors still notice through their communicators, and a replacement opens the
+            // generation itself.
+            spdlog::warn("dgt-run: cannot publish the failure of rank {}: {}", e.rank,
+                         generation.status().message());
+          }
+          if (!restart) return;
+          --pending_restarts_;
+          if (state_ == State::kRunning && workers_.get() == group && !remote_outcome_ &&
+              stop_signal_ == 0) {
+            RestartRank(e, attempt);
+          }
+          if (state_ != State::kDone && workers_ && workers_->alive() == 0 &&
+              pending_restarts_ == 0) {
+            OnAllWorkersExited();
+          }
+        });
+      });
 }
 
 void Agent::PublishRestart(int rank, int generation) {
@@ -754,8 +798,17 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
         case RestartTracker::Action::kRestartRank:
           spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank, e.local_rank,
                        e.Describe());
-          failures_.pop_back();             // Recovered: not part of a failure summary.
-          RestartRank(e, d.restart_count);  // On failure it stops the others.
+          failures_.pop_back();  // Recovered: not part of a failure summary.
+          // Publishes, then restarts (on a failed start it stops the others).
+          PublishFailure(e, /*restart=*/true, d.restart_count);
+          break;
+        case RestartTracker::Action::kDropRank:
+          spdlog::warn(
+              "dgt-run: rank {} (local rank {}) {}; continuing without it "
+              "(--recovery-mode=shrink, {} of --max-restarts={})",
+              e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
+          failures_.pop_back();  // Tolerated: not part of a failure summary.
+          PublishFailure(e, /*restart=*/false, d.restart_count);
           break;
         case RestartTracker::Action::kRestartGroup:
           if (static_) {
@@ -796,7 +849,11 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
       if (state_ == State::kRunning) StopWorkers();
     }
   }
-  if (workers_->alive() > 0) return;
+  if (workers_->alive() > 0 || pending_restarts_ > 0) return;
+  OnAllWorkersExited();
+}
+
+void Agent::OnAllWorkersExited() {
   if (state_ == State::kRerounding) {
     workers_->KillAll();
     if (pending_assignment_) {

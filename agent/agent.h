@@ -13,6 +13,7 @@
 #include <string>
 
 #include "agent/error_file.h"
+#include "agent/failure_publisher.h"
 #include "agent/group_watchdog.h"
 #include "agent/launch_options.h"
 #include "agent/rendezvous_session.h"
@@ -81,6 +82,13 @@ class Agent {
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
   absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
   void RestartRank(const WorkerExit& exit, int attempt);
+  // Policy rank: publishes the failure of `exit`'s rank into the job's store (in-place recovery
+  // keys, docs/RECOVERY.md); then, when `restart` (replace mode), starts its replacement with
+  // TORCHELASTIC_RESTART_COUNT `attempt`. Publishing first means the replacement finds the new
+  // generation already open, so the failure is not reported twice.
+  void PublishFailure(const WorkerExit& exit, bool restart, int attempt);
+  // What follows once no local worker is alive and no replacement is pending.
+  void OnAllWorkersExited();
   // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
   void PublishRestart(int rank, int generation);
   absl::Status ReserveTfPorts();
@@ -120,6 +128,9 @@ class Agent {
   RealClock clock_;
   std::unique_ptr<RestartTracker> restarts_;
   std::unique_ptr<WorkerGroup> workers_;
+  // Policy rank: publishes rank failures into the job's store (created at the first failure).
+  std::unique_ptr<FailurePublisher> publisher_;
+  int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
   int restart_count_ = 0;
   int next_restart_count_ = 0;  // The attempt being started or running (group policy).

@@ -129,6 +129,7 @@ struct RawFlags {
   std::string log_format = "text";
   std::string distribution = "pytorch";
   std::string restart_policy = "group";
+  std::string recovery_mode = "replace";
   bool nnodes_set = false;
   bool nproc_set = false;
 };
@@ -175,6 +176,17 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   } else {
     return Bad(
         absl::StrCat("--restart-policy must be group or rank, got '", raw.restart_policy, "'"));
+  }
+  if (raw.recovery_mode == "replace") {
+    o->recovery_mode = RecoveryMode::kReplace;
+  } else if (raw.recovery_mode == "shrink") {
+    o->recovery_mode = RecoveryMode::kShrink;
+    if (o->restart_policy != RestartPolicy::kRank) {
+      return Bad("--recovery-mode=shrink needs --restart-policy=rank");
+    }
+  } else {
+    return Bad(
+        absl::StrCat("--recovery-mode must be replace or shrink, got '", raw.recovery_mode, "'"));
   }
 
   const std::string& backend = o->rdzv_backend;
@@ -423,6 +435,9 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--max-restarts,--max_restarts", o.max_restarts, "Restarts after failures", kSupervision);
   add("--restart-policy,--restart_policy", raw.restart_policy,
       "group: restart every worker; rank: only the failed one", kSupervision);
+  add("--recovery-mode,--recovery_mode", raw.recovery_mode,
+      "With --restart-policy rank: replace (restart the failed rank) or shrink (go on without it)",
+      kSupervision);
   add("--stop-timeout,--stop_timeout", o.stop_timeout_s,
       "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision);
   add("--signals-to-handle,--signals_to_handle", raw.signals,

@@ -36,6 +36,10 @@ absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text);
 
 enum class Distribution { kPytorch, kTensorflow, kMpi };
 enum class RestartPolicy { kGroup, kRank };
+// What --restart-policy rank does with a failed rank (docs/RECOVERY.md): start a replacement
+// with the same RANK (kReplace), or go on without it (kShrink). Exported to workers as
+// DGT_RECOVERY_MODE=replace|shrink.
+enum class RecoveryMode { kReplace, kShrink };
 enum class LogFormat { kText, kJson };
 
 struct LaunchOptions {
@@ -49,6 +53,7 @@ struct LaunchOptions {
   bool standalone = false;
   int max_restarts = 0;
   RestartPolicy restart_policy = RestartPolicy::kGroup;
+  RecoveryMode recovery_mode = RecoveryMode::kReplace;  // --recovery-mode (policy rank only).
   bool no_python = false;
   bool module = false;     // -m: run the script as a Python module.
   bool run_path = false;   // --run-path: python -c "runpy.run_path(...)".

@@ -52,6 +52,12 @@ RestartTracker::Decision RestartTracker::OnFailure(int rank, int attempt) {
   }
   ++restarts_;
   rank_attempt_[rank] = attempt + 1;
+  if (options_.shrink) {
+    d.action = Action::kDropRank;
+    d.restart_count = attempt;
+    d.reason = absl::StrCat("rank ", rank, " dropped (--recovery-mode=shrink)");
+    return Record(rank, d);
+  }
   d.action = Action::kRestartRank;
   d.restart_count = attempt + 1;
   return Record(rank, d);

@@ -6,7 +6,11 @@
 //   TORCHELASTIC_RESTART_COUNT + 1. Failures of workers from an attempt that is already being
 //   replaced (the others dying while the group stops) do not consume restarts.
 // - rank: only the failed process is restarted, with the same RANK; its own restart count
-//   (generation) goes up by one; every restart of any rank counts against --max-restarts.
+//   (generation) goes up by one; every restart of any of this agent's ranks counts against
+//   --max-restarts (the budget is per agent, i.e. per node; docs/RECOVERY.md).
+// - rank with --recovery-mode shrink: the failed rank is not restarted (the survivors go on
+//   without it); each lost rank still consumes one of --max-restarts, so --max-restarts=0 fails
+//   the job on any failure, as with the other policies.
 // Membership changes (a new rendezvous round) never consume restarts.
 //
 // Thread-compatible.
@@ -41,10 +45,13 @@ class RestartTracker {
     int max_restarts = 0;
     // Nodes in the current round. Group restarts across nodes need a new rendezvous round.
     int node_count = 1;
+    // Rank policy only: continue without failed ranks instead of restarting them.
+    bool shrink = false;
   };
   enum class Action {
     kRestartGroup,  // Stop every local worker, then start all with restart_count.
     kRestartRank,   // Start the failed rank again with restart_count.
+    kDropRank,      // Shrink: do not restart the failed rank; the others go on without it.
     kIgnore,        // A worker of an attempt already being replaced: nothing to decide.
     kFail,          // Out of restarts (or not possible here): stop and report the failure.
   };

@@ -1,5 +1,5 @@
-# Installation of the embeddable store library: `find_package(dgt)` gives dgt::store (and the
-# static dgt::common it links), pkg-config gives dgt-store. Included from the top-level
+# Installation of the embeddable libraries: `find_package(dgt)` gives dgt::store and dgt::worker
+# (and the static dgt::common they link); pkg-config gives dgt-store and dgt-worker. Included from the top-level
 # CMakeLists.txt after the libraries are defined.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -8,12 +8,18 @@ set_target_properties(dgt_common PROPERTIES EXPORT_NAME common)
 set_target_properties(dgt_store PROPERTIES EXPORT_NAME store)
 target_include_directories(dgt_store PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 
-install(TARGETS dgt_store dgt_common EXPORT dgtTargets
+set_target_properties(dgt_worker PROPERTIES EXPORT_NAME worker)
+target_include_directories(dgt_worker PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+
+install(TARGETS dgt_store dgt_worker dgt_common EXPORT dgtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # Only the public headers: store/include/dgt/store/*.h (they include no private header).
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/store/include/dgt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
+# worker_runtime/include/dgt/worker/*.h (the NCCL headers of dgt::worker_nccl are not installed).
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/worker_runtime/include/dgt
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(TARGETS dgt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(_dgt_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/dgt)
@@ -28,3 +34,5 @@ install(FILES ${CMAKE_BINARY_DIR}/dgtConfig.cmake ${CMAKE_BINARY_DIR}/dgtConfigV
 # pkg-config: prefix is relative to the .pc file, so an installed tree can be moved.
 configure_file(${CMAKE_SOURCE_DIR}/cmake/dgt-store.pc.in ${CMAKE_BINARY_DIR}/dgt-store.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/dgt-store.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${CMAKE_SOURCE_DIR}/cmake/dgt-worker.pc.in ${CMAKE_BINARY_DIR}/dgt-worker.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/dgt-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -3,11 +3,15 @@
 in-place (policy `rank`: one replacement, survivors keep their process) versus a group restart
 (policy `group`: every worker killed and started again), same job, one run each per round.
 
-A 4-rank examples/allreduce_trainer job on Gloo over loopback, against `dgt store serve`; the
-harness (tests/e2e/recovery_harness.py) plays the agent and restarts at once (no monitor
-interval). "Back" is the latest CLOCK_REALTIME at which a rank finished its first collective
-after the failure (the trainer prints it).
-    bench/recovery/run.py [--rounds 5] [--startup-ms 0]
+A 4-rank examples/allreduce_trainer job on Gloo over loopback. "Back" is the latest
+CLOCK_REALTIME at which a rank finished its first collective after the failure (the trainer
+prints it).
+  --launcher dgt-run (default): the real launcher, a dgt-rendezvous and --nodes dgt-run agents x
+      --nproc ranks (default 2 x 2); `--restart-policy rank` versus `--restart-policy group`
+      (whose restart is a new rendezvous round on every node).
+  --launcher harness: tests/e2e/recovery_harness.py plays the agent against `dgt store serve`
+      and restarts at once (no agent, no rendezvous).
+    bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5]
 """
 import argparse
 import statistics
@@ -17,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from recovery_harness import Job  # noqa: E402
+from recovery_harness import DgtRunJob, Job  # noqa: E402
 
 
 def back_time(job, since_ns, timeout=60):
@@ -65,24 +69,71 @@ def one(mode, out_dir, world, steps):
         job.close()
 
 
+def one_dgt_run(mode, out_dir, nodes, nproc, steps):
+    policy = "group" if mode == "group" else "rank"
+    job = DgtRunJob(out_dir, f"bench-{mode}", policy=policy,
+                    mode="shrink" if mode == "shrink" else "replace", nodes=nodes, nproc=nproc,
+                    steps=steps, step_ms=10)
+    try:
+        pids = job.joined_pids()
+        time.sleep(0.5)
+        victim = job.world // 2
+        t0 = job.kill_pid(pids[victim])
+        members = job.world - 1 if mode == "shrink" else job.world
+        t1 = job.back_time(t0, count=members)
+        codes = job.wait(timeout=120)
+        assert codes == [0] * nodes, [job.stderr(i)[-2000:] for i in range(nodes)]
+        done = {}
+        for r, k, f in job.events():
+            if k == "done":
+                done[r] = f
+        assert len(done) == members, done
+        assert len({f["total"] for f in done.values()}) == 1, done  # Exact: checked per step.
+        redone = 0
+        if mode != "group":
+            ev = job.events()
+            for r in pids:
+                if r == victim:
+                    continue
+                failed = [int(f["step"]) for rr, k, f in ev if rr == r and k == "failure"]
+                resumed = [int(f["resume"]) for rr, k, f in ev if rr == r and k == "synced"]
+                redone = max(redone, failed[0] - resumed[0])
+        else:
+            joined = [int(f["t_ns"]) for r, k, f in job.events() if r == victim and k == "joined"]
+            redone = int((t0 - joined[0]) / 1e6 / job.step_ms)
+        return (t1 - t0) / 1e6, redone
+    finally:
+        job.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--launcher", choices=["dgt-run", "harness"], default="dgt-run")
+    ap.add_argument("--nodes", type=int, default=2, help="dgt-run agents (--launcher dgt-run)")
+    ap.add_argument("--nproc", type=int, default=2, help="ranks per agent (--launcher dgt-run)")
     a = ap.parse_args()
-    res = {"in-place": [], "group": []}
-    lost = {"in-place": [], "group": []}
+    if a.launcher == "dgt-run":
+        a.world = a.nodes * a.nproc
+    modes = ["in-place", "group"] + (["shrink"] if a.launcher == "dgt-run" else [])
+    res = {m: [] for m in modes}
+    lost = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as d:
         for i in range(a.rounds):
             for mode in res:
                 sub = Path(d) / f"{mode}-{i}"
                 sub.mkdir()
-                ms, redone = one(mode, sub, a.world, a.steps)
+                if a.launcher == "dgt-run":
+                    ms, redone = one_dgt_run(mode, sub, a.nodes, a.nproc, a.steps)
+                else:
+                    ms, redone = one(mode, sub, a.world, a.steps)
                 res[mode].append(ms)
                 lost[mode].append(redone)
-    print(f"recovery bench: world={a.world} rounds={a.rounds} (ms from SIGKILL to all ranks "
-          "back in a collective)")
+    layout = f" ({a.nodes} agents x {a.nproc})" if a.launcher == "dgt-run" else ""
+    print(f"recovery bench: launcher={a.launcher}{layout} world={a.world} rounds={a.rounds} "
+          "(ms from SIGKILL to all ranks back in a collective)")
     print("| policy | median ms | min ms | max ms | steps redone (median) | back at the failed "
           "step, ms (derived: median + redone x 10 ms) |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -92,6 +143,8 @@ def main():
               f"{redone:g} | {statistics.median(v) + redone * 10:.0f} |")
     ratio = statistics.median(res["group"]) / statistics.median(res["in-place"])
     print(f"group / in-place (medians): {ratio:.2f}x")
+    derived = [statistics.median(res[m]) + statistics.median(lost[m]) * 10 for m in modes]
+    print(f"group / in-place (back at the failed step, derived): {derived[1] / derived[0]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <string>
@@ -79,13 +80,17 @@ int main(int argc, char** argv) {
   CLI::App app{"allreduce_trainer: an all-reduce loop that survives the loss of a rank"};
   int64_t steps = 200;
   int step_ms = 10;
-  std::string mode = "replace";
+  // dgt-run --restart-policy rank exports its --recovery-mode; --mode overrides it.
+  const char* agent_mode = std::getenv("DGT_RECOVERY_MODE");
+  std::string mode = agent_mode != nullptr && *agent_mode != '\0' ? agent_mode : "replace";
   std::string hostname = "127.0.0.1";
   double init_timeout_s = 60;
   int max_recoveries = 10;
   app.add_option("--steps", steps, "Steps to run")->check(CLI::PositiveNumber);
   app.add_option("--step-ms", step_ms, "Pause after each step (ms), the 'compute'");
-  app.add_option("--mode", mode, "replace (a replacement rank joins) or shrink")
+  app.add_option("--mode", mode,
+                 "replace (a replacement rank joins) or shrink (default: $DGT_RECOVERY_MODE, which "
+                 "dgt-run --restart-policy rank sets from --recovery-mode, else replace)")
       ->check(CLI::IsMember({"replace", "shrink"}));
   app.add_option("--hostname", hostname, "Address Gloo listens on and advertises");
   app.add_option("--init-timeout", init_timeout_s, "Seconds to wait for a generation's members");

@@ -90,6 +90,10 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--nnodes=0", kScript},
        "dgt-run: error: --nnodes must be N or MIN:MAX with 0 < MIN <= MAX, got '0'\n"},
       {{"--bogus", kScript}, "dgt-run: error: unknown flag '--bogus' (see dgt-run --help)\n"},
+      {{"--recovery-mode=shrink", kScript},
+       "dgt-run: error: --recovery-mode=shrink needs --restart-policy=rank\n"},
+      {{"--restart-policy=rank", "--recovery-mode=grow", kScript},
+       "dgt-run: error: --recovery-mode must be replace or shrink, got 'grow'\n"},
       {{"--rdzv-endpoint=", "--rdzv-id=x", kScript},
        "dgt-run: error: --rdzv-endpoint needs a value, got an empty one\n"},
       {{"--nproc-per-node=", kScript},
@@ -267,6 +271,7 @@ TEST(LaunchOptionsTest, Defaults) {
   const LaunchOptions& o = *p.options;
   EXPECT_EQ(o.rdzv_backend, "static");
   EXPECT_EQ(o.restart_policy, RestartPolicy::kGroup);
+  EXPECT_EQ(o.recovery_mode, RecoveryMode::kReplace);
   EXPECT_EQ(o.stop_timeout_s, 30);
   EXPECT_EQ(o.signals_to_handle,
             (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}));
@@ -275,6 +280,13 @@ TEST(LaunchOptionsTest, Defaults) {
   EXPECT_FALSE(o.master_port_set);
   EXPECT_EQ(o.distribution, Distribution::kPytorch);
   EXPECT_EQ(o.log_format, LogFormat::kText);
+}
+
+TEST(LaunchOptionsTest, RankPolicyShrinkMode) {
+  auto p = Parse({"--restart-policy=rank", "--recovery_mode", "shrink", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->restart_policy, RestartPolicy::kRank);
+  EXPECT_EQ(p.options->recovery_mode, RecoveryMode::kShrink);
 }
 
 TEST(LaunchOptionsTest, TensorflowCounts) {

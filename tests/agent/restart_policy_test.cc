@@ -85,5 +85,41 @@ TEST(RestartTrackerTest, RankPolicyCountsPerRankGenerationsAndSharesTheBudget) {
   EXPECT_EQ(t.restarts(), 3);
 }
 
+TEST(RestartTrackerTest, ShrinkDropsFailedRanksAndSharesTheBudget) {
+  FakeClock clock;
+  RestartTracker::Options o;
+  o.policy = RestartPolicy::kRank;
+  o.max_restarts = 2;
+  o.node_count = 2;
+  o.shrink = true;
+  RestartTracker t(o, &clock);
+  auto d = t.OnFailure(3, 0);
+  EXPECT_EQ(d.action, Action::kDropRank);
+  EXPECT_EQ(d.restart_count, 0);  // Nothing is started: the attempt stays.
+  EXPECT_EQ(d.reason, "rank 3 dropped (--recovery-mode=shrink)");
+  EXPECT_EQ(t.restarts(), 1);
+  // A second report of the same process changes nothing.
+  EXPECT_EQ(t.OnFailure(3, 0).action, Action::kIgnore);
+  EXPECT_EQ(t.restarts(), 1);
+  EXPECT_EQ(t.OnFailure(1, 0).action, Action::kDropRank);
+  d = t.OnFailure(0, 0);
+  EXPECT_EQ(d.action, Action::kFail);
+  EXPECT_EQ(d.reason, "--max-restarts=2 exhausted");
+  ASSERT_EQ(t.history().size(), 4u);
+  EXPECT_EQ(t.history()[0].action, Action::kDropRank);
+  EXPECT_EQ(t.history()[0].rank, 3);
+}
+
+TEST(RestartTrackerTest, ShrinkWithoutRestartsFailsLikeTheOtherPolicies) {
+  FakeClock clock;
+  RestartTracker::Options o;
+  o.policy = RestartPolicy::kRank;
+  o.shrink = true;
+  RestartTracker t(o, &clock);
+  auto d = t.OnFailure(0, 0);
+  EXPECT_EQ(d.action, Action::kFail);
+  EXPECT_EQ(d.reason, "--max-restarts=0 exhausted");
+}
+
 }  // namespace
 }  // namespace dgt::agent

@@ -181,3 +181,142 @@ class Job:
 def full_total(world, steps):
     """Sum over steps and ranks of (rank + 1) * 1000 + step."""
     return sum((r + 1) * 1000 + s for s in range(steps) for r in range(world))
+
+
+RANK_EVENT = re.compile(r"^\[rank(\d+)\]: EVENT (\w+) (.*)$", re.M)
+
+
+class DgtRunJob:
+    """The real launcher: a dgt-rendezvous and `nodes` dgt-run agents with `nproc` ranks each,
+    running allreduce_trainer (--no-python) on loopback. The agents apply `policy` (rank or
+    group) and, with policy rank, `mode` (--recovery-mode replace or shrink). Every wait has a
+    deadline; close() kills whatever is left (agents and their workers' sessions)."""
+
+    def __init__(self, out_dir, run_id, policy="rank", mode="replace", nodes=2, nproc=2,
+                 steps=300, step_ms=10, max_restarts=1, stop_timeout=5, extra=()):
+        self.out_dir = Path(out_dir)
+        self.run_id = run_id
+        self.nodes = nodes
+        self.nproc = nproc
+        self.world = nodes * nproc
+        self.steps = steps
+        self.step_ms = step_ms
+        self.rdzv = self._popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"],
+                                "rendezvous")
+        deadline = time.monotonic() + 10
+        port = None
+        while port is None:
+            m = re.search(r"listening on port (\d+)", self._read("rendezvous.out"))
+            if m:
+                port = int(m.group(1))
+                break
+            assert self.rdzv.poll() is None, self._read("rendezvous.err")
+            assert time.monotonic() < deadline, "dgt-rendezvous did not report its port"
+            time.sleep(0.02)
+        self.endpoint = f"127.0.0.1:{port}"
+        args = [str(BIN / "dgt-run"), f"--nnodes={nodes}", f"--nproc-per-node={nproc}",
+                f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={run_id}",
+                "--rdzv-conf=last_call_timeout=1", f"--stop-timeout={stop_timeout}",
+                f"--restart-policy={policy}", f"--max-restarts={max_restarts}"]
+        if policy == "rank":
+            args.append(f"--recovery-mode={mode}")
+        args += list(extra)
+        args += ["--no-python", str(BIN / "allreduce_trainer"), "--steps", str(steps),
+                 "--step-ms", str(step_ms), "--init-timeout", "30"]
+        self.agents = [self._popen(args[:1] + [f"--node-id=node-{i}"] + args[1:], f"node-{i}")
+                       for i in range(nodes)]
+
+    def _popen(self, args, name):
+        out = open(self.out_dir / f"{name}.out", "wb")
+        err = open(self.out_dir / f"{name}.err", "wb")
+        env = dict(os.environ)
+        env.pop("DGT_RECOVERY_MODE", None)
+        p = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                             start_new_session=True)
+        out.close()
+        err.close()
+        return p
+
+    def _read(self, name):
+        return (self.out_dir / name).read_text(errors="replace")
+
+    def stdout(self, node):
+        return self._read(f"node-{node}.out")
+
+    def stderr(self, node):
+        return self._read(f"node-{node}.err")
+
+    def events(self):
+        """[(rank, kind, fields)] printed by the trainers (through the agents' consoles)."""
+        out = []
+        for i in range(self.nodes):
+            for m in RANK_EVENT.finditer(self.stdout(i)):
+                fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', m.group(3)))
+                out.append((int(m.group(1)), m.group(2), fields))
+        return out
+
+    def node_of(self, rank):
+        for i in range(self.nodes):
+            if re.search(rf"^\[rank{rank}\]: ", self.stdout(i), re.M):
+                return i
+        return None
+
+    def wait_events(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ev = self.events()
+            if predicate(ev):
+                return ev
+            for i, a in enumerate(self.agents):
+                if a.poll() is not None:
+                    raise AssertionError(f"agent node-{i} exited ({a.returncode}) while "
+                                         f"waiting for {what}: {self.stderr(i)[-3000:]}")
+            time.sleep(0.005)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+    def joined_pids(self, timeout=90):
+        """{rank: pid} of the first processes, once every rank joined."""
+        ev = self.wait_events(
+            lambda ev: len({r for r, k, _ in ev if k == "joined"}) == self.world, timeout,
+            "every rank to join")
+        pids = {}
+        for r, k, f in ev:
+            if k == "joined" and r not in pids:
+                pids[r] = int(f["pid"])
+        return pids
+
+    def kill_pid(self, pid):
+        """SIGKILLs one worker process; returns the time of the kill (time.time_ns())."""
+        t = time.time_ns()
+        os.kill(pid, signal.SIGKILL)
+        return t
+
+    def back_time(self, since_ns, count=None, timeout=120):
+        """The latest time at which a rank finished its first collective after `since_ns`, once
+        `count` ranks (default: the world) did."""
+        count = count or self.world
+
+        def ready(ev):
+            return len({r for r, k, f in ev if k == "back" and int(f["t_ns"]) > since_ns}) >= count
+        ev = self.wait_events(ready, timeout, "every rank back in a collective")
+        return max(int(f["t_ns"]) for r, k, f in ev if k == "back" and int(f["t_ns"]) > since_ns)
+
+    def wait(self, timeout=120):
+        """Exit codes of the agents (None for one still running at the deadline)."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        for a in self.agents:
+            try:
+                codes.append(a.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        return codes
+
+    def close(self):
+        for p in self.agents + [self.rdzv]:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)

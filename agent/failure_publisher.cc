@@ -1,0 +1,86 @@
+#include "agent/failure_publisher.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dgt/store/client.h"
+#include "dgt/worker/recovery_keys.h"
+
+namespace dgt::agent {
+
+FailurePublisher::Connector FailurePublisher::ClientConnector() {
+  return [](const std::string& host, int port,
+            absl::Duration timeout) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+    store::ClientOptions o;
+    o.host = host;
+    o.port = static_cast<uint16_t>(port);
+    o.timeout = timeout;
+    auto client = store::Client::Connect(o);
+    if (!client.ok()) return client.status();
+    return std::unique_ptr<store::Store>(std::move(*client));
+  };
+}
+
+FailurePublisher::FailurePublisher(Options options, Connector connect)
+    : options_(std::move(options)), connect_(std::move(connect)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+FailurePublisher::~FailurePublisher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void FailurePublisher::Publish(std::string host, int port, int rank, std::string reason,
+                               Done done) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(Item{std::move(host), port, rank, std::move(reason), std::move(done)});
+}
+
+void FailurePublisher::Loop() {
+  for (;;) {
+    Item item;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](FailurePublisher* p) { return p->stop_ || !p->queue_.empty(); }, this));
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    absl::StatusOr<int> result = PublishOne(item);
+    if (item.done) item.done(std::move(result));
+  }
+}
+
+absl::StatusOr<int> FailurePublisher::PublishOne(const Item& item) {
+  const std::string address = absl::StrCat(item.host, ":", item.port);
+  // A kept connection may have gone stale (the store was restarted): then one fresh attempt.
+  const bool reused = store_ != nullptr && store_address_ == address;
+  for (int attempt = reused ? 0 : 1; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      store_.reset();
+      auto store = connect_(item.host, item.port, options_.timeout);
+      if (!store.ok()) {
+        return absl::Status(store.status().code(),
+                            absl::StrCat("store at ", address, ": ", store.status().message()));
+      }
+      store_ = std::move(*store);
+      store_address_ = address;
+    }
+    absl::StatusOr<int> generation =
+        worker::recovery::PublishRankFailure(*store_, options_.group, item.rank, item.reason);
+    if (generation.ok()) return generation;
+    store_.reset();
+    if (attempt == 1) {
+      return absl::Status(generation.status().code(),
+                          absl::StrCat("store at ", address, ": ", generation.status().message()));
+    }
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,127 @@
+#include "agent/failure_publisher.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "dgt/store/memory_store.h"
+#include "dgt/store/server.h"
+#include "dgt/worker/recovery_keys.h"
+#include "gtest/gtest.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace recovery = worker::recovery;
+
+// Forwards to a store the test keeps (the publisher owns what the connector returns).
+class Borrowed final : public store::Store {
+ public:
+  explicit Borrowed(store::Store* s) : s_(s) {}
+  absl::Status Set(absl::string_view k, absl::string_view v) override { return s_->Set(k, v); }
+  absl::StatusOr<std::string> Get(absl::string_view k) override { return s_->Get(k); }
+  absl::StatusOr<int64_t> Add(absl::string_view k, int64_t d) override { return s_->Add(k, d); }
+  absl::StatusOr<std::string> CompareSet(absl::string_view k, absl::string_view e,
+                                         absl::string_view d) override {
+    return s_->CompareSet(k, e, d);
+  }
+  absl::StatusOr<bool> Check(const std::vector<std::string>& k) override { return s_->Check(k); }
+  absl::Status Wait(const std::vector<std::string>& k, absl::Duration t) override {
+    return s_->Wait(k, t);
+  }
+  absl::StatusOr<bool> DeleteKey(absl::string_view k) override { return s_->DeleteKey(k); }
+  absl::StatusOr<int64_t> NumKeys() override { return s_->NumKeys(); }
+  absl::Status Append(absl::string_view k, absl::string_view v) override {
+    return s_->Append(k, v);
+  }
+  absl::StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& k) override {
+    return s_->MultiGet(k);
+  }
+  absl::Status MultiSet(const std::vector<std::pair<std::string, std::string>>& i) override {
+    return s_->MultiSet(i);
+  }
+
+ private:
+  store::Store* s_;
+};
+
+absl::StatusOr<int> PublishAndWait(FailurePublisher& p, const std::string& host, int port,
+                                   int rank) {
+  absl::Notification done;
+  absl::StatusOr<int> result = absl::UnknownError("not called");
+  p.Publish(host, port, rank, "SIGKILL", [&](absl::StatusOr<int> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  return result;
+}
+
+TEST(FailurePublisherTest, OpensTheNextGenerationAndListsTheRank) {
+  store::MemoryStore mem;
+  std::vector<std::string> connects;
+  FailurePublisher p(
+      {},
+      [&](const std::string& host, int port,
+          absl::Duration timeout) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+        connects.push_back(absl::StrCat(host, ":", port, " ", absl::FormatDuration(timeout)));
+        return std::make_unique<Borrowed>(&mem);
+      });
+  // Rank 2 last joined generation 3.
+  ASSERT_TRUE(mem.Set(recovery::MemberKey("world", 2), "3").ok());
+  ASSERT_TRUE(mem.Set(recovery::GenerationKey("world"), "3").ok());
+  auto g = PublishAndWait(p, "10.0.0.1", 29500, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 4);
+  EXPECT_EQ(*mem.Get(recovery::GenerationKey("world")), "4");
+  EXPECT_EQ(*mem.Get(recovery::FailedKey("world", 4)), "2,");
+  EXPECT_EQ(*mem.Get(recovery::OpenKey("world", 4)), "SIGKILL");
+  // A second failure (rank 0, member of 4 now) reuses the connection.
+  ASSERT_TRUE(mem.Set(recovery::MemberKey("world", 0), "4").ok());
+  g = PublishAndWait(p, "10.0.0.1", 29500, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 5);
+  EXPECT_EQ(*mem.Get(recovery::FailedKey("world", 5)), "0,");
+  EXPECT_EQ(connects, std::vector<std::string>{"10.0.0.1:29500 5s"});
+}
+
+TEST(FailurePublisherTest, ConnectErrorsNameTheStore) {
+  FailurePublisher p(
+      {"world", absl::Milliseconds(50)},
+      [](const std::string&, int, absl::Duration) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+        return absl::UnavailableError("connection refused");
+      });
+  auto g = PublishAndWait(p, "10.0.0.9", 1234, 1);
+  EXPECT_EQ(g.status(), absl::UnavailableError("store at 10.0.0.9:1234: connection refused"));
+}
+
+TEST(FailurePublisherTest, RealClientAgainstTheServer) {
+  store::Server server(store::ServerOptions{});
+  ASSERT_TRUE(server.Start().ok());
+  FailurePublisher p({"trainers", absl::Seconds(5)}, FailurePublisher::ClientConnector());
+  auto g = PublishAndWait(p, "127.0.0.1", server.port(), 3);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 1);  // Rank 3 never joined: generation 0 -> 1.
+  server.Stop();
+}
+
+TEST(FailurePublisherTest, DestructorDropsQueuedWork) {
+  absl::Notification release;
+  int calls = 0;
+  {
+    FailurePublisher p({},
+                       [&](const std::string&, int,
+                           absl::Duration) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+                         release.WaitForNotificationWithTimeout(absl::Seconds(10));
+                         return absl::UnavailableError("down");
+                       });
+    p.Publish("h", 1, 0, "x", [&](absl::StatusOr<int>) { ++calls; });
+    p.Publish("h", 1, 1, "x", [&](absl::StatusOr<int>) { ++calls; });
+    release.Notify();
+  }
+  EXPECT_LE(calls, 2);  // The first may have finished; nothing runs after destruction.
+}
+
+}  // namespace
+}  // namespace dgt::agent
