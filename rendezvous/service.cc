@@ -1,6 +1,6 @@
 #include "rendezvous/service.h"
 
-#include <deque>
+#include <list>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -87,7 +87,9 @@ class RendezvousService::SessionReactor final
   const std::string peer_;
   v1::AgentMessage incoming_;
   dgt::Mutex mu_;
-  std::deque<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
+  // A list, not a deque: an empty std::deque still holds a 512-byte block, 5 MB per 10,000
+  // sessions that mostly have nothing queued.
+  std::list<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
