@@ -10,6 +10,7 @@ namespace {
 // google.rpc.Code values carried in v1::Error.
 constexpr int kInvalidArgument = 3;
 constexpr int kAlreadyExists = 6;
+constexpr int kResourceExhausted = 8;
 constexpr int kFailedPrecondition = 9;
 constexpr int kAborted = 10;
 
@@ -157,6 +158,15 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
 
   bool replaced_active_member = false;
   auto existing = run.nodes.find(join.node_id());
+  if (existing == run.nodes.end() &&
+      run.connected >= run.max_nodes + options_.max_waiting_nodes_per_run) {
+    out.push_back(ErrorFor(
+        session, kResourceExhausted,
+        absl::StrCat("run '", run.run_id, "' already holds ", run.connected, " nodes (MAX ",
+                     run.max_nodes, " and ", options_.max_waiting_nodes_per_run,
+                     " waiting); try again when a node leaves")));
+    return out;
+  }
   if (existing != run.nodes.end()) {
     Node& old = existing->second;
     if (old.session != 0 && old.address != join.address()) {

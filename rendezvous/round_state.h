@@ -58,6 +58,9 @@ struct RoundStateOptions {
   // Field limits: a longer run id, node id or address is refused (INVALID_ARGUMENT).
   size_t max_id_bytes = 256;
   int32_t max_nodes_per_run = 100000;
+  // Nodes a run holds beyond its MAX (spares waiting for a place). One more join is refused
+  // (RESOURCE_EXHAUSTED), so a client flooding a run with joins cannot grow it without bound.
+  int32_t max_waiting_nodes_per_run = 1000;
 };
 
 class RoundStateMachine {

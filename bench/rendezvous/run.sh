@@ -11,7 +11,8 @@ COUNTS=("$@")
 [ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1000 10000)
 for n in "${COUNTS[@]}"; do
   out=$(mktemp)
-  "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 >"$out" 2>/dev/null &
+  # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
+  "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 >"$out" 2>/dev/null &
   pid=$!
   for _ in $(seq 50); do grep -q "listening on port" "$out" && break; sleep 0.1; done
   port=$(grep -o 'port [0-9]*' "$out" | awk '{print $2}')
