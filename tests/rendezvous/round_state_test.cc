@@ -428,6 +428,31 @@ TEST(RoundStateTest, CountsStayExactThroughJoinsLossesAndReports) {
   EXPECT_EQ(finished[0].message.finished().message(), "all 4 nodes succeeded");
 }
 
+TEST(RoundStateTest, AHundredThousandNodesCostLinearWork) {
+  // A guard against O(N) work per join or report (O(N^2) per round): 100,000 joins, the round,
+  // and 100,000 success reports take well under a second here; a scan per event would take
+  // minutes. The bound is loose for sanitizer builds.
+  constexpr int kNodes = 100000;
+  RoundStateMachine m;
+  const absl::Time start = absl::Now();
+  size_t assignments = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    v1::JoinRequest j = Join(absl::StrCat("node-", 1000000 + i), kNodes, kNodes, 1);
+    for (const Outgoing& o : m.OnJoin(i + 1, j, kT0)) assignments += o.message.has_assignment();
+  }
+  EXPECT_EQ(assignments, static_cast<size_t>(kNodes));
+  v1::NodeReport done;
+  done.set_round(0);
+  done.set_succeeded(true);
+  size_t finished = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    for (const Outgoing& o : m.OnReport(i + 1, done, kT0)) finished += o.message.has_finished();
+  }
+  EXPECT_EQ(finished, static_cast<size_t>(kNodes));
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
 TEST(RoundStateTest, RestartedNodeWithSameIdRejoins) {
   Harness h;
   h.Join(1, Join("n1", 2, 2));
