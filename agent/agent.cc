@@ -13,8 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "agent/rendezvous_host.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
@@ -143,6 +145,8 @@ absl::Status Agent::Prepare() {
       return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
     rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
+    // c10d-style: the first agent of the endpoint's host serves it.
+    DGT_ASSIGN_OR_RETURN(embedded_rendezvous_, MaybeHostRendezvous(*ip, hp->port, options_));
   }
 
   // MASTER_ADDR must be an address other nodes reach: --local-addr (resolved here), else the

@@ -100,7 +100,18 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
     }
     if (kv[0] == "join_timeout" || kv[0] == "timeout") o->join_timeout_s = seconds;
     if (kv[0] == "last_call_timeout") o->last_call_timeout_s = seconds;
-    // close_timeout, read_timeout, is_host, keep_alive_*: accepted for compatibility.
+    if (kv[0] == "is_host") {
+      const std::string v = absl::AsciiStrToLower(kv[1]);
+      if (v == "1" || v == "true" || v == "yes") {
+        o->rdzv_is_host = true;
+      } else if (v == "0" || v == "false" || v == "no") {
+        o->rdzv_is_host = false;
+      } else {
+        return Bad(
+            absl::StrCat("--rdzv-conf is_host must be 1 or 0 (true or false), got '", kv[1], "'"));
+      }
+    }
+    // close_timeout, read_timeout, keep_alive_*: accepted for compatibility.
   }
   return absl::OkStatus();
 }

@@ -69,6 +69,9 @@ struct LaunchOptions {
   double join_timeout_s = 600;      // Wait for the round to close (--rdzv-conf join_timeout).
   double last_call_timeout_s = 30;  // --rdzv-conf last_call_timeout.
   double connect_timeout_s = 30;    // Reach the rendezvous endpoint (--rdzv-connect-timeout).
+  // --rdzv-conf is_host: whether this agent hosts the rendezvous service at --rdzv-endpoint
+  // (agent/rendezvous_host.h); unset: when the endpoint is this host's and nothing serves it.
+  std::optional<bool> rdzv_is_host;
   // Rendezvous transport security: TLS CA (turns TLS on), client certificate and key (mutual
   // TLS), and a file holding the service's bearer token.
   std::string rdzv_tls_ca;

@@ -55,6 +55,14 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "File holding a bearer token every RPC must carry");
   app.add_option("--metrics-listen", options.metrics_listen,
                  "HOST:PORT for Prometheus metrics over HTTP (GET /metrics)");
+  app.add_option("--max-sessions-per-peer", options.max_sessions_per_peer,
+                 "Open agent sessions allowed from one IP address (0 = no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-waiting-nodes-per-run", options.rounds.max_waiting_nodes_per_run,
+                 "Nodes a run may hold beyond its MAX (waiting spares)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

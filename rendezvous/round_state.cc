@@ -10,6 +10,7 @@ namespace {
 // google.rpc.Code values carried in v1::Error.
 constexpr int kInvalidArgument = 3;
 constexpr int kAlreadyExists = 6;
+constexpr int kResourceExhausted = 8;
 constexpr int kFailedPrecondition = 9;
 constexpr int kAborted = 10;
 
@@ -59,16 +60,22 @@ RoundStateMachine::Node* RoundStateMachine::NodeOf(SessionId session, Run** run)
   return &n->second;
 }
 
-int32_t RoundStateMachine::ConnectedCount(const Run& run) const {
-  int32_t n = 0;
-  for (const auto& [id, node] : run.nodes) n += node.session != 0 ? 1 : 0;
-  return n;
+int32_t RoundStateMachine::ConnectedCount(const Run& run) const { return run.connected; }
+
+int32_t RoundStateMachine::MemberCount(const Run& run) const { return run.members; }
+
+void RoundStateMachine::EraseNode(Run& run, std::map<std::string, Node>::iterator it) {
+  const Node& n = it->second;
+  run.connected -= n.session != 0 ? 1 : 0;
+  run.members -= n.node_rank >= 0 ? 1 : 0;
+  run.succeeded -= n.node_rank >= 0 && n.succeeded ? 1 : 0;
+  run.nodes.erase(it);
 }
 
-int32_t RoundStateMachine::MemberCount(const Run& run) const {
-  int32_t n = 0;
-  for (const auto& [id, node] : run.nodes) n += node.node_rank >= 0 ? 1 : 0;
-  return n;
+void RoundStateMachine::DetachSession(Run& run, Node& node) {
+  if (node.session == 0) return;
+  node.session = 0;
+  --run.connected;
 }
 
 std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::JoinRequest& join,
@@ -151,6 +158,15 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
 
   bool replaced_active_member = false;
   auto existing = run.nodes.find(join.node_id());
+  if (existing == run.nodes.end() &&
+      run.connected >= run.max_nodes + options_.max_waiting_nodes_per_run) {
+    out.push_back(ErrorFor(
+        session, kResourceExhausted,
+        absl::StrCat("run '", run.run_id, "' already holds ", run.connected, " nodes (MAX ",
+                     run.max_nodes, " and ", options_.max_waiting_nodes_per_run,
+                     " waiting); try again when a node leaves")));
+    return out;
+  }
   if (existing != run.nodes.end()) {
     Node& old = existing->second;
     if (old.session != 0 && old.address != join.address()) {
@@ -168,7 +184,7 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     }
     replaced_active_member =
         run.state == RunState::kRunning && old.node_rank >= 0 && !old.succeeded;
-    run.nodes.erase(existing);
+    EraseNode(run, existing);
   }
 
   Node node;
@@ -179,6 +195,7 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
   node.store_port = join.store_port();
   node.last_contact = now;
   run.nodes.emplace(node.node_id, node);
+  ++run.connected;
   sessions_[session] = SessionRef{run.run_id, node.node_id};
 
   if (replaced_active_member) {
@@ -197,9 +214,8 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
 
 void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
                                      SessionId only) const {
-  for (const auto& [id, n] : run.nodes) {
-    if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) continue;
-    if (only != 0 && n.session != only) continue;
+  auto progress_to = [&](const Node& n) {
+    if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) return;
     Outgoing o;
     o.session = n.session;
     v1::JoinProgress* p = o.message.mutable_progress();
@@ -207,7 +223,16 @@ void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
     p->set_min_nodes(run.min_nodes);
     p->set_max_nodes(run.max_nodes);
     out.push_back(std::move(o));
+  };
+  if (only != 0) {
+    // One node: found through the session index, not a scan of the run.
+    auto s = sessions_.find(only);
+    if (s == sessions_.end() || s->second.run_id != run.run_id) return;
+    auto n = run.nodes.find(s->second.node_id);
+    if (n != run.nodes.end() && n->second.session == only) progress_to(n->second);
+    return;
   }
+  for (const auto& [id, n] : run.nodes) progress_to(n);
 }
 
 void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out,
@@ -236,8 +261,7 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
   if (run.state == RunState::kRunning) {
     const int32_t members = MemberCount(run);
     const int32_t waiting = connected - members;
-    bool any_succeeded = std::any_of(run.nodes.begin(), run.nodes.end(),
-                                     [](const auto& kv) { return kv.second.succeeded; });
+    const bool any_succeeded = run.succeeded > 0;
     if (waiting > 0 && members < run.max_nodes && !any_succeeded) {
       if (connected >= run.max_nodes) {
         StartRound(run, "scale-up", 0, now, out);
@@ -326,6 +350,8 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
     n.node_rank = -1;
     n.succeeded = false;
   }
+  run.members = static_cast<int32_t>(ranks.size());
+  run.succeeded = 0;
   int32_t first_rank = 0;
   std::vector<int32_t> first_ranks;
   for (auto& [n, r] : ranks) {
@@ -407,15 +433,11 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
     return out;
   }
   if (report.succeeded()) {
+    if (!node->succeeded) ++run->succeeded;
     node->succeeded = true;
-    int32_t members = 0, done = 0;
-    for (const auto& [id, n] : run->nodes) {
-      if (n.node_rank < 0) continue;
-      ++members;
-      done += n.succeeded ? 1 : 0;
-    }
-    if (done == members) {
-      FinishRun(*run, true, absl::StrCat("all ", members, " nodes succeeded"), nullptr, now, out);
+    if (run->succeeded == run->members) {
+      FinishRun(*run, true, absl::StrCat("all ", run->members, " nodes succeeded"), nullptr, now,
+                out);
     }
     return out;
   }
@@ -431,9 +453,7 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   run->failure_messages.push_back(
       run->max_restarts > 0 ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
                             : what);
-  int32_t members = 0;
-  for (const auto& [id, n] : run->nodes) members += n.node_rank >= 0 ? 1 : 0;
-  if (static_cast<int32_t>(run->failures.size()) >= members) {
+  if (static_cast<int32_t>(run->failures.size()) >= run->members) {
     FinishWithEarliestFailure(*run, now, out);
   } else if (!run->failure_deadline) {
     run->failure_deadline = now + options_.failure_grace;
@@ -480,12 +500,12 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
   const bool active_member =
       run.state == RunState::kRunning && node.node_rank >= 0 && !node.succeeded;
   if (run.state == RunState::kRunning && node.succeeded) {
-    node.session = 0;  // Its part is done; keep the record for the all-succeeded check.
+    DetachSession(run, node);  // Its part is done; keep the record for the all-succeeded check.
     return;
   }
   const std::string lost = absl::StrCat("node ", node.node_id, " (", node.address, ") ", why);
   if (active_member) ++counters_.nodes_lost;
-  run.nodes.erase(it);
+  EraseNode(run, it);
   if (run.state == RunState::kClosed) return;
   if (!active_member) {
     Evaluate(run, now, out);
@@ -529,7 +549,7 @@ std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl
   auto n = run.nodes.find(ref.node_id);
   if (n == run.nodes.end() || n->second.session != session) return out;
   if (run.state == RunState::kClosed) {
-    n->second.session = 0;
+    DetachSession(run, n->second);
     return out;
   }
   LoseNode(run, ref.node_id, "was lost", now, out);

@@ -58,6 +58,9 @@ struct RoundStateOptions {
   // Field limits: a longer run id, node id or address is refused (INVALID_ARGUMENT).
   size_t max_id_bytes = 256;
   int32_t max_nodes_per_run = 100000;
+  // Nodes a run holds beyond its MAX (spares waiting for a place). One more join is refused
+  // (RESOURCE_EXHAUSTED), so a client flooding a run with joins cannot grow it without bound.
+  int32_t max_waiting_nodes_per_run = 1000;
 };
 
 class RoundStateMachine {
@@ -119,6 +122,11 @@ class RoundStateMachine {
     absl::Duration join_timeout;
     RunState state = RunState::kGathering;
     std::map<std::string, Node> nodes;  // By node id: members and waiting nodes.
+    // Kept in step with `nodes` so that a join or report costs O(log n), not O(n): a round of
+    // N nodes must not cost N^2.
+    int32_t connected = 0;  // Nodes with a session.
+    int32_t members = 0;    // Nodes with a rank (node_rank >= 0).
+    int32_t succeeded = 0;  // Members that reported success for the current round.
     int64_t round = -1;
     int32_t restart_count = 0;
     int32_t world_size = 0;
@@ -147,6 +155,10 @@ class RoundStateMachine {
 
   std::vector<Outgoing> JoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
   Node* NodeOf(SessionId session, Run** run);
+  // Removes a node from its run and from the run's counts.
+  void EraseNode(Run& run, std::map<std::string, Node>::iterator it);
+  // Ends a node's session (the node stays: closed run, or a member that finished its part).
+  void DetachSession(Run& run, Node& node);
   int32_t ConnectedCount(const Run& run) const;
   int32_t MemberCount(const Run& run) const;
   // `joined`: the session that just joined (it is told the count), or 0.

@@ -1,8 +1,9 @@
 #include "rendezvous/service.h"
 
-#include <deque>
+#include <list>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/host_port.h"
 #include "common/logging.h"
@@ -16,8 +17,8 @@ namespace dgt::rendezvous {
 class RendezvousService::SessionReactor final
     : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:
-  SessionReactor(RendezvousService* service, SessionId id, std::string peer)
-      : service_(service), id_(id), peer_(std::move(peer)) {
+  SessionReactor(RendezvousService* service, SessionId id, std::string peer, std::string peer_ip)
+      : service_(service), id_(id), peer_(std::move(peer)), peer_ip_(std::move(peer_ip)) {
     StartRead(&incoming_);
   }
 
@@ -67,6 +68,7 @@ class RendezvousService::SessionReactor final
   }
 
   const std::string& peer() const { return peer_; }
+  const std::string& peer_ip() const { return peer_ip_; }
 
  private:
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -85,9 +87,12 @@ class RendezvousService::SessionReactor final
   RendezvousService* service_;
   const SessionId id_;
   const std::string peer_;
+  const std::string peer_ip_;
   v1::AgentMessage incoming_;
   dgt::Mutex mu_;
-  std::deque<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
+  // A list, not a deque: an empty std::deque still holds a 512-byte block, 5 MB per 10,000
+  // sessions that mostly have nothing queued.
+  std::list<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -100,8 +105,24 @@ class RejectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1:
   void OnDone() override { delete this; }
 };
 
-RendezvousService::RendezvousService(RoundStateOptions options, std::string token)
-    : token_(std::move(token)), machine_(options) {
+namespace {
+
+// "ipv4:10.0.0.1:5000" → "10.0.0.1"; "ipv6:[::1]:5000" → "[::1]"; anything else as it is.
+std::string PeerIp(const std::string& peer) {
+  absl::string_view p(peer);
+  if (!absl::ConsumePrefix(&p, "ipv4:")) absl::ConsumePrefix(&p, "ipv6:");
+  if (p.size() != peer.size()) {
+    size_t colon = p.rfind(':');
+    if (colon != absl::string_view::npos) p = p.substr(0, colon);
+  }
+  return std::string(p.data(), p.size());
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(RoundStateOptions options, std::string token,
+                                     int max_sessions_per_peer)
+    : token_(std::move(token)), max_sessions_per_peer_(max_sessions_per_peer), machine_(options) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -110,6 +131,9 @@ RendezvousService::~RendezvousService() { Stop(); }
 void RendezvousService::Stop() {
   {
     dgt::MutexLock lock(&mu_);
+    if (!stopping_ && !sessions_.empty()) {
+      spdlog::info("rendezvous: shutting down; ending {} agent session(s)", sessions_.size());
+    }
     stopping_ = true;
     timer_cv_.SignalAll();
   }
@@ -131,15 +155,30 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
     return new RejectReactor(
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
+  std::string peer_ip = PeerIp(context->peer());
   dgt::MutexLock lock(&mu_);
+  int& open = sessions_per_peer_[peer_ip];
+  if (max_sessions_per_peer_ > 0 && open >= max_sessions_per_peer_) {
+    // One line per 1,000 refusals: a flood must not flood the log too.
+    if (refused_sessions_++ % 1000 == 0) {
+      spdlog::warn("rendezvous: refusing sessions from {}: {} open (--max-sessions-per-peer)",
+                   peer_ip, open);
+    }
+    return new RejectReactor(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("peer ", peer_ip, " already has ", open,
+                     " rendezvous sessions open (dgt-rendezvous --max-sessions-per-peer)")));
+  }
+  ++open;
   SessionId id = next_session_++;
-  auto* reactor = new SessionReactor(this, id, context->peer());
+  auto* reactor = new SessionReactor(this, id, context->peer(), std::move(peer_ip));
   sessions_[id] = reactor;
   return reactor;
 }
 
 void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
   dgt::MutexLock lock(&mu_);
+  if (stopping_) return;
   absl::Time now = absl::Now();
   switch (message.kind_case()) {
     case v1::AgentMessage::kJoin: {
@@ -172,6 +211,9 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
 
 void RendezvousService::OnSessionEnded(SessionId session) {
   dgt::MutexLock lock(&mu_);
+  // The service itself is shutting down and ending every stream: nodes are not lost, and no new
+  // round (or "stop your workers") must come of it.
+  if (stopping_) return;
   Dispatch(machine_.OnSessionClosed(session, absl::Now()));
   timer_cv_.SignalAll();  // A join deadline may have started.
 }
@@ -195,11 +237,17 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
 
 void RendezvousService::Unregister(SessionId session) {
   dgt::MutexLock lock(&mu_);
-  sessions_.erase(session);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  auto peer = sessions_per_peer_.find(it->second->peer_ip());
+  if (peer != sessions_per_peer_.end() && --peer->second <= 0) sessions_per_peer_.erase(peer);
+  sessions_.erase(it);
 }
 
 void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
   // One line per round (not per node): a round of 10,000 nodes must not log 10,000 lines.
+  int stops = 0;
+  std::string stop_reason;
   for (Outgoing& o : outgoing) {
     auto it = sessions_.find(o.session);
     if (it == sessions_.end()) continue;
@@ -216,11 +264,14 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
       spdlog::debug("rendezvous: run finished for {}: {}", it->second->peer(),
                     o.message.finished().message());
     } else if (o.message.has_stop()) {
-      spdlog::warn("rendezvous: stopping workers of {}: {}", it->second->peer(),
-                   o.message.stop().reason());
+      ++stops;
+      if (stops == 1) stop_reason = o.message.stop().reason();
     } else if (o.message.has_error()) {
       spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(), o.message.error().message());
     }
+  }
+  if (stops > 0) {
+    spdlog::warn("rendezvous: telling {} node(s) to stop their workers: {}", stops, stop_reason);
   }
   for (Outgoing& o : outgoing) {
     if (o.message.has_finished() && o.close) {
@@ -255,6 +306,8 @@ std::string RendezvousService::RenderMetrics() {
   };
   counter("dgt_rendezvous_joins_total", "Join requests received.", c.joins);
   counter("dgt_rendezvous_refused_joins_total", "Join requests refused.", c.refused_joins);
+  counter("dgt_rendezvous_refused_sessions_total",
+          "Session streams refused: too many open from one peer.", refused_sessions_);
   counter("dgt_rendezvous_rounds_total", "Rounds started.", c.rounds);
   counter("dgt_rendezvous_restarts_total", "Rounds started after a worker failure.", c.restarts);
   counter("dgt_rendezvous_nodes_lost_total", "Members lost while their round ran.", c.nodes_lost);
@@ -289,7 +342,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   auto credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
-  server->service_ = std::make_unique<RendezvousService>(options.rounds, options.token);
+  server->service_ = std::make_unique<RendezvousService>(options.rounds, options.token,
+                                                         options.max_sessions_per_peer);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *credentials, &server->port_);

@@ -28,8 +28,10 @@ namespace dgt::rendezvous {
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
   // `token`: when non-empty, every RPC must carry "authorization: Bearer <token>", else it fails
-  // with UNAUTHENTICATED.
-  explicit RendezvousService(RoundStateOptions options = {}, std::string token = "");
+  // with UNAUTHENTICATED. `max_sessions_per_peer`: when > 0, a Session stream from a peer address
+  // (IP, any port) that already has that many open fails with RESOURCE_EXHAUSTED.
+  explicit RendezvousService(RoundStateOptions options = {}, std::string token = "",
+                             int max_sessions_per_peer = 0);
   ~RendezvousService() override;
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* Session(
@@ -55,11 +57,15 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool Authorized(const grpc::CallbackServerContext* context) const;
 
   const std::string token_;
+  const int max_sessions_per_peer_;
   dgt::Mutex mu_;
   dgt::CondVar timer_cv_;
   RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(mu_);
   SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  // Open sessions by peer address (IP without port).
+  absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(mu_);
+  uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
 };
@@ -81,6 +87,9 @@ struct RendezvousServerOptions {
   std::string token;
   // "host:port" for Prometheus metrics over HTTP (GET /metrics); empty: off.
   std::string metrics_listen;
+  // Open Session streams allowed from one peer IP (RESOURCE_EXHAUSTED beyond); 0: no limit. One
+  // agent holds one stream per run, so a normal host needs a handful.
+  int max_sessions_per_peer = 1024;
 };
 
 class RendezvousServer {

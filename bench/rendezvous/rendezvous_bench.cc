@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct Shared {
   Clock::time_point last_join_written{};
   std::vector<Clock::time_point> round0_at;
   std::vector<Clock::time_point> round1_at;
+  // Streams that ended before the bench cancelled them, by status: a lost stream must not pass
+  // for a slow service.
+  std::map<std::string, int> early_ends;
 };
 
 class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
@@ -59,7 +63,10 @@ class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMes
     StartCall();
   }
 
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() {
+    cancelled_ = true;
+    context_.TryCancel();
+  }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
@@ -97,7 +104,13 @@ class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMes
     StartRead(&incoming_);
   }
 
-  void OnDone(const grpc::Status&) override {
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock s(&shared_->mu);
+      if (!cancelled_) {
+        ++shared_->early_ends[absl::StrCat(status.error_code(), " ", status.error_message())];
+      }
+    }
     absl::MutexLock lock(&mu_);
     done_ = true;
   }
@@ -121,6 +134,7 @@ class SimAgent : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServiceMes
   v1::ServiceMessage incoming_;
   absl::Mutex mu_;
   std::deque<v1::AgentMessage> queue_;
+  std::atomic<bool> cancelled_ = false;
   bool first_write_ = true;
   bool done_ = false;
 };
@@ -215,6 +229,13 @@ int main(int argc, char** argv) {
         if (i != victim) lat.push_back(Ms(shared.round1_at[i] - killed_at));
       }
       Percentiles("agent lost -> survivor has its new round", lat);
+    }
+  }
+  {
+    absl::MutexLock lock(&shared.mu);
+    for (const auto& [what, n] : shared.early_ends) {
+      std::printf("streams ended early: %d with status %s\n", n, what.c_str());
+      exit_code = 1;
     }
   }
   for (auto& s : sims) s->Cancel();

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Rendezvous benchmark: starts dgt-rendezvous on a free loopback port, runs N simulated agents
 # against it (bench/rendezvous/rendezvous_bench.cc), prints the figures and the service's peak RSS.
-# Usage: bench/rendezvous/run.sh [build_dir] [agents...]   (default: build 1000 5000)
+# Usage: bench/rendezvous/run.sh [build_dir] [agents...]   (default: build 1000 10000)
+# CHANNELS=N sets the TCP connections the agents share (default 100).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 shift || true
 COUNTS=("$@")
-[ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1000 5000)
+[ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1000 10000)
 for n in "${COUNTS[@]}"; do
   out=$(mktemp)
-  "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 >"$out" 2>/dev/null &
+  # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
+  "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 >"$out" 2>/dev/null &
   pid=$!
   for _ in $(seq 50); do grep -q "listening on port" "$out" && break; sleep 0.1; done
   port=$(grep -o 'port [0-9]*' "$out" | awk '{print $2}')
   echo "== $n agents"
   timeout 200 "$BUILD/bin/rendezvous_bench" --endpoint "127.0.0.1:$port" --agents "$n" \
-    --channels 100 --timeout-s 150 || echo "(benchmark failed for $n agents)"
+    --channels "${CHANNELS:-100}" --timeout-s 150 || echo "(benchmark failed for $n agents)"
   echo "service peak RSS: $(grep VmHWM /proc/$pid/status | awk '{print $2, $3}')"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -f "$out"

@@ -60,6 +60,16 @@ TEST(LaunchOptionsTest, RdzvConfTimeouts) {
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->join_timeout_s, 5);
   EXPECT_EQ(p.options->last_call_timeout_s, 2);
+  EXPECT_EQ(p.options->rdzv_is_host, std::optional<bool>(true));
+}
+
+TEST(LaunchOptionsTest, RdzvConfIsHost) {
+  auto unset = Parse({"--nnodes=1", kScript});
+  ASSERT_TRUE(unset.options.has_value()) << unset.output;
+  EXPECT_EQ(unset.options->rdzv_is_host, std::nullopt);
+  auto off = Parse({"--nnodes=1", "--rdzv-conf=is_host=False", kScript});
+  ASSERT_TRUE(off.options.has_value()) << off.output;
+  EXPECT_EQ(off.options->rdzv_is_host, std::optional<bool>(false));
 }
 
 TEST(LaunchOptionsTest, NprocGpuCountsVisibleDevices) {
@@ -112,6 +122,8 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--rdzv-backend=etcd", kScript},
        "dgt-run: error: --rdzv-backend=etcd is not supported: run dgt-rendezvous and pass its "
        "address with --rdzv-endpoint\n"},
+      {{"--rdzv-conf=is_host=maybe", kScript},
+       "dgt-run: error: --rdzv-conf is_host must be 1 or 0 (true or false), got 'maybe'\n"},
       {{"--rdzv-conf=join_timeout=-1", kScript},
        "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0, got '-1'\n"},
       {{"--standalone", "--nnodes=2", kScript},

@@ -34,8 +34,9 @@ def test_usage_errors(spawn, args, message):
 
 def test_endpoint_where_nothing_listens(spawn):
     start = time.monotonic()
+    # is_host=0: else this agent would host the service itself (the endpoint is this host's).
     p = spawn([BIN / "dgt-run", "--nnodes=2", "--rdzv-endpoint=127.0.0.1:1",
-               "--rdzv-connect-timeout=2", SCRIPT])
+               "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=2", SCRIPT])
     assert p.wait(timeout=30) == 1
     assert time.monotonic() - start < 10
     assert p.stderr.strip().splitlines()[-1] == (

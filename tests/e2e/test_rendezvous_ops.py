@@ -1,11 +1,12 @@
 """Operating the rendezvous service: dgt status, bearer tokens, TLS, Prometheus metrics."""
 import json
 import re
+import socket
 import subprocess
 import time
 import urllib.request
 
-from conftest import BIN, WORKERS
+from conftest import BIN, WORKERS, records
 
 SCRIPT = WORKERS / "print_env.py"
 
@@ -108,3 +109,37 @@ def test_metrics_endpoint(spawn, tmp_path):
     assert "\ndgt_rendezvous_joins_total 1\n" in text
     assert "\ndgt_rendezvous_runs_succeeded_total 1\n" in text
     assert 'dgt_rendezvous_runs{state="closed"} 1' in text
+
+
+def free_loopback_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_first_agent_hosts_the_rendezvous_c10d_style(spawn):
+    # No dgt-rendezvous: --rdzv-endpoint names this host and nothing listens there, so the first
+    # agent to bind the port hosts the service and the other joins it.
+    endpoint = f"127.0.0.1:{free_loopback_port()}"
+    agents = [spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=1",
+                     f"--rdzv-endpoint={endpoint}", "--rdzv-id=hosted", f"--node-id=node-{i}",
+                     "--rdzv-backend=c10d", WORKERS / "elastic_worker.py", "--steps", "3"],
+                    name=f"node-{i}") for i in range(2)]
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr
+    hosting = f"hosting the rendezvous service on {endpoint}"
+    assert sorted(hosting in a.stderr for a in agents) == [False, True]
+    for a in agents:
+        done = [r for r in records(a.stdout) if r["event"] == "done"]
+        assert len(done) == 1, a.stdout
+        assert done[0]["world_size"] == 2
+        assert done[0]["env"]["GROUP_WORLD_SIZE"] == "2"
+
+
+def test_is_host_1_where_a_service_already_listens_is_refused(spawn, rendezvous):
+    p = spawn([BIN / "dgt-run", "--nnodes=2", f"--rdzv-endpoint={rendezvous}",
+               "--rdzv-conf=is_host=1", SCRIPT])
+    assert p.wait(timeout=30) == 1
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"dgt-run: error: --rdzv-conf is_host=1, but {rendezvous} cannot be served here (not an "
+        "address of this host, or the port is in use)")

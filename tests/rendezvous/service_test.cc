@@ -2,6 +2,9 @@
 // health service and the Prometheus endpoint.
 #include "rendezvous/service.h"
 
+#include <thread>
+#include <vector>
+
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/raw_client.h"
@@ -139,6 +142,126 @@ TEST_F(ServiceTest, MetricsEndpointCountsJoins) {
   std::string not_found;
   while (auto chunk = other.Recv(1)) not_found += *chunk;
   EXPECT_NE(not_found.find("HTTP/1.1 404 Not Found"), std::string::npos) << not_found;
+}
+
+v1::AgentMessage FloodJoin(const std::string& run_id, const std::string& node_id, int nodes) {
+  v1::AgentMessage m = JoinMessage(node_id);
+  m.mutable_join()->set_run_id(run_id);
+  m.mutable_join()->set_min_nodes(nodes);
+  m.mutable_join()->set_max_nodes(nodes);
+  return m;
+}
+
+struct OpenSession {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServiceMessage>> stream;
+};
+
+std::unique_ptr<OpenSession> Open(v1::Rendezvous::Stub* stub) {
+  auto s = std::make_unique<OpenSession>();
+  s->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  s->stream = stub->Session(&s->ctx);
+  return s;
+}
+
+TEST(ServiceLimitsTest, SessionsBeyondThePerPeerLimitAreResourceExhausted) {
+  RendezvousServerOptions options;
+  options.max_sessions_per_peer = 2;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Rendezvous::NewStub(channel);
+  std::vector<std::unique_ptr<OpenSession>> open;
+  for (int i = 0; i < 2; ++i) {
+    open.push_back(Open(stub.get()));
+    ASSERT_TRUE(open.back()->stream->Write(FloodJoin("limited", absl::StrCat("n", i), 3)));
+    v1::ServiceMessage reply;
+    ASSERT_TRUE(open.back()->stream->Read(&reply));
+    EXPECT_EQ(reply.progress().joined_nodes(), i + 1);
+  }
+  auto third = Open(stub.get());
+  third->stream->Write(FloodJoin("limited", "n2", 3));
+  v1::ServiceMessage reply;
+  EXPECT_FALSE(third->stream->Read(&reply));
+  grpc::Status st = third->stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(),
+            "peer 127.0.0.1 already has 2 rendezvous sessions open (dgt-rendezvous "
+            "--max-sessions-per-peer)");
+
+  // One session ends: a new one is admitted (once the service has seen the end).
+  open[0]->ctx.TryCancel();
+  open[0]->stream->Finish();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool admitted = false;
+  while (!admitted && std::chrono::steady_clock::now() < deadline) {
+    auto again = Open(stub.get());
+    again->stream->Write(FloodJoin("limited", "n3", 3));
+    admitted = again->stream->Read(&reply);
+    if (admitted) {
+      EXPECT_EQ(reply.progress().joined_nodes(), 2);
+      again->ctx.TryCancel();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    again->stream->Finish();
+  }
+  EXPECT_TRUE(admitted);
+  for (auto& s : open) s->ctx.TryCancel();
+  for (size_t i = 1; i < open.size(); ++i) open[i]->stream->Finish();
+}
+
+TEST(ServiceLimitsTest, AJoinFloodIsCappedAndDoesNotStallOtherRuns) {
+  RendezvousServerOptions options;
+  options.max_sessions_per_peer = 0;
+  options.rounds.max_waiting_nodes_per_run = 100;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = absl::StrCat("127.0.0.1:", (*server)->port());
+  auto flood_stub =
+      v1::Rendezvous::NewStub(grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  // One bad client: 300 joins into a run of 50 nodes, as fast as it can write them.
+  std::vector<std::unique_ptr<OpenSession>> flood;
+  for (int i = 0; i < 300; ++i) {
+    flood.push_back(Open(flood_stub.get()));
+    flood.back()->stream->Write(FloodJoin("flood", absl::StrCat("f", 1000 + i), 50));
+  }
+  // Another run, on its own connection, is served meanwhile.
+  grpc::ChannelArguments args;
+  args.SetInt("dgt.test.other", 1);  // Distinct args: its own connection.
+  auto good_stub = v1::Rendezvous::NewStub(
+      grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext good_ctx;
+  good_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto good = good_stub->Session(&good_ctx);
+  ASSERT_TRUE(good->Write(FloodJoin("good", "g0", 1)));
+  v1::ServiceMessage reply;
+  ASSERT_TRUE(good->Read(&reply));
+  EXPECT_EQ(reply.assignment().run_id(), "good");
+  EXPECT_EQ(reply.assignment().node_rank(), 0);
+
+  int assigned = 0, waiting = 0, refused = 0;
+  for (auto& s : flood) {
+    ASSERT_TRUE(s->stream->Read(&reply));
+    if (reply.has_assignment()) ++assigned;
+    if (reply.has_progress()) ++waiting;
+    if (reply.has_error()) {
+      ++refused;
+      EXPECT_EQ(reply.error().code(), 8);  // RESOURCE_EXHAUSTED
+      EXPECT_EQ(reply.error().message(),
+                "run 'flood' already holds 150 nodes (MAX 50 and 100 waiting); try again when a "
+                "node leaves");
+    }
+  }
+  // The 50th join closes the round; a node's first message is its assignment or, for the ones
+  // that joined before it, the progress it got on joining.
+  EXPECT_EQ(assigned + waiting, 150);
+  EXPECT_EQ(refused, 150);
+  good_ctx.TryCancel();
+  good->Finish();
+  for (auto& s : flood) s->ctx.TryCancel();
+  for (auto& s : flood) s->stream->Finish();
 }
 
 TEST(RendezvousServerTest, BadOptionsAreReported) {
