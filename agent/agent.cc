@@ -130,6 +130,7 @@ absl::Status Agent::Prepare() {
     return PrepareStatic();
   }
 
+  std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
   if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
     auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
@@ -145,8 +146,7 @@ absl::Status Agent::Prepare() {
       return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
     rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
-    // c10d-style: the first agent of the endpoint's host serves it.
-    DGT_ASSIGN_OR_RETURN(embedded_rendezvous_, MaybeHostRendezvous(*ip, hp->port, options_));
+    host_candidate = HostPort{*ip, hp->port};
   }
 
   // MASTER_ADDR must be an address other nodes reach: --local-addr (resolved here), else the
@@ -184,6 +184,12 @@ absl::Status Agent::Prepare() {
     if (!t.ok())
       return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
     token = *t;
+  }
+  if (host_candidate) {
+    // c10d-style: the first agent of the endpoint's host serves it. After every flag is checked,
+    // so that a usage error does not start a service first.
+    DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
+                         MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
   auto session = RendezvousSession::Open(
       rdzv_endpoint_, absl::Seconds(options_.connect_timeout_s), tls, token,
