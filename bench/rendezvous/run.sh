@@ -2,7 +2,8 @@
 # Rendezvous benchmark: starts dgt-rendezvous on a free loopback port, runs N simulated agents
 # against it (bench/rendezvous/rendezvous_bench.cc), prints the figures and the service's peak RSS.
 # Usage: bench/rendezvous/run.sh [build_dir] [agents...]   (default: build 1000 10000)
-# CHANNELS=N sets the TCP connections the agents share (default 100).
+# CHANNELS=N sets the TCP connections the agents share (default 100). Then runs the torch 1.13
+# c10d anchor (bench/rendezvous/torch_c10d.py; SKIP_TORCH=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -23,3 +24,11 @@ for n in "${COUNTS[@]}"; do
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -f "$out"
 done
+# The anchor, in the same run: torch 1.13's c10d rendezvous with as many agents as it completes
+# within the bound (TORCH_AGENTS, default "10 50 100"; each N gives up after 100 s).
+if [ "${SKIP_TORCH:-0}" != 1 ]; then
+  echo "== torch 1.13 c10d rendezvous"
+  # shellcheck disable=SC2086
+  timeout 400 "${DGT_PYTHON:-/usr/bin/python3}" bench/rendezvous/torch_c10d.py \
+    --agents ${TORCH_AGENTS:-10 50 100} --bound 100 || echo "(torch anchor failed)"
+fi
