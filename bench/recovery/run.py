@@ -3,15 +3,22 @@
 in-place (policy `rank`: one replacement, survivors keep their process) versus a group restart
 (policy `group`: every worker killed and started again), same job, one run each per round.
 
-A 4-rank examples/allreduce_trainer job on Gloo over loopback. "Back" is the latest
-CLOCK_REALTIME at which a rank finished its first collective after the failure (the trainer
-prints it).
+A 4-rank examples/allreduce_trainer job on Gloo over loopback. Two measured quantities, both
+from the trainers' CLOCK_REALTIME EVENT lines:
+  - back in a collective: the latest time at which a member finished its first collective after
+    the failure (EVENT back);
+  - back at the pre-failure step: the time at which every member had completed, after its
+    recovery, the highest step any rank had completed before the kill (EVENT step; the trainer
+    checkpoints nothing, so a group restart redoes every step).
+With --launcher dgt-run it also prints the recovery's timeline (agent log line "recovery timeline
+of rank", trainers' EVENT timeline/failure/synced lines): when each milestone was reached, ms
+after the kill, latest rank, median over the rounds.
   --launcher dgt-run (default): the real launcher, a dgt-rendezvous and --nodes dgt-run agents x
       --nproc ranks (default 2 x 2); `--restart-policy rank` versus `--restart-policy group`
       (whose restart is a new rendezvous round on every node).
   --launcher harness: tests/e2e/recovery_harness.py plays the agent against `dgt store serve`
       and restarts at once (no agent, no rendezvous).
-    bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5]
+    bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5] [--kill-after 0.5]
 """
 import argparse
 import re
@@ -139,14 +146,14 @@ def timeline(job, since_ns, victim_pid):
     return out
 
 
-def one_dgt_run(mode, out_dir, nodes, nproc, steps):
+def one_dgt_run(mode, out_dir, nodes, nproc, steps, kill_after):
     policy = "group" if mode == "group" else "rank"
     job = DgtRunJob(out_dir, f"bench-{mode}", policy=policy,
                     mode="shrink" if mode == "shrink" else "replace", nodes=nodes, nproc=nproc,
                     steps=steps, step_ms=10)
     try:
         pids = job.joined_pids()
-        time.sleep(0.5)
+        time.sleep(kill_after)
         victim = job.world // 2
         t0 = job.kill_pid(pids[victim])
         members = job.world - 1 if mode == "shrink" else job.world
@@ -187,6 +194,8 @@ def main():
     ap.add_argument("--launcher", choices=["dgt-run", "harness"], default="dgt-run")
     ap.add_argument("--nodes", type=int, default=2, help="dgt-run agents (--launcher dgt-run)")
     ap.add_argument("--nproc", type=int, default=2, help="ranks per agent (--launcher dgt-run)")
+    ap.add_argument("--kill-after", type=float, default=0.5,
+                    help="seconds after every rank joined to SIGKILL one (--launcher dgt-run)")
     a = ap.parse_args()
     if a.launcher == "dgt-run":
         a.world = a.nodes * a.nproc
@@ -201,7 +210,8 @@ def main():
                 sub = Path(d) / f"{mode}-{i}"
                 sub.mkdir()
                 if a.launcher == "dgt-run":
-                    ms, redone, pf, tl = one_dgt_run(mode, sub, a.nodes, a.nproc, a.steps)
+                    ms, redone, pf, tl = one_dgt_run(mode, sub, a.nodes, a.nproc, a.steps,
+                                                     a.kill_after)
                     prefail[mode].append(pf)
                     steps[mode].append(tl)
                 else:
@@ -238,8 +248,13 @@ def main():
         for mode in modes:
             for tl in steps[mode]:
                 names += [n for n in tl if n not in names]
-        names.sort(key=lambda n: statistics.median(
-            [tl[n] for m in modes for tl in steps[m] if n in tl]))
+
+        def order(n):  # By the first policy that reached the milestone.
+            for i, m in enumerate(modes):
+                v = [tl[n] for tl in steps[m] if n in tl]
+                if v:
+                    return (i, statistics.median(v))
+        names.sort(key=order)
         print("| milestone | " + " | ".join(modes) + " |")
         print("| --- |" + " --- |" * len(modes))
         for n in names:
