@@ -675,9 +675,14 @@ void Agent::StartRound(int restart_count) {
     spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}", specs.size(),
                  restart_count);
   }
+  if (options_.restart_policy == RestartPolicy::kRank) {
+    // Connect now: a failure is then published without paying for a connection.
+    EnsurePublisher();
+    publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+  }
 }
 
-void Agent::RestartRank(const WorkerExit& e, int attempt) {
+absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
   auto spec = MakeSpec(e.local_rank, attempt);
   absl::StatusOr<pid_t> pid =
       spec.ok() ? workers_->StartOne(*spec) : absl::StatusOr<pid_t>(spec.status());
@@ -686,20 +691,26 @@ void Agent::RestartRank(const WorkerExit& e, int attempt) {
     first_failure_ = e;
     failures_.push_back(RecordFailure(e));
     StopWorkers();
-    return;
+    return absl::InfinitePast();
   }
+  const absl::Time started = absl::Now();
   spdlog::info(
       "dgt-run: restarted rank {} (local rank {}) as pid {} with "
       "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
       e.rank, e.local_rank, *pid, attempt, restarts_->restarts(), options_.max_restarts);
   PublishRestart(e.rank, attempt);
+  return started;
 }
 
-void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
+void Agent::EnsurePublisher() {
   if (!publisher_) {
     publisher_ = std::make_unique<FailurePublisher>(FailurePublisher::Options{},
                                                     FailurePublisher::ClientConnector());
   }
+}
+
+void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
+  EnsurePublisher();
   if (restart) ++pending_restarts_;
   WorkerGroup* group = workers_.get();
   const absl::Time start = absl::Now();
@@ -707,7 +718,8 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
       assignment_.master_addr, assignment_.master_port, e.rank,
       absl::StrCat("rank ", e.rank, " ", e.Describe()),
       [this, e, restart, attempt, group, start](absl::StatusOr<int> generation) {
-        asio::post(io_, [this, e, restart, attempt, group, start, generation] {
+        const absl::Time published = absl::Now();
+        asio::post(io_, [this, e, restart, attempt, group, start, published, generation] {
           if (generation.ok()) {
             spdlog::info(
                 "dgt-run: published the failure of rank {}: recovery generation {} ({} ms)", e.rank,
@@ -722,7 +734,15 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
           --pending_restarts_;
           if (state_ == State::kRunning && workers_.get() == group && !remote_outcome_ &&
               stop_signal_ == 0) {
-            RestartRank(e, attempt);
+            const absl::Time started = RestartRank(e, attempt);
+            if (started != absl::InfinitePast()) {
+              // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
+              spdlog::info(
+                  "dgt-run: recovery timeline of rank {}: exit_seen_ns={} publish_start_ns={} "
+                  "published_ns={} replacement_started_ns={}",
+                  e.rank, absl::ToUnixNanos(e.time), absl::ToUnixNanos(start),
+                  absl::ToUnixNanos(published), absl::ToUnixNanos(started));
+            }
           }
           if (state_ != State::kDone && workers_ && workers_->alive() == 0 &&
               pending_restarts_ == 0) {

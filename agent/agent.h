@@ -81,12 +81,15 @@ class Agent {
   void StartRound(int restart_count);
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
   absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
-  void RestartRank(const WorkerExit& exit, int attempt);
+  // Returns when the replacement was started (InfinitePast when it could not be).
+  absl::Time RestartRank(const WorkerExit& exit, int attempt);
   // Policy rank: publishes the failure of `exit`'s rank into the job's store (in-place recovery
   // keys, docs/RECOVERY.md); then, when `restart` (replace mode), starts its replacement with
   // TORCHELASTIC_RESTART_COUNT `attempt`. Publishing first means the replacement finds the new
   // generation already open, so the failure is not reported twice.
   void PublishFailure(const WorkerExit& exit, bool restart, int attempt);
+  // Creates publisher_ (policy rank) unless it exists.
+  void EnsurePublisher();
   // What follows once no local worker is alive and no replacement is pending.
   void OnAllWorkersExited();
   // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).

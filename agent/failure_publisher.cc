@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "dgt/store/client.h"
 #include "dgt/worker/recovery_keys.h"
 
@@ -40,6 +41,11 @@ void FailurePublisher::Publish(std::string host, int port, int rank, std::string
   queue_.push_back(Item{std::move(host), port, rank, std::move(reason), std::move(done)});
 }
 
+void FailurePublisher::Prepare(std::string host, int port) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(Item{std::move(host), port, -1, "", nullptr});
+}
+
 void FailurePublisher::Loop() {
   for (;;) {
     Item item;
@@ -51,9 +57,28 @@ void FailurePublisher::Loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (item.rank < 0) {
+      absl::Status s = Connect(item.host, item.port);
+      if (!s.ok()) spdlog::debug("dgt-run: failure publisher: {}", s.message());
+      continue;
+    }
     absl::StatusOr<int> result = PublishOne(item);
     if (item.done) item.done(std::move(result));
   }
+}
+
+absl::Status FailurePublisher::Connect(const std::string& host, int port) {
+  const std::string address = absl::StrCat(host, ":", port);
+  if (store_ != nullptr && store_address_ == address) return absl::OkStatus();
+  store_.reset();
+  auto store = connect_(host, port, options_.timeout);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("store at ", address, ": ", store.status().message()));
+  }
+  store_ = std::move(*store);
+  store_address_ = address;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> FailurePublisher::PublishOne(const Item& item) {
@@ -63,13 +88,7 @@ absl::StatusOr<int> FailurePublisher::PublishOne(const Item& item) {
   for (int attempt = reused ? 0 : 1; attempt < 2; ++attempt) {
     if (attempt == 1) {
       store_.reset();
-      auto store = connect_(item.host, item.port, options_.timeout);
-      if (!store.ok()) {
-        return absl::Status(store.status().code(),
-                            absl::StrCat("store at ", address, ": ", store.status().message()));
-      }
-      store_ = std::move(*store);
-      store_address_ = address;
+      if (absl::Status s = Connect(item.host, item.port); !s.ok()) return s;
     }
     absl::StatusOr<int> generation =
         worker::recovery::PublishRankFailure(*store_, options_.group, item.rank, item.reason);

@@ -50,16 +50,22 @@ class FailurePublisher {
   // Queues "rank `rank` failed (`reason`)" for the store at host:port.
   void Publish(std::string host, int port, int rank, std::string reason, Done done);
 
+  // Queues opening the connection to the store at host:port now, so that a later Publish() to
+  // it does not pay for connecting. Best effort: a failure is logged, and Publish() connects.
+  void Prepare(std::string host, int port);
+
  private:
   struct Item {
     std::string host;
     int port = 0;
-    int rank = 0;
+    int rank = 0;  // -1: only connect (Prepare).
     std::string reason;
     Done done;
   };
   void Loop();
   absl::StatusOr<int> PublishOne(const Item& item);
+  // Opens store_ to host:port unless it is open to that address already.
+  absl::Status Connect(const std::string& host, int port);
 
   const Options options_;
   const Connector connect_;

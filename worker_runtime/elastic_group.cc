@@ -40,10 +40,13 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
                                                                  StoreConnector connect,
                                                                  CommunicatorFactory& factory,
                                                                  ElasticGroupOptions options) {
+  const absl::Time started = absl::Now();
   DGT_ASSIGN_OR_RETURN(auto store, connect());
   DGT_ASSIGN_OR_RETURN(auto watch_store, connect());
   std::unique_ptr<ElasticGroup> g(new ElasticGroup(
       context, std::move(store), std::move(watch_store), factory, std::move(options)));
+  g->timeline_.started = started;
+  g->timeline_.connected = absl::Now();
   const std::string& group = g->options_.group;
   const std::string member_key = recovery::MemberKey(group, context.rank);
   DGT_ASSIGN_OR_RETURN(bool was_member, g->store_->Check({member_key}));
@@ -71,6 +74,7 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
   }
   std::vector<int> all(context.world_size);
   for (int r = 0; r < context.world_size; ++r) all[r] = r;
+  g->timeline_.opened = absl::Now();
   spdlog::info("rank {}: joining generation {}{}", context.rank, target,
                g->replacement_ ? " as a replacement" : "");
   for (int attempt = 1;; ++attempt) {
@@ -113,11 +117,13 @@ absl::Status ElasticGroup::Build(int target, std::vector<int> members,
   }
   DGT_RETURN_IF_ERROR(
       store_->Set(recovery::MemberKey(options_.group, context_.rank), absl::StrCat(target)));
+  timeline_.bootstrap = absl::Now();
   if (ready != nullptr) {
     comm_ = std::move(ready);
   } else {
     DGT_ASSIGN_OR_RETURN(comm_, factory_.Create(*store_, OptionsFor(target, members)));
   }
+  timeline_.built = absl::Now();
   members_ = std::move(members);
   pending_ = false;
   StartWatcher();
@@ -153,13 +159,21 @@ absl::StatusOr<std::vector<int>> ElasticGroup::ShrinkMembers(int target) {
   return out;
 }
 
+BuildTimeline ElasticGroup::last_build() const { return timeline_; }
+
 absl::StatusOr<Communicator*> ElasticGroup::Recover() {
   const int from = current_;
+  timeline_ = BuildTimeline{};
+  timeline_.started = absl::Now();
+  if (const int64_t noticed = noticed_ns_.load(); noticed != 0) {
+    timeline_.noticed = absl::FromUnixNanos(noticed);
+  }
   if (comm_) comm_->Abort("recovering");
   DGT_ASSIGN_OR_RETURN(int target,
                        recovery::OpenNextGeneration(
                            *store_, options_.group, from,
                            absl::StrCat("rank ", context_.rank, " left generation ", from)));
+  timeline_.opened = absl::Now();
   DGT_RETURN_IF_ERROR(store_->Set(recovery::AliveKey(options_.group, target, context_.rank), "1"));
   std::vector<int> members;
   if (options_.mode == RecoveryMode::kShrink) {
@@ -193,6 +207,7 @@ absl::StatusOr<Communicator*> ElasticGroup::Recover() {
 
 void ElasticGroup::StartWatcher() {
   stop_watch_ = false;
+  noticed_ns_ = 0;
   const int next = comm_->generation() + 1;
   Communicator* comm = comm_.get();
   watcher_ = std::thread([this, next, comm] {
@@ -200,6 +215,7 @@ void ElasticGroup::StartWatcher() {
     while (!stop_watch_.load()) {
       absl::Status s = watch_store_->Wait({key}, options_.watch_period);
       if (s.ok()) {
+        noticed_ns_ = absl::ToUnixNanos(absl::Now());
         pending_ = true;
         comm->Abort(absl::StrCat("generation ", next, " was opened"));
         return;

@@ -1,12 +1,16 @@
 #include "dgt/worker/gloo_communicator.h"
 
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -18,6 +22,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/tcp/loop.h"
 #include "gloo/transport/unbound_buffer.h"
 
 namespace dgt::worker {
@@ -62,6 +67,90 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   absl::Duration timeout_;
 };
 
+// Debian's Gloo (2022-05) runs a TCP device's I/O loop as epoll_wait(..., 10 ms) and a thread that
+// unregisters a descriptor from it waits for the loop's next turn: up to 10 ms each time, and it
+// happens on every pair a rank connects as the initiator (the pair drops its listening socket)
+// and on every pair and device closed. A LoopWaker, registered with the device's loop, makes the
+// loop turn every kPeriod while Start()ed, so those waits end at once. Destroy it after the
+// device (closing its eventfd leaves the loop's epoll set).
+class LoopWaker final : public gloo::transport::tcp::Handler {
+ public:
+  static constexpr absl::Duration kPeriod = absl::Microseconds(200);
+
+  // nullptr when `device` is not Gloo's TCP device or no eventfd could be made (then the loop
+  // turns at its own pace: slower, still correct).
+  static std::unique_ptr<LoopWaker> Create(gloo::transport::Device& device) {
+    auto* tcp = dynamic_cast<gloo::transport::tcp::Device*>(&device);
+    if (tcp == nullptr) return nullptr;
+    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return nullptr;
+    std::unique_ptr<LoopWaker> w(new LoopWaker(fd));
+    tcp->registerDescriptor(fd, EPOLLIN, w.get());
+    return w;
+  }
+  ~LoopWaker() override {
+    Stop();
+    ::close(fd_);
+  }
+
+  // Called by the loop's thread: consume the wake-ups.
+  void handleEvents(int /*events*/) override {
+    uint64_t n = 0;
+    [[maybe_unused]] ssize_t r = ::read(fd_, &n, sizeof(n));
+  }
+
+  // Wakes the loop every kPeriod until Stop().
+  void Start() {
+    if (thread_.joinable()) return;
+    {
+      dgt::MutexLock lock(&mu_);
+      stop_ = false;
+    }
+    thread_ = std::thread([this] {
+      const uint64_t one = 1;
+      dgt::MutexLock lock(&mu_);
+      while (!stop_) {
+        [[maybe_unused]] ssize_t r = ::write(fd_, &one, sizeof(one));
+        cv_.WaitWithDeadline(&mu_, absl::Now() + kPeriod);
+      }
+    });
+  }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      dgt::MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.Signal();
+    }
+    thread_.join();
+  }
+
+ private:
+  explicit LoopWaker(int fd) : fd_(fd) {}
+
+  const int fd_;
+  dgt::Mutex mu_;
+  dgt::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Starts `waker` (may be null) for a scope.
+class WakeScope {
+ public:
+  explicit WakeScope(LoopWaker* waker) : waker_(waker) {
+    if (waker_ != nullptr) waker_->Start();
+  }
+  ~WakeScope() {
+    if (waker_ != nullptr) waker_->Stop();
+  }
+  WakeScope(const WakeScope&) = delete;
+  WakeScope& operator=(const WakeScope&) = delete;
+
+ private:
+  LoopWaker* const waker_;
+};
+
 absl::Status FromException(const std::exception& e, absl::string_view what) {
   const std::string msg = absl::StrCat(what, ": ", e.what());
   if (absl::StrContains(e.what(), "Timed out") || absl::StrContains(e.what(), "DEADLINE_EXCEEDED"))
@@ -96,15 +185,23 @@ void Reduce(absl::Span<T> out, const std::vector<std::vector<char>>& all, Reduce
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const CommunicatorOptions& options,
+  GlooCommunicator(const CommunicatorOptions& options, std::unique_ptr<LoopWaker> waker,
                    std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::rendezvous::Context> context)
-      : options_(options), device_(std::move(device)), context_(std::move(context)) {}
+      : options_(options),
+        waker_(std::move(waker)),
+        device_(std::move(device)),
+        context_(std::move(context)) {}
 
   ~GlooCommunicator() override {
     // Close sockets before the device's loop goes away.
     try {
+      // Closing pairs and the device waits for turns of the device's loop: keep it turning.
+      WakeScope wake(waker_.get());
       context_.reset();
+      // The buffers of failed operations hold the transport context: it closes with them. Their
+      // memory (graveyard_data_) lives until after the device is gone.
+      graveyard_buffers_.clear();
       device_.reset();
     } catch (const std::exception& e) {
       spdlog::warn("gloo: closing generation {}: {}", options_.generation, e.what());
@@ -245,6 +342,8 @@ class GlooCommunicator final : public Communicator {
   }
 
   const CommunicatorOptions options_;
+  // Outlives the device (declared before it).
+  std::unique_ptr<LoopWaker> waker_;
   // Buffers of failed operations; declared before the context so that they are destroyed after
   // it (members are destroyed in reverse order).
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> graveyard_buffers_;
@@ -277,15 +376,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options_.hostname;
+    std::unique_ptr<LoopWaker> waker;  // Destroyed after the device, also on errors.
     auto device = gloo::transport::tcp::CreateDevice(attr);
+    waker = LoopWaker::Create(*device);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(ToMs(options.init_timeout));
     store::PrefixStore prefixed(options.key_prefix, store);
     GlooStoreAdapter adapter(prefixed, options.init_timeout);
-    context->connectFullMesh(adapter, device);
+    {
+      WakeScope wake(waker.get());
+      context->connectFullMesh(adapter, device);
+    }
     context->setTimeout(ToMs(options.op_timeout));
-    return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(options, std::move(device), std::move(context)));
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
+        options, std::move(waker), std::move(device), std::move(context)));
   } catch (const std::exception& e) {
     return FromException(e, absl::StrCat("gloo bootstrap of generation ", options.generation,
                                          " rank ", options.rank, "/", options.size));

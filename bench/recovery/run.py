@@ -3,17 +3,25 @@
 in-place (policy `rank`: one replacement, survivors keep their process) versus a group restart
 (policy `group`: every worker killed and started again), same job, one run each per round.
 
-A 4-rank examples/allreduce_trainer job on Gloo over loopback. "Back" is the latest
-CLOCK_REALTIME at which a rank finished its first collective after the failure (the trainer
-prints it).
+A 4-rank examples/allreduce_trainer job on Gloo over loopback. Two measured quantities, both
+from the trainers' CLOCK_REALTIME EVENT lines:
+  - back in a collective: the latest time at which a member finished its first collective after
+    the failure (EVENT back);
+  - back at the pre-failure step: the time at which every member had completed, after its
+    recovery, the highest step any rank had completed before the kill (EVENT step; the trainer
+    checkpoints nothing, so a group restart redoes every step).
+With --launcher dgt-run it also prints the recovery's timeline (agent log line "recovery timeline
+of rank", trainers' EVENT timeline/failure/synced lines): when each milestone was reached, ms
+after the kill, latest rank, median over the rounds.
   --launcher dgt-run (default): the real launcher, a dgt-rendezvous and --nodes dgt-run agents x
       --nproc ranks (default 2 x 2); `--restart-policy rank` versus `--restart-policy group`
       (whose restart is a new rendezvous round on every node).
   --launcher harness: tests/e2e/recovery_harness.py plays the agent against `dgt store serve`
       and restarts at once (no agent, no rendezvous).
-    bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5]
+    bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5] [--kill-after 0.5]
 """
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -69,14 +77,83 @@ def one(mode, out_dir, world, steps):
         job.close()
 
 
-def one_dgt_run(mode, out_dir, nodes, nproc, steps):
+def back_at_prefailure_step(events, since_ns, members):
+    """Measured, not derived: (H, ms) where H is the highest step any rank had completed before
+    the kill (SIGKILL at since_ns) and ms the time from the kill until every member of the job
+    after it had completed step H again, counting only steps done after its recovery (a process
+    started after the kill, or a survivor in a later generation than before the kill).
+
+    events: [(rank, kind, fields)] with the trainer's `EVENT step` lines."""
+    steps = [(r, f) for r, k, f in events if k == "step"]
+    before = [(r, f) for r, f in steps if int(f["t_ns"]) < since_ns]
+    high = max(int(f["step"]) for _, f in before)
+    gen_before = {}  # pid -> generation of its last step before the kill
+    for _, f in before:
+        gen_before[f["pid"]] = max(gen_before.get(f["pid"], -1), int(f["generation"]))
+    reached = {}
+    for r, f in steps:
+        t = int(f["t_ns"])
+        if r not in members or t <= since_ns or int(f["step"]) < high:
+            continue
+        pid = f["pid"]
+        if pid in gen_before and int(f["generation"]) <= gen_before[pid]:
+            continue  # Finished in the old generation, before noticing the failure.
+        reached[r] = min(reached.get(r, t), t)
+    if set(reached) != set(members):
+        raise RuntimeError(f"members {sorted(set(members) - set(reached))} never got back to "
+                           f"step {high}")
+    return high, (max(reached.values()) - since_ns) / 1e6
+
+
+AGENT_TIMELINE = re.compile(r"recovery timeline of rank (\d+): exit_seen_ns=(\d+) "
+                            r"publish_start_ns=(\d+) published_ns=(\d+) "
+                            r"replacement_started_ns=(\d+)")
+
+
+def timeline(job, since_ns, victim_pid):
+    """Milestones of one recovery, ms after the kill (latest over the ranks concerned)."""
+    out = {}
+    for i in range(job.nodes):
+        m = AGENT_TIMELINE.search(job.stderr(i))
+        if m:
+            names = ["agent: exit seen", "agent: publish start", "agent: failure published",
+                     "agent: replacement forked"]
+            for name, v in zip(names, m.groups()[1:]):
+                out[name] = (int(v) - since_ns) / 1e6
+    ev = job.events()
+    old_pids = {f["pid"] for r, k, f in ev if k == "joined" and int(f["t_ns"]) < since_ns}
+    old_pids.discard(str(victim_pid))
+
+    def latest(name, values):
+        values = [v for v in values if v > since_ns]
+        if values:
+            out[name] = (max(values) - since_ns) / 1e6
+
+    after = [(r, k, f) for r, k, f in ev if k in ("timeline", "failure", "synced", "back")]
+    tl_old = [f for r, k, f in after if k == "timeline" and f["pid"] in old_pids]
+    tl_new = [f for r, k, f in after if k == "timeline" and f["pid"] not in old_pids]
+    latest("survivors: watcher woke", [int(f["noticed_ns"]) for f in tl_old])
+    latest("survivors: collective aborted",
+           [int(f["t_ns"]) for r, k, f in after if k == "failure" and f["pid"] in old_pids])
+    latest("new process: main()", [int(f["main_ns"]) for f in tl_new])
+    latest("new process: store connected", [int(f["connected_ns"]) for f in tl_new])
+    tl = [f for f in tl_old + tl_new if int(f["built_ns"]) > since_ns]
+    latest("all: generation known", [int(f["opened_ns"]) for f in tl])
+    latest("all: bootstrap started", [int(f["bootstrap_ns"]) for f in tl])
+    latest("all: communicator built", [int(f["built_ns"]) for f in tl])
+    latest("all: state synced", [int(f["t_ns"]) for r, k, f in after if k == "synced"])
+    latest("all: back in a collective", [int(f["t_ns"]) for r, k, f in after if k == "back"])
+    return out
+
+
+def one_dgt_run(mode, out_dir, nodes, nproc, steps, kill_after):
     policy = "group" if mode == "group" else "rank"
     job = DgtRunJob(out_dir, f"bench-{mode}", policy=policy,
                     mode="shrink" if mode == "shrink" else "replace", nodes=nodes, nproc=nproc,
                     steps=steps, step_ms=10)
     try:
         pids = job.joined_pids()
-        time.sleep(0.5)
+        time.sleep(kill_after)
         victim = job.world // 2
         t0 = job.kill_pid(pids[victim])
         members = job.world - 1 if mode == "shrink" else job.world
@@ -101,7 +178,10 @@ def one_dgt_run(mode, out_dir, nodes, nproc, steps):
         else:
             joined = [int(f["t_ns"]) for r, k, f in job.events() if r == victim and k == "joined"]
             redone = int((t0 - joined[0]) / 1e6 / job.step_ms)
-        return (t1 - t0) / 1e6, redone
+        _, prefail_ms = back_at_prefailure_step(job.events(), t0, set(done))
+        steps = timeline(job, t0, pids[victim])
+        steps["all: back at the pre-failure step"] = prefail_ms
+        return (t1 - t0) / 1e6, redone, prefail_ms, steps
     finally:
         job.close()
 
@@ -114,19 +194,26 @@ def main():
     ap.add_argument("--launcher", choices=["dgt-run", "harness"], default="dgt-run")
     ap.add_argument("--nodes", type=int, default=2, help="dgt-run agents (--launcher dgt-run)")
     ap.add_argument("--nproc", type=int, default=2, help="ranks per agent (--launcher dgt-run)")
+    ap.add_argument("--kill-after", type=float, default=0.5,
+                    help="seconds after every rank joined to SIGKILL one (--launcher dgt-run)")
     a = ap.parse_args()
     if a.launcher == "dgt-run":
         a.world = a.nodes * a.nproc
     modes = ["in-place", "group"] + (["shrink"] if a.launcher == "dgt-run" else [])
     res = {m: [] for m in modes}
     lost = {m: [] for m in modes}
+    prefail = {m: [] for m in modes}
+    steps = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as d:
         for i in range(a.rounds):
             for mode in res:
                 sub = Path(d) / f"{mode}-{i}"
                 sub.mkdir()
                 if a.launcher == "dgt-run":
-                    ms, redone = one_dgt_run(mode, sub, a.nodes, a.nproc, a.steps)
+                    ms, redone, pf, tl = one_dgt_run(mode, sub, a.nodes, a.nproc, a.steps,
+                                                     a.kill_after)
+                    prefail[mode].append(pf)
+                    steps[mode].append(tl)
                 else:
                     ms, redone = one(mode, sub, a.world, a.steps)
                 res[mode].append(ms)
@@ -142,9 +229,44 @@ def main():
         print(f"| {mode} | {statistics.median(v):.1f} | {min(v):.1f} | {max(v):.1f} | "
               f"{redone:g} | {statistics.median(v) + redone * 10:.0f} |")
     ratio = statistics.median(res["group"]) / statistics.median(res["in-place"])
-    print(f"group / in-place (medians): {ratio:.2f}x")
-    derived = [statistics.median(res[m]) + statistics.median(lost[m]) * 10 for m in modes]
-    print(f"group / in-place (back at the failed step, derived): {derived[1] / derived[0]:.2f}x")
+    print(f"group / in-place (back in a collective, medians): {ratio:.2f}x")
+    if a.launcher == "dgt-run":
+        print()
+        print("measured: ms from SIGKILL until every member completed the highest step any rank "
+              "had completed before the kill (EVENT step lines)")
+        print("| policy | median ms | min ms | max ms |")
+        print("| --- | --- | --- | --- |")
+        for mode, v in prefail.items():
+            print(f"| {mode} | {statistics.median(v):.1f} | {min(v):.1f} | {max(v):.1f} |")
+        ratio = statistics.median(prefail["group"]) / statistics.median(prefail["in-place"])
+        print(f"group / in-place (back at the pre-failure step, measured, medians): "
+              f"{ratio:.2f}x")
+        print()
+        print("timeline: median ms after the SIGKILL at which each milestone was reached "
+              "(latest rank)")
+        names = []
+        for mode in modes:
+            for tl in steps[mode]:
+                names += [n for n in tl if n not in names]
+
+        def order(n):  # By the first policy that reached the milestone.
+            for i, m in enumerate(modes):
+                v = [tl[n] for tl in steps[m] if n in tl]
+                if v:
+                    return (i, statistics.median(v))
+        names.sort(key=order)
+        print("| milestone | " + " | ".join(modes) + " |")
+        print("| --- |" + " --- |" * len(modes))
+        for n in names:
+            cells = []
+            for mode in modes:
+                v = [tl[n] for tl in steps[mode] if n in tl]
+                cells.append(f"{statistics.median(v):.1f}" if v else "-")
+            print(f"| {n} | " + " | ".join(cells) + " |")
+    else:
+        derived = [statistics.median(res[m]) + statistics.median(lost[m]) * 10 for m in modes]
+        print(f"group / in-place (back at the failed step, derived): "
+              f"{derived[1] / derived[0]:.2f}x")
 
 
 if __name__ == "__main__":

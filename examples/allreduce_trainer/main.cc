@@ -42,6 +42,20 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+long long Ns(absl::Time t) {
+  return t == absl::InfinitePast() ? 0 : static_cast<long long>(absl::ToUnixNanos(t));
+}
+
+// When the last Join()/Recover() went through its steps (0: a step that did not happen).
+void PrintTimeline(const ElasticGroup& g, int rank, long pid, int64_t main_ns) {
+  const dgt::worker::BuildTimeline t = g.last_build();
+  std::printf(
+      "EVENT timeline rank=%d pid=%ld generation=%d main_ns=%lld noticed_ns=%lld started_ns=%lld "
+      "connected_ns=%lld opened_ns=%lld bootstrap_ns=%lld built_ns=%lld\n",
+      rank, pid, g.generation(), static_cast<long long>(main_ns), Ns(t.noticed), Ns(t.started),
+      Ns(t.connected), Ns(t.opened), Ns(t.bootstrap), Ns(t.built));
+}
+
 struct State {
   bool has_state = false;            // False in a fresh replacement until it synced.
   int64_t completed = 0;             // Steps done.
@@ -51,32 +65,33 @@ struct State {
 // After a (re)build: agree on the step to resume from and hand the total to fresh members.
 absl::Status Sync(ElasticGroup& g, State& st) {
   auto& c = g.comm();
-  int64_t resume[1] = {st.has_state ? st.completed : kNoState};
-  if (auto s = c.AllReduce(absl::MakeSpan(resume), ReduceOp::kMin); !s.ok()) return s;
-  if (resume[0] == kNoState) {  // Nobody has state (a group restart): start over.
+  // One all-reduce: [0] the step to resume from, [1] the first member with state (the root).
+  int64_t agreed[2] = {st.has_state ? st.completed : kNoState, st.has_state ? c.rank() : kNoState};
+  if (auto s = c.AllReduce(absl::MakeSpan(agreed), ReduceOp::kMin); !s.ok()) return s;
+  const int64_t resume = agreed[0];
+  if (resume == kNoState) {  // Nobody has state (a group restart): start over.
     st = State{true, 0, {{0, 0}}};
     return absl::OkStatus();
   }
-  int64_t root[1] = {st.has_state ? c.rank() : kNoState};
-  if (auto s = c.AllReduce(absl::MakeSpan(root), ReduceOp::kMin); !s.ok()) return s;
   int64_t total[1] = {0};
   if (st.has_state) {
-    auto it = st.total.find(resume[0]);
+    auto it = st.total.find(resume);
     if (it == st.total.end()) {
-      return absl::InternalError(absl::StrCat("no total kept for step ", resume[0]));
+      return absl::InternalError(absl::StrCat("no total kept for step ", resume));
     }
     total[0] = it->second;
   }
-  if (auto s = c.Broadcast(absl::MakeSpan(total), static_cast<int>(root[0])); !s.ok()) return s;
+  if (auto s = c.Broadcast(absl::MakeSpan(total), static_cast<int>(agreed[1])); !s.ok()) return s;
   st.has_state = true;
-  st.completed = resume[0];
-  st.total = {{resume[0], total[0]}};
+  st.completed = resume;
+  st.total = {{resume, total[0]}};
   return absl::OkStatus();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const int64_t main_ns = NowNs();
   CLI::App app{"allreduce_trainer: an all-reduce loop that survives the loss of a rank"};
   int64_t steps = 200;
   int step_ms = 10;
@@ -127,6 +142,7 @@ int main(int argc, char** argv) {
   int recoveries = 0;
   std::printf("EVENT joined rank=%d pid=%ld generation=%d replacement=%d t_ns=%lld\n", rank, pid,
               g.generation(), g.is_replacement() ? 1 : 0, static_cast<long long>(NowNs()));
+  PrintTimeline(g, rank, pid, main_ns);
   std::fflush(stdout);
 
   while (st.completed < steps || need_sync) {
@@ -136,9 +152,9 @@ int main(int argc, char** argv) {
       s = Sync(g, st);
       if (s.ok()) {
         need_sync = false;
-        std::printf("EVENT synced rank=%d pid=%ld generation=%d members=%s resume=%lld\n", rank,
-                    pid, g.generation(), absl::StrJoin(g.members(), ",").c_str(),
-                    static_cast<long long>(st.completed));
+        std::printf("EVENT synced rank=%d pid=%ld generation=%d members=%s resume=%lld t_ns=%lld\n",
+                    rank, pid, g.generation(), absl::StrJoin(g.members(), ",").c_str(),
+                    static_cast<long long>(st.completed), static_cast<long long>(NowNs()));
         std::fflush(stdout);
         continue;
       }
@@ -154,9 +170,9 @@ int main(int argc, char** argv) {
                      s.ToString().c_str());
         return 1;
       }
-      std::printf("EVENT failure rank=%d pid=%ld generation=%d step=%lld error=\"%s\"\n", rank, pid,
-                  g.generation(), static_cast<long long>(st.completed),
-                  std::string(s.message()).c_str());
+      std::printf("EVENT failure rank=%d pid=%ld generation=%d step=%lld t_ns=%lld error=\"%s\"\n",
+                  rank, pid, g.generation(), static_cast<long long>(st.completed),
+                  static_cast<long long>(NowNs()), std::string(s.message()).c_str());
       std::fflush(stdout);
       auto c = g.Recover();
       while (!c.ok()) {
@@ -165,6 +181,8 @@ int main(int argc, char** argv) {
         if (++recoveries > max_recoveries) return 1;
         c = g.Recover();
       }
+      PrintTimeline(g, rank, pid, main_ns);
+      std::fflush(stdout);
       need_sync = true;
       report_back = true;
       continue;
@@ -189,6 +207,11 @@ int main(int argc, char** argv) {
     const int64_t prev = st.total.rbegin()->second;
     ++st.completed;
     st.total[st.completed] = prev + sum[0];
+    // Every completed step, timed: what a failure costs in progress is measured from these.
+    std::printf("EVENT step rank=%d pid=%ld generation=%d step=%lld t_ns=%lld\n", rank, pid,
+                g.generation(), static_cast<long long>(st.completed),
+                static_cast<long long>(NowNs()));
+    std::fflush(stdout);
     while (st.total.size() > 16) st.total.erase(st.total.begin());
     if (step_ms > 0) absl::SleepFor(absl::Milliseconds(step_ms));
   }

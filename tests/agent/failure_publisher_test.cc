@@ -86,6 +86,33 @@ TEST(FailurePublisherTest, OpensTheNextGenerationAndListsTheRank) {
   EXPECT_EQ(connects, std::vector<std::string>{"10.0.0.1:29500 5s"});
 }
 
+TEST(FailurePublisherTest, PrepareConnectsAheadAndPublishReusesIt) {
+  store::MemoryStore mem;
+  absl::Notification connected;
+  std::vector<std::string> connects;
+  FailurePublisher p({},
+                     [&](const std::string& host, int port,
+                         absl::Duration) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+                       connects.push_back(absl::StrCat(host, ":", port));
+                       if (!connected.HasBeenNotified()) connected.Notify();
+                       return std::make_unique<Borrowed>(&mem);
+                     });
+  p.Prepare("10.0.0.1", 29500);
+  // Connected before any failure.
+  ASSERT_TRUE(connected.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(mem.Set(recovery::MemberKey("world", 1), "0").ok());
+  auto g = PublishAndWait(p, "10.0.0.1", 29500, 1);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 1);
+  EXPECT_EQ(*mem.Get(recovery::OpenKey("world", 1)), "SIGKILL");
+  // A store at another address: connected anew.
+  ASSERT_TRUE(mem.Set(recovery::MemberKey("world", 0), "1").ok());
+  g = PublishAndWait(p, "10.0.0.2", 29501, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 2);
+  EXPECT_EQ(connects, (std::vector<std::string>{"10.0.0.1:29500", "10.0.0.2:29501"}));
+}
+
 TEST(FailurePublisherTest, ConnectErrorsNameTheStore) {
   FailurePublisher p(
       {"world", absl::Milliseconds(50)},

@@ -145,6 +145,39 @@ TEST(ElasticGroupTest, WatcherAbortsASurvivorThatIsNotInACollective) {
   EXPECT_TRUE(groups[0]->comm().aborted());
 }
 
+TEST(ElasticGroupTest, LastBuildTimesJoinAndRecoverInOrder) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  const absl::Time before = absl::Now();
+  auto groups = JoinAll(2, store, factory, Fast(RecoveryMode::kShrink));
+  for (const auto& g : groups) {
+    const BuildTimeline t = g->last_build();
+    EXPECT_EQ(t.noticed, absl::InfinitePast());  // Nothing to notice at a first join.
+    EXPECT_LE(before, t.started);
+    EXPECT_LE(t.started, t.connected);
+    EXPECT_LE(t.connected, t.opened);
+    EXPECT_LE(t.opened, t.bootstrap);
+    EXPECT_LE(t.bootstrap, t.built);
+  }
+  // Rank 1 is reported failed; rank 0's watcher notices, then rank 0 recovers alone.
+  const absl::Time published = absl::Now();
+  ASSERT_TRUE(recovery::PublishRankFailure(store, "world", 1, "test").ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!groups[0]->recovery_pending() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(groups[0]->recovery_pending());
+  auto c = groups[0]->Recover();
+  ASSERT_TRUE(c.ok()) << c.status();
+  const BuildTimeline t = groups[0]->last_build();
+  EXPECT_LE(published, t.noticed);
+  EXPECT_LE(t.noticed, t.started);
+  EXPECT_EQ(t.connected, absl::InfinitePast());  // Recover() keeps its connections.
+  EXPECT_LE(t.started, t.opened);
+  EXPECT_LE(t.opened, t.bootstrap);
+  EXPECT_LE(t.bootstrap, t.built);
+}
+
 TEST(ElasticGroupTest, ShrinkContinuesWithRenumberedSurvivors) {
   store::MemoryStore store;
   GlooCommunicatorFactory factory;

@@ -60,6 +60,17 @@ struct ElasticGroupOptions {
   absl::Duration watch_period = absl::Milliseconds(500);
 };
 
+// When the steps of the last Join() or Recover() happened (wall clock), for benchmarks and
+// logs. A step that did not happen is absl::InfinitePast().
+struct BuildTimeline {
+  absl::Time noticed = absl::InfinitePast();    // The watcher saw the next generation open.
+  absl::Time started = absl::InfinitePast();    // Join()/Recover() was called.
+  absl::Time connected = absl::InfinitePast();  // Join(): the store connections were open.
+  absl::Time opened = absl::InfinitePast();     // The generation to build was known.
+  absl::Time bootstrap = absl::InfinitePast();  // The communicator's bootstrap began.
+  absl::Time built = absl::InfinitePast();      // The communicator was ready.
+};
+
 class ElasticGroup {
  public:
   // Joins the job: generation 0 for a fresh start; for a process whose rank was a member before
@@ -98,6 +109,9 @@ class ElasticGroup {
   // failed.
   absl::StatusOr<Communicator*> Recover();
 
+  // The steps of the last Join() or Recover() (trainer thread only).
+  BuildTimeline last_build() const;
+
  private:
   ElasticGroup(const Context& context, std::unique_ptr<store::Store> store,
                std::unique_ptr<store::Store> watch_store, CommunicatorFactory& factory,
@@ -121,6 +135,8 @@ class ElasticGroup {
   bool replacement_ = false;
   int current_ = 0;  // The generation last built (or attempted).
   std::atomic<bool> pending_{false};
+  BuildTimeline timeline_;              // Owned by the trainer thread.
+  std::atomic<int64_t> noticed_ns_{0};  // Set by the watcher; 0: not yet.
   std::atomic<bool> stop_watch_{false};
   std::thread watcher_;
 };
