@@ -717,7 +717,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
   publisher_->Publish(
       assignment_.master_addr, assignment_.master_port, e.rank,
       absl::StrCat("rank ", e.rank, " ", e.Describe()),
-      [this, e, restart, attempt, group, start](absl::StatusOr<int> generation) {
+      [this, e, restart, attempt, group, start](const absl::StatusOr<int>& generation) {
         const absl::Time published = absl::Now();
         asio::post(io_, [this, e, restart, attempt, group, start, published, generation] {
           if (generation.ok()) {

@@ -37,7 +37,7 @@ ElasticGroup::ElasticGroup(const Context& context, std::unique_ptr<store::Store>
 ElasticGroup::~ElasticGroup() { StopWatcher(); }
 
 absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& context,
-                                                                 StoreConnector connect,
+                                                                 const StoreConnector& connect,
                                                                  CommunicatorFactory& factory,
                                                                  ElasticGroupOptions options) {
   const absl::Time started = absl::Now();

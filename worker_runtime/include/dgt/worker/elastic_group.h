@@ -80,7 +80,7 @@ class ElasticGroup {
   // init_timeout is left for the next one, up to join_attempts generations.
   // Errors: those of CommunicatorFactory::Create and of the store.
   static absl::StatusOr<std::unique_ptr<ElasticGroup>> Join(const Context& context,
-                                                            StoreConnector connect,
+                                                            const StoreConnector& connect,
                                                             CommunicatorFactory& factory,
                                                             ElasticGroupOptions options = {});
   ~ElasticGroup();
