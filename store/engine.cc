@@ -1,6 +1,7 @@
 #include "store/engine.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -9,8 +10,10 @@
 namespace dgt::store {
 
 void Engine::Set(absl::string_view key, absl::string_view value) {
-  values_[key] = std::string(value);
-  KeyBecamePresent(key);
+  // assign() reuses the stored string's capacity: a SET that replaces a value allocates nothing.
+  auto [it, inserted] = values_.try_emplace(key);
+  it->second.assign(value.data(), value.size());
+  if (inserted) KeyBecamePresent(key);
 }
 
 const std::string* Engine::Get(absl::string_view key) const {
@@ -19,29 +22,31 @@ const std::string* Engine::Get(absl::string_view key) const {
 }
 
 absl::StatusOr<int64_t> Engine::Add(absl::string_view key, int64_t delta) {
-  auto it = values_.find(key);
+  auto [it, inserted] = values_.try_emplace(key);
   int64_t current = 0;
-  if (it != values_.end() && !absl::SimpleAtoi(it->second, &current)) {
+  if (!inserted && !absl::SimpleAtoi(it->second, &current)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ADD on key '", key, "' whose value is not a decimal integer"));
   }
   // Wrap like the two's-complement add torch performs, without signed-overflow UB.
   int64_t sum = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
-  values_[key] = absl::StrCat(sum);
-  if (it == values_.end()) KeyBecamePresent(key);
+  char digits[24];  // "-9223372036854775808" is 20 characters.
+  char* end = std::to_chars(digits, digits + sizeof digits, sum).ptr;
+  it->second.assign(digits, static_cast<size_t>(end - digits));
+  if (inserted) KeyBecamePresent(key);
   return sum;
 }
 
-std::string Engine::CompareSet(absl::string_view key, absl::string_view expected,
-                               absl::string_view desired) {
+absl::string_view Engine::CompareSet(absl::string_view key, absl::string_view expected,
+                                     absl::string_view desired) {
   auto it = values_.find(key);
   if (it == values_.end()) {
-    if (!expected.empty()) return std::string(expected);
-    values_[key] = std::string(desired);
+    if (!expected.empty()) return expected;
+    it = values_.try_emplace(key, desired.data(), desired.size()).first;
     KeyBecamePresent(key);
-    return std::string(desired);
+    return it->second;
   }
-  if (it->second == expected) it->second = std::string(desired);
+  if (it->second == expected) it->second.assign(desired.data(), desired.size());
   return it->second;
 }
 
@@ -131,6 +136,7 @@ void Engine::KeyBecamePresent(absl::string_view key) {
   std::vector<WaitId> ids = std::move(w->second);
   waiters_by_key_.erase(w);
   std::vector<WaitCallback> ready;
+  ready.reserve(ids.size());
   for (WaitId id : ids) {
     auto it = waits_.find(id);
     if (it == waits_.end()) continue;

@@ -42,9 +42,10 @@ class Engine {
 
   // As torch TCPStore COMPARE_SET: missing key and empty `expected` → stores `desired`; missing
   // key and non-empty `expected` → stores nothing and returns `expected`; present key → replaces
-  // the value only when it equals `expected`. Returns the value now current (or `expected`).
-  std::string CompareSet(absl::string_view key, absl::string_view expected,
-                         absl::string_view desired);
+  // the value only when it equals `expected`. Returns the value now current (or `expected`): a
+  // view into the engine (valid until the next mutating call) or into `expected`.
+  absl::string_view CompareSet(absl::string_view key, absl::string_view expected,
+                               absl::string_view desired);
 
   // Appends `value` to the value under `key` (creating it), as torch 2.x APPEND.
   void Append(absl::string_view key, absl::string_view value);

@@ -71,7 +71,7 @@ absl::StatusOr<int64_t> MemoryStore::Add(absl::string_view key, int64_t delta) {
 absl::StatusOr<std::string> MemoryStore::CompareSet(absl::string_view key,
                                                     absl::string_view expected,
                                                     absl::string_view desired) {
-  return impl_->With([&](Engine& e) { return e.CompareSet(key, expected, desired); });
+  return impl_->With([&](Engine& e) { return std::string(e.CompareSet(key, expected, desired)); });
 }
 
 absl::StatusOr<bool> MemoryStore::Check(const std::vector<std::string>& keys) {

@@ -279,13 +279,16 @@ class Server::Impl {
             Close("WAIT while another WAIT is pending on this connection");
             return;
           }
-          std::weak_ptr<Connection> weak = weak_from_this();
-          std::optional<Engine::WaitId> id = engine.Wait(req.keys, [weak] {
-            auto self = weak.lock();
-            if (!self || self->closed_) return;
-            self->wait_id_.reset();
-            wire::AppendU8(&self->out_, wire::kStopWaiting);
-            self->Flush();
+          // A raw pointer is safe: every path that ends a connection goes through Close(), which
+          // cancels its pending wait first. The one-pointer capture also fits std::function's
+          // local storage, so a wake-up allocates nothing. A SET that wakes many waiters writes
+          // each STOP_WAITING right here, in the SET's own pass: a non-blocking send per socket,
+          // with Asio's async write only for a socket whose buffer is full.
+          std::optional<Engine::WaitId> id = engine.Wait(req.keys, [this] {
+            if (closed_) return;
+            wait_id_.reset();
+            wire::AppendU8(&out_, wire::kStopWaiting);
+            Flush();
           });
           if (id) {
             wait_id_ = id;

@@ -3,7 +3,11 @@
 // byte and checked against the exact replies torch 1.13's own server gave.
 #include "dgt/store/server.h"
 
+#include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/hex.h"
@@ -140,6 +144,35 @@ TEST_F(ServerTest, WaitWakesWhenAnotherClientSets) {
                         "0500000000000000")));  // ADD b 5
   EXPECT_EQ(Hex(*setter.Recv(8)), "0500000000000000");
   EXPECT_EQ(Hex(*waiter.Recv(1)), "00");
+}
+
+// One SET wakes every waiter in its own pass; waiters that hung up before it leave nothing behind
+// and are skipped.
+TEST_F(ServerTest, OneSetWakesManyWaitersAndSkipsDepartedOnes) {
+  const std::string wait = Unhex(
+      "05"
+      "0100000000000000"
+      "0100000000000000"
+      "66");  // WAIT [f]
+  std::vector<std::unique_ptr<RawClient>> waiters;
+  for (int i = 0; i < 64; ++i) {
+    waiters.push_back(std::make_unique<RawClient>(server_->port()));
+    ASSERT_TRUE(waiters.back()->Send(wait));
+  }
+  for (int i = 0; i < 64; i += 2) waiters[i].reset();  // Half of them hang up while waiting.
+  for (int attempt = 0; attempt < 500 && server_->Stats().pending_waits != 32; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->Stats().pending_waits, 32u);
+  RawClient setter(server_->port());
+  ASSERT_TRUE(
+      setter.Send(Unhex("00"
+                        "0100000000000000"
+                        "66"
+                        "0100000000000000"
+                        "31")));  // SET f 1
+  for (int i = 1; i < 64; i += 2) EXPECT_EQ(Hex(*waiters[i]->Recv(1)), "00") << "waiter " << i;
+  EXPECT_EQ(server_->Stats().pending_waits, 0u);
 }
 
 TEST_F(ServerTest, HostileInputClosesThatConnectionAndKeepsData) {
