@@ -43,7 +43,12 @@ def main():
             sys.exit(1)
         step += 1
         if rank == args.fail_rank and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
-            sys.exit(args.fail_code)
+            # os._exit, not sys.exit: torch 1.13 tearing down a live Gloo process group at
+            # interpreter exit can abort ("terminate called without an active exception"),
+            # which would turn the exit code into 134.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(args.fail_code)
         if world == args.wait_world_size:
             if time.monotonic() > deadline:
                 sys.exit(2)
