@@ -28,7 +28,10 @@ done
 # within the bound (TORCH_AGENTS, default "10 50 100"; each N gives up after 100 s).
 if [ "${SKIP_TORCH:-0}" != 1 ]; then
   echo "== torch 1.13 c10d rendezvous"
-  # shellcheck disable=SC2086
-  timeout 400 "${DGT_PYTHON:-/usr/bin/python3}" bench/rendezvous/torch_c10d.py \
-    --agents ${TORCH_AGENTS:-10 50 100} --bound 100 || echo "(torch anchor failed)"
+  # One process per N: torch 1.13 aborts the whole process when a store connection fails.
+  for n in ${TORCH_AGENTS:-10 50 100}; do
+    timeout 150 "${DGT_PYTHON:-/usr/bin/python3}" bench/rendezvous/torch_c10d.py \
+      --agents "$n" --bound 100 2>&1 | grep -v '^agent [0-9]*: ' ||
+      echo "(torch c10d with $n agents did not complete)"
+  done
 fi
