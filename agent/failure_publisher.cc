@@ -29,30 +29,32 @@ FailurePublisher::FailurePublisher(Options options, Connector connect)
 
 FailurePublisher::~FailurePublisher() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
+  cv_.SignalAll();
   thread_.join();
 }
 
 void FailurePublisher::Publish(std::string host, int port, int rank, std::string reason,
                                Done done) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   queue_.push_back(Item{std::move(host), port, rank, std::move(reason), std::move(done)});
+  cv_.Signal();
 }
 
 void FailurePublisher::Prepare(std::string host, int port) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   queue_.push_back(Item{std::move(host), port, -1, "", nullptr});
+  cv_.Signal();
 }
 
 void FailurePublisher::Loop() {
   for (;;) {
     Item item;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](FailurePublisher* p) { return p->stop_ || !p->queue_.empty(); }, this));
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
       if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();

@@ -19,9 +19,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
@@ -69,9 +70,10 @@ class FailurePublisher {
 
   const Options options_;
   const Connector connect_;
-  absl::Mutex mu_;
-  std::deque<Item> queue_;  // Guarded by mu_.
-  bool stop_ = false;       // Guarded by mu_.
+  Mutex mu_;  // dgt::Mutex (std::mutex underneath): TSan sees it, unlike Debian's absl::Mutex.
+  CondVar cv_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by the thread.
   std::unique_ptr<store::Store> store_;
   std::string store_address_;
