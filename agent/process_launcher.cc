@@ -1,6 +1,7 @@
 #include "agent/process_launcher.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -63,6 +64,13 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     if (::getppid() != agent_pid) ::_exit(126);  // The agent died before prctl took effect.
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
+    // Nothing else of the agent reaches the worker (its store's listening socket, the
+    // rendezvous connection, the watchdog pipe, descriptors dgt-run itself inherited): a
+    // worker's child outliving the agent must not keep the store port open. As Python's
+    // subprocess close_fds=True, which torchrun relies on.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // Kernels before 5.11.
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -347,3 +347,12 @@ def test_static_backend_failure_stops_the_other_node(spawn):
     codes = [a.wait(timeout=60) for a in agents]
     assert codes == [5, 5], [a.stderr for a in agents]
     assert "rank 3 (local rank 1 on node rank 1" in agents[1].stderr
+
+
+def test_workers_inherit_only_stdio(spawn):
+    # The agent's store socket, its rendezvous connection and the watchdog pipe stay out of the
+    # workers (as with Python's close_fds=True): a worker's child outliving the agent must not
+    # keep the store port open.
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "fd_list.py"])
+    assert p.wait(timeout=60) == 0, p.stderr
+    assert sorted(re.findall(r"^\[rank\d\]: fds (.*)$", p.stdout, re.M)) == ["0 1 2", "0 1 2"]
