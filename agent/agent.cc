@@ -922,6 +922,15 @@ void Agent::OnSignal(int sig) {
     Finish(128 + sig, absl::StrCat("stopped by ", name, " before workers started"));
     return;
   }
+  if (state_ == State::kDone) return;
+  if (state_ == State::kAwaitingOutcome) {
+    // This node's workers are gone already; only the rest of the run was awaited. A scheduler's
+    // cancel (scancel, Azure ML) must not wait for other nodes or the finish timeout.
+    Finish(128 + sig, absl::StrCat("stopped by ", name,
+                                   " after this node's workers exited, before the run's outcome "
+                                   "was known"));
+    return;
+  }
   if (stop_signal_ != 0) {
     spdlog::warn("dgt-run: second signal {}; killing the workers now", name);
     workers_->KillAll();

@@ -87,3 +87,27 @@ def test_late_node_scales_the_job_up(spawn, rendezvous):
         assert len(done) == 1 and done[0]["world_size"] == 2
         assert done[0]["env"]["GROUP_RANK"] == rank
     assert "round 1 (scale-up)" in first.stderr
+
+
+def test_sigterm_after_own_workers_finished_exits_at_once(spawn, rendezvous):
+    # Rank 0's worker is done in 0.2 s, rank 1's runs 20 s: SIGTERM to rank 0's agent (a
+    # scheduler's cancel) ends it at once instead of waiting for the other node or the finish
+    # timeout.
+    sleeper = WORKERS / "sleep_by_rank.py"
+    agents = [spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=1",
+                     f"--rdzv-endpoint={rendezvous}", "--rdzv-id=sigterm-done",
+                     f"--node-id=node-{i}", sleeper, "0.2,20"], name=f"node-{i}")
+              for i in range(2)]
+    wait_for(lambda: any("rank 0 done" in a.stdout for a in agents), 60, "rank 0 to finish")
+    done, other = agents if "rank 0 done" in agents[0].stdout else agents[::-1]
+    time.sleep(0.5)
+    assert done.popen.poll() is None  # Waiting for the run's outcome.
+    start = time.monotonic()
+    done.popen.send_signal(signal.SIGTERM)
+    assert done.wait(timeout=10) == 128 + signal.SIGTERM
+    assert time.monotonic() - start < 5
+    assert done.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: stopped by SIGTERM after this node's workers exited, before the run's "
+        "outcome was known")
+    other.popen.send_signal(signal.SIGTERM)
+    other.wait(timeout=30)
