@@ -367,6 +367,16 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   }
 }
 
+bool Agent::HostedByAnotherNode() const {
+  return !rdzv_host_node_id_.empty() && rdzv_host_node_id_ != options_.node_id;
+}
+
+std::string Agent::HostLostMessage(const grpc::Status& status) const {
+  return absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_, " hosted by node '",
+                      rdzv_host_node_id_, "' (c10d-style), so that node is gone",
+                      status.error_message().empty() ? "" : ": ", status.error_message());
+}
+
 void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
   switch (state_) {
@@ -379,6 +389,19 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
     case State::kStopping:
     case State::kRerounding:
       // After a RunFinished the service ends the session itself: nothing was lost.
+      if (!remote_outcome_ && HostedByAnotherNode()) {
+        // c10d-style hosting: the service died with its node (whose agent also served the
+        // store as node rank 0, or ran workers of this job), so the job cannot complete.
+        rdzv_v1::RunFinished lost;
+        lost.set_succeeded(false);
+        lost.set_message(HostLostMessage(status));
+        remote_outcome_ = lost;
+        pending_assignment_.reset();
+        spdlog::error("dgt-run: {}; stopping this node's workers", lost.message());
+        if (state_ == State::kRunning) StopWorkers();
+        if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
+        return;
+      }
       if (!remote_outcome_) {
         spdlog::warn("dgt-run: lost the rendezvous service at {} ({}); workers keep running",
                      rdzv_endpoint_, status.error_message());
@@ -390,7 +413,9 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       return;
     case State::kAwaitingOutcome:
       // No run outcome will come: end with this node's own result.
-      if (first_failure_) {
+      if (!first_failure_ && !remote_outcome_ && HostedByAnotherNode()) {
+        Finish(1, HostLostMessage(status));
+      } else if (first_failure_) {
         Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
       } else {
         Finish(0, "");
@@ -454,6 +479,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   assignment_.master_addr = a.master_addr();
   assignment_.master_port = a.master_port();
   assignment_.restart_count = a.restart_count();
+  rdzv_host_node_id_ = a.host_node_id();
   assignment_.max_restarts = options_.max_restarts;
   // The previous round's store (if this node served it) has no readers left.
   if (round_store_) {

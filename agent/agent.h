@@ -142,7 +142,13 @@ class Agent {
   std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
   std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
+  // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).
+  bool HostedByAnotherNode() const;
+  std::string HostLostMessage(const grpc::Status& status) const;
   NodeAssignment assignment_;
+  // The node whose agent hosts the rendezvous service in-process (c10d-style), empty for
+  // dgt-rendezvous: losing that service means that node is gone.
+  std::string rdzv_host_node_id_;
   // NCCL_IB_HCA / NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE from InfiniBand discovery for the current
   // MASTER_ADDR (only variables the user did not set); added to every worker's environment.
   std::map<std::string, std::string> network_env_;

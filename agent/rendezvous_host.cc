@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> MaybeHostRendezvou
   rendezvous::RendezvousServerOptions server_options;
   server_options.listen = endpoint;
   server_options.token = options.token;
+  server_options.rounds.host_node_id = options.node_id;
   auto server = rendezvous::RendezvousServer::Start(server_options);
   if (!server.ok()) {
     // Another agent of this host bound the port between the probe and here: it hosts.
@@ -70,6 +71,7 @@ absl::StatusOr<std::unique_ptr<rendezvous::RendezvousServer>> MaybeHostRendezvou
   RendezvousHostOptions host;
   host.is_host = options.rdzv_is_host;
   host.tls = !options.rdzv_tls_ca.empty();
+  host.node_id = options.node_id;
   if (!options.rdzv_token_file.empty() && options.rdzv_is_host != false) {
     auto token = rendezvous::ReadTokenFile(options.rdzv_token_file);
     if (!token.ok()) {

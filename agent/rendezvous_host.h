@@ -27,6 +27,8 @@ struct RendezvousHostOptions {
   bool tls = false;
   // The agent's bearer token: the hosted service requires it on every RPC.
   std::string token;
+  // The agent's node id, told to every agent in its assignments (Assignment.host_node_id).
+  std::string node_id;
 };
 
 // Whether `ip`:`port` (a numeric address) can be bound here right now: the address is one of

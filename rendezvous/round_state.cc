@@ -32,7 +32,7 @@ const char* StateName(RoundStateMachine::RunState s) {
 
 }  // namespace
 
-RoundStateMachine::RoundStateMachine(RoundStateOptions options) : options_(options) {}
+RoundStateMachine::RoundStateMachine(RoundStateOptions options) : options_(std::move(options)) {}
 
 std::map<std::string, int> RoundStateMachine::RunsByState() const {
   std::map<std::string, int> out = {{"gathering", 0}, {"running", 0}, {"closed", 0}};
@@ -379,6 +379,7 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
     a->set_master_port(run.master_port);
     a->set_restart_count(run.restart_count);
     a->set_reason(reason);
+    a->set_host_node_id(options_.host_node_id);
     out.push_back(std::move(o));
   }
   SendProgress(run, out);  // Nodes beyond MAX keep waiting.

@@ -45,6 +45,9 @@ struct Outgoing {
 };
 
 struct RoundStateOptions {
+  // Set in every Assignment (Assignment.host_node_id): the node id of the agent hosting this
+  // service in-process, empty for dgt-rendezvous.
+  std::string host_node_id;
   // Used when a run's first JoinRequest leaves last_call_timeout_s at 0 (torchrun: 30 s).
   absl::Duration default_last_call_timeout = absl::Seconds(30);
   // Used when a run's first JoinRequest leaves join_timeout_s at 0 (torchrun: 600 s).

@@ -1,12 +1,14 @@
 """Operating the rendezvous service: dgt status, bearer tokens, TLS, Prometheus metrics."""
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import time
 import urllib.request
 
-from conftest import BIN, WORKERS, records
+from conftest import BIN, WORKERS, records, wait_for
 
 SCRIPT = WORKERS / "print_env.py"
 
@@ -134,6 +136,28 @@ def test_first_agent_hosts_the_rendezvous_c10d_style(spawn):
         assert len(done) == 1, a.stdout
         assert done[0]["world_size"] == 2
         assert done[0]["env"]["GROUP_WORLD_SIZE"] == "2"
+
+
+def test_kill_9_of_the_hosting_agent_stops_the_others(spawn):
+    # c10d-style: the service (and node rank 0's store) die with the hosting agent; the other
+    # agent is told by its assignment who hosts, stops its workers and fails at once instead of
+    # keeping workers that wait on a dead store.
+    endpoint = f"127.0.0.1:{free_loopback_port()}"
+    agents = [spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=1",
+                     f"--rdzv-endpoint={endpoint}", "--rdzv-id=hosted-kill",
+                     f"--node-id=node-{i}", "--stop-timeout=5", WORKERS / "flaky.py",
+                     "--fail-rank=-1", "--hold=60"], name=f"node-{i}") for i in range(2)]
+    wait_for(lambda: all(" start" in a.stdout for a in agents), 60, "both workers to start")
+    hosting = f"hosting the rendezvous service on {endpoint}"
+    host = 0 if hosting in agents[0].stderr else 1
+    assert hosting in agents[host].stderr
+    other = agents[1 - host]
+    os.kill(agents[host].popen.pid, signal.SIGKILL)
+    start = time.monotonic()
+    assert other.wait(timeout=30) == 1
+    assert time.monotonic() - start < 10
+    assert (f"lost the rendezvous service at {endpoint} hosted by node 'node-{host}' "
+            "(c10d-style), so that node is gone") in other.stderr, other.stderr
 
 
 def test_is_host_1_where_a_service_already_listens_is_refused(spawn, rendezvous):

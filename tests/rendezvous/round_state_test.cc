@@ -117,7 +117,18 @@ TEST(RoundStateTest, ClosesAtMaxWithSortedNodeRanks) {
   EXPECT_EQ(a.round(), 0);
   EXPECT_EQ(a.restart_count(), 0);
   EXPECT_EQ(a.reason(), "initial");
+  EXPECT_EQ(a.host_node_id(), "");  // dgt-rendezvous: no agent hosts the service.
   EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+}
+
+TEST(RoundStateTest, AssignmentsNameTheHostingAgent) {
+  RoundStateOptions options;
+  options.host_node_id = "node-a";
+  Harness h(options);
+  h.Join(1, Join("node-b", 2, 2));
+  h.Join(2, Join("node-a", 2, 2));
+  EXPECT_EQ(h.last_assignment[1].host_node_id(), "node-a");
+  EXPECT_EQ(h.last_assignment[2].host_node_id(), "node-a");
 }
 
 TEST(RoundStateTest, ClosesAtMinAfterLastCall) {
