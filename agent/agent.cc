@@ -673,6 +673,7 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
 void Agent::StartRound(int restart_count) {
   restart_count_ = restart_count;
   failures_.clear();
+  recovered_failures_.clear();
   std::vector<WorkerSpec> specs;
   absl::Status status;
   for (int local = 0; local < options_.nproc_per_node && status.ok(); ++local) {
@@ -840,6 +841,15 @@ std::string Agent::Summary() const {
       absl::StrAppend(&text, describe(failures_[i], false));
     }
   }
+  if (!recovered_failures_.empty()) {
+    absl::StrAppend(&text, "Restarted in place before that (--restart-policy rank):\n");
+    for (const Failure& f : recovered_failures_) absl::StrAppend(&text, describe(f, false));
+    absl::StrAppend(&text,
+                    "  note: a worker that cannot rebuild its communicator around a replaced "
+                    "peer (torch.distributed process groups cannot) fails when one is "
+                    "restarted; use --restart-policy group for such trainers, or "
+                    "dgt::worker::ElasticGroup (docs/RECOVERY.md)\n");
+  }
   return text;
 }
 
@@ -854,7 +864,9 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
         case RestartTracker::Action::kRestartRank:
           spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank, e.local_rank,
                        e.Describe());
-          failures_.pop_back();  // Recovered: not part of a failure summary.
+          // Recovered: not a failure of the run, but the summary names it if a later one is.
+          recovered_failures_.push_back(std::move(failures_.back()));
+          failures_.pop_back();
           // Publishes, then restarts (on a failed start it stops the others).
           PublishFailure(e, /*restart=*/true, d.restart_count);
           break;

@@ -142,6 +142,8 @@ class Agent {
   std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
   std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
+  // Failures of this round restarted in place (--restart-policy rank), for the summary.
+  std::vector<Failure> recovered_failures_;
   // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).
   bool HostedByAnotherNode() const;
   std::string HostLostMessage(const grpc::Status& status) const;

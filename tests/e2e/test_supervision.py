@@ -153,6 +153,26 @@ def test_rank_restart_keeps_the_other_pids(spawn):
         assert f"[rank{r}]: rank {r} saw restart 1" in p.stdout
 
 
+def test_rank_policy_summary_names_the_rank_restarted_before_the_failure(spawn):
+    # Rank 1 fails and is restarted in place; rank 0 then fails (as a torch.distributed worker
+    # does when its peer is replaced): the summary shows both, and a note on trainers that
+    # cannot rebuild their communicator.
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--restart-policy=rank",
+               "--max-restarts=1", WORKERS / "flaky.py", "--fail-rank", "1", "--fails", "1",
+               "--wait-restart-key", "--exit-after-restart", "4"])
+    assert p.wait(timeout=90) == 4, p.stderr
+    err = p.stderr
+    root = err.index("Root cause (first failure):\n  rank 0 (local rank 0)")
+    earlier = err.index("Restarted in place before that (--restart-policy rank):\n"
+                        "  rank 1 (local rank 1)")
+    assert root < earlier
+    assert "    exit code 3 at " in err[earlier:]
+    assert ("  note: a worker that cannot rebuild its communicator around a replaced peer "
+            "(torch.distributed process groups cannot) fails when one is restarted; use "
+            "--restart-policy group for such trainers, or dgt::worker::ElasticGroup "
+            "(docs/RECOVERY.md)\n") in err
+
+
 def test_record_error_file_in_summary(spawn):
     p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"])
     assert p.wait(timeout=60) == 1, p.stderr

@@ -16,6 +16,8 @@ def main() -> int:
     parser.add_argument("--fails", type=int, default=1)
     parser.add_argument("--wait-restart-key", action="store_true")
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--exit-after-restart", type=int, default=0,
+                        help="with --wait-restart-key: exit with this code once the key is seen")
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
@@ -32,6 +34,8 @@ def main() -> int:
         key = f"dgt/restart/{args.fail_rank}"
         store.wait([key], timedelta(seconds=60))
         print(f"rank {rank} saw restart {store.get(key).decode()}", flush=True)
+        if args.exit_after_restart:
+            return args.exit_after_restart
     time.sleep(args.hold)
     print(f"rank {rank} attempt {attempt} pid {os.getpid()} done", flush=True)
     return 0
