@@ -83,10 +83,10 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
     // Not everyone came (e.g. the others gave up on this generation and moved on), or a newer
     // generation was opened while this one formed (Aborted): try the generation after, which is
     // where everyone converges (each joins max(current, from+1)). An abandoned generation does
-    // not count as an attempt: one only happens when another generation was opened.
-    if (s.code() == absl::StatusCode::kAborted) --attempt;
-    if ((s.code() != absl::StatusCode::kDeadlineExceeded &&
-         s.code() != absl::StatusCode::kAborted) ||
+    // not count as an attempt: that only happens when another generation was opened.
+    const bool abandoned = s.code() == absl::StatusCode::kAborted && g->recovery_pending();
+    if (abandoned) --attempt;
+    if ((s.code() != absl::StatusCode::kDeadlineExceeded && !abandoned) ||
         attempt >= g->options_.join_attempts) {
       return s;
     }
