@@ -80,9 +80,14 @@ absl::StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::Join(const Context& 
   for (int attempt = 1;; ++attempt) {
     absl::Status s = g->Build(target, all);
     if (s.ok()) break;
-    // Not everyone came (e.g. the others gave up on this generation and moved on): try the
-    // generation after, which is where everyone converges (each joins max(current, from+1)).
-    if (s.code() != absl::StatusCode::kDeadlineExceeded || attempt >= g->options_.join_attempts) {
+    // Not everyone came (e.g. the others gave up on this generation and moved on), or a newer
+    // generation was opened while this one formed (Aborted): try the generation after, which is
+    // where everyone converges (each joins max(current, from+1)). An abandoned generation does
+    // not count as an attempt: that only happens when another generation was opened.
+    const bool abandoned = s.code() == absl::StatusCode::kAborted && g->recovery_pending();
+    if (abandoned) --attempt;
+    if ((s.code() != absl::StatusCode::kDeadlineExceeded && !abandoned) ||
+        attempt >= g->options_.join_attempts) {
       return s;
     }
     spdlog::warn("rank {}: generation {} did not form ({}); trying the next", context.rank, target,
@@ -121,12 +126,30 @@ absl::Status ElasticGroup::Build(int target, std::vector<int> members,
   if (ready != nullptr) {
     comm_ = std::move(ready);
   } else {
-    DGT_ASSIGN_OR_RETURN(comm_, factory_.Create(*store_, OptionsFor(target, members)));
+    // Generation target+1 may open while this one forms (a member died after joining it): the
+    // watcher then cancels the bootstrap, which would otherwise wait for the dead member.
+    CommunicatorOptions co = OptionsFor(target, members);
+    co.cancel = std::make_shared<BootstrapCancel>();
+    StartWatcher(target + 1, [cancel = co.cancel](const std::string& why) { cancel->Cancel(why); });
+    auto created = factory_.Create(*store_, co);
+    StopWatcher();
+    if (created.ok() && co.cancel->cancelled()) {
+      created = absl::AbortedError(
+          absl::StrCat("generation ", target, " abandoned: ", co.cancel->reason()));
+    }
+    if (!created.ok()) {
+      spdlog::warn("rank {}: generation {} did not form: {}", context_.rank, target,
+                   created.status().ToString());
+      return created.status();
+    }
+    comm_ = std::move(*created);
   }
   timeline_.built = absl::Now();
   members_ = std::move(members);
   pending_ = false;
-  StartWatcher();
+  noticed_ns_ = 0;
+  Communicator* comm = comm_.get();
+  StartWatcher(comm->generation() + 1, [comm](const std::string& why) { comm->Abort(why); });
   return absl::OkStatus();
 }
 
@@ -205,19 +228,16 @@ absl::StatusOr<Communicator*> ElasticGroup::Recover() {
   return comm_.get();
 }
 
-void ElasticGroup::StartWatcher() {
+void ElasticGroup::StartWatcher(int next, std::function<void(const std::string&)> on_open) {
   stop_watch_ = false;
-  noticed_ns_ = 0;
-  const int next = comm_->generation() + 1;
-  Communicator* comm = comm_.get();
-  watcher_ = std::thread([this, next, comm] {
+  watcher_ = std::thread([this, next, on_open = std::move(on_open)] {
     const std::string key = recovery::OpenKey(options_.group, next);
     while (!stop_watch_.load()) {
       absl::Status s = watch_store_->Wait({key}, options_.watch_period);
       if (s.ok()) {
         noticed_ns_ = absl::ToUnixNanos(absl::Now());
         pending_ = true;
-        comm->Abort(absl::StrCat("generation ", next, " was opened"));
+        on_open(absl::StrCat("generation ", next, " was opened"));
         return;
       }
       if (s.code() != absl::StatusCode::kDeadlineExceeded) {

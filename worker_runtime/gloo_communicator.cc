@@ -1,14 +1,17 @@
 #include "dgt/worker/gloo_communicator.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "dgt/store/prefix_store.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/address.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/tcp/loop.h"
 #include "gloo/transport/unbound_buffer.h"
@@ -37,34 +41,153 @@ std::chrono::milliseconds ToMs(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
 
+// Thrown by the store adapter when the bootstrap was cancelled or ran past its deadline.
+class BootstrapInterrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Interrupts a Gloo bootstrap (connectFullMesh) on BootstrapCancel::Cancel() or at its deadline.
+// Debian's Gloo offers no way to cancel it: a store wait is cut into short waits that check the
+// flag, and a pair waiting for its peer to connect (up to 5 x the Gloo timeout, for ever when the
+// peer died after publishing its address) is woken by connecting to its listening socket
+// ourselves: the addresses are those this rank published in the store. The pair then "connects"
+// to that socket and connectFullMesh moves on, to fail at its next store wait.
+class BootstrapGuard {
+ public:
+  BootstrapGuard(std::shared_ptr<BootstrapCancel> cancel, absl::Time deadline)
+      : cancel_(std::move(cancel)), deadline_(deadline) {
+    thread_ = std::thread([this] { Run(); });
+    if (cancel_ != nullptr) {
+      cancel_->OnCancel([this] {
+        dgt::MutexLock lock(&mu_);
+        cancel_requested_ = true;
+        cv_.Signal();
+      });
+    }
+  }
+  ~BootstrapGuard() {
+    if (cancel_ != nullptr) cancel_->OnCancel(nullptr);
+    {
+      dgt::MutexLock lock(&mu_);
+      done_ = true;
+      cv_.Signal();
+    }
+    thread_.join();
+    for (int fd : wake_fds_) ::close(fd);
+  }
+  BootstrapGuard(const BootstrapGuard&) = delete;
+  BootstrapGuard& operator=(const BootstrapGuard&) = delete;
+
+  absl::Time deadline() const { return deadline_; }
+
+  // The addresses of this rank's pairs (Gloo's value for this rank's key).
+  void SetOwnAddresses(const std::vector<char>& value) {
+    dgt::MutexLock lock(&mu_);
+    own_addresses_ = value;
+  }
+
+  // OK, or why the bootstrap must stop: Aborted (cancelled) or DeadlineExceeded.
+  absl::Status Check() const {
+    dgt::MutexLock lock(&mu_);
+    return stop_;
+  }
+
+ private:
+  void Run() {
+    dgt::MutexLock lock(&mu_);
+    while (!done_ && !cancel_requested_ && absl::Now() < deadline_) {
+      cv_.WaitWithDeadline(&mu_, deadline_);
+    }
+    if (done_) return;
+    stop_ = cancel_requested_
+                ? absl::AbortedError(absl::StrCat("bootstrap cancelled: ", cancel_->reason()))
+                : absl::DeadlineExceededError("bootstrap deadline passed");
+    WakeListeningPairs();
+  }
+
+  void WakeListeningPairs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t n = gloo::transport::tcp::Address().bytes().size();
+    if (n == 0 || own_addresses_.size() % n != 0) return;
+    for (size_t off = 0; off < own_addresses_.size(); off += n) {
+      std::vector<char> bytes(own_addresses_.begin() + off, own_addresses_.begin() + off + n);
+      try {
+        const sockaddr_storage ss = gloo::transport::tcp::Address(bytes).getSockaddr();
+        const socklen_t len = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+        const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        // Non-blocking: a listening socket on this host accepts at once; any other is moot.
+        [[maybe_unused]] int r = ::connect(fd, reinterpret_cast<const sockaddr*>(&ss), len);
+        wake_fds_.push_back(fd);
+      } catch (const std::exception&) {
+        // Not an address: nothing to wake.
+      }
+    }
+  }
+
+  const std::shared_ptr<BootstrapCancel> cancel_;
+  const absl::Time deadline_;
+  mutable dgt::Mutex mu_;
+  dgt::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status stop_ ABSL_GUARDED_BY(mu_);
+  std::vector<char> own_addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> wake_fds_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
 // gloo's rendezvous store on top of a dgt store. Gloo reports store failures by exception; they
-// are caught where connectFullMesh is called.
+// are caught where connectFullMesh is called. Every wait ends by the guard's deadline, and within
+// kSlice of the guard stopping the bootstrap.
 class GlooStoreAdapter final : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(store::Store& store, absl::Duration timeout)
-      : store_(store), timeout_(timeout) {}
+  static constexpr absl::Duration kSlice = absl::Milliseconds(50);
+
+  GlooStoreAdapter(store::Store& store, BootstrapGuard& guard, std::string own_key)
+      : store_(store), guard_(guard), own_key_(std::move(own_key)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
+    ThrowIfStopped();
+    if (key == own_key_) guard_.SetOwnAddresses(data);
     absl::Status s = store_.Set(key, absl::string_view(data.data(), data.size()));
     if (!s.ok()) throw std::runtime_error(absl::StrCat("store set ", key, ": ", s.ToString()));
   }
   std::vector<char> get(const std::string& key) override {
-    wait({key}, ToMs(timeout_));
+    WaitUntil({key}, guard_.deadline());
     auto v = store_.Get(key);
     if (!v.ok())
       throw std::runtime_error(absl::StrCat("store get ", key, ": ", v.status().ToString()));
     return std::vector<char>(v->begin(), v->end());
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, ToMs(timeout_)); }
+  void wait(const std::vector<std::string>& keys) override { WaitUntil(keys, guard_.deadline()); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    absl::Status s = store_.Wait(keys, absl::Milliseconds(timeout.count()));
-    if (!s.ok()) throw std::runtime_error(absl::StrCat("store wait: ", s.ToString()));
+    WaitUntil(keys, std::min(guard_.deadline(), absl::Now() + absl::Milliseconds(timeout.count())));
   }
 
  private:
+  void ThrowIfStopped() {
+    if (absl::Status s = guard_.Check(); !s.ok()) throw BootstrapInterrupted(s.ToString());
+  }
+  void WaitUntil(const std::vector<std::string>& keys, absl::Time deadline) {
+    for (;;) {
+      ThrowIfStopped();
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        throw std::runtime_error("store wait: DEADLINE_EXCEEDED: bootstrap deadline passed");
+      }
+      absl::Status s = store_.Wait(keys, std::min(left, kSlice));
+      if (s.ok()) return;
+      if (s.code() != absl::StatusCode::kDeadlineExceeded) {
+        throw std::runtime_error(absl::StrCat("store wait: ", s.ToString()));
+      }
+    }
+  }
+
   store::Store& store_;
-  absl::Duration timeout_;
+  BootstrapGuard& guard_;
+  const std::string own_key_;
 };
 
 // Debian's Gloo (2022-05) runs a TCP device's I/O loop as epoll_wait(..., 10 ms) and a thread that
@@ -373,6 +496,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
   }
+  BootstrapGuard guard(options.cancel, absl::Now() + options.init_timeout);
+  const std::string what = absl::StrCat("gloo bootstrap of generation ", options.generation,
+                                        " rank ", options.rank, "/", options.size);
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options_.hostname;
@@ -382,17 +508,28 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(ToMs(options.init_timeout));
     store::PrefixStore prefixed(options.key_prefix, store);
-    GlooStoreAdapter adapter(prefixed, options.init_timeout);
+    // Gloo publishes a rank's pair addresses under the rank's number.
+    GlooStoreAdapter adapter(prefixed, guard, std::to_string(options.rank));
     {
       WakeScope wake(waker.get());
       context->connectFullMesh(adapter, device);
+    }
+    // A pair woken by the guard "connected" to the guard's socket: the context is unusable.
+    if (absl::Status s = guard.Check(); !s.ok()) {
+      WakeScope wake(waker.get());
+      context.reset();
+      device.reset();
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
     }
     context->setTimeout(ToMs(options.op_timeout));
     return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
         options, std::move(waker), std::move(device), std::move(context)));
   } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("gloo bootstrap of generation ", options.generation,
-                                         " rank ", options.rank, "/", options.size));
+    // Whatever Gloo made of the interruption, the guard knows why it happened.
+    if (absl::Status s = guard.Check(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message(), " (", e.what(), ")"));
+    }
+    return FromException(e, what);
   }
 }
 

@@ -89,6 +89,41 @@ def test_rank_policy_restarts_only_the_dead_rank(job):
     assert "restarted" not in other and "round 1" not in other, other
 
 
+def test_rank_policy_two_failures_on_two_nodes_converge(job):
+    """Issue 6's livelock: two ranks of different nodes die ~20 ms apart, so one survivor may be
+    bootstrapping generation 1 with a member that died after publishing its address when its
+    agent opens generation 2. That bootstrap must be abandoned at once (not after 5 x
+    --init-timeout) and every rank must meet in the newest generation."""
+    j = job("recovery-two", policy="rank", mode="replace")
+    pids = j.joined_pids()
+    assert sorted(pids) == list(range(WORLD))
+    time.sleep(0.6)
+    assert not [1 for _, k, _ in j.events() if k == "done"], "the job ended before the kills"
+    first = next(r for r in range(WORLD) if j.node_of(r) == 0)
+    second = next(r for r in range(WORLD) if j.node_of(r) == 1)
+    t0 = time.monotonic()
+    j.kill_pid(pids[first])
+    time.sleep(0.02)
+    j.kill_pid(pids[second])
+    agents_ok(j)
+    # Far below one --init-timeout (30 s): nobody waited out a generation that lost a member.
+    assert time.monotonic() - t0 < 20
+    ev = j.events()
+    done = last(ev, "done")
+    assert sorted(done) == [0, 1, 2, 3]
+    generations = {done[r]["generation"] for r in range(WORLD)}
+    assert len(generations) == 1 and int(generations.pop()) >= 1
+    for r in range(WORLD):
+        assert done[r]["total"] == str(full_total(WORLD, STEPS))
+        assert done[r]["steps"] == str(STEPS)
+        assert done[r]["members"] == "0,1,2,3"
+        if r in (first, second):
+            assert done[r]["pid"] != str(pids[r])
+        else:
+            assert done[r]["pid"] == str(pids[r])  # The same process finished the job.
+    assert len([1 for r, k, _ in ev if k == "joined"]) == 6  # Two replacements, nobody else.
+
+
 def test_group_policy_restarts_every_rank_in_a_new_round(job):
     j = job("recovery-group", policy="group")
     pids = kill_mid_run(j, 2)

@@ -1,13 +1,18 @@
 #include "dgt/worker/elastic_group.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/worker/gloo_communicator.h"
 #include "dgt/worker/recovery_keys.h"
+#include "gloo/transport/tcp/address.h"
 #include "gtest/gtest.h"
 #include "tests/worker_runtime/fake_store_ref.h"
 
@@ -253,6 +258,69 @@ TEST(ElasticGroupTest, LateReplacementConvergesOnTheCurrentGeneration) {
   });
   auto c = groups[0]->Recover();
   late.join();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->generation(), 2);
+  ASSERT_NE(replacement, nullptr);
+  std::thread t([&] {
+    absl::Status st;
+    EXPECT_EQ(SumOnce(*replacement, 2, &st), 3);
+    EXPECT_TRUE(st.ok()) << st;
+  });
+  absl::Status st;
+  EXPECT_EQ(SumOnce(*groups[0], 1, &st), 3);
+  EXPECT_TRUE(st.ok()) << st;
+  t.join();
+}
+
+// Issue 6's livelock: rank 1 joined generation 1's bootstrap (published its Gloo address) and
+// died; its agent opened generation 2. Rank 0, bootstrapping generation 1, waited in Gloo for
+// rank 1 to connect (5 x init_timeout) while the others moved on. Now the opening of generation
+// 2 abandons generation 1 at once, and rank 0 and the replacement meet at generation 2.
+TEST(ElasticGroupTest, GenerationOpenedMidBootstrapAbandonsIt) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  ElasticGroupOptions o = Fast();
+  o.init_timeout = absl::Seconds(10);
+  auto groups = JoinAll(2, store, factory, o);
+  groups[1].reset();  // Rank 1 dies...
+  // ... after joining generation 1 and publishing its address there. 127.0.0.2 compares above
+  // rank 0's 127.0.0.1, so rank 0 is the pair's listening side and waits for a connection.
+  ASSERT_EQ(*recovery::OpenNextGeneration(store, "world", 0, "rank 1 failed"), 1);
+  ASSERT_TRUE(store.Set(recovery::MemberKey("world", 1), "1").ok());
+  sockaddr_storage ss{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(9);
+  ASSERT_EQ(::inet_pton(AF_INET, "127.0.0.2", &in->sin_addr), 1);
+  const std::vector<char> dead = gloo::transport::tcp::Address(ss).bytes();
+  ASSERT_TRUE(store
+                  .Set(absl::StrCat(CommKeyPrefix("world", 1), "/1"),
+                       absl::string_view(dead.data(), dead.size()))
+                  .ok());
+  std::thread agent([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    auto g = recovery::PublishRankFailure(store, "world", 1, "exit -9");
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(*g, 2);
+  });
+  const absl::Time start = absl::Now();
+  auto c = groups[0]->Recover();
+  agent.join();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(groups[0]->generation(), 1);
+  EXPECT_TRUE(groups[0]->recovery_pending());
+  EXPECT_FALSE(groups[0]->ready());
+
+  std::unique_ptr<ElasticGroup> replacement;
+  std::thread joiner([&] {
+    auto g = ElasticGroup::Join(Ctx(1, 2, 1), ConnectorTo(store), factory, o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ((*g)->generation(), 2);
+    replacement = std::move(*g);
+  });
+  c = groups[0]->Recover();
+  joiner.join();
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->generation(), 2);
   ASSERT_NE(replacement, nullptr);

@@ -1,12 +1,18 @@
 #include "dgt/worker/gloo_communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dgt/store/memory_store.h"
+#include "gloo/transport/tcp/address.h"
 #include "gtest/gtest.h"
 
 namespace dgt::worker {
@@ -165,6 +171,90 @@ TEST(GlooCommunicatorTest, PeerDeathFailsTheCollective) {
       std::vector<int64_t> v = {1};
       absl::Status s = comms[r]->AllReduce(absl::MakeSpan(v), ReduceOp::kSum);
       EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// What a rank that died right after publishing its pair addresses leaves in the store: rank
+// `rank` of a 2-rank group at 127.0.0.2, which compares above 127.0.0.1, so rank 0 (on
+// 127.0.0.1) takes the listening side of the pair and waits for a connection that never comes.
+void PublishDeadPeer(store::Store& store, const CommunicatorOptions& o, int rank) {
+  sockaddr_storage ss{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(9);
+  ASSERT_EQ(::inet_pton(AF_INET, "127.0.0.2", &in->sin_addr), 1);
+  const std::vector<char> bytes = gloo::transport::tcp::Address(ss).bytes();
+  ASSERT_TRUE(
+      store
+          .Set(absl::StrCat(o.key_prefix, "/", rank), absl::string_view(bytes.data(), bytes.size()))
+          .ok());
+}
+
+TEST(GlooCommunicatorTest, BootstrapWithADeadPeerHonoursItsDeadline) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  CommunicatorOptions o = Opts(0, 2, 1);
+  o.init_timeout = absl::Milliseconds(800);
+  PublishDeadPeer(store, o, 1);
+  const absl::Time start = absl::Now();
+  auto c = factory.Create(store, o);
+  // Gloo alone waits 5 x its timeout for the peer to connect.
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded) << c.status();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(800 + 700));
+}
+
+TEST(GlooCommunicatorTest, CancelAbandonsABootstrapWaitingForADeadPeer) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  CommunicatorOptions o = Opts(0, 2, 1);
+  o.init_timeout = absl::Seconds(30);
+  o.cancel = std::make_shared<BootstrapCancel>();
+  PublishDeadPeer(store, o, 1);
+  std::thread canceller([cancel = o.cancel] {
+    absl::SleepFor(absl::Milliseconds(300));
+    cancel->Cancel("generation 2 was opened");
+  });
+  const absl::Time start = absl::Now();
+  auto c = factory.Create(store, o);
+  canceller.join();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(),
+                                "gloo bootstrap of generation 1 rank 0/2: bootstrap cancelled: "
+                                "generation 2 was opened"))
+      << c.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(GlooCommunicatorTest, ABootstrapCancelledBeforeItStartsFailsAtOnce) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  CommunicatorOptions o = Opts(0, 3, 1);
+  o.init_timeout = absl::Seconds(30);
+  o.cancel = std::make_shared<BootstrapCancel>();
+  o.cancel->Cancel("already over");  // Cancelled before it starts: fails at once.
+  const absl::Time start = absl::Now();
+  auto c = factory.Create(store, o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted) << c.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST(GlooCommunicatorTest, AnUncancelledBootstrapStillWorks) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorOptions o = Opts(r, 3);
+      o.cancel = std::make_shared<BootstrapCancel>();
+      auto c = factory.Create(store, o);
+      ASSERT_TRUE(c.ok()) << c.status();
+      std::vector<int64_t> v = {r + 1};
+      ASSERT_TRUE((*c)->AllReduce(absl::MakeSpan(v), ReduceOp::kSum).ok());
+      EXPECT_EQ(v[0], 6);
+      o.cancel->Cancel("too late to matter");
+      EXPECT_FALSE((*c)->aborted());
     });
   }
   for (auto& t : threads) t.join();

@@ -11,8 +11,11 @@
 #ifndef DGT_WORKER_COMMUNICATOR_H_
 #define DGT_WORKER_COMMUNICATOR_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,6 +59,29 @@ class Communicator {
   virtual bool aborted() const = 0;
 };
 
+// Lets another thread abandon a bootstrap in progress (CommunicatorFactory::Create), e.g. when a
+// newer generation was opened while this one was still forming (a member died mid-bootstrap).
+// Thread-safety: every method may be called from any thread.
+class BootstrapCancel {
+ public:
+  // Idempotent; the first call runs the registered action (outside the lock).
+  void Cancel(absl::string_view reason);
+  bool cancelled() const;
+  std::string reason() const;
+  // Registers what Cancel() must do to interrupt the bootstrap (runs at once when already
+  // cancelled); nullptr clears it. The caller clears it before the action's captures die, and
+  // Clear waits for an action running in another thread to return.
+  void OnCancel(std::function<void()> action);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable done_;  // An action finished running.
+  bool cancelled_ = false;        // Guarded by mu_, as below.
+  bool running_ = false;          // Cancel() is running action_.
+  std::string reason_;
+  std::function<void()> action_;
+};
+
 struct CommunicatorOptions {
   int rank = 0;
   int size = 1;
@@ -66,6 +92,9 @@ struct CommunicatorOptions {
   absl::Duration init_timeout = absl::Seconds(60);
   // Deadline for one collective.
   absl::Duration op_timeout = absl::Seconds(300);
+  // When set and cancelled, Create returns Aborted promptly (Gloo: also a bootstrap blocked on a
+  // peer that died after publishing its address). Null: the bootstrap runs to init_timeout.
+  std::shared_ptr<BootstrapCancel> cancel;
 };
 
 // "dgt/comm/<group>/g<generation>": keys of different generations never collide, so a late rank

@@ -122,7 +122,9 @@ class ElasticGroup {
                      std::unique_ptr<Communicator> ready = nullptr);
   CommunicatorOptions OptionsFor(int target, const std::vector<int>& members) const;
   absl::StatusOr<std::vector<int>> ShrinkMembers(int target);
-  void StartWatcher();
+  // Watches for generation `next` to open; then sets recovery_pending() and calls on_open(why)
+  // in the watcher thread.
+  void StartWatcher(int next, std::function<void(const std::string&)> on_open);
   void StopWatcher();
 
   const Context context_;
