@@ -975,6 +975,7 @@ void Agent::OnSignal(int sig) {
     return;
   }
   stop_signal_ = sig;
+  if (static_) static_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
   spdlog::warn(
       "dgt-run: received {}; forwarding it to the workers and stopping (SIGKILL after "
       "{} s)",
@@ -998,13 +999,15 @@ void Agent::AfterWorkersExited() {
                                         : (first_failure_ ? first_failure_->ExitStatus() : 0);
       std::string what = first_failure_ ? DescribeFailure(*first_failure_)
                                         : absl::StrCat("stopped by ", SignalName(stop_signal_));
-      static_->Report(own, what, [this] {
+      static_->Report(own, what, [this](const absl::Status& others) {
         if (stop_signal_ != 0) {
           Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
         } else if (first_failure_) {
           Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
         } else if (remote_outcome_) {
           OnRunFinished(*remote_outcome_);
+        } else if (!others.ok()) {
+          Finish(1, absl::StrCat("static rendezvous: ", others.message()));
         } else {
           Finish(0, "");
         }

@@ -4,8 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -13,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/host_port.h"
 
@@ -85,6 +88,12 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
   return absl::OkStatus();
 }
 
+// --rdzv-conf keys torchrun's rendezvous handlers read (REFERENCE.md §2); anything else is a typo.
+constexpr const char* kRdzvConfKeys[] = {
+    "join_timeout", "last_call_timeout",   "close_timeout",          "read_timeout",
+    "timeout",      "keep_alive_interval", "keep_alive_max_attempt", "is_host",
+};
+
 // --rdzv-conf "k=v,k=v" (torchrun keys). Timeouts are seconds.
 absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -92,26 +101,42 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
     if (kv.size() != 2 || kv[0].empty()) {
       return Bad(absl::StrCat("--rdzv-conf entries must be key=value, got '", item, "'"));
     }
-    double seconds = 0;
-    bool is_timeout = absl::EndsWith(kv[0], "_timeout") || kv[0] == "timeout";
-    if (is_timeout && (!absl::SimpleAtod(kv[1], &seconds) || seconds <= 0)) {
-      return Bad(absl::StrCat("--rdzv-conf ", kv[0], " must be a number of seconds > 0, got '",
-                              kv[1], "'"));
+    const std::string& key = kv[0];
+    if (std::find(std::begin(kRdzvConfKeys), std::end(kRdzvConfKeys), key) ==
+        std::end(kRdzvConfKeys)) {
+      return Bad(absl::StrCat("--rdzv-conf: unknown key '", key,
+                              "' (known: ", absl::StrJoin(kRdzvConfKeys, ", "), ")"));
     }
-    if (kv[0] == "join_timeout" || kv[0] == "timeout") o->join_timeout_s = seconds;
-    if (kv[0] == "last_call_timeout") o->last_call_timeout_s = seconds;
-    if (kv[0] == "is_host") {
+    if (key == "is_host") {
+      // The spellings torch's RendezvousParameters.get_as_bool accepts, in any case.
       const std::string v = absl::AsciiStrToLower(kv[1]);
-      if (v == "1" || v == "true" || v == "yes") {
+      if (v == "1" || v == "true" || v == "t" || v == "yes" || v == "y") {
         o->rdzv_is_host = true;
-      } else if (v == "0" || v == "false" || v == "no") {
+      } else if (v == "0" || v == "false" || v == "f" || v == "no" || v == "n") {
         o->rdzv_is_host = false;
       } else {
-        return Bad(
-            absl::StrCat("--rdzv-conf is_host must be 1 or 0 (true or false), got '", kv[1], "'"));
+        return Bad(absl::StrCat(
+            "--rdzv-conf is_host must be true or false (1/0, t/f, yes/no, y/n; any case), got '",
+            kv[1], "'"));
       }
+      continue;
     }
-    // close_timeout, read_timeout, keep_alive_*: accepted for compatibility.
+    if (key == "keep_alive_max_attempt") {
+      int attempts = 0;
+      if (!absl::SimpleAtoi(kv[1], &attempts) || attempts < 1) {
+        return Bad(absl::StrCat("--rdzv-conf keep_alive_max_attempt must be an integer >= 1, got '",
+                                kv[1], "'"));
+      }
+      continue;  // Accepted for compatibility: gRPC keepalive detects lost agents.
+    }
+    double seconds = 0;
+    if (!absl::SimpleAtod(kv[1], &seconds) || !(seconds > 0)) {
+      return Bad(
+          absl::StrCat("--rdzv-conf ", key, " must be a number of seconds > 0, got '", kv[1], "'"));
+    }
+    if (key == "join_timeout" || key == "timeout") o->join_timeout_s = seconds;
+    if (key == "last_call_timeout") o->last_call_timeout_s = seconds;
+    // close_timeout, read_timeout, keep_alive_interval: accepted for compatibility.
   }
   return absl::OkStatus();
 }
@@ -418,7 +443,10 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port)", kRdzv);
   add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
   add("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
-      "key=value,...: join_timeout, last_call_timeout (seconds)", kRdzv);
+      "key=value,...: join_timeout, last_call_timeout (seconds), is_host (true/false, 1/0); "
+      "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, timeout "
+      "accepted for compatibility",
+      kRdzv);
   add("--local-addr,--local_addr", o.local_addr,
       "IP (or name, resolved here) other nodes reach this node at", kRdzv);
   add("--node-id,--node_id", o.node_id, "Node identity (default hostname:pid)", kRdzv);

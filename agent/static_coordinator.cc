@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 
@@ -16,7 +17,16 @@ namespace asio = boost::asio;
 // torch 1.x TCPStore opcodes (REFERENCE.md §4).
 constexpr char kSet = 0;
 constexpr char kGet = 2;
+constexpr char kCheck = 4;
 constexpr char kWait = 5;
+
+// How long node rank 0 may take to find out which nodes are missing, after the finish timeout.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(5);
+
+// "node rank 1" / "node ranks 1, 2".
+std::string NodeRanks(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "node rank " : "node ranks ", absl::StrJoin(ranks, ", "));
+}
 
 void AppendU64(std::string* out, uint64_t v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -130,6 +140,24 @@ void StoreConnection::Wait(const std::vector<std::string>& keys,
       });
 }
 
+void StoreConnection::Check(const std::vector<std::string>& keys,
+                            std::function<void(absl::StatusOr<bool>)> done) {
+  std::string frame(1, kCheck);
+  AppendU64(&frame, keys.size());
+  for (const std::string& k : keys) AppendField(&frame, "/" + k);
+  Write(std::move(frame));
+  auto self = shared_from_this();
+  asio::async_read(
+      socket_, asio::buffer(reply_.data(), 1),
+      [self, done = std::move(done)](boost::system::error_code ec, size_t) {
+        if (ec) {
+          done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
+          return;
+        }
+        done(self->reply_[0] == 0);  // READY 0, NOT_READY 1.
+      });
+}
+
 void StoreConnection::Get(const std::string& key,
                           std::function<void(absl::StatusOr<std::string>)> done) {
   std::string frame(1, kGet);
@@ -174,6 +202,7 @@ StaticCoordinator::StaticCoordinator(asio::io_context& io, Options options)
 StaticCoordinator::~StaticCoordinator() {
   if (watch_) watch_->Close();
   if (control_) control_->Close();
+  if (probe_) probe_->Close();
 }
 
 std::string StaticCoordinator::Key(const std::string& suffix) const {
@@ -208,35 +237,106 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
       });
     });
   });
-  control_->Connect(options_.connect_timeout, both);
+  control_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
+    // Node rank 0 tells a node that never came from one that came but did not finish.
+    if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
+    both(s);
+  });
 }
 
 void StaticCoordinator::Report(int exit_status, const std::string& message,
-                               std::function<void()> done) {
+                               std::function<void(absl::Status)> done) {
   if (exit_status != 0) control_->Set(Key("failed"), absl::StrCat(exit_status, " ", message));
   control_->Set(Key(absl::StrCat("done/", options_.node_rank)), absl::StrCat(exit_status));
-  if (options_.node_rank != 0) {
-    control_->Flush(std::move(done));
+  if (options_.node_rank != 0 || interrupted_) {
+    control_->Flush([done = std::move(done)] { done(absl::OkStatus()); });
     return;
   }
+  pending_done_ = std::move(done);
   std::vector<std::string> keys;
   keys.reserve(options_.node_count);
   for (int n = 0; n < options_.node_count; ++n) keys.push_back(Key(absl::StrCat("done/", n)));
-  auto once = std::make_shared<std::function<void()>>(std::move(done));
   finish_timer_.expires_after(absl::ToChronoMilliseconds(options_.finish_timeout));
-  finish_timer_.async_wait([once](boost::system::error_code ec) {
-    if (ec || !*once) return;
-    spdlog::warn("dgt-run: not every node reported within the finish timeout; closing the store");
-    auto cb = std::move(*once);
-    *once = nullptr;
-    cb();
+  finish_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !pending_done_) return;
+    DescribeMissing();
   });
-  control_->Wait(keys, [this, once](const absl::Status&) {
-    finish_timer_.cancel();
-    if (!*once) return;
-    auto cb = std::move(*once);
-    *once = nullptr;
-    cb();
+  control_->Wait(keys, [this](const absl::Status& s) {
+    if (!s.ok()) return;  // The connection ended (closing): the timer or Interrupt decides.
+    Complete(absl::OkStatus());
+  });
+}
+
+void StaticCoordinator::Interrupt() {
+  interrupted_ = true;
+  if (!pending_done_ || !control_) return;
+  // This node's own done/failed keys go out first; then nobody is waited for.
+  control_->Flush(
+      [this] { Complete(absl::CancelledError("stopped waiting for the other nodes (signal)")); });
+}
+
+void StaticCoordinator::Complete(absl::Status status) {
+  if (!pending_done_) return;
+  finish_timer_.cancel();
+  auto done = std::move(pending_done_);
+  pending_done_ = nullptr;
+  if (probe_) probe_->Close();
+  done(std::move(status));
+}
+
+void StaticCoordinator::DescribeMissing() {
+  const std::string within =
+      absl::StrCat(" within the finish timeout of ", absl::FormatDuration(options_.finish_timeout),
+                   " (--join-timeout)");
+  // Bounded: the probe gets kProbeTimeout, then the run fails with the general message.
+  finish_timer_.expires_after(absl::ToChronoMilliseconds(kProbeTimeout));
+  finish_timer_.async_wait([this, within](boost::system::error_code ec) {
+    if (ec) return;
+    Complete(absl::DeadlineExceededError(absl::StrCat("not every node reported", within)));
+  });
+  struct Probe {
+    int next = 0;
+    std::vector<int> never_joined;
+    std::vector<int> not_reported;
+  };
+  auto probe = std::make_shared<Probe>();
+  probe_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  auto step = std::make_shared<std::function<void()>>();
+  // `step` holds itself only through the callbacks it hands out, so the chain ends with them.
+  std::weak_ptr<std::function<void()>> weak_step = step;
+  *step = [this, probe, within, weak_step] {
+    auto self = weak_step.lock();
+    if (!self || !pending_done_) return;
+    if (probe->next == options_.node_count) {
+      std::vector<std::string> parts;
+      if (!probe->never_joined.empty()) {
+        parts.push_back(absl::StrCat(NodeRanks(probe->never_joined), " never joined"));
+      }
+      if (!probe->not_reported.empty()) {
+        parts.push_back(absl::StrCat(NodeRanks(probe->not_reported), " joined but did not finish"));
+      }
+      if (parts.empty()) parts.push_back("not every node reported");
+      Complete(absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(parts, "; "), within)));
+      return;
+    }
+    const int n = probe->next++;
+    probe_->Check(
+        {Key(absl::StrCat("done/", n))}, [this, probe, n, self](absl::StatusOr<bool> reported) {
+          if (!reported.ok()) return;  // The probe's deadline decides.
+          if (*reported) {
+            (*self)();
+            return;
+          }
+          probe_->Check({Key(absl::StrCat("joined/", n))},
+                        [probe, n, self](absl::StatusOr<bool> joined) {
+                          if (!joined.ok()) return;
+                          (*joined ? probe->not_reported : probe->never_joined).push_back(n);
+                          (*self)();
+                        });
+        });
+  };
+  probe_->Connect(kProbeTimeout, [step](const absl::Status& s) {
+    if (s.ok()) (*step)();
   });
 }
 

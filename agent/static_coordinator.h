@@ -5,13 +5,16 @@
 //   dgt/static/<run_id>/failed           "<exit status> <message>", set by the first node whose
 //                                        workers failed; every agent WAITs on it and stops its
 //                                        workers when it appears.
+//   dgt/static/<run_id>/joined/<node rank> "1", set by each node once it reached the store.
 //   dgt/static/<run_id>/done/<node rank> "<exit status>", set by each node when its workers ended.
-// Node rank 0 keeps the store until every node is done (bounded by a deadline).
+// Node rank 0 keeps the store until every node is done (bounded by a deadline); a node that never
+// joined or never reported by then makes the run fail. A stop signal ends that wait at once.
 //
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_STATIC_COORDINATOR_H_
 #define DGT_AGENT_STATIC_COORDINATOR_H_
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,6 +40,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void Wait(const std::vector<std::string>& keys, std::function<void(absl::Status)> done);
   // Runs `done` once every queued write went out (or the connection failed).
   void Flush(std::function<void()> done);
+  // CHECK: `done` gets whether every key exists.
+  void Check(const std::vector<std::string>& keys, std::function<void(absl::StatusOr<bool>)> done);
   // GET (only for keys known to exist: a 1.x server drops the connection otherwise).
   void Get(const std::string& key, std::function<void(absl::StatusOr<std::string>)> done);
   void Close();
@@ -80,18 +85,30 @@ class StaticCoordinator {
   void Start(const std::function<void(absl::Status)>& connected, const FailureCallback& on_failure);
 
   // This node's workers ended with `exit_status` (0 = success). Publishes it (and the failure,
-  // when it is the first); then `done` runs, on node rank 0 once every node is done or the
-  // finish timeout passed.
-  void Report(int exit_status, const std::string& message, std::function<void()> done);
+  // when it is the first); then `done` runs, on node rank 0 once every node is done (Ok) or the
+  // finish timeout passed (DeadlineExceeded naming the node ranks that never joined or never
+  // reported), or at once (Cancelled) after Interrupt().
+  void Report(int exit_status, const std::string& message, std::function<void(absl::Status)> done);
+
+  // A stop signal: node rank 0 stops waiting for the other nodes (a pending Report's `done`
+  // runs once this node's writes went out), and later Reports do not wait either.
+  void Interrupt();
 
  private:
   std::string Key(const std::string& suffix) const;
+  // Runs the pending Report's `done` once (no-op when none is pending).
+  void Complete(absl::Status status);
+  // After the finish timeout: asks the store which nodes never joined or reported.
+  void DescribeMissing();
 
   boost::asio::io_context& io_;
   Options options_;
   std::shared_ptr<StoreConnection> watch_;
   std::shared_ptr<StoreConnection> control_;
+  std::shared_ptr<StoreConnection> probe_;
   boost::asio::steady_timer finish_timer_;
+  std::function<void(absl::Status)> pending_done_;
+  bool interrupted_ = false;
 };
 
 }  // namespace dgt::agent

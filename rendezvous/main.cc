@@ -1,8 +1,12 @@
 // dgt-rendezvous: the standalone rendezvous service. Agents (dgt-run, dgt-agent) join runs here.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "rendezvous/service.h"
 
@@ -23,6 +27,16 @@ int main(int argc, char** argv) {
                    : "must be a number of seconds > 0, got '" + v + "'";
       },
       "SECONDS>0");
+  // A whole number in [0, kMaxCount] (CLI11's own range check prints doubles). CLI11 puts the
+  // flag's name in front of the message.
+  constexpr int64_t kMaxCount = 1000000;
+  const CLI::Validator Count(
+      [](std::string& v) {
+        int64_t n = 0;
+        if (absl::SimpleAtoi(v, &n) && n >= 0 && n <= kMaxCount) return std::string();
+        return absl::StrCat("must be an integer from 0 to ", kMaxCount, ", got '", v, "'");
+      },
+      absl::StrCat("INT in [0, ", kMaxCount, "]"));
   CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
   dgt::rendezvous::RendezvousServerOptions options;
   options.listen = "127.0.0.1:29400";
@@ -55,14 +69,15 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "File holding a bearer token every RPC must carry");
   app.add_option("--metrics-listen", options.metrics_listen,
                  "HOST:PORT for Prometheus metrics over HTTP (GET /metrics)");
-  app.add_option("--max-sessions-per-peer", options.max_sessions_per_peer,
+  app.add_option("--max-sessions-per-peer,--max_sessions_per_peer", options.max_sessions_per_peer,
                  "Open agent sessions allowed from one IP address (0 = no limit)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-waiting-nodes-per-run", options.rounds.max_waiting_nodes_per_run,
+      ->check(Count);
+  app.add_option("--max-waiting-nodes-per-run,--max_waiting_nodes_per_run",
+                 options.rounds.max_waiting_nodes_per_run,
                  "Nodes a run may hold beyond its MAX (waiting spares)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(Count);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -159,12 +159,14 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
   bool replaced_active_member = false;
   auto existing = run.nodes.find(join.node_id());
   if (existing == run.nodes.end() &&
-      run.connected >= run.max_nodes + options_.max_waiting_nodes_per_run) {
-    out.push_back(ErrorFor(
-        session, kResourceExhausted,
-        absl::StrCat("run '", run.run_id, "' already holds ", run.connected, " nodes (MAX ",
-                     run.max_nodes, " and ", options_.max_waiting_nodes_per_run,
-                     " waiting); try again when a node leaves")));
+      // int64: MAX plus a large waiting allowance must not wrap around.
+      int64_t{run.connected} >=
+          int64_t{run.max_nodes} + int64_t{options_.max_waiting_nodes_per_run}) {
+    out.push_back(ErrorFor(session, kResourceExhausted,
+                           absl::StrCat("run '", run.run_id, "' already holds ", run.connected,
+                                        run.connected == 1 ? " node (MAX " : " nodes (MAX ",
+                                        run.max_nodes, " and ", options_.max_waiting_nodes_per_run,
+                                        " waiting); try again when a node leaves")));
     return out;
   }
   if (existing != run.nodes.end()) {

@@ -166,8 +166,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
     }
     return new RejectReactor(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("peer ", peer_ip, " already has ", open,
-                     " rendezvous sessions open (dgt-rendezvous --max-sessions-per-peer)")));
+        absl::StrCat("peer ", peer_ip, " already has ", open, " rendezvous session",
+                     open == 1 ? "" : "s", " open (dgt-rendezvous --max-sessions-per-peer)")));
   }
   ++open;
   SessionId id = next_session_++;

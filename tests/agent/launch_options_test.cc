@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
@@ -70,6 +71,33 @@ TEST(LaunchOptionsTest, RdzvConfIsHost) {
   auto off = Parse({"--nnodes=1", "--rdzv-conf=is_host=False", kScript});
   ASSERT_TRUE(off.options.has_value()) << off.output;
   EXPECT_EQ(off.options->rdzv_is_host, std::optional<bool>(false));
+  // Every spelling torch's get_as_bool takes, in any case.
+  for (const char* yes : {"1", "true", "TRUE", "t", "Yes", "y"}) {
+    auto p = Parse({"--nnodes=1", absl::StrCat("--rdzv-conf=is_host=", yes), kScript});
+    ASSERT_TRUE(p.options.has_value()) << yes << ": " << p.output;
+    EXPECT_EQ(p.options->rdzv_is_host, std::optional<bool>(true)) << yes;
+  }
+  for (const char* no : {"0", "false", "F", "no", "N"}) {
+    auto p = Parse({"--nnodes=1", absl::StrCat("--rdzv-conf=is_host=", no), kScript});
+    ASSERT_TRUE(p.options.has_value()) << no << ": " << p.output;
+    EXPECT_EQ(p.options->rdzv_is_host, std::optional<bool>(false)) << no;
+  }
+}
+
+TEST(LaunchOptionsTest, RdzvConfAcceptsTorchrunCompatibilityKeys) {
+  auto p = Parse({"--nnodes=1",
+                  "--rdzv-conf=close_timeout=10,read_timeout=60,keep_alive_interval=5,"
+                  "keep_alive_max_attempt=3,timeout=900",
+                  kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->join_timeout_s, 900);
+}
+
+TEST(LaunchOptionsTest, HelpListsRdzvConfKeys) {
+  auto p = Parse({"--help"});
+  EXPECT_EQ(p.exit_code, 0);
+  EXPECT_NE(p.output.find("join_timeout, last_call_timeout (seconds), is_host"), std::string::npos)
+      << p.output;
 }
 
 TEST(LaunchOptionsTest, NprocGpuCountsVisibleDevices) {
@@ -123,7 +151,17 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "dgt-run: error: --rdzv-backend=etcd is not supported: run dgt-rendezvous and pass its "
        "address with --rdzv-endpoint\n"},
       {{"--rdzv-conf=is_host=maybe", kScript},
-       "dgt-run: error: --rdzv-conf is_host must be 1 or 0 (true or false), got 'maybe'\n"},
+       "dgt-run: error: --rdzv-conf is_host must be true or false (1/0, t/f, yes/no, y/n; any "
+       "case), got 'maybe'\n"},
+      {{"--rdzv-conf=join_timout=5", kScript},
+       "dgt-run: error: --rdzv-conf: unknown key 'join_timout' (known: join_timeout, "
+       "last_call_timeout, close_timeout, read_timeout, timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, is_host)\n"},
+      {{"--rdzv-conf=keep_alive_max_attempt=0", kScript},
+       "dgt-run: error: --rdzv-conf keep_alive_max_attempt must be an integer >= 1, got '0'\n"},
+      {{"--rdzv-conf=keep_alive_interval=x", kScript},
+       "dgt-run: error: --rdzv-conf keep_alive_interval must be a number of seconds > 0, got "
+       "'x'\n"},
       {{"--rdzv-conf=join_timeout=-1", kScript},
        "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0, got '-1'\n"},
       {{"--standalone", "--nnodes=2", kScript},

@@ -1,4 +1,5 @@
 """Bad input to dgt-run and dgt-rendezvous: one clear line, a non-zero exit, bounded time."""
+import re
 import time
 
 import pytest
@@ -97,3 +98,60 @@ def test_missing_program_with_no_python(spawn):
     assert p.wait(timeout=20) == 127
     assert [l for l in p.stderr.splitlines() if l.startswith("dgt-run: error:")] == [
         "dgt-run: error: cannot start workers: 'no-such-program-dgt' was not found in PATH"]
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--max-waiting-nodes-per-run", "2147483647"),
+    ("--max_waiting_nodes_per_run", "xyz"),
+    ("--max-sessions-per-peer", "-1"),
+    ("--max_sessions_per_peer", "1.5"),
+])
+def test_rendezvous_bad_count_flags(spawn, flag, value):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", f"{flag}={value}"])
+    assert p.wait(timeout=20) == 2
+    dashed = flag.replace("_", "-")
+    assert p.stderr.strip().splitlines() == [
+        f"dgt-rendezvous: error: {dashed}: must be an integer from 0 to 1000000, got '{value}'"]
+
+
+def test_rendezvous_largest_limits_still_admit_nodes(spawn):
+    # The largest values the flags take (underscore spellings, as torchrun's) must not refuse
+    # every join (MAX + waiting once wrapped around in 32 bits).
+    r = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0",
+               "--max_waiting_nodes_per_run=1000000", "--max_sessions_per_peer=1000000"],
+              name="rendezvous")
+    deadline = time.monotonic() + 10
+    port = None
+    while port is None and time.monotonic() < deadline:
+        m = re.search(r"listening on port (\d+)", r.stdout)
+        if m:
+            port = m.group(1)
+            break
+        assert r.popen.poll() is None, r.stderr
+        time.sleep(0.05)
+    assert port is not None
+    p = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint=127.0.0.1:{port}",
+               "--rdzv-conf=is_host=0", "--rdzv-id=lim", SCRIPT])
+    assert p.wait(timeout=30) == 0, p.stderr
+
+
+def test_unknown_rdzv_conf_key_is_a_usage_error(spawn):
+    p = spawn([BIN / "dgt-run", "--standalone", "--rdzv-conf=join_timout=5", SCRIPT])
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [
+        "dgt-run: error: --rdzv-conf: unknown key 'join_timout' (known: join_timeout, "
+        "last_call_timeout, close_timeout, read_timeout, timeout, keep_alive_interval, "
+        "keep_alive_max_attempt, is_host)"]
+
+
+@pytest.mark.parametrize("value,ok", [("TRUE", True), ("f", True), ("Yes", True),
+                                      ("maybe", False)])
+def test_is_host_spellings(spawn, value, ok):
+    p = spawn([BIN / "dgt-run", "--standalone", f"--rdzv-conf=is_host={value}", SCRIPT])
+    if ok:
+        assert p.wait(timeout=30) == 0, p.stderr
+    else:
+        assert p.wait(timeout=10) == 2
+        assert p.stderr.strip().splitlines() == [
+            "dgt-run: error: --rdzv-conf is_host must be true or false (1/0, t/f, yes/no, y/n; "
+            f"any case), got '{value}'"]

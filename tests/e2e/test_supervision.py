@@ -376,3 +376,48 @@ def test_workers_inherit_only_stdio(spawn):
     p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "fd_list.py"])
     assert p.wait(timeout=60) == 0, p.stderr
     assert sorted(re.findall(r"^\[rank\d\]: fds (.*)$", p.stdout, re.M)) == ["0 1 2", "0 1 2"]
+
+
+def static_node(spawn, nnodes, rank, port, join_timeout, command):
+    return spawn([DGT_RUN, f"--nnodes={nnodes}", "--rdzv-backend=static", f"--node-rank={rank}",
+                  "--master-addr=127.0.0.1", f"--master-port={port}",
+                  f"--join-timeout={join_timeout}", "--no-python", *command], name=f"node{rank}")
+
+
+def test_static_node_rank_0_alone_fails_naming_the_missing_node(spawn):
+    port = free_port()
+    start = time.monotonic()
+    p = static_node(spawn, 2, 0, port, 2, ["/bin/true"])
+    assert p.wait(timeout=30) == 1, p.stderr
+    assert time.monotonic() - start < 15
+    assert [l for l in p.stderr.splitlines() if "error" in l] == [
+        "dgt-run: error: static rendezvous: node rank 1 never joined within the finish timeout "
+        "of 2s (--join-timeout)"], p.stderr
+    assert "succeeded" not in p.stderr
+
+
+def test_static_node_rank_0_tells_unfinished_from_never_joined(spawn):
+    port = free_port()
+    # Node rank 1 joins and runs long; node rank 2 never starts.
+    slow = static_node(spawn, 3, 1, port, 3, ["/bin/sh", "-c", "echo started; sleep 60"])
+    p = static_node(spawn, 3, 0, port, 3, ["/bin/true"])
+    assert p.wait(timeout=30) == 1, p.stderr
+    assert [l for l in p.stderr.splitlines() if "error" in l] == [
+        "dgt-run: error: static rendezvous: node rank 2 never joined; node rank 1 joined but did "
+        "not finish within the finish timeout of 3s (--join-timeout)"], p.stderr
+    assert "started" in slow.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_static_node_rank_0_stops_waiting_on_a_signal(spawn, sig):
+    port = free_port()
+    p = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", "echo finished"])
+    wait_for(lambda: "finished" in p.stdout, 20, "the worker's output")
+    time.sleep(1)  # The worker has ended; node rank 0 waits for node rank 1.
+    assert p.popen.poll() is None, p.stderr
+    start = time.monotonic()
+    p.popen.send_signal(sig)
+    assert p.wait(timeout=10) == 128 + sig, p.stderr
+    assert time.monotonic() - start < 5
+    name = signal.Signals(sig).name
+    assert p.stderr.splitlines()[-1] == f"dgt-run: error: stopped by {name}", p.stderr

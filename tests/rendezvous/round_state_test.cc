@@ -1,6 +1,9 @@
 // RoundStateMachine on a simulated clock: no sleeps, exact messages.
 #include "rendezvous/round_state.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -418,6 +421,32 @@ TEST(RoundStateTest, RunHoldsAtMostMaxPlusWaitingNodes) {
   auto room = h.Join(7, Join("n7", 1, 1));
   ASSERT_EQ(room.size(), 1u);
   EXPECT_TRUE(room[0].message.has_progress());
+}
+
+TEST(RoundStateTest, HugeWaitingAllowanceDoesNotWrapAround) {
+  // MAX + waiting is computed in 64 bits: INT32_MAX waiting must admit joins, not refuse all.
+  RoundStateOptions options;
+  options.max_waiting_nodes_per_run = std::numeric_limits<int32_t>::max();
+  Harness h(options);
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  EXPECT_EQ(h.Rank(1), 0);
+  EXPECT_EQ(h.Rank(2), 1);
+  auto spare = h.Join(3, Join("n3", 2, 2));
+  ASSERT_EQ(spare.size(), 1u);
+  EXPECT_TRUE(spare[0].message.has_progress());
+  EXPECT_EQ(h.m.counters().refused_joins, 0u);
+}
+
+TEST(RoundStateTest, RefusalSaysOneNodeInTheSingular) {
+  RoundStateOptions options;
+  options.max_waiting_nodes_per_run = 0;
+  Harness h(options);
+  h.Join(1, Join("n1", 1, 1));
+  auto refused = h.Join(2, Join("n2", 1, 1));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].message.error().message(),
+            "run 'job' already holds 1 node (MAX 1 and 0 waiting); try again when a node leaves");
 }
 
 TEST(RoundStateTest, CountsStayExactThroughJoinsLossesAndReports) {

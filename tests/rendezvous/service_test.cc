@@ -212,6 +212,29 @@ TEST(ServiceLimitsTest, SessionsBeyondThePerPeerLimitAreResourceExhausted) {
   for (size_t i = 1; i < open.size(); ++i) open[i]->stream->Finish();
 }
 
+TEST(ServiceLimitsTest, OneOpenSessionIsSingular) {
+  RendezvousServerOptions options;
+  options.max_sessions_per_peer = 1;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  auto first = Open(stub.get());
+  ASSERT_TRUE(first->stream->Write(FloodJoin("single", "n0", 3)));
+  v1::ServiceMessage reply;
+  ASSERT_TRUE(first->stream->Read(&reply));
+  auto second = Open(stub.get());
+  second->stream->Write(FloodJoin("single", "n1", 3));
+  EXPECT_FALSE(second->stream->Read(&reply));
+  grpc::Status st = second->stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(st.error_message(),
+            "peer 127.0.0.1 already has 1 rendezvous session open (dgt-rendezvous "
+            "--max-sessions-per-peer)");
+  first->ctx.TryCancel();
+  first->stream->Finish();
+}
+
 TEST(ServiceLimitsTest, AJoinFloodIsCappedAndDoesNotStallOtherRuns) {
   RendezvousServerOptions options;
   options.max_sessions_per_peer = 0;
