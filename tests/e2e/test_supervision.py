@@ -420,4 +420,6 @@ def test_static_node_rank_0_stops_waiting_on_a_signal(spawn, sig):
     assert p.wait(timeout=10) == 128 + sig, p.stderr
     assert time.monotonic() - start < 5
     name = signal.Signals(sig).name
-    assert p.stderr.splitlines()[-1] == f"dgt-run: error: stopped by {name}", p.stderr
+    assert p.stderr.splitlines()[-1] == (
+        f"dgt-run: error: stopped by {name} after this node's workers exited, before the run's "
+        "outcome was known"), p.stderr
