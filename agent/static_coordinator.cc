@@ -315,7 +315,7 @@ void StaticCoordinator::DescribeMissing() {
       if (!probe->not_reported.empty()) {
         parts.push_back(absl::StrCat(NodeRanks(probe->not_reported), " joined but did not finish"));
       }
-      if (parts.empty()) parts.push_back("not every node reported");
+      if (parts.empty()) parts.emplace_back("not every node reported");
       Complete(absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(parts, "; "), within)));
       return;
     }

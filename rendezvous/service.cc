@@ -122,7 +122,9 @@ std::string PeerIp(const std::string& peer) {
 
 RendezvousService::RendezvousService(RoundStateOptions options, std::string token,
                                      int max_sessions_per_peer)
-    : token_(std::move(token)), max_sessions_per_peer_(max_sessions_per_peer), machine_(options) {
+    : token_(std::move(token)),
+      max_sessions_per_peer_(max_sessions_per_peer),
+      machine_(std::move(options)) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 

@@ -110,7 +110,7 @@ class BootstrapGuard {
     const size_t n = gloo::transport::tcp::Address().bytes().size();
     if (n == 0 || own_addresses_.size() % n != 0) return;
     for (size_t off = 0; off < own_addresses_.size(); off += n) {
-      std::vector<char> bytes(own_addresses_.begin() + off, own_addresses_.begin() + off + n);
+      std::vector<char> bytes(own_addresses_.data() + off, own_addresses_.data() + off + n);
       try {
         const sockaddr_storage ss = gloo::transport::tcp::Address(bytes).getSockaddr();
         const socklen_t len = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
