@@ -122,9 +122,9 @@ void StoreConnection::Set(const std::string& key, const std::string& value) {
   Write(std::move(frame));
 }
 
-void StoreConnection::Wait(const std::vector<std::string>& keys,
-                           std::function<void(absl::Status)> done) {
-  std::string frame(1, kWait);
+void StoreConnection::KeysRequest(char opcode, const std::vector<std::string>& keys,
+                                  std::function<void(absl::StatusOr<uint8_t>)> done) {
+  std::string frame(1, opcode);
   AppendU64(&frame, keys.size());
   for (const std::string& k : keys) AppendField(&frame, "/" + k);
   Write(std::move(frame));
@@ -136,26 +136,26 @@ void StoreConnection::Wait(const std::vector<std::string>& keys,
           done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
           return;
         }
-        done(absl::OkStatus());
+        done(static_cast<uint8_t>(self->reply_[0]));
       });
+}
+
+void StoreConnection::Wait(const std::vector<std::string>& keys,
+                           std::function<void(absl::Status)> done) {
+  KeysRequest(kWait, keys, [done = std::move(done)](absl::StatusOr<uint8_t> reply) {
+    done(reply.status());  // STOP_WAITING.
+  });
 }
 
 void StoreConnection::Check(const std::vector<std::string>& keys,
                             std::function<void(absl::StatusOr<bool>)> done) {
-  std::string frame(1, kCheck);
-  AppendU64(&frame, keys.size());
-  for (const std::string& k : keys) AppendField(&frame, "/" + k);
-  Write(std::move(frame));
-  auto self = shared_from_this();
-  asio::async_read(
-      socket_, asio::buffer(reply_.data(), 1),
-      [self, done = std::move(done)](boost::system::error_code ec, size_t) {
-        if (ec) {
-          done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
-          return;
-        }
-        done(self->reply_[0] == 0);  // READY 0, NOT_READY 1.
-      });
+  KeysRequest(kCheck, keys, [done = std::move(done)](absl::StatusOr<uint8_t> reply) {
+    if (!reply.ok()) {
+      done(reply.status());
+      return;
+    }
+    done(*reply == 0);  // READY 0, NOT_READY 1.
+  });
 }
 
 void StoreConnection::Get(const std::string& key,

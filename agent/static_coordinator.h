@@ -15,6 +15,7 @@
 #define DGT_AGENT_STATIC_COORDINATOR_H_
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,6 +50,9 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
  private:
   void TryConnect();
   void Write(std::string frame);
+  // Sends `opcode` with `keys` (torch 1.x WAIT / CHECK framing) and reads the one-byte reply.
+  void KeysRequest(char opcode, const std::vector<std::string>& keys,
+                   std::function<void(absl::StatusOr<uint8_t>)> done);
   void WriteNext();
 
   boost::asio::io_context& io_;
