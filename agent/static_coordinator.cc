@@ -142,14 +142,14 @@ void StoreConnection::KeysRequest(char opcode, const std::vector<std::string>& k
 
 void StoreConnection::Wait(const std::vector<std::string>& keys,
                            std::function<void(absl::Status)> done) {
-  KeysRequest(kWait, keys, [done = std::move(done)](absl::StatusOr<uint8_t> reply) {
+  KeysRequest(kWait, keys, [done = std::move(done)](const absl::StatusOr<uint8_t>& reply) {
     done(reply.status());  // STOP_WAITING.
   });
 }
 
 void StoreConnection::Check(const std::vector<std::string>& keys,
                             std::function<void(absl::StatusOr<bool>)> done) {
-  KeysRequest(kCheck, keys, [done = std::move(done)](absl::StatusOr<uint8_t> reply) {
+  KeysRequest(kCheck, keys, [done = std::move(done)](const absl::StatusOr<uint8_t>& reply) {
     if (!reply.ok()) {
       done(reply.status());
       return;
