@@ -325,14 +325,17 @@ int Agent::Run() {
                  std::string(s.message()).c_str());
     return 1;
   }
-  for (int sig : options_.signals_to_handle) signals_.add(sig);
-  WaitForSignals();
+  // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
+  // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C
+  // then must end dgt-run at once (the default action; nothing was started yet), not be queued.
   if (absl::Status s = Prepare(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
     // A flag whose value is wrong (--local-addr, --master-addr, --rdzv-token-file) is a usage
     // error, exit 2 like the parser's; anything else (a port in use, ...) exits 1.
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  for (int sig : options_.signals_to_handle) signals_.add(sig);
+  WaitForSignals();
   io_.run();
   return exit_status_;
 }
@@ -408,6 +411,10 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       }
       return;
     case State::kWaitingForRound:
+      if (HostedByAnotherNode()) {
+        Finish(1, HostLostMessage(status));
+        return;
+      }
       Finish(1, absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
                              " while waiting for a new round: ", status.error_message()));
       return;
@@ -843,12 +850,18 @@ std::string Agent::Summary() const {
   }
   if (!recovered_failures_.empty()) {
     absl::StrAppend(&text, "Restarted in place before that (--restart-policy rank):\n");
-    for (const Failure& f : recovered_failures_) absl::StrAppend(&text, describe(f, false));
-    absl::StrAppend(&text,
-                    "  note: a worker that cannot rebuild its communicator around a replaced "
-                    "peer (torch.distributed process groups cannot) fails when one is "
-                    "restarted; use --restart-policy group for such trainers, or "
-                    "dgt::worker::ElasticGroup (docs/RECOVERY.md)\n");
+    bool peer_failed_after = false;  // Not just the restarted rank failing again.
+    for (const Failure& f : recovered_failures_) {
+      absl::StrAppend(&text, describe(f, false));
+      peer_failed_after |= f.exit.rank != failures_[0].exit.rank;
+    }
+    if (peer_failed_after) {
+      absl::StrAppend(&text,
+                      "  note: a worker that cannot rebuild its communicator around a replaced "
+                      "peer (torch.distributed process groups cannot) fails when one is "
+                      "restarted; use --restart-policy group for such trainers, or "
+                      "dgt::worker::ElasticGroup (docs/RECOVERY.md)\n");
+    }
   }
   return text;
 }

@@ -22,6 +22,9 @@
 namespace dgt::agent {
 namespace {
 
+// The longest accepted timeout: a year, in seconds.
+constexpr int64_t kMaxTimeoutS = int64_t{365} * 24 * 3600;
+
 absl::Status Bad(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
 // "N" or "MIN:MAX" with 0 < MIN <= MAX (torchrun --nnodes).
@@ -130,9 +133,10 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
       continue;  // Accepted for compatibility: gRPC keepalive detects lost agents.
     }
     double seconds = 0;
-    if (!absl::SimpleAtod(kv[1], &seconds) || !(seconds > 0)) {
-      return Bad(
-          absl::StrCat("--rdzv-conf ", key, " must be a number of seconds > 0, got '", kv[1], "'"));
+    if (!absl::SimpleAtod(kv[1], &seconds) || !(seconds > 0) ||
+        seconds > static_cast<double>(kMaxTimeoutS)) {
+      return Bad(absl::StrCat("--rdzv-conf ", key, " must be a number of seconds > 0 and <= ",
+                              kMaxTimeoutS, ", got '", kv[1], "'"));
     }
     if (key == "join_timeout" || key == "timeout") o->join_timeout_s = seconds;
     if (key == "last_call_timeout") o->last_call_timeout_s = seconds;
@@ -239,6 +243,17 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   }
   if (o->join_timeout_s <= 0 || o->connect_timeout_s <= 0 || o->stop_timeout_s < 0) {
     return Bad("timeouts must be positive numbers of seconds");
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, double>{"--join-timeout", o->join_timeout_s},
+        {"--rdzv-connect-timeout", o->connect_timeout_s},
+        {"--stop-timeout", o->stop_timeout_s},
+        {"--rdzv-conf last_call_timeout", o->last_call_timeout_s}}) {
+    // Beyond a year a deadline is a typo; far beyond, it overflows absl::Duration's nanoseconds.
+    if (!(value <= static_cast<double>(kMaxTimeoutS))) {
+      return Bad(
+          absl::StrCat(flag, " must be at most ", kMaxTimeoutS, " seconds (a year), got ", value));
+    }
   }
   if (o->master_port < 1 || o->master_port > 65535) {
     return Bad(absl::StrCat("--master-port must be 1..65535, got ", o->master_port));

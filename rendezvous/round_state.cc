@@ -519,6 +519,16 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
     FinishWithEarliestFailure(run, now, out);
     return;
   }
+  if (run.succeeded > 0) {
+    // Some nodes finished their part: a new round would run their finished workers again (as
+    // torchrun, whose agents exit once their own workers succeed, never does). The run fails.
+    FinishRun(run, false,
+              absl::StrCat(lost, " after ", run.succeeded,
+                           " node(s) had finished; finished "
+                           "workers are not run again"),
+              nullptr, now, out);
+    return;
+  }
   if (ConnectedCount(run) >= run.min_nodes) {
     StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out);
     return;

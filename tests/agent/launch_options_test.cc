@@ -160,10 +160,12 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--rdzv-conf=keep_alive_max_attempt=0", kScript},
        "dgt-run: error: --rdzv-conf keep_alive_max_attempt must be an integer >= 1, got '0'\n"},
       {{"--rdzv-conf=keep_alive_interval=x", kScript},
-       "dgt-run: error: --rdzv-conf keep_alive_interval must be a number of seconds > 0, got "
+       "dgt-run: error: --rdzv-conf keep_alive_interval must be a number of seconds > 0 and <= "
+       "31536000, got "
        "'x'\n"},
       {{"--rdzv-conf=join_timeout=-1", kScript},
-       "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0, got '-1'\n"},
+       "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0 and <= 31536000, "
+       "got '-1'\n"},
       {{"--standalone", "--nnodes=2", kScript},
        "dgt-run: error: --standalone runs a single node, but --nnodes=2\n"},
       {{"-r", "4", kScript},

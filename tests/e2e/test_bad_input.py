@@ -1,5 +1,6 @@
 """Bad input to dgt-run and dgt-rendezvous: one clear line, a non-zero exit, bounded time."""
 import re
+import signal
 import time
 
 import pytest
@@ -20,6 +21,11 @@ SCRIPT = str(WORKERS / "print_env.py")
      "dgt-run: error: --rdzv-token-file: token file: cannot read '/nonexistent'"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--local-addr=not an address", SCRIPT],
      None),
+    (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--join-timeout=1e300", SCRIPT],
+     "dgt-run: error: --join-timeout must be at most 31536000 seconds (a year), got 1e+300"),
+    (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=join_timeout=inf", SCRIPT],
+     "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0 and <= 31536000, "
+     "got 'inf'"),
     (["--standalone", "does_not_exist.py"],
      "dgt-run: error: training script 'does_not_exist.py' does not exist"),
 ])
@@ -155,3 +161,16 @@ def test_is_host_spellings(spawn, value, ok):
         assert p.stderr.strip().splitlines() == [
             "dgt-run: error: --rdzv-conf is_host must be true or false (1/0, t/f, yes/no, y/n; "
             f"any case), got '{value}'"]
+
+
+def test_sigterm_while_connecting_ends_at_once(spawn):
+    # Connecting to the rendezvous blocks before the event loop runs: a SIGTERM (scancel, Ctrl-C)
+    # then takes its default action instead of waiting out --rdzv-connect-timeout.
+    p = spawn([BIN / "dgt-run", "--nnodes=2", "--rdzv-endpoint=127.0.0.1:1",
+               "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=30", SCRIPT])
+    time.sleep(1)
+    assert p.popen.poll() is None
+    start = time.monotonic()
+    p.popen.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == -signal.SIGTERM
+    assert time.monotonic() - start < 5

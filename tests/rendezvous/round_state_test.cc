@@ -493,6 +493,25 @@ TEST(RoundStateTest, AHundredThousandNodesCostLinearWork) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
+TEST(RoundStateTest, LosingANodeAfterAnotherFinishedFailsTheRun) {
+  // node-a's workers are done; node-b is lost: a new round would run node-a's finished workers
+  // again, so the run fails instead (even though MIN nodes could go on).
+  Harness h;
+  h.Join(1, Join("node-a", 1, 2));
+  h.Join(2, Join("node-b", 1, 2));
+  ASSERT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  h.Report(1, true, 0);
+  auto out = h.Close(2);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 1);
+  EXPECT_EQ(Count(out, v1::ServiceMessage::kAssignment), 0);
+  const v1::RunFinished& f = out[0].message.finished();
+  EXPECT_FALSE(f.succeeded());
+  EXPECT_EQ(f.message(),
+            "node node-b (10.0.0.b) was lost after 1 node(s) had finished; finished workers are "
+            "not run again");
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
+}
+
 TEST(RoundStateTest, RestartedNodeWithSameIdRejoins) {
   Harness h;
   h.Join(1, Join("n1", 2, 2));
