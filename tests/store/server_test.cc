@@ -159,6 +159,11 @@ TEST_F(ServerTest, OneSetWakesManyWaitersAndSkipsDepartedOnes) {
     waiters.push_back(std::make_unique<RawClient>(server_->port()));
     ASSERT_TRUE(waiters.back()->Send(wait));
   }
+  // Every WAIT is registered before any hang-up (else the count can pass 32 on its way up).
+  for (int attempt = 0; attempt < 500 && server_->Stats().pending_waits != 64; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(server_->Stats().pending_waits, 64u);
   for (int i = 0; i < 64; i += 2) waiters[i].reset();  // Half of them hang up while waiting.
   for (int attempt = 0; attempt < 500 && server_->Stats().pending_waits != 32; ++attempt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
