@@ -1021,6 +1021,10 @@ void Agent::AfterWorkersExited() {
           OnRunFinished(*remote_outcome_);
         } else if (!others.ok()) {
           Finish(1, absl::StrCat("static rendezvous: ", others.message()));
+        } else if (assignment_.node_rank != 0) {
+          // Node rank 0 (the store host) learns and reports the run's outcome, not this node.
+          Finish(0, absl::StrCat("this node's workers succeeded (node rank ", assignment_.node_rank,
+                                 "); node rank 0 reports the run's outcome"));
         } else {
           Finish(0, "");
         }

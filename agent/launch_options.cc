@@ -99,6 +99,7 @@ constexpr const char* kRdzvConfKeys[] = {
 
 // --rdzv-conf "k=v,k=v" (torchrun keys). Timeouts are seconds.
 absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
+  std::vector<std::string> seen;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
@@ -110,6 +111,10 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
       return Bad(absl::StrCat("--rdzv-conf: unknown key '", key,
                               "' (known: ", absl::StrJoin(kRdzvConfKeys, ", "), ")"));
     }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      return Bad(absl::StrCat("--rdzv-conf: key '", key, "' is given twice"));
+    }
+    seen.push_back(key);
     if (key == "is_host") {
       // The spellings torch's RendezvousParameters.get_as_bool accepts, in any case.
       const std::string v = absl::AsciiStrToLower(kv[1]);

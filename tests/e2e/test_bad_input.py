@@ -26,6 +26,8 @@ SCRIPT = str(WORKERS / "print_env.py")
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=join_timeout=inf", SCRIPT],
      "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0 and <= 31536000, "
      "got 'inf'"),
+    (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=is_host=1,is_host=0", SCRIPT],
+     "dgt-run: error: --rdzv-conf: key 'is_host' is given twice"),
     (["--standalone", "does_not_exist.py"],
      "dgt-run: error: training script 'does_not_exist.py' does not exist"),
 ])

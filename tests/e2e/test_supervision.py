@@ -358,6 +358,11 @@ def test_static_backend_two_nodes(spawn):
         assert r["env"]["MASTER_PORT"] == str(port)
         assert r["env"]["NODE_RANK"] == str(r["rank"] // 2)
         assert r["env"]["TORCHELASTIC_RUN_ID"] == "static"
+    # Node rank 1 (agents[0]) does not claim the run's outcome; node rank 0 does.
+    assert agents[0].stderr.strip().splitlines()[-1] == (
+        "dgt-run: done: this node's workers succeeded (node rank 1); node rank 0 reports the "
+        "run's outcome")
+    assert "dgt-run: run 'static' succeeded" in agents[1].stderr
 
 
 def test_static_backend_failure_stops_the_other_node(spawn):
