@@ -13,6 +13,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# shellcheck source=tests/install/lib.sh
+source "$src/tests/install/lib.sh"
 
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 test -f "$tmp/prefix/include/dgt/worker/elastic_group.h"
@@ -43,15 +45,7 @@ export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 c++ -o "$tmp/trainer_pc" "$src/examples/allreduce_trainer/main.cc" \
   $(pkg-config --cflags --libs dgt-worker)
 
-"$tmp/prefix/bin/dgt" store serve --listen 127.0.0.1:0 > "$tmp/serve.out" 2> "$tmp/serve.err" &
-server_pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's/^dgt store listening on port \([0-9]*\)$/\1/p' "$tmp/serve.out")
-  [[ -n $port ]] && break
-  sleep 0.1
-done
-[[ -n $port ]] || { echo "FAIL: dgt store serve did not start" >&2; cat "$tmp/serve.err" >&2; exit 1; }
+start_store_server
 
 run_rank() {  # rank binary
   env RANK="$1" LOCAL_RANK="$1" WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0 GROUP_WORLD_SIZE=1 \
