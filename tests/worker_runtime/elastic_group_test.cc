@@ -143,7 +143,9 @@ TEST(ElasticGroupTest, WatcherAbortsASurvivorThatIsNotInACollective) {
   auto groups = JoinAll(2, store, factory, Fast());
   ASSERT_TRUE(recovery::PublishRankFailure(store, "world", 1, "test").ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (!groups[0]->recovery_pending() && absl::Now() < deadline) {
+  // The watcher marks recovery pending just before it aborts the communicator.
+  while (!(groups[0]->recovery_pending() && groups[0]->comm().aborted()) &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(groups[0]->recovery_pending());

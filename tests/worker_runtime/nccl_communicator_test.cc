@@ -482,7 +482,9 @@ TEST(NcclCommunicatorTest, ElasticGroupRebuildsTheNcclGenerationThroughTheStore)
   for (int r = 0; r < 2; ++r) {
     t.emplace_back([&, r] {
       const absl::Time deadline = absl::Now() + absl::Seconds(5);
-      while (!groups[r]->recovery_pending() && absl::Now() < deadline) {
+      // The watcher marks recovery pending just before it aborts the communicator.
+      while (!(groups[r]->recovery_pending() && groups[r]->comm().aborted()) &&
+             absl::Now() < deadline) {
         absl::SleepFor(absl::Milliseconds(5));
       }
       EXPECT_TRUE(groups[r]->comm().aborted());
