@@ -47,3 +47,22 @@ def test_own_stop_signal_does_not_prevent_restarts():
         if p.returncode != 3 or rounds[-1:] != ["2"] or "stopped by" in p.stderr:
             bad.append((i, p.returncode, p.stderr[-400:]))
     assert bad == [], bad
+
+
+def test_progress_bar_shows_before_its_newline(spawn, tmp_path):
+    # tqdm-style: "\r" + the bar, no newline until the end. The worker waits (bounded) until the
+    # test saw its first state on the console.
+    go = tmp_path / "go"
+    script = (f'printf "\\r 10%%|#"; i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; '
+              'i=$((i+1)); done; printf "\\r100%%|##|\\n"')
+    p = spawn([DGT_RUN, "--standalone", "--no-python", "/bin/sh", "-c", script])
+    deadline = time.monotonic() + 10
+    # Bytes: read_text() would turn the '\r' into a newline.
+    while b"[rank0]:  10%|#\r" not in p.out_path.read_bytes():
+        assert time.monotonic() < deadline, f"no bar on the console: {p.out_path.read_bytes()!r}"
+        assert p.popen.poll() is None, p.stderr
+        time.sleep(0.05)
+    assert not go.exists()  # Shown while the worker still waited: before any newline.
+    go.touch()
+    assert p.wait(timeout=20) == 0, p.stderr
+    assert p.out_path.read_bytes() == b"[rank0]:  10%|#\r[rank0]: 100%|##|\n"
