@@ -66,3 +66,12 @@ def test_progress_bar_shows_before_its_newline(spawn, tmp_path):
     go.touch()
     assert p.wait(timeout=20) == 0, p.stderr
     assert p.out_path.read_bytes() == b"[rank0]:  10%|#\r[rank0]: 100%|##|\n"
+
+
+def test_error_file_replaced_by_a_fifo_does_not_block_the_agent():
+    p = run(["--standalone", "--no-python", "/bin/sh", "-c",
+             'rm -f "$TORCHELASTIC_ERROR_FILE" && mkfifo "$TORCHELASTIC_ERROR_FILE" && exit 3'],
+            timeout=30)
+    assert p.returncode == 3, p.stderr
+    assert "Root cause (first failure):\n  rank 0 (local rank 0)" in p.stderr
+    assert p.stderr.splitlines()[-1].endswith(") exited with code 3"), p.stderr
