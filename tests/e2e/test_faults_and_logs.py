@@ -75,3 +75,55 @@ def test_error_file_replaced_by_a_fifo_does_not_block_the_agent():
     assert p.returncode == 3, p.stderr
     assert "Root cause (first failure):\n  rank 0 (local rank 0)" in p.stderr
     assert p.stderr.splitlines()[-1].endswith(") exited with code 3"), p.stderr
+
+
+def test_redirects_without_log_dir_are_kept_and_named(tmp_path):
+    env = dgt_env(TMPDIR=tmp_path)
+    p = run(["--standalone", "-r", "3", "--no-python", "/bin/sh", "-c", "echo out; echo err >&2"],
+            timeout=30, env=env)
+    assert p.returncode == 0, p.stderr
+    dirs = list(tmp_path.glob("dgt-run-*"))
+    assert len(dirs) == 1, dirs
+    assert (f"dgt-run: worker logs in {dirs[0]} (no --log-dir: a temporary directory, kept)\n"
+            in p.stderr), p.stderr
+    assert (dirs[0] / "attempt_0" / "0" / "stdout.log").read_text() == "out\n"
+    assert (dirs[0] / "attempt_0" / "0" / "stderr.log").read_text() == "err\n"
+    assert "[rank0]" not in p.stdout + p.stderr
+    # Without -r/-t the temporary directory holds only error files and goes away.
+    q = run(["--standalone", "--no-python", "/bin/sh", "-c", "echo out"], timeout=30, env=env)
+    assert q.returncode == 0, q.stderr
+    assert q.stdout == "[rank0]: out\n"
+    assert list(tmp_path.glob("dgt-run-*")) == dirs
+
+
+def test_each_launch_gets_its_own_log_dir(tmp_path):
+    logs = tmp_path / "logs"
+    for launch in ("first", "second"):
+        p = run(["--standalone", f"--log-dir={logs}", "--rdzv-id=same", "-r", "3", "--no-python",
+                 "/bin/sh", "-c", f"echo {launch}"], timeout=30)
+        assert p.returncode == 0, p.stderr
+        m = re.search(r"dgt-run: worker logs and error files of run 'same' in (\S+)\n", p.stderr)
+        assert m, p.stderr
+        assert (Path(m.group(1)) / "attempt_0" / "0" / "stdout.log").read_text() == f"{launch}\n"
+    runs = sorted(logs.iterdir())
+    assert len(runs) == 2 and all(re.fullmatch(r"same_\w{6}", d.name) for d in runs), runs
+    assert sorted((d / "attempt_0" / "0" / "stdout.log").read_text() for d in runs) == [
+        "first\n", "second\n"]
+
+
+def test_run_id_that_leaves_the_log_dir_is_refused(tmp_path):
+    p = run(["--standalone", f"--log-dir={tmp_path / 'logs'}", "--rdzv-id=../escape",
+             "--no-python", "/bin/true"], timeout=10)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        "dgt-run: error: --rdzv-id must be a non-empty name without '/' or '..' (it also names "
+        "the log directory), got '../escape'"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relative_log_dir_gives_absolute_paths(tmp_path):
+    p = run(["--standalone", "--log-dir=logs", "--rdzv-id=rel", "--no-python", "/bin/sh", "-c",
+             'echo "$TORCHELASTIC_ERROR_FILE"'], timeout=30, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    (run_dir,) = (tmp_path / "logs").glob("rel_*")
+    assert p.stdout == f"[rank0]: {run_dir}/attempt_0/0/error.json\n"
