@@ -127,3 +127,36 @@ def test_relative_log_dir_gives_absolute_paths(tmp_path):
     assert p.returncode == 0, p.stderr
     (run_dir,) = (tmp_path / "logs").glob("rel_*")
     assert p.stdout == f"[rank0]: {run_dir}/attempt_0/0/error.json\n"
+
+
+def alive(pid):
+    """True when pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_redirected_logs_outlive_a_killed_agent(spawn, tmp_path):
+    # The group watchdog removes a killed agent's temporary directory, but not one holding -r
+    # logs: they are what the user needs after a crash.
+    p = spawn([DGT_RUN, "--standalone", "-r", "3", "--no-python", "/bin/sh", "-c",
+               "echo hello; exec sleep 30"], env=dgt_env(TMPDIR=tmp_path))
+    deadline = time.monotonic() + 10
+    while True:
+        logs = list(tmp_path.glob("dgt-run-*/attempt_0/0/stdout.log"))
+        if logs and logs[0].read_text() == "hello\n":
+            break
+        assert time.monotonic() < deadline and p.popen.poll() is None, p.stderr
+        time.sleep(0.05)
+    children = {int(c) for t in Path(f"/proc/{p.popen.pid}/task").iterdir()
+                for c in (t / "children").read_text().split()}
+    assert len(children) == 2, children  # The watchdog and the worker.
+    os.kill(p.popen.pid, 9)
+    p.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(alive(c) for c in children):
+        assert time.monotonic() < deadline, "the watchdog did not act within 10 s"
+        time.sleep(0.05)
+    assert logs[0].read_text() == "hello\n"
