@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "agent/exit_codes.h"
+#include "agent/log_dir.h"
 #include "agent/rendezvous_host.h"
 #include "common/host_port.h"
 #include "common/logging.h"
@@ -570,10 +572,28 @@ void Agent::ResetRestartTracker() {
 void Agent::BeginRun() {
   ResetRestartTracker();
 
+  // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
+  // torchrun does), and named at start. Without them the temporary directory only holds error
+  // files and goes away with the agent (the watchdog removes it after a kill -9).
+  bool streams_to_files = false;
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    streams_to_files |= (options_.redirects.For(local) | options_.tee.For(local)) != 0;
+  }
   if (options_.log_dir.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dgt-run-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) {
-      log_root_ = pattern;
+    absl::StatusOr<std::string> dir = CreateTempLogDir();
+    if (!dir.ok()) {
+      if (streams_to_files) {
+        Finish(kExitLauncherError,
+               absl::StrCat("-r/-t: cannot create a log directory: ", dir.status().message()));
+        return;
+      }
+      spdlog::warn("dgt-run: no error files for the workers: {}", dir.status().message());
+    } else if (streams_to_files) {
+      log_root_ = *dir;
+      spdlog::info("dgt-run: worker logs in {} (no --log-dir: a temporary directory, kept)",
+                   log_root_);
+    } else {
+      log_root_ = *dir;
       log_root_is_temp_ = true;
       if (absl::Status s = watchdog_.RemoveOnExit(log_root_); !s.ok()) {
         spdlog::warn("dgt-run: the temporary log directory {} may outlive a killed agent: {}",
@@ -581,7 +601,16 @@ void Agent::BeginRun() {
       }
     }
   } else {
-    log_root_ = (std::filesystem::path(options_.log_dir) / options_.run_id).string();
+    // A directory of this launch's own: relaunching with the same --log-dir and run id must
+    // neither overwrite nor mix the earlier run's logs.
+    absl::StatusOr<std::string> dir = CreateRunLogDir(options_.log_dir, options_.run_id);
+    if (!dir.ok()) {
+      Finish(kExitLauncherError, absl::StrCat("--log-dir: ", dir.status().message()));
+      return;
+    }
+    log_root_ = *dir;
+    spdlog::info("dgt-run: worker logs and error files of run '{}' in {}", options_.run_id,
+                 log_root_);
   }
   if (options_.distribution == Distribution::kTensorflow) {
     if (absl::Status s = ReserveTfPorts(); !s.ok()) {

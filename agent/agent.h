@@ -137,8 +137,9 @@ class Agent {
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
   int restart_count_ = 0;
   int next_restart_count_ = 0;  // The attempt being started or running (group policy).
-  std::string log_root_;        // <log_dir>/<run_id>, or a temporary directory.
-  bool log_root_is_temp_ = false;
+  // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
+  std::string log_root_;
+  bool log_root_is_temp_ = false;          // Removed at exit (it holds no -r/-t logs).
   std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
   std::vector<Failure> failures_;          // Failures of the last attempt, in time order.

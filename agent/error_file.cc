@@ -1,7 +1,10 @@
 #include "agent/error_file.h"
 
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
@@ -39,12 +42,27 @@ std::optional<WorkerError> ParseTorchErrorFile(absl::string_view text) {
 }
 
 std::optional<WorkerError> ReadTorchErrorFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(1 << 20, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.gcount() == static_cast<std::streamsize>(text.size())) return std::nullopt;
-  text.resize(static_cast<size_t>(in.gcount()));
+  // The path is the worker's to fill: it may have put a FIFO there (opening one blocks until a
+  // writer comes; reading one until it closes), a device, or a huge file. Non-blocking open,
+  // regular files only, at most kMaxErrorFileBytes read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st = {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxErrorFileBytes) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::string text(static_cast<size_t>(kMaxErrorFileBytes) + 1, '\0');
+  size_t have = 0;
+  while (have < text.size()) {
+    ssize_t n = ::read(fd, text.data() + have, text.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (have > static_cast<size_t>(kMaxErrorFileBytes)) return std::nullopt;  // Grew meanwhile.
+  text.resize(have);
   return ParseTorchErrorFile(text);
 }
 

@@ -23,7 +23,10 @@ struct WorkerError {
 // Parses the JSON text of an error file. nullopt when it is not one.
 std::optional<WorkerError> ParseTorchErrorFile(absl::string_view json);
 
-// Reads and parses `path`; nullopt when missing, unreadable, larger than 1 MiB or not valid.
+inline constexpr int64_t kMaxErrorFileBytes = 1 << 20;
+
+// Reads and parses `path`; nullopt when missing, unreadable, not a regular file (a FIFO or a
+// device there never blocks the caller), larger than kMaxErrorFileBytes or not valid.
 std::optional<WorkerError> ReadTorchErrorFile(const std::string& path);
 
 }  // namespace dgt::agent

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "agent/process_launcher.h"
 #include "common/errno_status.h"
 
 namespace dgt::agent {
@@ -34,6 +35,7 @@ bool ReadFull(int fd, void* buffer, size_t size) {
 // have threads.
 [[noreturn]] void WatchdogMain(int read_fd) {
   ::setpgid(0, 0);
+  ResetSignalHandlersInChild();  // Signals are blocked (Start): none reaches a parent's handler.
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
     struct sigaction sa = {};
     sa.sa_handler = SIG_IGN;
@@ -102,7 +104,13 @@ void WriteRecord(int fd, int32_t record) {
 absl::Status GroupWatchdog::Start() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
+  // As ForkExecLauncher: blocked until the child replaced the handlers it inherited, so a
+  // signal in between neither runs the agent's handler nor kills the watchdog.
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     int e = errno;
     ::close(fds[0]);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/log_dir.h"
 #include "common/host_port.h"
 
 namespace dgt::agent {
@@ -184,6 +185,7 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (auto s = ParseNnodes(raw.nnodes, o); !s.ok()) return s;
   if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;
   if (auto s = ParseRdzvConf(raw.rdzv_conf, o); !s.ok()) return s;
+  if (auto s = ValidateRunId(o->run_id); !s.ok()) return s;
   auto redirects = ParseStreamSpec(raw.redirects, "--redirects");
   if (!redirects.ok()) return redirects.status();
   o->redirects = *redirects;
@@ -508,7 +510,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
 
   const std::string kLogs = "Logs";
   add("--log-dir,--log_dir", o.log_dir,
-      "Per attempt and local rank: <dir>/<run id>/attempt_<n>/<local rank>/", kLogs);
+      "Per launch, attempt and local rank: <dir>/<run id>_<unique>/attempt_<n>/<local rank>/",
+      kLogs);
   add("-r,--redirects", raw.redirects,
       "Streams to files only: 3 or 0:1,1:2 (1 stdout, 2 stderr, 3 both)", kLogs);
   add("-t,--tee", raw.tee, "Streams to files and console: 3 or 0:1,1:2", kLogs);

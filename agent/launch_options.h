@@ -84,7 +84,8 @@ struct LaunchOptions {
   // Signals forwarded to every worker's process group. SIGUSR1/SIGUSR2 are forwarded only;
   // the others also stop the job.
   std::vector<int> signals_to_handle;
-  // Logs: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json.
+  // Logs: <log_dir>/<run_id>_<unique>/attempt_<n>/<local_rank>/{stdout,stderr}.log and
+  // error.json, a new directory per launch (agent/log_dir.h). run_id has no '/' and no "..".
   std::string log_dir;
   StreamSpec redirects;              // Streams written to the files only.
   StreamSpec tee;                    // Streams written to the files and the console.

@@ -32,6 +32,18 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& program) {
   return absl::NotFoundError(absl::StrCat("'", program, "' was not found in PATH"));
 }
 
+void ResetSignalHandlersInChild() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction old = {};
+    if (::sigaction(sig, nullptr, &old) != 0) continue;  // Signals libc reserves.
+    if (old.sa_handler == SIG_DFL || (old.sa_handler == SIG_IGN && sig != SIGPIPE)) continue;
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);
+  }
+}
+
 absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& request) {
   const pid_t agent_pid = ::getpid();
   auto exe = ResolveExecutable(request.argv.at(0));
@@ -52,7 +64,15 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   }
   const std::string exec_error = absl::StrCat("dgt-run: cannot execute '", *exe,
                                               "' for local rank ", request.local_rank, "\n");
+  // Every signal stays blocked from fork until the child has put back the default handlers:
+  // the agent's stop signal for the group may reach the child before exec, and the inherited
+  // Asio handler would then write it into the agent's own signal pipe (the agent took its own
+  // SIGTERM for an outside one and exited 143 instead of with the worker's code).
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     int e = errno;
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
@@ -71,10 +91,10 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
       for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // Kernels before 5.11.
     }
+    ResetSignalHandlersInChild();
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
     ::execve(exe->c_str(), argv.data(), envp.data());
     ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
     (void)ignored;

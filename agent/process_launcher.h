@@ -52,6 +52,14 @@ class ForkExecLauncher final : public ProcessLauncher {
 // A process-wide ForkExecLauncher.
 ProcessLauncher* DefaultProcessLauncher();
 
+// For a child between fork and exec (async-signal-safe): every signal that has a handler (the
+// parent's, e.g. Asio's, which writes into the parent's signal pipe) gets SIG_DFL back, and
+// SIGPIPE, which the agent ignores, too. Ignored signals stay ignored (nohup). Call it while every
+// signal is still blocked (the parent blocks them around fork), then unblock: a signal sent to
+// the child in that window then takes its default action instead of posing as one the agent
+// received.
+void ResetSignalHandlersInChild();
+
 // Finds `program` in PATH (or checks it, when it contains a '/'). Errors: NotFound.
 absl::StatusOr<std::string> ResolveExecutable(const std::string& program);
 

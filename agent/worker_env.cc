@@ -28,7 +28,14 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
   env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(a.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(a.max_restarts);
   if (a.local_world_size > 1) env.try_emplace("OMP_NUM_THREADS", "1");
-  env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING (the old name only as a fallback), torch
+  // before 2.2 only NCCL_ASYNC_ERROR_HANDLING: set both, unless the user chose a value under
+  // either name (adding the other would override that choice in one of them).
+  if (env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0 &&
+      env.count("NCCL_ASYNC_ERROR_HANDLING") == 0) {
+    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  }
   if (!extras.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = extras.error_file;
   switch (extras.distribution) {
     case Distribution::kPytorch:

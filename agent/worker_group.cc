@@ -42,6 +42,14 @@ std::string WorkerExit::Describe() const {
   return absl::StrCat("exited with code ", exit_code);
 }
 
+// What is pending of one output stream. Output is forwarded in segments: text up to a '\n' (a
+// line), or up to a '\r' (a progress bar redrawing its line, as tqdm writes "\r 10%|█ |").
+struct StreamState {
+  std::string partial;    // The current segment, not terminated yet.
+  size_t previewed = 0;   // Leading bytes of `partial` already shown on the console.
+  bool carriage = false;  // The last segment ended with '\r': the stream draws a progress bar.
+};
+
 struct WorkerGroup::Worker {
   Worker(asio::io_context& io) : pidfd(io), out(io), err(io) {}
   ~Worker() {
@@ -61,8 +69,8 @@ struct WorkerGroup::Worker {
   asio::posix::stream_descriptor pidfd;
   asio::posix::stream_descriptor out;
   asio::posix::stream_descriptor err;
-  std::string out_partial;
-  std::string err_partial;
+  StreamState out_state;
+  StreamState err_state;
   std::array<char, 16384> out_buf;
   std::array<char, 16384> err_buf;
   std::deque<std::string> stderr_tail;
@@ -188,8 +196,9 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
   auto& buf = is_stderr ? w.err_buf : w.out_buf;
   stream.async_read_some(
       asio::buffer(buf), [this, &w, is_stderr](boost::system::error_code ec, size_t n) {
-        std::string& partial = is_stderr ? w.err_partial : w.out_partial;
-        const int fd = is_stderr ? STDERR_FILENO : STDOUT_FILENO;
+        StreamState& st = is_stderr ? w.err_state : w.out_state;
+        std::string& partial = st.partial;
+        const int fd = is_stderr ? console_err_ : console_out_;
         const bool console = is_stderr ? w.err_console : w.out_console;
         const int file = is_stderr ? w.err_file : w.out_file;
         if (ec) {
@@ -205,29 +214,58 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
         }
         auto& data = is_stderr ? w.err_buf : w.out_buf;
         partial.append(data.data(), n);
-        if (file >= 0) {
-          // The file gets the bytes as written, up to the last complete line.
-          size_t last_nl = partial.rfind('\n');
-          if (last_nl != std::string::npos) WriteAll(file, partial.substr(0, last_nl + 1));
-        }
-        // Forward complete lines only, all of them in one write, so lines never interleave.
-        std::string lines;
+        // Every complete segment, each with the rank prefix, all in one write, so that no other
+        // rank's output lands inside one. A '\r' segment goes out as it comes: a progress bar
+        // shows without waiting for a newline.
+        std::string text;
         size_t start = 0;
-        for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-          absl::string_view line(partial.data() + start, nl - start);
-          absl::StrAppend(&lines, w.prefix, line, "\n");
-          if (is_stderr) {
-            w.stderr_tail.emplace_back(line);
-            if (w.stderr_tail.size() > kStderrTailLines) w.stderr_tail.pop_front();
+        for (;;) {
+          const size_t end = partial.find_first_of("\r\n", start);
+          if (end == std::string::npos) break;
+          bool newline = partial[end] == '\n';
+          size_t next = end + 1;
+          if (!newline) {
+            if (next == partial.size()) break;  // "\r" or "\r\n"? The next bytes tell.
+            if (partial[next] == '\n') {
+              newline = true;
+              ++next;
+            }
           }
+          absl::string_view segment(partial.data() + start, end - start);
+          // Shown already (previewed below, before its '\r' came) and not grown since.
+          const bool shown = start == 0 && st.previewed > 0 && segment.size() == st.previewed;
+          if (newline) {
+            absl::StrAppend(&text, w.prefix, segment, "\n");
+            if (is_stderr) {
+              w.stderr_tail.emplace_back(segment);
+              if (w.stderr_tail.size() > kStderrTailLines) w.stderr_tail.pop_front();
+            }
+          } else if (!segment.empty() && !shown) {
+            absl::StrAppend(&text, w.prefix, segment, "\r");
+          }
+          st.carriage = !newline;
+          start = next;
         }
+        // The file gets the bytes as written, up to the last complete segment.
+        if (file >= 0 && start > 0) WriteAll(file, partial.substr(0, start));
         partial.erase(0, start);
+        if (start > 0) st.previewed = 0;
         if (partial.size() > 65536) {  // An endless line: forward it in pieces.
-          absl::StrAppend(&lines, w.prefix, partial, "\n");
+          absl::StrAppend(&text, w.prefix, partial, "\n");
           if (file >= 0) WriteAll(file, partial);
           partial.clear();
+          st.previewed = 0;
         }
-        if (!lines.empty() && console) WriteAll(fd, lines);
+        // A progress bar writes "\r" + the bar: the bar is the unterminated segment. Show it
+        // now, whole as read, ending in '\r' so that its next state (or its completion)
+        // redraws the line.
+        const bool pending_cr = !partial.empty() && partial.back() == '\r';
+        const size_t visible = partial.size() - (pending_cr ? 1 : 0);
+        if ((st.carriage || pending_cr) && visible > st.previewed) {
+          absl::StrAppend(&text, w.prefix, absl::string_view(partial.data(), visible), "\r");
+          st.previewed = visible;
+        }
+        if (!text.empty() && console) WriteAll(fd, text);
         Pump(w, is_stderr);
       });
 }
@@ -239,6 +277,11 @@ void WorkerGroup::PipeClosed() {
     on_drained_ = nullptr;
     cb();
   }
+}
+
+void WorkerGroup::SetConsole(int stdout_fd, int stderr_fd) {
+  console_out_ = stdout_fd;
+  console_err_ = stderr_fd;
 }
 
 void WorkerGroup::OnDrained(std::function<void()> callback) {

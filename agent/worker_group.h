@@ -1,7 +1,8 @@
 // WorkerGroup: starts a node's worker processes and supervises them without polling. Each worker
 // leads its own process group, dies with the agent (PR_SET_PDEATHSIG; the GroupWatchdog handles
 // its descendants), and has its stdout and stderr forwarded line by line, prefixed with its
-// rank, to the agent's console and/or to per-worker log files (torchrun -r/-t). A worker's exit
+// rank, to the agent's console and/or to per-worker log files (torchrun -r/-t). Text ending in
+// '\r' (a progress bar) reaches the console as it comes, not at the next newline. A worker's exit
 // is an event (a pidfd becoming readable in the agent's io_context). When a worker exits, what
 // is left of its process group is killed.
 //
@@ -11,6 +12,7 @@
 
 #include <signal.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <deque>
 #include <functional>
@@ -100,6 +102,10 @@ class WorkerGroup {
   // Runs `callback` once drained() holds (at once if it already does).
   void OnDrained(std::function<void()> callback);
 
+  // Where forwarded worker output goes instead of the agent's stdout and stderr (for tests).
+  // Before Start.
+  void SetConsole(int stdout_fd, int stderr_fd);
+
  private:
   struct Worker;
   void WatchExit(Worker& w);
@@ -116,6 +122,8 @@ class WorkerGroup {
   int open_pipes_ = 0;
   boost::asio::steady_timer kill_timer_;
   std::function<void()> on_drained_;
+  int console_out_ = STDOUT_FILENO;
+  int console_err_ = STDERR_FILENO;
 };
 
 }  // namespace dgt::agent

@@ -93,6 +93,24 @@ TEST(LaunchOptionsTest, RdzvConfAcceptsTorchrunCompatibilityKeys) {
   EXPECT_EQ(p.options->join_timeout_s, 900);
 }
 
+// The run id names the log directory under --log-dir: ids that would leave it are refused, not
+// rewritten (every node must agree on the id, a rendezvous key too).
+TEST(LaunchOptionsTest, RunIdThatLeavesTheLogDirIsRefused) {
+  for (const char* flag : {"--rdzv-id=../escape", "--rdzv_id=a/b"}) {
+    auto p = Parse({"--standalone", "--log-dir=/tmp/logs", flag, kScript});
+    EXPECT_FALSE(p.options.has_value()) << flag;
+    EXPECT_EQ(p.exit_code, 2) << flag;
+    EXPECT_EQ(p.output, absl::StrCat("dgt-run: error: --rdzv-id must be a non-empty name without "
+                                     "'/' or '..' (it also names the log directory), got '",
+                                     std::strchr(flag, '=') + 1, "'\n"));
+  }
+  auto env = [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_RDZV_ID") == 0 ? ".." : nullptr;
+  };
+  EXPECT_EQ(Parse({"--standalone", kScript}, env).exit_code, 2);
+  EXPECT_TRUE(Parse({"--standalone", "--rdzv-id=job.v2_1", kScript}).options.has_value());
+}
+
 TEST(LaunchOptionsTest, HelpListsRdzvConfKeys) {
   auto p = Parse({"--help"});
   EXPECT_EQ(p.exit_code, 0);

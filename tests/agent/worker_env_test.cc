@@ -39,8 +39,20 @@ TEST(WorkerEnvTest, ContractForSecondNode) {
       {"TORCHELASTIC_MAX_RESTARTS", "3"},
       {"OMP_NUM_THREADS", "8"},  // Kept: the user set it.
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},  // The name torch < 2.2 (Debian's 1.13) reads.
   };
   EXPECT_EQ(env, expected);
+}
+
+TEST(WorkerEnvTest, AsyncErrorHandlingUnderEitherNameIsTheUsers) {
+  NodeAssignment a;
+  for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
+    EnvMap env = BuildWorkerEnv({{name, "0"}}, a, 0);
+    EXPECT_EQ(env.at(name), "0") << name;
+    EXPECT_EQ(env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") + env.count("NCCL_ASYNC_ERROR_HANDLING"),
+              1u)
+        << name;
+  }
 }
 
 TEST(WorkerEnvTest, OmpDefaultOnlyWithSeveralWorkers) {

@@ -216,6 +216,58 @@ TEST(WorkerGroupFakeTest, LinesAreJoinedAcrossWritesAndRoutedToFiles) {
   EXPECT_EQ(ReadFile(spec.stdout_file), "hello\nworld\n");
 }
 
+// What the console got so far (a non-blocking pipe's read end).
+std::string Drain(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// A progress bar (tqdm writes "\r" + the bar, and a newline only at the end) shows as it is
+// drawn, prefixed, each state in one piece; not only at the next newline.
+TEST(WorkerGroupFakeTest, CarriageReturnSegmentsReachTheConsoleAsTheyCome) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  std::vector<WorkerExit> exits;
+  WorkerGroup group(
+      io, [&](const WorkerExit& e) { exits.push_back(e); }, nullptr, nullptr, &launcher);
+  int console[2];
+  ASSERT_EQ(::pipe2(console, O_NONBLOCK | O_CLOEXEC), 0);
+  group.SetConsole(console[1], console[1]);
+  WorkerSpec spec = Fake(3);
+  spec.stderr_file = ::testing::TempDir() + "wg_fake_bar.log";
+  ASSERT_TRUE(group.Start({spec}).ok());
+  const pid_t p = launcher.launch_order()[0];
+  auto step = [&](const std::string& written) {
+    launcher.Write(p, 2, written);
+    io.run_for(std::chrono::milliseconds(20));
+    return Drain(console[0]);
+  };
+  EXPECT_EQ(step("\r  0%|"), "[rank3]:   0%|\r");
+  EXPECT_EQ(step("\r 50%|#"), "[rank3]:  50%|#\r");
+  EXPECT_EQ(step("#"), "[rank3]:  50%|##\r");  // Grown: redrawn whole, never a piece.
+  EXPECT_EQ(step("\r100%|###|\n"), "[rank3]: 100%|###|\n");
+  EXPECT_EQ(step("no newline yet"), "");  // Plain lines still wait for their newline.
+  EXPECT_EQ(step(", now\n"), "[rank3]: no newline yet, now\n");
+  EXPECT_EQ(step("step 1\r"), "[rank3]: step 1\r");  // The other style: "text\r".
+  EXPECT_EQ(step("step 2\r"), "[rank3]: step 2\r");
+  EXPECT_EQ(step("\n"), "[rank3]: step 2\n");               // "\r\n": a line end after all.
+  EXPECT_EQ(step("a\r\nb\n"), "[rank3]: a\n[rank3]: b\n");  // "\r\n" ends a line.
+  launcher.ExitWithCode(p, 1);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_TRUE(group.drained());
+  // The file gets the bytes as written; the failure summary's tail only lines.
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].stderr_tail,
+            (std::deque<std::string>{"100%|###|", "no newline yet, now", "step 2", "a", "b"}));
+  EXPECT_EQ(ReadFile(spec.stderr_file),
+            "\r  0%|\r 50%|##\r100%|###|\nno newline yet, now\nstep 1\rstep 2\r\na\r\nb\n");
+  ::close(console[0]);
+  ::close(console[1]);
+}
+
 TEST(WorkerGroupFakeTest, LaunchErrorLeavesNothingRunning) {
   boost::asio::io_context io;
   FakeProcessLauncher launcher;

@@ -134,7 +134,10 @@ def test_group_restart_exhausted(spawn, tmp_path):
         in p.stderr, p.stderr
     assert re.search(r"attempt 1\n    exit code 3 at \d{4}-\d\d-\d\dT", p.stderr), p.stderr
     assert "rank 1 failing on purpose" in p.stderr
-    assert (tmp_path / "logs" / "exhaust" / "attempt_1" / "0").is_dir()
+    # One directory for this launch, <log_dir>/<run_id>_<unique> (torchrun 2.x layout).
+    runs = list((tmp_path / "logs").glob("exhaust_*"))
+    assert len(runs) == 1, runs
+    assert (runs[0] / "attempt_1" / "0").is_dir()
 
 
 def test_rank_restart_keeps_the_other_pids(spawn):
@@ -256,8 +259,11 @@ def test_redirect_and_tee_files(spawn, tmp_path):
     p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", f"--log-dir={logs}",
                "--rdzv-id=files", "-r", "0:3", "-t", "1:2", WORKERS / "env_dump.py"])
     assert p.wait(timeout=30) == 0, p.stderr
-    d0 = logs / "files" / "attempt_0" / "0"
-    d1 = logs / "files" / "attempt_0" / "1"
+    runs = list(logs.glob("files_*"))  # <log_dir>/<run_id>_<unique>, named at start.
+    assert len(runs) == 1, runs
+    assert f"dgt-run: worker logs and error files of run 'files' in {runs[0]}\n" in p.stderr
+    d0 = runs[0] / "attempt_0" / "0"
+    d1 = runs[0] / "attempt_0" / "1"
     # Rank 0: both streams redirected to files only.
     assert "out 0\n" in (d0 / "stdout.log").read_text()
     assert (d0 / "stderr.log").read_text() == "err 0\n"
