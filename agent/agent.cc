@@ -301,11 +301,17 @@ absl::Status Agent::PrepareStatic() {
         BeginRun();
       },
       [this](int exit_status, const std::string& message) {
-        if (state_ == State::kAwaitingOutcome || state_ == State::kDone) return;
+        if (state_ == State::kDone) return;
         rdzv_v1::RunFinished finished;
         finished.set_succeeded(false);
         finished.set_message(message);
         finished.mutable_failure()->set_exit_code(exit_status);
+        if (state_ == State::kAwaitingOutcome) {
+          // This node's workers are done and its Report is pending: its callback reports this
+          // (node rank 0 learns there that another node did not succeed).
+          if (!remote_outcome_) remote_outcome_ = finished;
+          return;
+        }
         OnRunFinished(finished);
       });
   return absl::OkStatus();

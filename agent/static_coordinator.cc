@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "agent/exit_codes.h"
 #include "common/logging.h"
 
 namespace dgt::agent {
@@ -22,6 +23,9 @@ constexpr char kWait = 5;
 
 // How long node rank 0 may take to find out which nodes are missing, after the finish timeout.
 constexpr absl::Duration kProbeTimeout = absl::Seconds(5);
+
+// Beyond reconnect_timeout: how long a reconnect to node rank 0's store may hang.
+constexpr absl::Duration kReconnectBackstop = absl::Seconds(2);
 
 // "node rank 1" / "node ranks 1, 2".
 std::string NodeRanks(const std::vector<int>& ranks) {
@@ -197,9 +201,11 @@ void StoreConnection::Close() {
 }
 
 StaticCoordinator::StaticCoordinator(asio::io_context& io, Options options)
-    : io_(io), options_(std::move(options)), finish_timer_(io) {}
+    : io_(io), options_(std::move(options)), finish_timer_(io), reconnect_timer_(io) {}
 
 StaticCoordinator::~StaticCoordinator() {
+  closing_ = true;
+  reconnect_timer_.cancel();
   if (watch_) watch_->Close();
   if (control_) control_->Close();
   if (probe_) probe_->Close();
@@ -219,29 +225,97 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
     if (!s.ok() && first_error->ok()) *first_error = s;
     if (--*pending == 0) connected(*first_error);
   };
-  watch_->Connect(options_.connect_timeout, [this, both, on_failure](const absl::Status& s) {
+  on_failure_ = on_failure;
+  watch_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
     both(s);
     if (!s.ok()) return;
-    watch_->Wait({Key("failed")}, [this, on_failure](const absl::Status& ws) {
-      if (!ws.ok()) return;  // The store went away: the run's outcome comes from our workers.
-      watch_->Get(Key("failed"), [on_failure](absl::StatusOr<std::string> v) {
-        int status = 1;
-        std::string message = "a worker failed on another node";
-        if (v.ok()) {
-          size_t space = v->find(' ');
-          if (absl::SimpleAtoi(v->substr(0, space), &status) && space != std::string::npos) {
-            message = v->substr(space + 1);
-          }
-        }
-        on_failure(status, message);
-      });
-    });
+    Watch(watch_);
   });
   control_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
     // Node rank 0 tells a node that never came from one that came but did not finish.
     if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
     both(s);
   });
+}
+
+void StaticCoordinator::Watch(const std::shared_ptr<StoreConnection>& conn) {
+  conn->Wait({Key("failed")}, [this, conn](const absl::Status& ws) {
+    if (!ws.ok()) {
+      OnWatchLost(std::string(ws.message()));
+      return;
+    }
+    // Node rank 0 waiting for the others reads every node's status itself (naming the node).
+    if (options_.node_rank == 0 && pending_done_) return;
+    conn->Get(Key("failed"), [this](absl::StatusOr<std::string> v) {
+      int status = 1;
+      std::string message = "a worker failed on another node";
+      if (v.ok()) {
+        size_t space = v->find(' ');
+        if (absl::SimpleAtoi(v->substr(0, space), &status) && space != std::string::npos) {
+          message = v->substr(space + 1);
+        }
+      }
+      on_failure_(status, message);
+    });
+  });
+}
+
+void StaticCoordinator::OnWatchLost(const std::string& why) {
+  // Node rank 0's own store goes away only when node rank 0 itself ends.
+  if (closing_ || lost_ || options_.node_rank == 0) return;
+  spdlog::warn(
+      "dgt-run: lost the connection to node rank 0's store at {}:{} ({}); trying to reconnect "
+      "for {}",
+      options_.master_addr, options_.master_port, why,
+      absl::FormatDuration(options_.reconnect_timeout));
+  auto conn = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  watch_ = conn;
+  const std::string broke = absl::StrCat("its store closed the connection (", why, ")");
+  // Connect() gives up on refused connections after reconnect_timeout; this backstop also bounds
+  // a connect or a check that hangs (a host that stopped answering).
+  reconnect_timer_.expires_after(
+      absl::ToChronoMilliseconds(options_.reconnect_timeout + kReconnectBackstop));
+  reconnect_timer_.async_wait([this, conn, broke](boost::system::error_code ec) {
+    if (ec || closing_ || watch_ != conn) return;
+    conn->Close();
+    Lost(absl::StrCat(broke, " and did not answer again within ",
+                      absl::FormatDuration(options_.reconnect_timeout + kReconnectBackstop)));
+  });
+  conn->Connect(options_.reconnect_timeout, [this, conn, broke](const absl::Status& s) {
+    if (closing_ || lost_ || watch_ != conn) return;
+    if (!s.ok()) {
+      reconnect_timer_.cancel();
+      Lost(absl::StrCat(broke, " and could not be reached again within ",
+                        absl::FormatDuration(options_.reconnect_timeout), ": ", s.message()));
+      return;
+    }
+    // The same store still holds this node's joined key; one node rank 0 started afresh does not.
+    conn->Check({Key(absl::StrCat("joined/", options_.node_rank))},
+                [this, conn, broke](absl::StatusOr<bool> same) {
+                  if (closing_ || lost_ || watch_ != conn) return;
+                  reconnect_timer_.cancel();
+                  if (!same.ok()) {
+                    Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
+                    return;
+                  }
+                  if (!*same) {
+                    Lost(absl::StrCat(broke, "; the store reached again does not know run '",
+                                      options_.run_id, "' (node rank 0 started again?)"));
+                    return;
+                  }
+                  spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
+                               options_.master_addr, options_.master_port);
+                  Watch(conn);
+                });
+  });
+}
+
+void StaticCoordinator::Lost(const std::string& detail) {
+  if (lost_) return;
+  lost_ = true;
+  on_failure_(kExitRendezvousUnavailable,
+              absl::StrCat("lost node rank 0 (store host ", options_.master_addr, ":",
+                           options_.master_port, "): ", detail));
 }
 
 void StaticCoordinator::Report(int exit_status, const std::string& message,
@@ -263,7 +337,54 @@ void StaticCoordinator::Report(int exit_status, const std::string& message,
   });
   control_->Wait(keys, [this](const absl::Status& s) {
     if (!s.ok()) return;  // The connection ended (closing): the timer or Interrupt decides.
+    CheckOthersSucceeded(0);
+  });
+}
+
+void StaticCoordinator::CheckOthersSucceeded(int next) {
+  if (!pending_done_) return;
+  if (next == options_.node_rank) ++next;  // This node's own status is the agent's.
+  if (next >= options_.node_count) {
     Complete(absl::OkStatus());
+    return;
+  }
+  // Every done key exists (the WAIT said so): GET is safe on a 1.x server.
+  control_->Get(Key(absl::StrCat("done/", next)), [this, next](absl::StatusOr<std::string> v) {
+    if (!pending_done_) return;
+    int status = 0;
+    if (!v.ok()) {
+      Complete(absl::UnavailableError(
+          absl::StrCat("cannot read node rank ", next, "'s exit status: ", v.status().message())));
+      return;
+    }
+    if (!absl::SimpleAtoi(*v, &status) || status == 0) {
+      CheckOthersSucceeded(next + 1);
+      return;
+    }
+    if (status < 0 || status > 255) status = 1;
+    const std::string what =
+        absl::StrCat("node rank ", next, " did not succeed (exit status ", *v, ")");
+    // Its failure message: the failed key was set before its done key, on the same connection.
+    control_->Check({Key("failed")}, [this, status, what](absl::StatusOr<bool> has) {
+      if (!pending_done_) return;
+      if (!has.ok() || !*has) {
+        on_failure_(status, what);
+        Complete(absl::OkStatus());
+        return;
+      }
+      control_->Get(Key("failed"), [this, status, what](absl::StatusOr<std::string> f) {
+        if (!pending_done_) return;
+        std::string message = what;
+        if (f.ok()) {
+          size_t space = f->find(' ');
+          if (space != std::string::npos) {
+            absl::StrAppend(&message, "; reported failure: ", f->substr(space + 1));
+          }
+        }
+        on_failure_(status, message);
+        Complete(absl::OkStatus());
+      });
+    });
   });
 }
 

@@ -8,7 +8,13 @@
 //   dgt/static/<run_id>/joined/<node rank> "1", set by each node once it reached the store.
 //   dgt/static/<run_id>/done/<node rank> "<exit status>", set by each node when its workers ended.
 // Node rank 0 keeps the store until every node is done (bounded by a deadline); a node that never
-// joined or never reported by then makes the run fail. A stop signal ends that wait at once.
+// joined or never reported by then makes the run fail, and so does a node that reported a
+// failure (its exit status and message, through the failure callback). A stop signal ends that
+// wait at once.
+// Without node rank 0 nobody would report the run's outcome: another node whose watch connection
+// to node rank 0's store breaks tries to reconnect for reconnect_timeout (the same store: its own
+// joined key is still there) and otherwise reports a failure with kExitRendezvousUnavailable
+// naming node rank 0 and its address.
 //
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_STATIC_COORDINATOR_H_
@@ -79,17 +85,23 @@ class StaticCoordinator {
     int master_port = 0;
     absl::Duration connect_timeout = absl::Seconds(30);
     absl::Duration finish_timeout = absl::Seconds(600);  // Node 0's wait for the others.
+    // Node rank > 0: how long to try reaching node rank 0's store again once the connection
+    // that watches it broke, before the run fails.
+    absl::Duration reconnect_timeout = absl::Seconds(3);
   };
   using FailureCallback = std::function<void(int exit_status, const std::string& message)>;
 
   StaticCoordinator(boost::asio::io_context& io, Options options);
   ~StaticCoordinator();
 
-  // Connects to the store and starts watching for another node's failure (`on_failure`).
+  // Connects to the store and starts watching for another node's failure (`on_failure`, with
+  // that node's exit status and message), or on node rank > 0 for node rank 0's store going
+  // away (`on_failure` with kExitRendezvousUnavailable).
   void Start(const std::function<void(absl::Status)>& connected, const FailureCallback& on_failure);
 
   // This node's workers ended with `exit_status` (0 = success). Publishes it (and the failure,
-  // when it is the first); then `done` runs, on node rank 0 once every node is done (Ok) or the
+  // when it is the first); then `done` runs, on node rank 0 once every node is done (Ok; when
+  // another node reported a non-zero status, the failure callback ran first with it) or the
   // finish timeout passed (DeadlineExceeded naming the node ranks that never joined or never
   // reported), or at once (Cancelled) after Interrupt().
   void Report(int exit_status, const std::string& message, std::function<void(absl::Status)> done);
@@ -104,6 +116,15 @@ class StaticCoordinator {
   void Complete(absl::Status status);
   // After the finish timeout: asks the store which nodes never joined or reported.
   void DescribeMissing();
+  // Node rank 0, every node done: reports the first other node whose status is not 0 through
+  // the failure callback, then completes the pending Report.
+  void CheckOthersSucceeded(int next);
+  // WAITs for the failed key on `conn`.
+  void Watch(const std::shared_ptr<StoreConnection>& conn);
+  // The watch connection to node rank 0's store broke (`why`): reconnect, bounded.
+  void OnWatchLost(const std::string& why);
+  // Node rank 0 is gone: the failure callback with kExitRendezvousUnavailable.
+  void Lost(const std::string& detail);
 
   boost::asio::io_context& io_;
   Options options_;
@@ -111,8 +132,12 @@ class StaticCoordinator {
   std::shared_ptr<StoreConnection> control_;
   std::shared_ptr<StoreConnection> probe_;
   boost::asio::steady_timer finish_timer_;
+  boost::asio::steady_timer reconnect_timer_;
   std::function<void(absl::Status)> pending_done_;
+  FailureCallback on_failure_;
   bool interrupted_ = false;
+  bool lost_ = false;
+  bool closing_ = false;
 };
 
 }  // namespace dgt::agent

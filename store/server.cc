@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "boost/asio.hpp"
@@ -128,13 +129,15 @@ class Server::Impl {
         server_->engine_.CancelWait(*wait_id_);
         wait_id_.reset();
       }
+      for (const auto& [key, w] : v1_waits_) server_->engine_.CancelWait(w.id);
+      v1_waits_.clear();
       boost::system::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_both, ec);
       socket_.close(ec);
     }
 
     bool closed() const { return closed_; }
-    bool waiting() const { return wait_id_.has_value(); }
+    bool waiting() const { return wait_id_.has_value() || !v1_waits_.empty(); }
     SteadyClock::time_point last_activity() const { return last_activity_; }
 
    private:
@@ -231,8 +234,85 @@ class Server::Impl {
           return;
         }
         begin_ += r.consumed;
+        // A wait of this connection that this request completes (ADD, COMPARE_SET on a key it
+        // waits for) answers after the request's own reply, as torch's addHandler does: the
+        // client reads its reply first and finds the STOP_WAITING after it.
+        executing_ = true;
         Execute(request_);
+        executing_ = false;
+        for (; deferred_stop_waiting_ > 0; --deferred_stop_waiting_) {
+          wire::AppendU8(&out_, wire::kStopWaiting);
+        }
       }
+    }
+
+    // Queues a STOP_WAITING (after the current request's reply when one is being executed).
+    void StopWaiting() {
+      if (executing_) {
+        ++deferred_stop_waiting_;
+        return;
+      }
+      wire::AppendU8(&out_, wire::kStopWaiting);
+      Flush();
+    }
+
+    // torch 1.x WAIT, with torch 1.13's server semantics (TCPStoreMasterDaemon::waitHandler and
+    // wakeupWaitingClients). A 1.x client has no CANCEL_WAIT: when its wait times out it just
+    // sends its next request, and the server cannot tell. torch's server keeps every WAIT's
+    // registrations (one per missing key, duplicates kept) and one counter per connection, which
+    // each WAIT that does not complete at once overwrites with its number of missing keys; every
+    // registration of a key that appears decrements it, and STOP_WAITING goes out when it reaches
+    // zero exactly. So repeated get()s of a missing key after timeouts get one STOP_WAITING
+    // between them when it appears, not one each, and the connection stays usable. Doing
+    // anything else (closing the connection, answering every WAIT) would put different bytes on
+    // the stream than the server torch 1.x clients are written against.
+    void V1Wait(const std::vector<std::string>& keys) {
+      Engine& engine = server_->engine_;
+      if (engine.Check(keys)) {
+        wire::AppendU8(&out_, wire::kStopWaiting);
+        return;
+      }
+      int64_t missing = 0;
+      for (const std::string& key : keys) {
+        auto it = v1_waits_.find(key);
+        if (it != v1_waits_.end()) {  // Registered, so still missing.
+          ++it->second.registrations;
+          ++missing;
+          continue;
+        }
+        if (engine.Check({key})) continue;
+        if (v1_waits_.size() >= server_->limits_.max_keys_per_request) {
+          Close(absl::StrCat("more than ", server_->limits_.max_keys_per_request,
+                             " distinct keys awaited on this connection"));
+          return;
+        }
+        it = v1_waits_.try_emplace(key).first;
+        // node_hash_map: the entry stays put until erased, so the callback may point at it (two
+        // pointers still fit std::function's local storage: a wake-up allocates nothing).
+        V1WaitEntry* entry = &*it;
+        std::optional<Engine::WaitId> id =
+            engine.Wait({key}, [this, entry] { OnV1KeyPresent(entry); });
+        entry->second.id = *id;  // The key is missing: Wait registered.
+        entry->second.registrations = 1;
+        ++missing;
+      }
+      v1_keys_awaited_ = missing;
+    }
+
+    struct V1Registrations {
+      Engine::WaitId id = 0;
+      int64_t registrations = 0;
+    };
+    using V1WaitEntry = std::pair<const std::string, V1Registrations>;
+
+    void OnV1KeyPresent(V1WaitEntry* entry) {
+      if (closed_) return;
+      const int64_t n = entry->second.registrations;
+      v1_waits_.erase(entry->first);
+      // torch decrements once per registration and answers when the counter hits zero.
+      const bool answer = v1_keys_awaited_ >= 1 && v1_keys_awaited_ - n <= 0;
+      v1_keys_awaited_ -= n;
+      if (answer) StopWaiting();
     }
 
     void Execute(const wire::Request& req) {
@@ -275,6 +355,11 @@ class Server::Impl {
           wire::AppendU8(&out_, engine.Check(req.keys) ? wire::kCheckReady : wire::kCheckNotReady);
           return;
         case wire::Op::kWait: {
+          if (v1) {
+            V1Wait(req.keys);
+            return;
+          }
+          // 2.x clients cancel a wait that timed out (CANCEL_WAIT) before their next request.
           if (wait_id_) {
             Close("WAIT while another WAIT is pending on this connection");
             return;
@@ -287,8 +372,7 @@ class Server::Impl {
           std::optional<Engine::WaitId> id = engine.Wait(req.keys, [this] {
             if (closed_) return;
             wait_id_.reset();
-            wire::AppendU8(&out_, wire::kStopWaiting);
-            Flush();
+            StopWaiting();
           });
           if (id) {
             wait_id_ = id;
@@ -398,7 +482,12 @@ class Server::Impl {
     std::string in_flight_;
     bool writing_ = false;
     bool closed_ = false;
-    std::optional<Engine::WaitId> wait_id_;
+    std::optional<Engine::WaitId> wait_id_;  // 2.x.
+    // 1.x: key → its engine wait and how many WAITs registered it; torch's keysAwaited_.
+    absl::node_hash_map<std::string, V1Registrations> v1_waits_;
+    int64_t v1_keys_awaited_ = 0;
+    bool executing_ = false;
+    int deferred_stop_waiting_ = 0;
     SteadyClock::time_point last_activity_;
   };
 

@@ -125,6 +125,10 @@ absl::Status ElasticGroup::Build(int target, std::vector<int> members,
   timeline_.bootstrap = absl::Now();
   if (ready != nullptr) {
     comm_ = std::move(ready);
+    pending_ = false;
+    noticed_ns_ = 0;
+    Communicator* comm = comm_.get();
+    StartWatcher(comm->generation() + 1, [comm](const std::string& why) { comm->Abort(why); });
   } else {
     // Generation target+1 may open while this one forms (a member died after joining it): the
     // watcher then cancels the bootstrap, which would otherwise wait for the dead member.
@@ -132,12 +136,18 @@ absl::Status ElasticGroup::Build(int target, std::vector<int> members,
     co.cancel = std::make_shared<BootstrapCancel>();
     StartWatcher(target + 1, [cancel = co.cancel](const std::string& why) { cancel->Cancel(why); });
     auto created = factory_.Create(*store_, co);
-    StopWatcher();
-    if (created.ok() && co.cancel->cancelled()) {
-      created = absl::AbortedError(
-          absl::StrCat("generation ", target, " abandoned: ", co.cancel->reason()));
+    // The built communicator's watcher is this one (same key, target + 1): only its action
+    // changes. Stopping and restarting it would wait for its store wait to end, up to
+    // watch_period (200 ms in the trainer) on every build.
+    if (created.ok()) {
+      Communicator* comm = created->get();
+      if (!SwapWatchAction([comm](const std::string& why) { comm->Abort(why); })) {
+        created = absl::AbortedError(
+            absl::StrCat("generation ", target, " abandoned: ", co.cancel->reason()));
+      }
     }
     if (!created.ok()) {
+      StopWatcher();
       spdlog::warn("rank {}: generation {} did not form: {}", context_.rank, target,
                    created.status().ToString());
       return created.status();
@@ -146,10 +156,6 @@ absl::Status ElasticGroup::Build(int target, std::vector<int> members,
   }
   timeline_.built = absl::Now();
   members_ = std::move(members);
-  pending_ = false;
-  noticed_ns_ = 0;
-  Communicator* comm = comm_.get();
-  StartWatcher(comm->generation() + 1, [comm](const std::string& why) { comm->Abort(why); });
   return absl::OkStatus();
 }
 
@@ -230,14 +236,22 @@ absl::StatusOr<Communicator*> ElasticGroup::Recover() {
 
 void ElasticGroup::StartWatcher(int next, std::function<void(const std::string&)> on_open) {
   stop_watch_ = false;
-  watcher_ = std::thread([this, next, on_open = std::move(on_open)] {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    on_open_ = std::move(on_open);
+    fired_ = false;
+  }
+  watcher_ = std::thread([this, next] {
     const std::string key = recovery::OpenKey(options_.group, next);
     while (!stop_watch_.load()) {
       absl::Status s = watch_store_->Wait({key}, options_.watch_period);
       if (s.ok()) {
+        // Under the lock: the action runs entirely before or after a SwapWatchAction().
+        std::lock_guard<std::mutex> lock(watch_mu_);
+        fired_ = true;
         noticed_ns_ = absl::ToUnixNanos(absl::Now());
         pending_ = true;
-        on_open(absl::StrCat("generation ", next, " was opened"));
+        on_open_(absl::StrCat("generation ", next, " was opened"));
         return;
       }
       if (s.code() != absl::StatusCode::kDeadlineExceeded) {
@@ -251,6 +265,15 @@ void ElasticGroup::StartWatcher(int next, std::function<void(const std::string&)
 void ElasticGroup::StopWatcher() {
   stop_watch_ = true;
   if (watcher_.joinable()) watcher_.join();
+}
+
+bool ElasticGroup::SwapWatchAction(std::function<void(const std::string&)> on_open) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (fired_) return false;
+  on_open_ = std::move(on_open);
+  pending_ = false;
+  noticed_ns_ = 0;
+  return true;
 }
 
 }  // namespace dgt::worker

@@ -1,10 +1,16 @@
 // StaticCoordinator against a real store server on loopback: what node rank 0 reports when the
-// other nodes never joined, joined but never finished, or all finished; and Interrupt().
+// other nodes never joined, joined but never finished, all finished, or one did not succeed;
+// Interrupt(); and another node losing node rank 0's store.
 #include "agent/static_coordinator.h"
 
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
@@ -38,10 +44,13 @@ class StaticCoordinatorTest : public ::testing::Test {
     io_.restart();
   }
 
-  // Starts `c` and waits until it is connected.
-  void Connect(StaticCoordinator& c) {
+  // Starts `c` and waits until it is connected; failure callbacks go to `failures`.
+  void Connect(StaticCoordinator& c, std::vector<std::pair<int, std::string>>* failures = nullptr) {
     std::optional<absl::Status> connected;
-    c.Start([&](absl::Status s) { connected = s; }, [](int, const std::string&) {});
+    c.Start([&](absl::Status s) { connected = s; },
+            [failures](int status, const std::string& message) {
+              if (failures != nullptr) failures->emplace_back(status, message);
+            });
     RunUntil(connected);
     ASSERT_TRUE(connected.has_value());
     ASSERT_TRUE(connected->ok()) << *connected;
@@ -120,6 +129,90 @@ TEST_F(StaticCoordinatorTest, InterruptEndsTheWaitAtOnce) {
   RunUntil(again);
   ASSERT_TRUE(again.has_value());
   EXPECT_TRUE(again->ok());
+}
+
+// A node that ends with a non-zero status after node rank 0's workers succeeded (e.g. SIGTERM'd
+// late): node rank 0 must not report success. Its failure callback gets that node's status,
+// naming it, before its Report completes.
+TEST_F(StaticCoordinatorTest, NodeRankZeroReportsAnotherNodesFailureAfterItsOwnSuccess) {
+  StaticCoordinator node0(io_, NodeOptions(0, 3));
+  StaticCoordinator node1(io_, NodeOptions(1, 3));
+  StaticCoordinator node2(io_, NodeOptions(2, 3));
+  std::vector<std::pair<int, std::string>> failures;
+  Connect(node0, &failures);
+  Connect(node1);
+  Connect(node2);
+  std::optional<absl::Status> outcome;
+  std::vector<std::pair<int, std::string>> failures_at_outcome;
+  node0.Report(0, "", [&](absl::Status s) {
+    outcome = s;
+    failures_at_outcome = failures;
+  });
+  std::optional<absl::Status> node1_done;
+  std::optional<absl::Status> node2_done;
+  node1.Report(0, "", [&](absl::Status s) { node1_done = s; });
+  node2.Report(143, "stopped by SIGTERM", [&](absl::Status s) { node2_done = s; });
+  RunUntil(outcome);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->ok()) << *outcome;
+  ASSERT_EQ(failures_at_outcome.size(), 1u);
+  EXPECT_EQ(failures_at_outcome[0].first, 143);
+  EXPECT_EQ(failures_at_outcome[0].second,
+            "node rank 2 did not succeed (exit status 143); reported failure: stopped by SIGTERM");
+}
+
+// Node rank 0's store goes away under another node (node rank 0 killed): after a bounded
+// reconnect attempt the failure callback gets kExitRendezvousUnavailable naming node rank 0 and
+// its address.
+TEST_F(StaticCoordinatorTest, AnotherNodeNoticesNodeRankZerosStoreGone) {
+  store::Server host{store::ServerOptions{}};
+  ASSERT_TRUE(host.Start().ok());
+  auto options = NodeOptions(1, 2);
+  options.master_port = host.port();
+  options.reconnect_timeout = absl::Milliseconds(300);
+  StaticCoordinator node1(io_, options);
+  std::vector<std::pair<int, std::string>> failures;
+  Connect(node1, &failures);
+  const absl::Time stopped = absl::Now();
+  host.Stop();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (failures.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));
+  EXPECT_EQ(failures[0].first, 69);  // kExitRendezvousUnavailable.
+  const std::string address = absl::StrCat("127.0.0.1:", options.master_port);
+  EXPECT_EQ(failures[0].second,
+            absl::StrCat("lost node rank 0 (store host ", address,
+                         "): its store closed the connection (store connection: End of file) "
+                         "and could not be reached again within 300ms: cannot reach the store at ",
+                         address, ": Connection refused"));
+}
+
+// A store that answers again on node rank 0's port but is not the run's (node rank 0 started
+// afresh) does not count as reconnected.
+TEST_F(StaticCoordinatorTest, AStoreWithoutTheRunsKeysIsNotNodeRankZerosStore) {
+  auto host = std::make_unique<store::Server>(store::ServerOptions{});
+  ASSERT_TRUE(host->Start().ok());
+  auto options = NodeOptions(1, 2);
+  options.master_port = host->port();
+  options.reconnect_timeout = absl::Seconds(5);
+  StaticCoordinator node1(io_, options);
+  std::vector<std::pair<int, std::string>> failures;
+  Connect(node1, &failures);
+  host->Stop();
+  store::ServerOptions again;
+  again.port = static_cast<uint16_t>(options.master_port);
+  host = std::make_unique<store::Server>(again);
+  ASSERT_TRUE(host->Start().ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (failures.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].first, 69);
+  EXPECT_EQ(failures[0].second,
+            absl::StrCat("lost node rank 0 (store host 127.0.0.1:", options.master_port,
+                         "): its store closed the connection (store connection: End of file); "
+                         "the store reached again does not know run 'job' (node rank 0 started "
+                         "again?)"));
 }
 
 }  // namespace

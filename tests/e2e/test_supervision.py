@@ -434,3 +434,43 @@ def test_static_node_rank_0_stops_waiting_on_a_signal(spawn, sig):
     assert p.stderr.splitlines()[-1] == (
         f"dgt-run: error: stopped by {name} after this node's workers exited, before the run's "
         "outcome was known"), p.stderr
+
+
+def test_static_kill_9_of_node_rank_0_fails_the_other_node(spawn):
+    # Node rank 0's agent hosts the store; killed, nobody would report the run's outcome. Node
+    # rank 1 notices its store connection break, tries to reconnect (bounded), stops its workers
+    # and exits 69 (kExitRendezvousUnavailable) naming node rank 0 and its address.
+    port = free_port()
+    cmd = ["/bin/sh", "-c", "echo started; sleep 60"]
+    node1 = static_node(spawn, 2, 1, port, 60, cmd)
+    node0 = static_node(spawn, 2, 0, port, 60, cmd)
+    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
+             "both nodes' workers")
+    start = time.monotonic()
+    os.kill(node0.popen.pid, signal.SIGKILL)
+    assert node1.wait(timeout=30) == 69, node1.stderr
+    assert time.monotonic() - start < 15
+    lost = f"lost node rank 0 (store host 127.0.0.1:{port}): its store closed the connection"
+    last = node1.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"dgt-run: error: run failed: {lost}"), node1.stderr
+    assert "could not be reached again within 3s" in last, node1.stderr
+    assert "succeeded" not in node1.stderr
+
+
+def test_static_node_rank_0_fails_when_a_peer_is_stopped_after_its_own_workers_finished(spawn):
+    # Node rank 0's workers are done and it waits for node rank 1, which is then SIGTERM'd: node
+    # rank 0 must not report success.
+    port = free_port()
+    node1 = static_node(spawn, 2, 1, port, 60, ["/bin/sh", "-c", "echo started; sleep 60"])
+    node0 = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", "echo finished"])
+    wait_for(lambda: "finished" in node0.stdout and "started" in node1.stdout, 30,
+             "node rank 0's worker done, node rank 1's running")
+    time.sleep(0.5)  # Node rank 0's worker has exited; node rank 0 waits for node rank 1.
+    assert node0.popen.poll() is None, node0.stderr
+    node1.popen.send_signal(signal.SIGTERM)
+    assert node1.wait(timeout=30) == 128 + signal.SIGTERM, node1.stderr
+    assert node0.wait(timeout=30) == 128 + signal.SIGTERM, node0.stderr
+    assert node0.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: run failed: node rank 1 did not succeed (exit status 143); reported "
+        "failure: stopped by SIGTERM"), node0.stderr
+    assert "succeeded" not in node0.stderr

@@ -180,6 +180,93 @@ TEST_F(ServerTest, OneSetWakesManyWaitersAndSkipsDepartedOnes) {
   EXPECT_EQ(server_->Stats().pending_waits, 0u);
 }
 
+// torch 1.x frames, for the WAIT tests below.
+std::string U64(uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); }
+std::string Field(const std::string& s) { return U64(s.size()) + s; }
+std::string V1Set(const std::string& k, const std::string& v) {
+  return std::string(1, '\x00') + Field(k) + Field(v);
+}
+std::string V1Get(const std::string& k) { return std::string(1, '\x02') + Field(k); }
+std::string V1Add(const std::string& k, int64_t d) {
+  return std::string(1, '\x03') + Field(k) + U64(static_cast<uint64_t>(d));
+}
+std::string V1Wait(const std::string& k) { return std::string(1, '\x05') + U64(1) + Field(k); }
+const char kV1NumKeys[] = "\x06";
+
+// The expected bytes below are what torch 1.13's own server sends for the same requests (run with
+// Debian's python3-torch: a get() whose wait timed out, then further calls on that client; see
+// tests/e2e/test_store_torch.py, which compares the two servers through a real 1.13 client).
+
+// A 1.x client's get() that timed out leaves its WAIT pending (1.x has no CANCEL_WAIT); its next
+// call on the same connection must be served, not make the server drop the connection.
+TEST_F(ServerTest, V1NextCallAfterAbandonedWaitIsServed) {
+  RawClient c(server_->port());
+  RawClient setter(server_->port());
+  ASSERT_TRUE(setter.Send(V1Set("p", "v")));
+  ASSERT_TRUE(setter.Send(kV1NumKeys));  // A round trip: SET p was applied.
+  EXPECT_EQ(Hex(*setter.Recv(8)), "0100000000000000");
+  ASSERT_TRUE(c.Send(V1Wait("m")));  // get("m"): the client gives up waiting.
+  ASSERT_TRUE(c.Send(V1Wait("p")));  // get("p"): WAIT, then GET.
+  EXPECT_EQ(Hex(*c.Recv(1)), "00");
+  ASSERT_TRUE(c.Send(V1Get("p")));
+  EXPECT_EQ(Hex(*c.Recv(9)), "010000000000000076");
+  // As torch 1.13: the abandoned wait answers when its key appears.
+  ASSERT_TRUE(setter.Send(V1Set("m", "w")));
+  EXPECT_EQ(Hex(*c.Recv(1)), "00");
+  ASSERT_TRUE(c.Send(kV1NumKeys));
+  EXPECT_EQ(Hex(*c.Recv(8)), "0200000000000000");
+}
+
+// Polling get() of a missing key with a timeout: each poll adds a WAIT, and when the key appears
+// torch 1.13 answers once (its per-connection counter hits zero once), not once per WAIT.
+TEST_F(ServerTest, V1RepeatedWaitsOnAMissingKeyAnswerOnce) {
+  RawClient c(server_->port());
+  RawClient setter(server_->port());
+  ASSERT_TRUE(c.Send(V1Wait("k")));
+  ASSERT_TRUE(c.Send(V1Wait("k")));
+  ASSERT_TRUE(c.Send(V1Wait("k")));
+  ASSERT_TRUE(c.Send(kV1NumKeys));  // A round trip: the WAITs are registered.
+  EXPECT_EQ(Hex(*c.Recv(8)), "0000000000000000");
+  ASSERT_TRUE(setter.Send(V1Set("k", "v")));
+  ASSERT_TRUE(setter.Send(kV1NumKeys));  // A round trip: SET k was applied.
+  EXPECT_EQ(Hex(*setter.Recv(8)), "0100000000000000");
+  EXPECT_EQ(Hex(*c.Recv(1)), "00");  // The one STOP_WAITING for the three WAITs.
+  ASSERT_TRUE(c.Send(V1Get("k")));
+  EXPECT_EQ(Hex(*c.Recv(9)), "010000000000000076");  // Nothing stale in between.
+  EXPECT_EQ(server_->Stats().pending_waits, 0u);
+}
+
+// torch's counter belongs to the connection and the latest WAIT that did not complete at once
+// sets it: a key of an earlier, abandoned WAIT that appears counts it down too.
+TEST_F(ServerTest, V1WaitCounterIsPerConnectionAsTorch113) {
+  RawClient c(server_->port());
+  RawClient setter(server_->port());
+  ASSERT_TRUE(c.Send(V1Wait("a")));
+  ASSERT_TRUE(c.Send(V1Wait("b")));
+  ASSERT_TRUE(c.Send(kV1NumKeys));  // A round trip: the WAITs are registered.
+  EXPECT_EQ(Hex(*c.Recv(8)), "0000000000000000");
+  ASSERT_TRUE(setter.Send(V1Set("a", "1")));
+  EXPECT_EQ(Hex(*c.Recv(1)), "00");
+  ASSERT_TRUE(setter.Send(V1Set("b", "2")));  // The counter is below zero now: no reply.
+  ASSERT_TRUE(setter.Send(kV1NumKeys));
+  EXPECT_EQ(Hex(*setter.Recv(8)), "0200000000000000");
+  ASSERT_TRUE(c.Send(kV1NumKeys));
+  EXPECT_EQ(Hex(*c.Recv(8)), "0200000000000000");
+  EXPECT_EQ(server_->Stats().pending_waits, 0u);
+}
+
+// A request that completes this connection's own pending wait (ADD of the awaited key) gets its
+// reply first and the STOP_WAITING after it, as torch's addHandler sends them; the other order
+// would make the client read the ADD's result one byte off.
+TEST_F(ServerTest, V1OwnAddAnswersBeforeTheStopWaitingItCauses) {
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(V1Wait("n")));
+  ASSERT_TRUE(c.Send(V1Add("n", 5)));
+  EXPECT_EQ(Hex(*c.Recv(9)), "050000000000000000");
+  ASSERT_TRUE(c.Send(kV1NumKeys));
+  EXPECT_EQ(Hex(*c.Recv(8)), "0100000000000000");
+}
+
 TEST_F(ServerTest, HostileInputClosesThatConnectionAndKeepsData) {
   RawClient good(server_->port());
   ASSERT_TRUE(

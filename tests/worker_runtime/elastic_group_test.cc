@@ -185,6 +185,29 @@ TEST(ElasticGroupTest, LastBuildTimesJoinAndRecoverInOrder) {
   EXPECT_LE(t.bootstrap, t.built);
 }
 
+// The watcher started for the bootstrap keeps watching the same key once the communicator is
+// built: the build does not wait for its store wait (watch_period) to end. It used to, which put
+// the trainer's 200 ms watch period into every join and every recovery.
+TEST(ElasticGroupTest, BuildDoesNotWaitForTheWatchersStoreWait) {
+  store::MemoryStore store;
+  GlooCommunicatorFactory factory;
+  ElasticGroupOptions o = Fast();
+  o.watch_period = absl::Seconds(20);
+  auto groups = JoinAll(2, store, factory, o);
+  for (const auto& g : groups) {
+    const BuildTimeline t = g->last_build();
+    EXPECT_LT(t.built - t.bootstrap, absl::Seconds(5));
+  }
+  // The built communicators are watched: opening generation 1 aborts them (and ends the
+  // watchers, so that destruction does not wait for their 20 s store waits either).
+  ASSERT_TRUE(recovery::OpenNextGeneration(store, "world", 0, "test").ok());
+  for (const auto& g : groups) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!g->recovery_pending() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    EXPECT_TRUE(g->recovery_pending());
+  }
+}
+
 TEST(ElasticGroupTest, ShrinkContinuesWithRenumberedSurvivors) {
   store::MemoryStore store;
   GlooCommunicatorFactory factory;

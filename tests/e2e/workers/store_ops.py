@@ -90,6 +90,30 @@ def main():
     out["get_missing"] = result(lambda: c.get("missing_for_get"))
     out["get_missing_took_lt_3s"] = time.monotonic() - t0 < 3
 
+    # A get() that timed out, then further calls on that client. torch 1.x has no CANCEL_WAIT:
+    # the WAIT stays pending on the server, and its STOP_WAITING comes when the key appears,
+    # between the replies to later requests (torch's own client then misreads one reply: the
+    # reference below records it). Round trips on `w` (num_keys) order its SETs before the next
+    # step.
+    e = client(host, port)
+    e.set_timeout(timedelta(milliseconds=300))
+    w = client(host, port)
+    out["abandoned_get"] = result(lambda: e.get("slow"))
+    e.set("mine", "m")
+    out["abandoned_then_get"] = result(lambda: e.get("mine"))
+    out["abandoned_then_add"] = result(lambda: e.add("ectr", 1))
+    out["abandoned_get_again"] = result(lambda: e.get("slow"))
+    w.set("slow", "s")
+    w.num_keys()
+    out["abandoned_after_set"] = [result(lambda: e.get("slow")) for _ in range(2)]
+    out["abandoned_mine_again"] = result(lambda: e.get("mine"))
+    # The client's own ADD of the key its abandoned wait was for: ADD's reply comes first.
+    f = client(host, port)
+    f.set_timeout(timedelta(milliseconds=300))
+    out["own_add_get"] = result(lambda: f.get("own"))
+    out["own_add"] = result(lambda: f.add("own", 5))
+    out["own_add_after"] = [result(lambda: f.get("own")) for _ in range(2)]
+
     # Several clients at once: each adds to a counter and sets its own key; all wait for all.
     n = 6
     clients = [client(host, port) for _ in range(n)]

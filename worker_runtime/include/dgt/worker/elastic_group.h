@@ -22,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,7 +57,8 @@ struct ElasticGroupOptions {
   absl::Duration report_timeout = absl::Seconds(5);
   // Join(): generations tried when one does not form by init_timeout.
   int join_attempts = 3;
-  // How often the watcher re-arms its store wait (bounds how long destruction takes).
+  // How often the watcher re-arms its store wait (bounds how long destruction takes, and how
+  // long a bootstrap that failed takes to return; a successful one does not wait for it).
   absl::Duration watch_period = absl::Milliseconds(500);
 };
 
@@ -125,7 +127,11 @@ class ElasticGroup {
   // Watches for generation `next` to open; then sets recovery_pending() and calls on_open(why)
   // in the watcher thread.
   void StartWatcher(int next, std::function<void(const std::string&)> on_open);
+  // Joins the watcher: up to watch_period when its store wait has not ended.
   void StopWatcher();
+  // Replaces what the running watcher does when its generation opens, and clears
+  // recovery_pending(); false (nothing changed) when the watcher already fired.
+  bool SwapWatchAction(std::function<void(const std::string&)> on_open);
 
   const Context context_;
   std::unique_ptr<store::Store> store_;
@@ -141,6 +147,10 @@ class ElasticGroup {
   std::atomic<int64_t> noticed_ns_{0};  // Set by the watcher; 0: not yet.
   std::atomic<bool> stop_watch_{false};
   std::thread watcher_;
+  // std::mutex, not dgt::Mutex: this header is installed without dgt's common headers.
+  std::mutex watch_mu_;
+  std::function<void(const std::string&)> on_open_;  // Guarded by watch_mu_.
+  bool fired_ = false;                               // Guarded by watch_mu_.
 };
 
 }  // namespace dgt::worker
