@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs everything dgt builds, tests and benchmarks with, from Debian's archive.
-# Idempotent and non-interactive; run as root (or with sudo available).
+# Installs everything dgt builds, tests and benchmarks with: Debian's packages, then the test
+# peers' virtual environment (torch 2.13 beside Debian's torch 1.13) from the pinned
+# scripts/peers-requirements.txt, at $DGT_PEERS_VENV (default /opt/dgt/peers-venv, outside the
+# repository so that every clone and CI run on this machine reuses it).
+# Idempotent and non-interactive; quick when everything is there (the venv keeps a stamp with
+# the requirements' hash and is rebuilt only when they change). Run as root (or with sudo).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   # Toolchain
@@ -12,21 +17,50 @@ packages=(
   libibverbs-dev libgloo-dev
   # Tests
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
-  iproute2 iptables procps psmisc openssl
+  iproute2 iptables procps psmisc openssl python3-venv
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages already installed"
-  exit 0
-fi
+install_debian_packages() {
+  local missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages already installed"
+    return
+  fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The peers' venv, built from Debian's python3 (the interpreter the CPU torch wheel is for).
+install_peers_venv() {
+  local venv=${DGT_PEERS_VENV:-/opt/dgt/peers-venv}
+  local req=scripts/peers-requirements.txt
+  local hash stamp
+  hash=$(sha256sum "$req" | cut -d' ' -f1)
+  stamp="$venv/.dgt-requirements.sha256"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ] && [ -x "$venv/bin/python" ]; then
+    echo "install-deps: peers venv $venv up to date"
+    return
+  fi
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "install-deps: $venv exists and is not a virtual environment; set DGT_PEERS_VENV" >&2
+    exit 1
+  fi
+  echo "install-deps: creating peers venv $venv from $req"
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
+  "$venv/bin/python" -c 'import numpy, torch, torch.distributed as d; assert d.is_available()'
+  echo "$hash" >"$stamp"
+  echo "install-deps: peers venv ready: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
+}
+
+install_debian_packages
+install_peers_venv

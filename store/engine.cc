@@ -11,9 +11,9 @@ namespace dgt::store {
 
 void Engine::Set(absl::string_view key, absl::string_view value) {
   // assign() reuses the stored string's capacity: a SET that replaces a value allocates nothing.
-  auto [it, inserted] = values_.try_emplace(key);
+  auto it = values_.try_emplace(key).first;
   it->second.assign(value.data(), value.size());
-  if (inserted) KeyBecamePresent(key);
+  WakeWaiters(key);
 }
 
 const std::string* Engine::Get(absl::string_view key) const {
@@ -33,7 +33,7 @@ absl::StatusOr<int64_t> Engine::Add(absl::string_view key, int64_t delta) {
   char digits[24];  // "-9223372036854775808" is 20 characters.
   char* end = std::to_chars(digits, digits + sizeof digits, sum).ptr;
   it->second.assign(digits, static_cast<size_t>(end - digits));
-  if (inserted) KeyBecamePresent(key);
+  WakeWaiters(key);
   return sum;
 }
 
@@ -42,18 +42,23 @@ absl::string_view Engine::CompareSet(absl::string_view key, absl::string_view ex
   auto it = values_.find(key);
   if (it == values_.end()) {
     if (!expected.empty()) return expected;
-    it = values_.try_emplace(key, desired.data(), desired.size()).first;
-    KeyBecamePresent(key);
-    return it->second;
+    values_.try_emplace(key, desired.data(), desired.size());
+  } else if (it->second == expected) {
+    it->second.assign(desired.data(), desired.size());
   }
-  if (it->second == expected) it->second.assign(desired.data(), desired.size());
-  return it->second;
+  // torch 2.13 wakes the key's waiters whether or not the value changed (only BARRIER waits can
+  // be registered on a present key). It also wakes them on a missing key with a non-empty
+  // `expected`, which answers a WAIT for a key that does not exist; dgt does not copy that.
+  WakeWaiters(key);
+  // Looked up again: a wake-up callback may have changed the map.
+  it = values_.find(key);
+  return it == values_.end() ? absl::string_view() : absl::string_view(it->second);
 }
 
 void Engine::Append(absl::string_view key, absl::string_view value) {
-  auto [it, inserted] = values_.try_emplace(key);
+  auto it = values_.try_emplace(key).first;
   it->second.append(value.data(), value.size());
-  if (inserted) KeyBecamePresent(key);
+  WakeWaiters(key);
 }
 
 bool Engine::Present(absl::string_view key) const {
@@ -85,7 +90,7 @@ bool Engine::Delete(absl::string_view key) {
 
 void Engine::QueuePush(absl::string_view key, absl::string_view value) {
   queues_[key].emplace_back(value);
-  KeyBecamePresent(key);
+  WakeWaiters(key, /*only_one=*/true);
 }
 
 std::optional<std::string> Engine::QueuePop(absl::string_view key) {
@@ -104,17 +109,44 @@ int64_t Engine::QueueLen(absl::string_view key) const {
 
 std::optional<Engine::WaitId> Engine::Wait(const std::vector<std::string>& keys,
                                            WaitCallback callback) {
-  PendingWait wait;
+  std::vector<std::string> missing;
   for (const std::string& key : keys) {
-    if (!Present(key)) wait.missing_keys.push_back(key);
+    if (!Present(key)) missing.push_back(key);
   }
-  if (wait.missing_keys.empty()) return std::nullopt;
+  if (missing.empty()) return std::nullopt;
+  return Register(std::move(missing), std::move(callback));
+}
+
+Engine::WaitId Engine::Register(std::vector<std::string> missing_keys, WaitCallback callback) {
   WaitId id = next_wait_id_++;
-  wait.remaining = wait.missing_keys.size();
+  PendingWait wait;
+  wait.remaining = missing_keys.size();
+  wait.missing_keys = std::move(missing_keys);
   wait.callback = std::move(callback);
   for (const std::string& key : wait.missing_keys) waiters_by_key_[key].push_back(id);
   waits_.emplace(id, std::move(wait));
   return id;
+}
+
+absl::StatusOr<std::optional<Engine::WaitId>> Engine::Barrier(absl::string_view key,
+                                                              int64_t world_size,
+                                                              WaitCallback callback) {
+  int64_t count = 0;
+  if (const std::string* value = Get(key); value != nullptr && !absl::SimpleAtoi(*value, &count)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BARRIER on key '", key, "' whose value is not a decimal integer"));
+  }
+  // Stored without waking anyone yet: the caller's own wait must not count as woken by its own
+  // increment, and the waits already there are woken below only when the count is reached.
+  count = static_cast<int64_t>(static_cast<uint64_t>(count) + 1);
+  char digits[24];
+  char* end = std::to_chars(digits, digits + sizeof digits, count).ptr;
+  values_[key].assign(digits, static_cast<size_t>(end - digits));
+  if (count >= world_size) {
+    WakeWaiters(key);
+    return std::nullopt;
+  }
+  return Register({std::string(key)}, std::move(callback));
 }
 
 bool Engine::CancelWait(WaitId id) {
@@ -130,11 +162,30 @@ bool Engine::CancelWait(WaitId id) {
   return true;
 }
 
-void Engine::KeyBecamePresent(absl::string_view key) {
+void Engine::WakeWaiters(absl::string_view key, bool only_one) {
+  if (waiters_by_key_.empty()) return;  // The common case: a SET with nobody waiting.
   auto w = waiters_by_key_.find(key);
   if (w == waiters_by_key_.end()) return;
-  std::vector<WaitId> ids = std::move(w->second);
-  waiters_by_key_.erase(w);
+  std::vector<WaitId> ids;
+  if (only_one) {
+    // As torch's wakeupOneWaitingClient: walk the waits on `key` oldest first, each counting
+    // `key` as arrived, until one completes; the rest stay registered.
+    std::vector<WaitId>& list = w->second;
+    size_t i = 0;
+    for (; i < list.size(); ++i) {
+      auto it = waits_.find(list[i]);
+      if (it != waits_.end() && it->second.remaining == 1) {
+        ++i;
+        break;
+      }
+    }
+    ids.assign(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i));
+    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(i));
+    if (list.empty()) waiters_by_key_.erase(w);
+  } else {
+    ids = std::move(w->second);
+    waiters_by_key_.erase(w);
+  }
   std::vector<WaitCallback> ready;
   ready.reserve(ids.size());
   for (WaitId id : ids) {

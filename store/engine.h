@@ -28,6 +28,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Every mutation of a key's value (Set, Add, CompareSet that stores, Append) wakes the waits
+  // registered on that key, as torch 2.x's libuv server does: WAITs (registered only while the
+  // key is missing) and BARRIERs (registered while the count is short).
+
   // Stores `value` under `key`, replacing any value. Wakes waiters on `key`.
   void Set(absl::string_view key, absl::string_view value);
 
@@ -62,8 +66,10 @@ class Engine {
   // Removes `key`; returns true when it existed (torch DELETE_KEY answers 1 or 0).
   bool Delete(absl::string_view key);
 
-  // Queue operations of torch 2.x (QUEUE_PUSH, QUEUE_POP, QUEUE_LEN). A push wakes waiters on
-  // `key`; a pop of an empty or missing queue returns nullopt.
+  // Queue operations of torch 2.x (QUEUE_PUSH, QUEUE_POP, QUEUE_LEN). A push wakes ONE wait on
+  // `key` (the oldest whose last missing key it was), as torch 2.13's server does, so that of
+  // several blocked `queue_pop` callers only one is answered per item; a pop of an empty or
+  // missing queue returns nullopt.
   void QueuePush(absl::string_view key, absl::string_view value);
   std::optional<std::string> QueuePop(absl::string_view key);
   int64_t QueueLen(absl::string_view key) const;
@@ -72,6 +78,15 @@ class Engine {
   // register (nor call) anything when all keys are already present. The callback runs inside
   // the mutating call that made the last key present.
   std::optional<WaitId> Wait(const std::vector<std::string>& keys, WaitCallback callback);
+
+  // torch 2.x BARRIER: adds 1 to the decimal counter under `key` (missing counts as 0). When the
+  // count reaches `world_size`, wakes every wait on `key` and returns nullopt without
+  // registering `callback`; otherwise registers `callback` as a wait on `key` that the next
+  // mutation of `key` fires (the barrier's completion by another caller, or a Set/Add/...), and
+  // returns its id for CancelWait.
+  // Errors: InvalidArgument when the stored value is not a decimal i64 (nothing is changed).
+  absl::StatusOr<std::optional<WaitId>> Barrier(absl::string_view key, int64_t world_size,
+                                                WaitCallback callback);
 
   // Drops a registered wait; returns false when it already fired or never existed. Leaves no
   // state behind for the wait's keys.
@@ -88,7 +103,10 @@ class Engine {
   };
 
   bool Present(absl::string_view key) const;
-  void KeyBecamePresent(absl::string_view key);
+  // Fires the waits on `key` that it completes: all of them, or only the first when
+  // `only_one` (a queue push).
+  void WakeWaiters(absl::string_view key, bool only_one = false);
+  WaitId Register(std::vector<std::string> missing_keys, WaitCallback callback);
 
   absl::flat_hash_map<std::string, std::string> values_;
   absl::flat_hash_map<std::string, std::deque<std::string>> queues_;

@@ -419,18 +419,38 @@ class Server::Impl {
           engine.QueuePush(req.keys[0], req.values[0]);
           return;
         case wire::Op::kQueuePop: {
+          // torch 2.13 answers the queue's length before the pop (recorded), then the item.
+          wire::AppendI64(&out_, engine.QueueLen(req.keys[0]));
           std::optional<std::string> item = engine.QueuePop(req.keys[0]);
-          if (!item) {
-            wire::AppendI64(&out_, 0);
-          } else {
-            wire::AppendI64(&out_, 1);
-            wire::AppendBytes(&out_, *item);
-          }
+          if (item) wire::AppendBytes(&out_, *item);
           return;
         }
         case wire::Op::kQueueLen:
           wire::AppendI64(&out_, engine.QueueLen(req.keys[0]));
           return;
+        case wire::Op::kBarrier: {
+          // Like WAIT, one pending at a time per connection; torch 2.13's client sends
+          // CANCEL_WAIT when its barrier times out.
+          if (wait_id_) {
+            Close("BARRIER while another WAIT is pending on this connection");
+            return;
+          }
+          absl::StatusOr<std::optional<Engine::WaitId>> id =
+              engine.Barrier(req.keys[0], req.integer, [this] {
+                if (closed_) return;
+                wait_id_.reset();
+                wire::AppendU8(&out_, wire::kStopWaiting);
+                Flush();
+              });
+          if (!id.ok()) {
+            Close(id.status().message());  // As torch's server, which drops the client.
+          } else if (*id) {
+            wait_id_ = *id;
+          } else {
+            wire::AppendU8(&out_, wire::kStopWaiting);
+          }
+          return;
+        }
         case wire::Op::kListKeys: {
           std::vector<std::string> keys = engine.ListKeys();
           wire::AppendI64(&out_, static_cast<int64_t>(keys.size()));

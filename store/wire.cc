@@ -19,11 +19,10 @@ struct OpcodeEntry {
 constexpr uint8_t kNone = 0xFF;
 
 // Opcode numbers: torch 1.13 `QueryType` (c10d TCPStore.cpp) and torch 2.x `QueryType`
-// (c10d TCPStoreBackend.hpp), as listed in REFERENCE.md §4.
-// LIST_KEYS 17 is in newest torch main only; its reply layout (i64 count, then each key as a
-// u64-length string) is dgt's reading, not checked against a real 2.x client. BARRIER 18 is not
-// served: a 2.x client that sends it has its connection closed with a logged reason.
-constexpr std::array<OpcodeEntry, 19> kOpcodes = {{
+// (c10d TCPStoreBackend.hpp), as listed in REFERENCE.md §4. LIST_KEYS 17 and BARRIER 18 are in
+// torch 2.13; their layouts are checked against recorded 2.13 traffic
+// (tests/store/fixtures/torch-2.13-tcpstore).
+constexpr std::array<OpcodeEntry, 20> kOpcodes = {{
     {Op::kValidate, kNone, 0},  {Op::kSet, 0, 1},
     {Op::kCompareSet, 1, 2},    {Op::kGet, 2, 3},
     {Op::kAdd, 3, 4},           {Op::kCheck, 4, 5},
@@ -33,7 +32,7 @@ constexpr std::array<OpcodeEntry, 19> kOpcodes = {{
     {Op::kMultiSet, kNone, 11}, {Op::kCancelWait, kNone, 12},
     {Op::kPing, kNone, 13},     {Op::kQueuePush, kNone, 14},
     {Op::kQueuePop, kNone, 15}, {Op::kQueueLen, kNone, 16},
-    {Op::kListKeys, kNone, 17},
+    {Op::kListKeys, kNone, 17}, {Op::kBarrier, kNone, 18},
 }};
 
 std::optional<Op> OpFor(Family family, uint8_t opcode) {
@@ -122,6 +121,7 @@ bool ParseFields(Reader& r, Request* out) {
       return r.ReadKey(&out->keys[0]) && r.ReadValue(&out->values[0]) &&
              r.ReadValue(&out->values[1]);
     case Op::kAdd:
+    case Op::kBarrier:
       out->keys.resize(1);
       return r.ReadKey(&out->keys[0]) && r.ReadPod(&out->integer);
     case Op::kCheck:

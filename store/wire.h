@@ -41,7 +41,8 @@ enum class Op {
   kQueuePush,   // 2.x: key, value; no reply.
   kQueuePop,    // 2.x: key; reply i64 length, then the item when the length was non-zero.
   kQueueLen,    // 2.x: key; reply i64.
-  kListKeys,    // 2.x (newest torch main, opcode 17): no fields; reply i64 n, n keys.
+  kListKeys,    // 2.x (torch 2.13, opcode 17): no fields; reply i64 n, n keys.
+  kBarrier,     // 2.x (torch 2.13, opcode 18): key, i64 world size; reply u8 STOP_WAITING 0.
 };
 
 // u32 magic of torch 2.x VALIDATE (bytes 00 CE F7 85 3C on the wire, opcode included).
@@ -63,7 +64,7 @@ struct Request {
   Op op = Op::kGet;
   std::vector<std::string> keys;    // One key for single-key ops.
   std::vector<std::string> values;  // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: expected, desired.
-  int64_t integer = 0;              // ADD delta.
+  int64_t integer = 0;              // ADD delta, BARRIER world size.
   uint32_t u32 = 0;                 // VALIDATE magic, PING nonce.
 };
 

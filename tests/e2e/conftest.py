@@ -108,3 +108,29 @@ def rendezvous(spawn):
         assert p.popen.poll() is None, f"dgt-rendezvous exited: {p.stderr}"
         time.sleep(0.05)
     pytest.fail("dgt-rendezvous did not report its port within 10 s")
+
+
+# The torch 2.x peers (scripts/install-deps.sh's venv, exported by scripts/python-env.sh).
+PYTHON2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
+
+
+@pytest.fixture(scope="session")
+def python2():
+    """DGT_PYTHON2 when it imports torch 2.x. Otherwise the test fails under CI=true (CI always
+    installs the peers, so a missing venv is a broken install, never a silent skip) and is
+    skipped with the reason elsewhere."""
+    why = None
+    if not os.access(PYTHON2, os.X_OK):
+        why = f"{PYTHON2} does not exist"
+    else:
+        r = subprocess.run([PYTHON2, "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0 or not r.stdout.startswith("2."):
+            why = f"{PYTHON2} does not import torch 2.x: {(r.stdout + r.stderr).strip()[-300:]}"
+    if why:
+        msg = (f"torch 2.x peers venv unusable ({why}); run scripts/install-deps.sh "
+               "or set DGT_PYTHON2")
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return PYTHON2

@@ -130,5 +130,69 @@ TEST(EngineTest, CallbackMayReenterEngine) {
   EXPECT_EQ(second, 1);
 }
 
+TEST(EngineTest, QueuePushWakesOneWaitPerItem) {
+  Engine e;
+  int first = 0;
+  int second = 0;
+  ASSERT_TRUE(e.Wait({"q"}, [&] { ++first; }).has_value());
+  ASSERT_TRUE(e.Wait({"q"}, [&] { ++second; }).has_value());
+  e.QueuePush("q", "1");
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 0);
+  EXPECT_EQ(e.PendingWaits(), 1u);
+  // The item is still there, but the push already woke its one waiter: a blocked consumer is
+  // woken by the next push, as in torch 2.13.
+  e.QueuePush("q", "2");
+  EXPECT_EQ(second, 1);
+  EXPECT_EQ(e.PendingWaits(), 0u);
+}
+
+TEST(EngineTest, BarrierCountsAndReleasesAtWorldSize) {
+  Engine e;
+  int woken = 0;
+  auto first = e.Barrier("b", 3, [&] { ++woken; });
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->has_value());
+  auto second = e.Barrier("b", 3, [&] { ++woken; });
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ(woken, 0);
+  EXPECT_EQ(*e.Get("b"), "2");
+  auto third = e.Barrier("b", 3, [&] { ++woken; });
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->has_value());  // Released at once, nothing registered.
+  EXPECT_EQ(woken, 2);
+  EXPECT_EQ(*e.Get("b"), "3");
+  EXPECT_EQ(e.PendingWaits(), 0u);
+  // Past the world size every arrival passes.
+  auto fourth = e.Barrier("b", 3, [&] { ++woken; });
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_FALSE(fourth->has_value());
+}
+
+TEST(EngineTest, BarrierWaitIsWokenByAMutationAndCanBeCancelled) {
+  Engine e;
+  int woken = 0;
+  auto w = e.Barrier("b", 5, [&] { ++woken; });
+  ASSERT_TRUE(w.ok() && w->has_value());
+  e.Set("b", "7");
+  EXPECT_EQ(woken, 1);
+  auto c = e.Barrier("c", 2, [&] { ++woken; });
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_TRUE(e.CancelWait(**c));
+  EXPECT_EQ(*e.Get("c"), "1");  // A cancelled barrier keeps its arrival, as torch's does.
+  e.Set("c", "1");
+  EXPECT_EQ(woken, 1);
+}
+
+TEST(EngineTest, BarrierOnNonIntegerFailsAndChangesNothing) {
+  Engine e;
+  e.Set("t", "abc");
+  auto r = e.Barrier("t", 2, [] {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "BARRIER on key 't' whose value is not a decimal integer");
+  EXPECT_EQ(*e.Get("t"), "abc");
+  EXPECT_EQ(e.PendingWaits(), 0u);
+}
+
 }  // namespace
 }  // namespace dgt::store

@@ -116,9 +116,10 @@ TEST_F(HostileTest, OverLimitLengthsAndCounts) {
 
 TEST_F(HostileTest, UnknownOpcodes) {
   ExpectClosed(Unhex("09"), "unknown opcode 9 for the torch 1.x protocol");
+  // 19 is past torch 2.13's last opcode (BARRIER 18).
   ExpectClosed(Unhex("00cef7853c"
-                     "12"),
-               "unknown opcode 18 for the torch 2.x protocol");
+                     "13"),
+               "unknown opcode 19 for the torch 2.x protocol");
   // WATCH_KEY (1.x only) is refused by name.
   ExpectClosed(Unhex("07"
                      "0100000000000000"

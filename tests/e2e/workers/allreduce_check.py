@@ -5,7 +5,7 @@ group's world size and rank match WORLD_SIZE / RANK, all-reduces each rank's
 id (SUM) and all-gathers the ranks, then prints exactly one JSON line:
 
     {"rank": R, "local_rank": L, "world_size": W, "node_rank": N,
-     "sum": S, "ranks": [...], "env": {...}}
+     "sum": S, "ranks": [...], "torch": "X.Y.Z", "env": {...}}
 
 Exits 0 on success, 1 (with a message on stderr) on any mismatch.
 """
@@ -69,6 +69,7 @@ def main() -> int:
         "node_rank": node_rank,
         "sum": int(total.item()),
         "ranks": ranks,
+        "torch": torch.__version__.split("+")[0],
         "env": env,
     }), flush=True)
     return 0
