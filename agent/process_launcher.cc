@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -51,7 +52,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     return ErrnoToStatus(e, "pipe2");
   }
   const std::string exec_error = absl::StrCat("dgt-run: cannot execute '", *exe,
-                                              "' for local rank ", request.local_rank, "\n");
+                                              "' for local rank ", request.local_rank, ": ");
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -76,8 +77,14 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::execve(exe->c_str(), argv.data(), envp.data());
-    ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-    (void)ignored;
+    // errno's reason (ENOEXEC, EACCES, ...): strerrordesc_np is a table lookup, without the
+    // locale and allocation that make strerror unsafe after fork.
+    const char* reason = ::strerrordesc_np(errno);
+    for (const char* part :
+         {exec_error.c_str(), reason != nullptr ? reason : "exec failed", "\n"}) {
+      ssize_t ignored = ::write(STDERR_FILENO, part, std::strlen(part));
+      (void)ignored;
+    }
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.
