@@ -163,7 +163,9 @@ NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEn
     report.reasons.push_back(
         absl::StrCat("NCCL_IB_DISABLE kept as the user set it: ", getenv("NCCL_IB_DISABLE")));
   } else if (report.usable_ports.empty()) {
-    report.env["NCCL_IB_DISABLE"] = "1";
+    // A std::string, not "1": gcc 12 at -O3 (CMAKE_BUILD_TYPE=Release) reports a false
+    // -Wrestrict overlap in std::string::operator=(const char*) here (GCC bug 105329).
+    report.env["NCCL_IB_DISABLE"] = std::string("1");
     report.reasons.push_back("NCCL_IB_DISABLE=1: no usable InfiniBand port");
   }
 
