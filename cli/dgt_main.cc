@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   dgt::rendezvous::RouteGrpcLogsToDebug();
   CLI::App app{"dgt: distributed-training launcher tools"};
   app.require_subcommand(1);
+  // A repeated flag takes its last value, as dgt-run's (torchrun's argparse); subcommands
+  // inherit the policy when they are added.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::function<int()> run;
   dgt::cli::AddStoreCommand(app, &run);
   dgt::cli::AddStatusCommand(app, &run);

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
 
   dgt::InitLogging();
   CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
+  // A repeated flag takes its last value, as dgt-run's (torchrun's argparse).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   dgt::rendezvous::RendezvousServerOptions options;
   options.listen = "127.0.0.1:29400";
   // Numbers stay text until common/flag_parse.h checks them, with the same messages as dgt-run's
@@ -67,8 +69,6 @@ int main(int argc, char** argv) {
                  "Nodes a run may hold beyond its MAX (waiting spares)")
       ->type_name("INT")
       ->capture_default_str();
-  // A repeated flag takes its last value, as dgt-run's (torchrun's argparse).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -233,6 +233,10 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
        f"(a year), got '{t}'")
       for cmd, extra in (("get", ["K"]), ("set", ["K", "V"]), ("keys", []))
       for t in ("1e18", "1e20", "nan", "0")],
+    # A repeated flag takes its last value (here a bad one, to see which was taken).
+    (["store", "get", "K", "--endpoint", "127.0.0.1:1", "--timeout", "1", "--timeout", "nan"],
+     "dgt store get: error: --timeout must be a number of seconds from 0.001 to 31536000 "
+     "(a year), got 'nan'"),
     (["store", "add", "K", "99999999999999999999", "--endpoint", "127.0.0.1:1"],
      "dgt store add: error: DELTA must be a 64-bit signed integer, got '99999999999999999999'"),
     (["status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "1e20"],
@@ -254,16 +258,19 @@ def test_dgt_usage_errors(spawn, args, message):
     assert p.stderr.strip().splitlines() == [message]
 
 
-@pytest.mark.parametrize("flag,value,message", [
-    ("--join-timeout", "nan",
+@pytest.mark.parametrize("args,message", [
+    (["--join-timeout", "nan"],
      "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got 'nan'"),
-    ("--last-call-timeout", "0",
+    (["--last-call-timeout", "0"],
      "--last-call-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '0'"),
-    ("--keepalive-time-ms", "abc",
+    (["--keepalive-time-ms", "abc"],
      "--keepalive-time-ms must be an integer from 100 to 3600000, got 'abc'"),
+    # Repeated: the last value counts.
+    (["--join-timeout", "5", "--join_timeout", "-1"],
+     "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '-1'"),
 ])
-def test_rendezvous_bad_numbers(spawn, flag, value, message):
-    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", flag, value])
+def test_rendezvous_bad_numbers(spawn, args, message):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", *args])
     assert p.wait(timeout=10) == 2
     assert p.stderr.strip().splitlines() == [f"dgt-rendezvous: error: {message}"]
 
