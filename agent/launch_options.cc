@@ -24,8 +24,8 @@
 namespace dgt::agent {
 namespace {
 
-// The most nodes, ranks per node, restarts or TensorFlow roles a flag accepts: far beyond any
-// real job, and small enough that products of them fit an int.
+// The most node ranks, workers per node, restarts or TensorFlow roles a flag accepts: far beyond
+// any real job. The world (nodes times workers per node) is checked to fit an int on its own.
 constexpr int64_t kMaxCount = 1000000;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
@@ -90,6 +90,9 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
           absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '", text, "'"));
     }
     if (n < 1) return Bad(absl::StrCat("--nproc-per-node must be >= 1, got ", n));
+    if (n > kMaxCount) {
+      return Bad(absl::StrCat("--nproc-per-node must be at most ", kMaxCount, ", got ", n));
+    }
     o->nproc_per_node = n;
   }
   return absl::OkStatus();
@@ -301,6 +304,13 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     o->nproc_per_node = alias.nproc_per_node;
   } else if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) {
     return s;
+  }
+  // Global ranks are ints (RANK, WORLD_SIZE): the largest world must fit one.
+  const int64_t world = int64_t{o->max_nodes} * o->nproc_per_node;
+  if (world > std::numeric_limits<int32_t>::max()) {
+    return Bad(absl::StrCat("--nnodes=", nnodes_text, " with --nproc-per-node=", o->nproc_per_node,
+                            " makes ", world, " ranks, more than ",
+                            std::numeric_limits<int32_t>::max()));
   }
   RdzvConfTimeouts conf;
   if (auto s = ParseRdzvConf(raw.rdzv_conf, o, &conf); !s.ok()) return s;

@@ -206,6 +206,11 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "year), got 'inf'\n"},
       {{"--worker-count=-1", kScript},
        "dgt-run: error: --worker-count must be an integer from 0 to 1000000, got '-1'\n"},
+      {{"--nproc-per-node=1000001", kScript},
+       "dgt-run: error: --nproc-per-node must be at most 1000000, got 1000001\n"},
+      {{"--nnodes=2147483647", "--nproc-per-node=2", "--rdzv-endpoint=h:1", kScript},
+       "dgt-run: error: --nnodes=2147483647 with --nproc-per-node=2 makes 4294967294 ranks, more "
+       "than 2147483647\n"},
       {{"--start-method=foo", kScript},
        "dgt-run: error: --start-method must be spawn, fork or forkserver, got 'foo'\n"},
       {{"--local-addr=192.0.2.7", kScript},
