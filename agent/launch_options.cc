@@ -440,8 +440,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
           "every node's address from the rendezvous)");
     }
     int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
-    if (o->worker_count > 0 && !raw.nproc_set && !raw.process_count_set)
+    if (o->worker_count > 0 && !raw.nproc_set && !raw.process_count_set) {
       o->nproc_per_node = o->worker_count + roles;
+    }
     if (o->worker_count > 0 && o->worker_count + roles != o->nproc_per_node) {
       return Bad(absl::StrCat("--worker-count=", o->worker_count, " + --parameter-server-count=",
                               o->parameter_server_count, o->tf_chief ? " + 1 chief" : "",

@@ -27,10 +27,11 @@ namespace {
 // uint64_t as a huge limit, and "nan" seconds).
 struct ServeFlags {
   std::string listen = "127.0.0.1:29500";
-  std::string max_key_bytes = "65536";
-  std::string max_value_bytes = "67108864";
-  std::string max_keys_per_request = "131072";
-  std::string max_connections = "65536";
+  // ServerOptions' defaults, as text.
+  std::string max_key_bytes = absl::StrCat(store::ServerOptions{}.max_key_bytes);
+  std::string max_value_bytes = absl::StrCat(store::ServerOptions{}.max_value_bytes);
+  std::string max_keys_per_request = absl::StrCat(store::ServerOptions{}.max_keys_per_request);
+  std::string max_connections = absl::StrCat(store::ServerOptions{}.max_connections);
   std::string idle_timeout = "0";
 };
 
