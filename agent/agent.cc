@@ -231,8 +231,8 @@ absl::Status Agent::Prepare() {
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kJoining) return;
     Finish(1, absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
-                           options_.join_timeout_s,
-                           " s (--join-timeout): ", last_progress_.joined_nodes(), " of at least ",
+                           options_.join_timeout_s, " s (", options_.join_timeout_flag,
+                           "): ", last_progress_.joined_nodes(), " of at least ",
                            options_.min_nodes, " node(s) joined"));
   });
   return absl::OkStatus();

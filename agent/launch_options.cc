@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -18,13 +19,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/log_dir.h"
+#include "common/flag_parse.h"
 #include "common/host_port.h"
 
 namespace dgt::agent {
 namespace {
 
-// The longest accepted timeout: a year, in seconds.
-constexpr int64_t kMaxTimeoutS = int64_t{365} * 24 * 3600;
+// The most node ranks, workers per node, restarts or TensorFlow roles a flag accepts: far beyond
+// any real job. The world (nodes times workers per node) is checked to fit an int on its own.
+constexpr int64_t kMaxCount = 1000000;
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 absl::Status Bad(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
@@ -87,6 +91,9 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
           absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '", text, "'"));
     }
     if (n < 1) return Bad(absl::StrCat("--nproc-per-node must be >= 1, got ", n));
+    if (n > kMaxCount) {
+      return Bad(absl::StrCat("--nproc-per-node must be at most ", kMaxCount, ", got ", n));
+    }
     o->nproc_per_node = n;
   }
   return absl::OkStatus();
@@ -98,8 +105,15 @@ constexpr const char* kRdzvConfKeys[] = {
     "timeout",      "keep_alive_interval", "keep_alive_max_attempt", "is_host",
 };
 
+// The --rdzv-conf keys that also have a flag of their own (--join-timeout), kept apart so that
+// a disagreement can be refused.
+struct RdzvConfTimeouts {
+  std::optional<absl::Duration> join_timeout;  // join_timeout=
+  std::optional<absl::Duration> timeout;       // timeout= (torch's older spelling of the same)
+};
+
 // --rdzv-conf "k=v,k=v" (torchrun keys). Timeouts are seconds.
-absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
+absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o, RdzvConfTimeouts* conf) {
   std::vector<std::string> seen;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -131,21 +145,16 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o) {
       continue;
     }
     if (key == "keep_alive_max_attempt") {
-      int attempts = 0;
-      if (!absl::SimpleAtoi(kv[1], &attempts) || attempts < 1) {
-        return Bad(absl::StrCat("--rdzv-conf keep_alive_max_attempt must be an integer >= 1, got '",
-                                kv[1], "'"));
-      }
+      auto attempts = ParseInt64("--rdzv-conf keep_alive_max_attempt", kv[1], 1, kInt64Max);
+      if (!attempts.ok()) return attempts.status();
       continue;  // Accepted for compatibility: gRPC keepalive detects lost agents.
     }
-    double seconds = 0;
-    if (!absl::SimpleAtod(kv[1], &seconds) || !(seconds > 0) ||
-        seconds > static_cast<double>(kMaxTimeoutS)) {
-      return Bad(absl::StrCat("--rdzv-conf ", key, " must be a number of seconds > 0 and <= ",
-                              kMaxTimeoutS, ", got '", kv[1], "'"));
-    }
-    if (key == "join_timeout" || key == "timeout") o->join_timeout_s = seconds;
-    if (key == "last_call_timeout") o->last_call_timeout_s = seconds;
+    auto d = ParseDuration(absl::StrCat("--rdzv-conf ", key), kv[1], kMinPositiveFlagDuration,
+                           kMaxFlagDuration);
+    if (!d.ok()) return d.status();
+    if (key == "join_timeout") conf->join_timeout = *d;
+    if (key == "timeout") conf->timeout = *d;
+    if (key == "last_call_timeout") o->last_call_timeout_s = absl::ToDoubleSeconds(*d);
     // close_timeout, read_timeout, keep_alive_interval: accepted for compatibility.
   }
   return absl::OkStatus();
@@ -164,9 +173,13 @@ absl::StatusOr<std::set<int>> ParseRankList(const std::string& text) {
   return out;
 }
 
+// Flags kept as text until Validate: numbers go through common/flag_parse.h, and aliases
+// (--nnodes and --instance-count, ...) are compared before one wins.
 struct RawFlags {
   std::string nnodes = "1:1";
+  std::string instance_count;  // --instance-count: an alias of --nnodes.
   std::string nproc = "1";
+  std::string process_count;  // --process-count-per-instance: an alias of --nproc-per-node.
   std::string rdzv_conf;
   std::string redirects = "0";
   std::string tee = "0";
@@ -176,15 +189,134 @@ struct RawFlags {
   std::string distribution = "pytorch";
   std::string restart_policy = "group";
   std::string recovery_mode = "replace";
+  std::string join_timeout = "600";
+  std::string connect_timeout = "30";
+  std::string stop_timeout = "30";
+  std::string monitor_interval = "0.1";
+  std::string max_restarts = "0";
+  std::string node_rank;  // Empty: not given (rank 0 for a single node).
+  std::string master_port;
+  std::string worker_count = "0";
+  std::string parameter_server_count = "0";
+  // Whether the command line (or PET_*) gave these.
   bool nnodes_set = false;
+  bool instance_count_set = false;
   bool nproc_set = false;
+  bool process_count_set = false;
+  bool join_timeout_set = false;
+  bool master_addr_set = false;
 };
+
+// Parses the numeric flags (all but --nnodes and --nproc-per-node) into `o`.
+absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
+  for (const auto& [flag, text, min, target] :
+       {std::tuple<const char*, const std::string&, absl::Duration, double*>{
+            "--rdzv-connect-timeout", raw.connect_timeout, kMinPositiveFlagDuration,
+            &o->connect_timeout_s},
+        {"--stop-timeout", raw.stop_timeout, absl::ZeroDuration(), &o->stop_timeout_s},
+        {"--monitor-interval", raw.monitor_interval, absl::ZeroDuration(),
+         &o->monitor_interval_s}}) {
+    auto d = ParseDuration(flag, text, min, kMaxFlagDuration);
+    if (!d.ok()) return d.status();
+    *target = absl::ToDoubleSeconds(*d);
+  }
+  for (const auto& [flag, text, min, max, target] :
+       {std::tuple<const char*, const std::string&, int64_t, int64_t, int*>{
+            "--max-restarts", raw.max_restarts, 0, kMaxCount, &o->max_restarts},
+        {"--node-rank", raw.node_rank, 0, kMaxCount - 1, &o->node_rank},
+        {"--master-port", raw.master_port, 1, 65535, &o->master_port},
+        {"--worker-count", raw.worker_count, 0, kMaxCount, &o->worker_count},
+        {"--parameter-server-count", raw.parameter_server_count, 0, kMaxCount,
+         &o->parameter_server_count}}) {
+    if (text.empty()) continue;  // Not given: keep the default.
+    auto n = ParseInt64(flag, text, min, max);
+    if (!n.ok()) return n.status();
+    *target = static_cast<int>(*n);
+  }
+  o->master_port_set = !raw.master_port.empty();
+  return absl::OkStatus();
+}
+
+// --join-timeout, --rdzv-conf join_timeout and --rdzv-conf timeout set one value: any two given
+// must agree. Records which one set it, for the message when the join times out.
+absl::Status ResolveJoinTimeout(const RawFlags& raw, const RdzvConfTimeouts& conf,
+                                LaunchOptions* o) {
+  std::vector<std::pair<std::string, absl::Duration>> given;
+  auto flag =
+      ParseDuration("--join-timeout", raw.join_timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
+  if (!flag.ok()) return flag.status();
+  if (raw.join_timeout_set) given.emplace_back("--join-timeout", *flag);
+  if (conf.join_timeout) given.emplace_back("--rdzv-conf join_timeout", *conf.join_timeout);
+  if (conf.timeout) given.emplace_back("--rdzv-conf timeout", *conf.timeout);
+  for (size_t i = 1; i < given.size(); ++i) {
+    if (given[i].second != given[0].second) {
+      return Bad(absl::StrCat(given[0].first, "=", FormatFlagSeconds(given[0].second), " and ",
+                              given[i].first, "=", FormatFlagSeconds(given[i].second),
+                              " disagree: both set the join timeout; give one"));
+    }
+  }
+  o->join_timeout_s = absl::ToDoubleSeconds(given.empty() ? *flag : given[0].second);
+  if (!given.empty()) o->join_timeout_flag = given[0].first;
+  return absl::OkStatus();
+}
+
+// "--nnodes=1 and --instance-count=2 disagree ...": an alias pair given with different values.
+absl::Status Disagree(absl::string_view flag, absl::string_view value, absl::string_view alias,
+                      absl::string_view alias_value) {
+  return Bad(absl::StrCat(flag, "=", value, " and ", alias, "=", alias_value, " disagree: ", alias,
+                          " is an alias of ", flag, "; give one"));
+}
 
 absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                       const char* (*getenv_fn)(const char*), LaunchOptions* o) {
-  if (auto s = ParseNnodes(raw.nnodes, o); !s.ok()) return s;
-  if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;
-  if (auto s = ParseRdzvConf(raw.rdzv_conf, o); !s.ok()) return s;
+  if (raw.instance_count_set) {
+    LaunchOptions alias;
+    if (auto s = ParseNnodes(raw.instance_count, &alias); !s.ok()) {
+      return Bad(absl::StrCat("--instance-count must be N or MIN:MAX with 0 < MIN <= MAX, got '",
+                              raw.instance_count, "'"));
+    }
+    if (raw.nnodes_set) {
+      if (auto s = ParseNnodes(raw.nnodes, o); !s.ok()) return s;
+      if (o->min_nodes != alias.min_nodes || o->max_nodes != alias.max_nodes) {
+        return Disagree("--nnodes", raw.nnodes, "--instance-count", raw.instance_count);
+      }
+    }
+    o->min_nodes = alias.min_nodes;
+    o->max_nodes = alias.max_nodes;
+  } else if (auto s = ParseNnodes(raw.nnodes, o); !s.ok()) {
+    return s;
+  }
+  const std::string& nnodes_text = raw.instance_count_set ? raw.instance_count : raw.nnodes;
+  if (raw.process_count_set) {
+    LaunchOptions alias;
+    if (auto s = ParseNproc(raw.process_count, getenv_fn, &alias); !s.ok()) {
+      return Bad(
+          absl::StrCat("--process-count-per-instance must be an integer, auto, cpu or gpu, "
+                       "got '",
+                       raw.process_count, "'"));
+    }
+    if (raw.nproc_set) {
+      if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;
+      if (o->nproc_per_node != alias.nproc_per_node) {
+        return Disagree("--nproc-per-node", raw.nproc, "--process-count-per-instance",
+                        raw.process_count);
+      }
+    }
+    o->nproc_per_node = alias.nproc_per_node;
+  } else if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) {
+    return s;
+  }
+  // Global ranks are ints (RANK, WORLD_SIZE): the largest world must fit one.
+  const int64_t world = int64_t{o->max_nodes} * o->nproc_per_node;
+  if (world > std::numeric_limits<int32_t>::max()) {
+    return Bad(absl::StrCat("--nnodes=", nnodes_text, " with --nproc-per-node=", o->nproc_per_node,
+                            " makes ", world, " ranks, more than ",
+                            std::numeric_limits<int32_t>::max()));
+  }
+  RdzvConfTimeouts conf;
+  if (auto s = ParseRdzvConf(raw.rdzv_conf, o, &conf); !s.ok()) return s;
+  if (auto s = ResolveJoinTimeout(raw, conf, o); !s.ok()) return s;
+  if (auto s = ParseNumbers(raw, o); !s.ok()) return s;
   if (auto s = ValidateRunId(o->run_id); !s.ok()) return s;
   auto redirects = ParseStreamSpec(raw.redirects, "--redirects");
   if (!redirects.ok()) return redirects.status();
@@ -245,35 +377,33 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (backend != "static" && backend != "c10d" && backend != "dgt") {
     return Bad(absl::StrCat("--rdzv-backend must be static, c10d or dgt, got '", backend, "'"));
   }
-  if (o->max_restarts < 0) {
-    return Bad(absl::StrCat("--max-restarts must be >= 0, got ", o->max_restarts));
+  if (o->start_method != "spawn" && o->start_method != "fork" && o->start_method != "forkserver") {
+    return Bad(absl::StrCat("--start-method must be spawn, fork or forkserver, got '",
+                            o->start_method, "'"));
   }
-  if (o->join_timeout_s <= 0 || o->connect_timeout_s <= 0 || o->stop_timeout_s < 0) {
-    return Bad("timeouts must be positive numbers of seconds");
-  }
-  for (const auto& [flag, value] :
-       {std::pair<const char*, double>{"--join-timeout", o->join_timeout_s},
-        {"--rdzv-connect-timeout", o->connect_timeout_s},
-        {"--stop-timeout", o->stop_timeout_s},
-        {"--rdzv-conf last_call_timeout", o->last_call_timeout_s}}) {
-    // Beyond a year a deadline is a typo; far beyond, it overflows absl::Duration's nanoseconds.
-    if (!(value <= static_cast<double>(kMaxTimeoutS))) {
-      return Bad(
-          absl::StrCat(flag, " must be at most ", kMaxTimeoutS, " seconds (a year), got ", value));
-    }
-  }
-  if (o->master_port < 1 || o->master_port > 65535) {
-    return Bad(absl::StrCat("--master-port must be 1..65535, got ", o->master_port));
-  }
-  if (o->parameter_server_count < 0 || o->worker_count < 0) {
-    return Bad("--worker-count and --parameter-server-count must be >= 0");
+  if (o->min_nodes < o->max_nodes && o->join_timeout_s < o->last_call_timeout_s) {
+    // The round waits last_call_timeout for more nodes once MIN joined; a shorter join timeout
+    // fails every round that does not reach MAX.
+    return Bad(absl::StrCat(
+        o->join_timeout_flag, "=", o->join_timeout_s,
+        " is shorter than --rdzv-conf last_call_timeout=", o->last_call_timeout_s,
+        ": with --nnodes=", nnodes_text, " the round waits that long for more nodes once ",
+        o->min_nodes, " joined, so it would time out; raise the one or lower the other"));
   }
   if (o->standalone) {
     if (o->max_nodes != 1) {
-      return Bad(absl::StrCat("--standalone runs a single node, but --nnodes=", raw.nnodes));
+      return Bad(absl::StrCat("--standalone runs a single node, but --nnodes=", nnodes_text));
     }
     if (!o->rdzv_endpoint.empty()) {
       return Bad("--standalone embeds its own rendezvous; do not pass --rdzv-endpoint");
+    }
+  }
+  if (!o->local_addr.empty()) {
+    // Other nodes connect to this address: one this host does not own fails them much later.
+    auto ip = ResolveToIp(o->local_addr);
+    if (!ip.ok()) return Bad(absl::StrCat("--local-addr: ", ip.status().message()));
+    if (auto s = CheckLocalAddress(*ip); !s.ok()) {
+      return Bad(absl::StrCat("--local-addr=", o->local_addr, ": ", s.message()));
     }
   }
   if (!o->rdzv_endpoint.empty()) {
@@ -284,16 +414,23 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
       // torchrun's static backend: node rank 0's agent hosts the store at --master-addr:
       // --master-port; every node knows its --node-rank.
       if (o->min_nodes != o->max_nodes) {
-        return Bad(absl::StrCat("--rdzv-backend=static needs a fixed --nnodes, got '", raw.nnodes,
+        return Bad(absl::StrCat("--rdzv-backend=static needs a fixed --nnodes, got '", nnodes_text,
                                 "' (use --rdzv-endpoint of dgt-rendezvous for elastic jobs)"));
       }
       if (o->node_rank >= o->max_nodes) {
         return Bad(absl::StrCat("--node-rank must be 0..", o->max_nodes - 1,
-                                " for --nnodes=", raw.nnodes, ", got ", o->node_rank));
+                                " for --nnodes=", nnodes_text, ", got ", o->node_rank));
+      }
+      if (!raw.master_addr_set) {
+        // The default 127.0.0.1 would make every node its own rank 0 with a world of one.
+        return Bad(absl::StrCat("--nnodes=", nnodes_text,
+                                " with --rdzv-backend=static needs --master-addr (the address of "
+                                "node rank 0, reachable from every node), or --rdzv-endpoint of "
+                                "dgt-rendezvous"));
       }
       if (!o->master_port_set) o->master_port = 29500;
     } else {
-      return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", raw.nnodes,
+      return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", nnodes_text,
                               " (or use --standalone for one node)"));
     }
   }
@@ -305,7 +442,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
           "every node's address from the rendezvous)");
     }
     int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
-    if (o->worker_count > 0 && !raw.nproc_set) o->nproc_per_node = o->worker_count + roles;
+    if (o->worker_count > 0 && !raw.nproc_set && !raw.process_count_set) {
+      o->nproc_per_node = o->worker_count + roles;
+    }
     if (o->worker_count > 0 && o->worker_count + roles != o->nproc_per_node) {
       return Bad(absl::StrCat("--worker-count=", o->worker_count, " + --parameter-server-count=",
                               o->parameter_server_count, o->tf_chief ? " + 1 chief" : "",
@@ -418,7 +557,6 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   if (getenv_fn == nullptr) getenv_fn = RealGetenv;
   LaunchOptions o;
   RawFlags raw;
-  std::string master_port_text;
 
   CLI::App app{
       "dgt-run: launch a distributed training job (torchrun-compatible).\n"
@@ -427,6 +565,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "dgt-run"};
   app.prefix_command();
   app.get_formatter()->column_width(46);
+  // A repeated flag takes its last value, as torchrun's argparse does.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // Options that take their default from PET_<NAME> when not on the command line.
   std::vector<std::pair<CLI::Option*, std::string>> pet;
   auto add = [&](const std::string& names, auto& target, const std::string& help,
@@ -472,10 +612,13 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--local-addr,--local_addr", o.local_addr,
       "IP (or name, resolved here) other nodes reach this node at", kRdzv);
   add("--node-id,--node_id", o.node_id, "Node identity (default hostname:pid)", kRdzv);
-  add("--join-timeout,--join_timeout", o.join_timeout_s, "Seconds to wait for the round to close",
-      kRdzv);
-  add("--rdzv-connect-timeout,--rdzv_connect_timeout", o.connect_timeout_s,
-      "Seconds to keep trying to reach the rendezvous endpoint", kRdzv);
+  CLI::Option* join_timeout_opt =
+      add("--join-timeout,--join_timeout", raw.join_timeout,
+          "Seconds to wait for the round to close (same as --rdzv-conf join_timeout)", kRdzv)
+          ->type_name("SECONDS");
+  add("--rdzv-connect-timeout,--rdzv_connect_timeout", raw.connect_timeout,
+      "Seconds to keep trying to reach the rendezvous endpoint", kRdzv)
+      ->type_name("SECONDS");
   add("--rdzv-tls-ca,--rdzv_tls_ca", o.rdzv_tls_ca,
       "PEM CA that signed the service's certificate (turns TLS on)", kRdzv);
   add("--rdzv-tls-cert,--rdzv_tls_cert", o.rdzv_tls_cert, "PEM client certificate for mutual TLS",
@@ -485,28 +628,34 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "File holding the rendezvous service's bearer token", kRdzv);
 
   const std::string kStatic = "Static rendezvous (torchrun --rdzv-backend=static)";
-  add("--node-rank,--node_rank", o.node_rank,
-      "Rank of this node with --rdzv-backend=static and --nnodes>1 (-1 = 0)", kStatic);
-  add("--master-addr,--master_addr", o.master_addr,
-      "Node rank 0's address: it hosts the store there (static, --nnodes>1)", kStatic);
-  add("--master-port,--master_port", master_port_text,
-      "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic);
+  add("--node-rank,--node_rank", raw.node_rank,
+      "Rank of this node with --rdzv-backend=static and --nnodes>1 (default 0)", kStatic)
+      ->type_name("INT");
+  CLI::Option* master_addr_opt = add(
+      "--master-addr,--master_addr", o.master_addr,
+      "Node rank 0's address: it hosts the store there (static; required for --nnodes>1)", kStatic);
+  add("--master-port,--master_port", raw.master_port,
+      "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic)
+      ->type_name("INT");
 
   const std::string kSupervision = "Supervision and restarts";
-  add("--max-restarts,--max_restarts", o.max_restarts, "Restarts after failures", kSupervision);
+  add("--max-restarts,--max_restarts", raw.max_restarts, "Restarts after failures", kSupervision)
+      ->type_name("INT");
   add("--restart-policy,--restart_policy", raw.restart_policy,
       "group: restart every worker; rank: only the failed one", kSupervision);
   add("--recovery-mode,--recovery_mode", raw.recovery_mode,
       "With --restart-policy rank: replace (restart the failed rank) or shrink (go on without it)",
       kSupervision);
-  add("--stop-timeout,--stop_timeout", o.stop_timeout_s,
-      "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision);
+  add("--stop-timeout,--stop_timeout", raw.stop_timeout,
+      "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)
+      ->type_name("SECONDS");
   add("--signals-to-handle,--signals_to_handle", raw.signals,
       "Signals forwarded to the workers (SIGUSR1/2 do not stop the job)", kSupervision);
-  add("--monitor-interval,--monitor_interval", o.monitor_interval_s,
-      "Accepted; worker exits are events, not polled", kSupervision);
-  add("--start-method,--start_method", o.start_method, "Accepted; workers are fork/exec'ed",
-      kSupervision);
+  add("--monitor-interval,--monitor_interval", raw.monitor_interval,
+      "Accepted; worker exits are events, not polled", kSupervision)
+      ->type_name("SECONDS");
+  add("--start-method,--start_method", o.start_method,
+      "spawn, fork or forkserver: accepted; workers are fork/exec'ed", kSupervision);
 
   const std::string kLogs = "Logs";
   add("--log-dir,--log_dir", o.log_dir,
@@ -521,13 +670,17 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
 
   const std::string kAzure = "Azure ML aliases";
   CLI::Option* instances_opt =
-      add("--instance-count,--instance_count", raw.nnodes, "Same as --nnodes", kAzure);
-  CLI::Option* per_instance_opt = add("--process-count-per-instance,--process_count_per_instance",
-                                      raw.nproc, "Same as --nproc-per-node", kAzure);
-  add("--worker-count,--worker_count", o.worker_count, "tensorflow: workers (0: all but ps/chief)",
-      kAzure);
-  add("--parameter-server-count,--parameter_server_count", o.parameter_server_count,
-      "tensorflow: parameter servers (first ranks)", kAzure);
+      add("--instance-count,--instance_count", raw.instance_count,
+          "Same as --nnodes (must agree with it when both are given)", kAzure);
+  CLI::Option* per_instance_opt =
+      add("--process-count-per-instance,--process_count_per_instance", raw.process_count,
+          "Same as --nproc-per-node (must agree with it when both are given)", kAzure);
+  add("--worker-count,--worker_count", raw.worker_count,
+      "tensorflow: workers (0: all but ps/chief)", kAzure)
+      ->type_name("INT");
+  add("--parameter-server-count,--parameter_server_count", raw.parameter_server_count,
+      "tensorflow: parameter servers (first ranks)", kAzure)
+      ->type_name("INT");
   flag("--tf-chief,--tf_chief", o.tf_chief, "tensorflow: the first non-ps rank is the chief",
        kAzure);
   app.set_version_flag("--version", "dgt-run 0.1.0");
@@ -556,12 +709,13 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     result.output = absl::StrCat("dgt-run: error: ", e.what(), "\n");
     return result;
   }
-  raw.nproc_set = nproc_opt->count() > 0 || per_instance_opt->count() > 0;
+  raw.nnodes_set = nnodes_opt->count() > 0;
+  raw.instance_count_set = instances_opt->count() > 0;
+  raw.nproc_set = nproc_opt->count() > 0;
+  raw.process_count_set = per_instance_opt->count() > 0;
+  raw.join_timeout_set = join_timeout_opt->count() > 0;
+  raw.master_addr_set = master_addr_opt->count() > 0;
   absl::Status s;
-  if (!master_port_text.empty()) {
-    o.master_port_set = true;
-    if (!absl::SimpleAtoi(master_port_text, &o.master_port)) o.master_port = -1;
-  }
   // "--flag=" with nothing after '=' makes CLI11 take the next argument as the value (often the
   // script): refuse it, naming the flag.
   const size_t flags_end = args.size() - app.remaining().size();

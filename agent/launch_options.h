@@ -66,7 +66,10 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_port_set = false;
-  double join_timeout_s = 600;      // Wait for the round to close (--rdzv-conf join_timeout).
+  double join_timeout_s = 600;  // Wait for the round to close (--rdzv-conf join_timeout).
+  // The flag that set join_timeout_s, for messages: "--join-timeout" (also the default),
+  // "--rdzv-conf join_timeout" or "--rdzv-conf timeout".
+  std::string join_timeout_flag = "--join-timeout";
   double last_call_timeout_s = 30;  // --rdzv-conf last_call_timeout.
   double connect_timeout_s = 30;    // Reach the rendezvous endpoint (--rdzv-connect-timeout).
   // --rdzv-conf is_host: whether this agent hosts the rendezvous service at --rdzv-endpoint

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -63,7 +64,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     return ErrnoToStatus(e, "pipe2");
   }
   const std::string exec_error = absl::StrCat("dgt-run: cannot execute '", *exe,
-                                              "' for local rank ", request.local_rank, "\n");
+                                              "' for local rank ", request.local_rank, ": ");
   // Every signal stays blocked from fork until the child has put back the default handlers:
   // the agent's stop signal for the group may reach the child before exec, and the inherited
   // Asio handler would then write it into the agent's own signal pipe (the agent took its own
@@ -96,8 +97,14 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(exe->c_str(), argv.data(), envp.data());
-    ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-    (void)ignored;
+    // errno's reason (ENOEXEC, EACCES, ...): strerrordesc_np is a table lookup, without the
+    // locale and allocation that make strerror unsafe after fork.
+    const char* reason = ::strerrordesc_np(errno);
+    for (const char* part :
+         {exec_error.c_str(), reason != nullptr ? reason : "exec failed", "\n"}) {
+      ssize_t ignored = ::write(STDERR_FILENO, part, std::strlen(part));
+      (void)ignored;
+    }
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.

@@ -1,7 +1,9 @@
 #include "agent/rendezvous_session.h"
 
 #include "absl/strings/str_cat.h"
+#include "agent/connect_failure.h"
 #include "common/mutex.h"
+#include "spdlog/spdlog.h"
 
 namespace dgt::agent {
 
@@ -25,10 +27,17 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
   s->channel_ = grpc::CreateCustomChannel(endpoint, *credentials, args);
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(connect_timeout);
   if (!s->channel_->WaitForConnected(deadline)) {
+    // A call that does not wait for the channel fails at once with its last transport error:
+    // refused, or a TLS handshake that failed (agent/connect_failure.h tells which).
+    grpc::ClientContext probe;
+    probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    rdzv_v1::GetStatusResponse ignored;
+    grpc::Status why = rdzv_v1::Rendezvous::NewStub(s->channel_)
+                           ->GetStatus(&probe, rdzv_v1::GetStatusRequest(), &ignored);
+    spdlog::debug("dgt-run: rendezvous channel to {} did not connect: {}", endpoint,
+                  why.error_message());
     return absl::DeadlineExceededError(
-        absl::StrCat("cannot reach the rendezvous service at ", endpoint, " within ",
-                     absl::FormatDuration(connect_timeout),
-                     " (is dgt-rendezvous running there? see --rdzv-connect-timeout)"));
+        DescribeConnectFailure(endpoint, connect_timeout, why.error_message(), !tls.empty()));
   }
   s->stub_ = rdzv_v1::Rendezvous::NewStub(s->channel_);
   s->on_message_ = std::move(on_message);

@@ -1,9 +1,11 @@
 #include "cli/recovery_command.h"
 
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
+#include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/store/client.h"
 #include "dgt/worker/recovery_keys.h"
@@ -13,28 +15,32 @@ namespace {
 
 struct FailFlags {
   std::string endpoint = "127.0.0.1:29500";
-  int rank = -1;
+  std::string rank;
   std::string group = "world";
   std::string reason = "reported by dgt recovery fail";
-  double timeout_s = 10;
+  std::string timeout = "10";
 };
 
 int RunFail(const FailFlags& f) {
   auto hp = ParseHostPort(f.endpoint, -1, "--endpoint");
-  if (!hp.ok()) {
-    std::cerr << "dgt recovery fail: " << hp.status().message() << "\n";
+  auto rank = ParseInt64("--rank", f.rank, 0, std::numeric_limits<int32_t>::max());
+  auto timeout = ParseDuration("--timeout", f.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
+  absl::Status bad = !hp.ok() ? hp.status() : !rank.ok() ? rank.status() : timeout.status();
+  if (!bad.ok()) {
+    std::cerr << "dgt recovery fail: error: " << bad.message() << "\n";
     return 2;
   }
   store::ClientOptions o;
   o.host = hp->host;
   o.port = hp->port;
-  o.timeout = absl::Seconds(f.timeout_s);
+  o.timeout = *timeout;
   auto client = store::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "dgt recovery fail: " << client.status().message() << "\n";
     return 1;
   }
-  auto g = worker::recovery::PublishRankFailure(**client, f.group, f.rank, f.reason);
+  auto g =
+      worker::recovery::PublishRankFailure(**client, f.group, static_cast<int>(*rank), f.reason);
   if (!g.ok()) {
     std::cerr << "dgt recovery fail: " << g.status().message() << "\n";
     return 1;
@@ -52,12 +58,11 @@ void AddRecoveryCommand(CLI::App& app, std::function<int()>* run) {
   CLI::App* fail = rec->add_subcommand(
       "fail", "Report a rank as failed: opens the next generation and lists the rank in it");
   fail->add_option("--endpoint", flags->endpoint, "The job's store, host:port");
-  fail->add_option("--rank", flags->rank, "The failed global rank")
-      ->required()
-      ->check(CLI::NonNegativeNumber);
+  fail->add_option("--rank", flags->rank, "The failed global rank")->required()->type_name("INT");
   fail->add_option("--group", flags->group, "Recovery group name");
   fail->add_option("--reason", flags->reason, "Why (stored with the generation)");
-  fail->add_option("--timeout", flags->timeout_s, "Seconds to reach the store");
+  fail->add_option("--timeout", flags->timeout, "Seconds to reach the store (up to a year)")
+      ->type_name("SECONDS");
   fail->callback([flags, run] { *run = [flags] { return RunFail(*flags); }; });
 }
 

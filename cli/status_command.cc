@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -38,14 +39,16 @@ struct StatusFlags {
   std::string endpoint = "127.0.0.1:29400";
   std::string run_id;
   std::string tls_ca, tls_cert, tls_key, token_file;
-  double timeout_s = 10;
+  std::string timeout = "10";
   bool json = false;
 };
 
 int RunStatus(const StatusFlags& f) {
   auto hp = ParseHostPort(f.endpoint, 29400, "--rdzv-endpoint");
-  if (!hp.ok()) {
-    std::fprintf(stderr, "dgt status: error: %s\n", std::string(hp.status().message()).c_str());
+  auto timeout = ParseDuration("--timeout", f.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
+  absl::Status bad = !hp.ok() ? hp.status() : timeout.status();
+  if (!bad.ok()) {
+    std::fprintf(stderr, "dgt status: error: %s\n", std::string(bad.message()).c_str());
     return 2;
   }
   auto credentials = dgt::rendezvous::MakeChannelCredentials({f.tls_cert, f.tls_key, f.tls_ca});
@@ -64,8 +67,7 @@ int RunStatus(const StatusFlags& f) {
     }
     ctx.AddMetadata(dgt::rendezvous::kAuthorizationKey, dgt::rendezvous::BearerValue(*token));
   }
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + *timeout));
   auto channel = grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
   auto stub = v1::Rendezvous::NewStub(channel);
   v1::GetStatusRequest request;
@@ -139,7 +141,8 @@ void AddStatusCommand(CLI::App& app, std::function<int()>* run) {
   cmd->add_option("--rdzv-tls-cert", flags->tls_cert, "PEM client certificate (mutual TLS)");
   cmd->add_option("--rdzv-tls-key", flags->tls_key, "PEM client key (mutual TLS)");
   cmd->add_option("--rdzv-token-file", flags->token_file, "File holding the bearer token");
-  cmd->add_option("--timeout", flags->timeout_s, "Seconds to wait for the service")
+  cmd->add_option("--timeout", flags->timeout, "Seconds to wait for the service (up to a year)")
+      ->type_name("SECONDS")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print the status as JSON");
   cmd->callback([flags, run] { *run = [flags] { return RunStatus(*flags); }; });

@@ -5,13 +5,16 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "dgt/store/client.h"
@@ -20,20 +23,52 @@
 namespace dgt::cli {
 namespace {
 
+// Numbers stay text until common/flag_parse.h checks them (CLI11 would take "-5" into a
+// uint64_t as a huge limit, and "nan" seconds).
 struct ServeFlags {
   std::string listen = "127.0.0.1:29500";
-  uint64_t max_key_bytes = 0;
-  uint64_t max_value_bytes = 0;
-  uint64_t max_keys_per_request = 0;
-  size_t max_connections = 0;
-  double idle_timeout_s = 0;
+  // ServerOptions' defaults, as text.
+  std::string max_key_bytes = absl::StrCat(store::ServerOptions{}.max_key_bytes);
+  std::string max_value_bytes = absl::StrCat(store::ServerOptions{}.max_value_bytes);
+  std::string max_keys_per_request = absl::StrCat(store::ServerOptions{}.max_keys_per_request);
+  std::string max_connections = absl::StrCat(store::ServerOptions{}.max_connections);
+  std::string idle_timeout = "0";
 };
 
 struct ClientFlags {
   std::string endpoint = "127.0.0.1:29500";
   std::string protocol = "v2";
-  double timeout_s = 30;
+  std::string timeout = "30";
 };
+
+// Largest accepted limits: values and keys the wire's u64 lengths and the client's 4 GiB reply
+// bound can carry, and more connections than any file-descriptor limit allows.
+constexpr int64_t kMaxKeyBytes = int64_t{1} << 30;
+constexpr int64_t kMaxValueBytes = int64_t{1} << 32;
+constexpr int64_t kMaxKeysPerRequest = int64_t{1} << 24;
+constexpr int64_t kMaxConnections = int64_t{1} << 20;
+
+// Fills `options` from the --max-* and --idle-timeout text.
+absl::Status ParseServeLimits(const ServeFlags& f, store::ServerOptions* options) {
+  for (const auto& [flag, text, max, target] :
+       {std::tuple<const char*, const std::string&, int64_t, uint64_t*>{
+            "--max-key-bytes", f.max_key_bytes, kMaxKeyBytes, &options->max_key_bytes},
+        {"--max-value-bytes", f.max_value_bytes, kMaxValueBytes, &options->max_value_bytes},
+        {"--max-keys-per-request", f.max_keys_per_request, kMaxKeysPerRequest,
+         &options->max_keys_per_request}}) {
+    auto n = ParseInt64(flag, text, 1, max);
+    if (!n.ok()) return n.status();
+    *target = static_cast<uint64_t>(*n);
+  }
+  auto connections = ParseInt64("--max-connections", f.max_connections, 1, kMaxConnections);
+  if (!connections.ok()) return connections.status();
+  options->max_connections = static_cast<size_t>(*connections);
+  auto idle =
+      ParseDuration("--idle-timeout", f.idle_timeout, absl::ZeroDuration(), kMaxFlagDuration);
+  if (!idle.ok()) return idle.status();
+  options->idle_timeout = *idle;
+  return absl::OkStatus();
+}
 
 // Raises RLIMIT_NOFILE to its hard limit: a store may hold one socket per worker.
 void RaiseFileLimit() {
@@ -57,11 +92,10 @@ int Serve(const ServeFlags& f) {
   store::ServerOptions options;
   options.host = hp->host;
   options.port = hp->port;
-  if (f.max_key_bytes) options.max_key_bytes = f.max_key_bytes;
-  if (f.max_value_bytes) options.max_value_bytes = f.max_value_bytes;
-  if (f.max_keys_per_request) options.max_keys_per_request = f.max_keys_per_request;
-  if (f.max_connections) options.max_connections = f.max_connections;
-  options.idle_timeout = absl::Seconds(f.idle_timeout_s);
+  if (absl::Status s = ParseServeLimits(f, &options); !s.ok()) {
+    std::cerr << "dgt store serve: error: " << s.message() << "\n";
+    return 2;
+  }
   RaiseFileLimit();
 
   // Block the stop signals before the I/O thread starts, so only sigwait below receives them.
@@ -86,21 +120,41 @@ int Serve(const ServeFlags& f) {
   return 0;
 }
 
-// Connects an operator client, or prints why not.
-std::unique_ptr<store::Client> ConnectOrReport(const ClientFlags& f, absl::string_view cmd) {
-  auto hp = ParseHostPort(f.endpoint, -1, "--endpoint");
-  if (!hp.ok()) {
-    std::cerr << "dgt store " << cmd << ": " << hp.status().message() << "\n";
-    return nullptr;
-  }
+// The client flags checked, or a usage error (exit 2) printed.
+struct ClientSetup {
   store::ClientOptions options;
-  options.host = hp->host;
-  options.port = hp->port;
-  options.timeout = absl::Seconds(f.timeout_s);
-  options.protocol = f.protocol == "v1" ? store::Protocol::kV1 : store::Protocol::kV2;
+  int exit_code = 0;  // 2 when a flag is wrong.
+};
+
+ClientSetup ParseClientFlags(const ClientFlags& f, absl::string_view cmd) {
+  ClientSetup setup;
+  auto hp = ParseHostPort(f.endpoint, -1, "--endpoint");
+  auto timeout = ParseDuration("--timeout", f.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
+  absl::Status bad = !hp.ok() ? hp.status() : timeout.status();
+  if (!bad.ok()) {
+    std::cerr << "dgt store " << cmd << ": error: " << bad.message() << "\n";
+    setup.exit_code = 2;
+    return setup;
+  }
+  setup.options.host = hp->host;
+  setup.options.port = hp->port;
+  setup.options.timeout = *timeout;
+  setup.options.protocol = f.protocol == "v1" ? store::Protocol::kV1 : store::Protocol::kV2;
+  return setup;
+}
+
+// Connects an operator client, or prints why not.
+std::unique_ptr<store::Client> ConnectOrReport(const store::ClientOptions& options,
+                                               absl::string_view cmd) {
   auto client = store::Client::Connect(options);
   if (!client.ok()) {
-    std::cerr << "dgt store " << cmd << ": " << client.status().message() << "\n";
+    std::cerr << "dgt store " << cmd << ": " << client.status().message();
+    // The library names protocol v1; the flag that selects it is ours.
+    if (options.protocol == store::Protocol::kV2 &&
+        absl::StrContains(client.status().message(), "torch 2.x handshake")) {
+      std::cerr << " (pass --protocol v1)";
+    }
+    std::cerr << "\n";
     return nullptr;
   }
   return std::move(*client);
@@ -119,8 +173,8 @@ void AddClientFlags(CLI::App* cmd, ClientFlags* f) {
   cmd->add_option("--protocol", f->protocol, "Wire protocol: v2 (torch >= 2.2) or v1 (1.x)")
       ->check(CLI::IsMember({"v1", "v2"}))
       ->capture_default_str();
-  cmd->add_option("--timeout", f->timeout_s, "Deadline of the command in seconds")
-      ->check(CLI::PositiveNumber)
+  cmd->add_option("--timeout", f->timeout, "Deadline of the command in seconds (up to a year)")
+      ->type_name("SECONDS")
       ->capture_default_str();
 }
 
@@ -134,23 +188,37 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
   CLI::App* serve = store->add_subcommand("serve", "Run a standalone store server");
   serve->add_option("--listen", serve_flags->listen, "Address to bind, HOST:PORT (port 0: any)")
       ->capture_default_str();
-  serve->add_option("--max-key-bytes", serve_flags->max_key_bytes, "Longest key (default 64 KiB)");
-  serve->add_option("--max-value-bytes", serve_flags->max_value_bytes,
-                    "Longest value (default 64 MiB)");
-  serve->add_option("--max-keys-per-request", serve_flags->max_keys_per_request,
-                    "Most keys in one request (default 131072)");
-  serve->add_option("--max-connections", serve_flags->max_connections,
-                    "Most open connections (default 65536)");
   serve
-      ->add_option("--idle-timeout", serve_flags->idle_timeout_s,
-                   "Close connections silent this many seconds (0: never, the default)")
-      ->check(CLI::NonNegativeNumber);
+      ->add_option("--max-key-bytes", serve_flags->max_key_bytes,
+                   absl::StrCat("Longest key in bytes, 1 to ", kMaxKeyBytes, " (64 KiB)"))
+      ->type_name("INT")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-value-bytes", serve_flags->max_value_bytes,
+                   absl::StrCat("Longest value in bytes, 1 to ", kMaxValueBytes, " (64 MiB)"))
+      ->type_name("INT")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-keys-per-request", serve_flags->max_keys_per_request,
+                   absl::StrCat("Most keys in one request, 1 to ", kMaxKeysPerRequest))
+      ->type_name("INT")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-connections", serve_flags->max_connections,
+                   absl::StrCat("Most open connections, 1 to ", kMaxConnections))
+      ->type_name("INT")
+      ->capture_default_str();
+  serve
+      ->add_option("--idle-timeout", serve_flags->idle_timeout,
+                   "Close connections silent this many seconds (0: never), up to a year")
+      ->type_name("SECONDS")
+      ->capture_default_str();
   serve->callback([run, serve_flags] { *run = [serve_flags] { return Serve(*serve_flags); }; });
 
   auto flags = std::make_shared<ClientFlags>();
   auto key = std::make_shared<std::string>();
   auto value = std::make_shared<std::string>();
-  auto delta = std::make_shared<int64_t>(1);
+  auto delta = std::make_shared<std::string>("1");
   auto keys = std::make_shared<std::vector<std::string>>();
 
   CLI::App* get = store->add_subcommand("get", "Print the value of KEY (waits for it)");
@@ -158,7 +226,9 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
   AddClientFlags(get, flags.get());
   get->callback([=] {
     *run = [=] {
-      auto c = ConnectOrReport(*flags, "get");
+      ClientSetup setup = ParseClientFlags(*flags, "get");
+      if (setup.exit_code != 0) return setup.exit_code;
+      auto c = ConnectOrReport(setup.options, "get");
       if (!c) return 1;
       auto v = c->Get(*key);
       if (!v.ok()) return Report("get", v.status());
@@ -173,7 +243,9 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
   AddClientFlags(set, flags.get());
   set->callback([=] {
     *run = [=] {
-      auto c = ConnectOrReport(*flags, "set");
+      ClientSetup setup = ParseClientFlags(*flags, "set");
+      if (setup.exit_code != 0) return setup.exit_code;
+      auto c = ConnectOrReport(setup.options, "set");
       if (!c) return 1;
       if (int rc = Report("set", c->Set(*key, *value)); rc != 0) return rc;
       // SET has no reply: a round trip makes sure the server applied it before we exit.
@@ -183,13 +255,21 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
 
   CLI::App* add = store->add_subcommand("add", "Add DELTA to the counter KEY; print the sum");
   add->add_option("key", *key, "Key")->required();
-  add->add_option("delta", *delta, "Amount (default 1)");
+  add->add_option("delta", *delta, "Amount, a 64-bit signed integer (default 1)")->type_name("INT");
   AddClientFlags(add, flags.get());
   add->callback([=] {
     *run = [=] {
-      auto c = ConnectOrReport(*flags, "add");
+      ClientSetup setup = ParseClientFlags(*flags, "add");
+      if (setup.exit_code != 0) return setup.exit_code;
+      auto amount = ParseInt64("DELTA", *delta, std::numeric_limits<int64_t>::min(),
+                               std::numeric_limits<int64_t>::max());
+      if (!amount.ok()) {
+        std::cerr << "dgt store add: error: " << amount.status().message() << "\n";
+        return 2;
+      }
+      auto c = ConnectOrReport(setup.options, "add");
       if (!c) return 1;
-      auto sum = c->Add(*key, *delta);
+      auto sum = c->Add(*key, *amount);
       if (!sum.ok()) return Report("add", sum.status());
       std::cout << *sum << std::endl;
       return 0;
@@ -201,9 +281,11 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
   AddClientFlags(wait, flags.get());
   wait->callback([=] {
     *run = [=] {
-      auto c = ConnectOrReport(*flags, "wait");
+      ClientSetup setup = ParseClientFlags(*flags, "wait");
+      if (setup.exit_code != 0) return setup.exit_code;
+      auto c = ConnectOrReport(setup.options, "wait");
       if (!c) return 1;
-      return Report("wait", c->Wait(*keys, absl::Seconds(flags->timeout_s)));
+      return Report("wait", c->Wait(*keys, setup.options.timeout));
     };
   });
 
@@ -212,7 +294,9 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
   AddClientFlags(list, flags.get());
   list->callback([=] {
     *run = [=] {
-      auto c = ConnectOrReport(*flags, "keys");
+      ClientSetup setup = ParseClientFlags(*flags, "keys");
+      if (setup.exit_code != 0) return setup.exit_code;
+      auto c = ConnectOrReport(setup.options, "keys");
       if (!c) return 1;
       if (flags->protocol == "v1") {
         auto n = c->NumKeys();

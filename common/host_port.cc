@@ -148,6 +148,34 @@ absl::StatusOr<std::string> RoutedLocalAddress(absl::string_view remote_ip) {
   return std::string(buf);
 }
 
+absl::Status CheckLocalAddress(absl::string_view ip) {
+  std::string text(ip);
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (inet_pton(AF_INET, text.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof(sockaddr_in6);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("not an IP address: '", ip, "'"));
+  }
+  // Port 0 and no listen(): nothing is reserved beyond this call.
+  int fd = socket(addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoToStatus(errno, "socket");
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  int err = errno;
+  close(fd);
+  if (rc == 0) return absl::OkStatus();
+  if (err == EADDRNOTAVAIL) {
+    return absl::InvalidArgumentError(absl::StrCat(ip, " is not an address of this host"));
+  }
+  return ErrnoToStatus(err, absl::StrCat("bind to ", ip));
+}
+
 bool IsLoopback(absl::string_view ip) { return ip == "::1" || ip.substr(0, 4) == "127."; }
 
 }  // namespace dgt

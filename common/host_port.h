@@ -38,6 +38,12 @@ absl::StatusOr<std::string> ResolveToIp(absl::string_view host);
 // Errors: Unavailable when there is no route.
 absl::StatusOr<std::string> RoutedLocalAddress(absl::string_view remote_ip);
 
+// Ok when this host owns the IP address `ip` (a socket can bind to it), as an address to
+// advertise to other nodes must be.
+// Errors: InvalidArgument when `ip` is not an IP literal or no interface here has it
+// (EADDRNOTAVAIL), e.g. "192.0.2.7 is not an address of this host"; others as errno says.
+absl::Status CheckLocalAddress(absl::string_view ip);
+
 // True for 127.0.0.0/8 and ::1.
 bool IsLoopback(absl::string_view ip);
 

@@ -1,10 +1,18 @@
 #include "rendezvous/credentials.h"
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/support/log.h"
+#include "spdlog/spdlog.h"
 
 namespace dgt::rendezvous {
 namespace {
@@ -19,7 +27,46 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return text.str();
 }
 
+// Checks that `key_pem` is the private key of `cert_pem` before gRPC sees them: gRPC only logs
+// "Invalid private key" and fails to listen, which read as "address in use".
+// Errors: InvalidArgument naming the flags and files.
+absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem,
+                          absl::string_view cert_flag, const std::string& cert_file,
+                          absl::string_view key_flag, const std::string& key_file) {
+  // Never prompt on the terminal for an encrypted key's passphrase.
+  auto no_passphrase = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, no_passphrase, nullptr), &X509_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())), &BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr), &EVP_PKEY_free);
+  const bool match = cert && key && X509_check_private_key(cert.get(), key.get()) == 1;
+  ERR_clear_error();  // OpenSSL's error queue is per thread; leave nothing for gRPC to find.
+  if (!cert) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cert_flag, ": '", cert_file, "' holds no PEM certificate"));
+  }
+  if (!key) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key_flag, ": '", key_file, "' holds no PEM private key (or one with a passphrase)"));
+  }
+  if (!match) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key_flag, " '", key_file, "' is not the private key of ", cert_flag, " '", cert_file, "'"));
+  }
+  return absl::OkStatus();
+}
+
+void LogGrpcAtDebug(gpr_log_func_args* args) {
+  spdlog::debug("grpc: {}:{}: {}", args->file, args->line, args->message);
+}
+
 }  // namespace
+
+void RouteGrpcLogsToDebug() { gpr_set_log_function(&LogGrpcAtDebug); }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls) {
@@ -31,6 +78,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!cert.ok()) return cert.status();
   auto key = ReadFile(tls.key_file, "--tls-key");
   if (!key.ok()) return key.status();
+  if (auto s = CheckKeyPair(*cert, *key, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file);
+      !s.ok()) {
+    return s;
+  }
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   options.pem_key_cert_pairs.push_back({*key, *cert});
   if (!tls.ca_file.empty()) {
@@ -59,6 +110,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     if (!cert.ok()) return cert.status();
     auto key = ReadFile(tls.key_file, "--rdzv-tls-key");
     if (!key.ok()) return key.status();
+    if (auto s = CheckKeyPair(*cert, *key, "--rdzv-tls-cert", tls.cert_file, "--rdzv-tls-key",
+                              tls.key_file);
+        !s.ok()) {
+      return s;
+    }
     options.pem_cert_chain = *cert;
     options.pem_private_key = *key;
   }

@@ -35,6 +35,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 // Errors: InvalidArgument for an unreadable or empty file.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// Sends gRPC's own log lines (e.g. "E1201 ... ssl_transport_security.cc:1501] Handshake failed
+// ...", once per reconnect attempt) to spdlog at debug level: a client reports the failure in
+// one line of its own. Call once at startup, before any channel exists.
+void RouteGrpcLogsToDebug();
+
 // Metadata key and value a client sends with `token`.
 inline constexpr char kAuthorizationKey[] = "authorization";
 std::string BearerValue(absl::string_view token);

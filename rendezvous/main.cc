@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_parse.h"
 #include "common/logging.h"
 #include "rendezvous/service.h"
 
@@ -19,49 +21,39 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   dgt::InitLogging();
-  const CLI::Validator Positive(
-      [](std::string& v) {
-        double d = 0;
-        return CLI::detail::lexical_cast(v, d) && d > 0
-                   ? std::string()
-                   : "must be a number of seconds > 0, got '" + v + "'";
-      },
-      "SECONDS>0");
-  // A whole number in [0, kMaxCount] (CLI11's own range check prints doubles). CLI11 puts the
-  // flag's name in front of the message.
-  constexpr int64_t kMaxCount = 1000000;
-  const CLI::Validator Count(
-      [](std::string& v) {
-        int64_t n = 0;
-        if (absl::SimpleAtoi(v, &n) && n >= 0 && n <= kMaxCount) return std::string();
-        return absl::StrCat("must be an integer from 0 to ", kMaxCount, ", got '", v, "'");
-      },
-      absl::StrCat("INT in [0, ", kMaxCount, "]"));
   CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
+  // A repeated flag takes its last value, as dgt-run's (torchrun's argparse).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   dgt::rendezvous::RendezvousServerOptions options;
   options.listen = "127.0.0.1:29400";
-  double last_call_timeout = 30;
-  double join_timeout = 600;
+  // Numbers stay text until common/flag_parse.h checks them, with the same messages as dgt-run's
+  // and dgt's flags.
+  std::string last_call_timeout = "30";
+  std::string join_timeout = "600";
+  std::string keepalive_time_ms = absl::StrCat(options.keepalive.keepalive_time_ms);
+  std::string keepalive_timeout_ms = absl::StrCat(options.keepalive.keepalive_timeout_ms);
+  std::string max_sessions_per_peer = absl::StrCat(options.max_sessions_per_peer);
+  std::string max_waiting_nodes = absl::StrCat(options.rounds.max_waiting_nodes_per_run);
   std::string token_file;
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
   app.add_option("--last-call-timeout,--last_call_timeout", last_call_timeout,
                  "Default seconds to wait for more nodes once MIN joined")
-      ->capture_default_str()
-      ->check(Positive);
+      ->type_name("SECONDS")
+      ->capture_default_str();
   app.add_option("--join-timeout,--join_timeout", join_timeout,
                  "Default seconds a run may stay below MIN nodes after losing nodes")
-      ->capture_default_str()
-      ->check(Positive);
-  app.add_option("--keepalive-time-ms", options.keepalive.keepalive_time_ms,
-                 "gRPC keepalive ping interval")
-      ->capture_default_str()
-      ->check(CLI::Range(100, 3600000));
-  app.add_option("--keepalive-timeout-ms", options.keepalive.keepalive_timeout_ms,
-                 "A peer silent this long after a ping is dead")
-      ->capture_default_str()
-      ->check(CLI::Range(100, 3600000));
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  app.add_option("--keepalive-time-ms", keepalive_time_ms,
+                 "gRPC keepalive ping interval (100 to 3600000)")
+      ->type_name("INT")
+      ->capture_default_str();
+  app.add_option("--keepalive-timeout-ms", keepalive_timeout_ms,
+                 "A peer silent this long after a ping is dead (100 to 3600000)")
+      ->type_name("INT")
+      ->capture_default_str();
   app.add_option("--tls-cert", options.tls.cert_file, "PEM server certificate (turns TLS on)");
   app.add_option("--tls-key", options.tls.key_file, "PEM server private key");
   app.add_option("--tls-client-ca", options.tls.ca_file,
@@ -69,15 +61,14 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "File holding a bearer token every RPC must carry");
   app.add_option("--metrics-listen", options.metrics_listen,
                  "HOST:PORT for Prometheus metrics over HTTP (GET /metrics)");
-  app.add_option("--max-sessions-per-peer,--max_sessions_per_peer", options.max_sessions_per_peer,
+  app.add_option("--max-sessions-per-peer,--max_sessions_per_peer", max_sessions_per_peer,
                  "Open agent sessions allowed from one IP address (0 = no limit)")
-      ->capture_default_str()
-      ->check(Count);
-  app.add_option("--max-waiting-nodes-per-run,--max_waiting_nodes_per_run",
-                 options.rounds.max_waiting_nodes_per_run,
+      ->type_name("INT")
+      ->capture_default_str();
+  app.add_option("--max-waiting-nodes-per-run,--max_waiting_nodes_per_run", max_waiting_nodes,
                  "Nodes a run may hold beyond its MAX (waiting spares)")
-      ->capture_default_str()
-      ->check(Count);
+      ->type_name("INT")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -88,8 +79,34 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  options.rounds.default_last_call_timeout = absl::Seconds(last_call_timeout);
-  options.rounds.default_join_timeout = absl::Seconds(join_timeout);
+  // A whole number in [0, kMaxCount] for the per-run and per-peer limits.
+  constexpr int64_t kMaxCount = 1000000;
+  absl::Status bad;
+  auto seconds = [&bad](const char* flag, const std::string& text, absl::Duration* out) {
+    auto d = dgt::ParseDuration(flag, text, dgt::kMinPositiveFlagDuration, dgt::kMaxFlagDuration);
+    if (d.ok()) *out = *d;
+    if (bad.ok()) bad = d.status();
+  };
+  auto integer = [&bad](const char* flag, const std::string& text, int64_t min, int64_t max,
+                        auto* out) {
+    auto n = dgt::ParseInt64(flag, text, min, max);
+    if (n.ok()) *out = static_cast<std::remove_pointer_t<decltype(out)>>(*n);
+    if (bad.ok()) bad = n.status();
+  };
+  seconds("--last-call-timeout", last_call_timeout, &options.rounds.default_last_call_timeout);
+  seconds("--join-timeout", join_timeout, &options.rounds.default_join_timeout);
+  integer("--keepalive-time-ms", keepalive_time_ms, 100, 3600000,
+          &options.keepalive.keepalive_time_ms);
+  integer("--keepalive-timeout-ms", keepalive_timeout_ms, 100, 3600000,
+          &options.keepalive.keepalive_timeout_ms);
+  integer("--max-sessions-per-peer", max_sessions_per_peer, 0, kMaxCount,
+          &options.max_sessions_per_peer);
+  integer("--max-waiting-nodes-per-run", max_waiting_nodes, 0, kMaxCount,
+          &options.rounds.max_waiting_nodes_per_run);
+  if (!bad.ok()) {
+    std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(bad.message()).c_str());
+    return 2;
+  }
   if (!token_file.empty()) {
     auto token = dgt::rendezvous::ReadTokenFile(token_file);
     if (!token.ok()) {

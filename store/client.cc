@@ -31,10 +31,15 @@ using wire::Op;
 constexpr absl::Duration kCancelGrace = absl::Seconds(5);
 
 int PollTimeoutMs(absl::Time deadline) {
+  // One poll() waits at most this long (about 12 days); the callers poll again while the
+  // deadline is ahead. Compared as Durations: with an infinite or far deadline (timeout
+  // absl::InfiniteDuration(), or 1e18 s) the milliseconds saturate at INT64_MAX, and "+ 1"
+  // wrapped to a negative number, i.e. poll(0) or an endless poll(-1).
+  constexpr int kMaxPollMs = 1 << 30;
   absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
-  int64_t ms = absl::ToInt64Milliseconds(left) + 1;
-  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+  if (left >= absl::Milliseconds(kMaxPollMs)) return kMaxPollMs;
+  return static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
 }
 
 }  // namespace
@@ -274,7 +279,13 @@ class Client::Impl {
           s.ok() ? RecvPod<uint32_t>(deadline) : absl::StatusOr<uint32_t>(s);
       if (!echo.ok() || *echo != nonce) {
         Drop();
-        return echo.ok() ? absl::UnavailableError("handshake: PING not echoed") : echo.status();
+        // A torch 1.x server reads VALIDATE as another request and waits for more bytes, or
+        // hangs up: say so, since "timed out" alone sends people looking at the network.
+        absl::Status cause = echo.ok() ? absl::UnavailableError("PING not echoed") : echo.status();
+        return absl::Status(
+            cause.code(),
+            absl::StrCat("store ", Endpoint(), ": no answer to the torch 2.x ",
+                         "handshake (a torch 1.x store needs protocol v1): ", cause.message()));
       }
     }
     return absl::OkStatus();

@@ -107,7 +107,7 @@ NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEn
         absl::StrCat("InfiniBand: device list unavailable (", devices.status().message(), ")"));
   } else {
     report.devices = *devices;
-    if (devices->empty()) report.reasons.push_back("InfiniBand: no RDMA devices found");
+    if (devices->empty()) report.reasons.emplace_back("InfiniBand: no RDMA devices found");
   }
   for (const IbDevice& d : report.devices) {
     for (const IbPort& p : d.ports) {
@@ -155,7 +155,7 @@ NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEn
     report.reasons.push_back(
         absl::StrCat("NCCL_IB_HCA kept as the user set it: ", getenv("NCCL_IB_HCA")));
   } else if (ib_disabled_by_user) {
-    report.reasons.push_back("NCCL_IB_HCA not set: the user set NCCL_IB_DISABLE");
+    report.reasons.emplace_back("NCCL_IB_HCA not set: the user set NCCL_IB_DISABLE");
   } else if (!report.usable_ports.empty()) {
     report.env["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(report.usable_ports, ","));
   }
@@ -163,8 +163,10 @@ NetworkReport DeriveNetworkEnv(VerbsApi& verbs, RouteApi& route, const NetworkEn
     report.reasons.push_back(
         absl::StrCat("NCCL_IB_DISABLE kept as the user set it: ", getenv("NCCL_IB_DISABLE")));
   } else if (report.usable_ports.empty()) {
-    report.env["NCCL_IB_DISABLE"] = "1";
-    report.reasons.push_back("NCCL_IB_DISABLE=1: no usable InfiniBand port");
+    // A std::string, not "1": gcc 12 at -O3 (CMAKE_BUILD_TYPE=Release) reports a false
+    // -Wrestrict overlap in std::string::operator=(const char*) here (GCC bug 105329).
+    report.env["NCCL_IB_DISABLE"] = std::string("1");
+    report.reasons.emplace_back("NCCL_IB_DISABLE=1: no usable InfiniBand port");
   }
 
   if (!options.master_addr.empty()) {

@@ -178,12 +178,11 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--rdzv-conf=keep_alive_max_attempt=0", kScript},
        "dgt-run: error: --rdzv-conf keep_alive_max_attempt must be an integer >= 1, got '0'\n"},
       {{"--rdzv-conf=keep_alive_interval=x", kScript},
-       "dgt-run: error: --rdzv-conf keep_alive_interval must be a number of seconds > 0 and <= "
-       "31536000, got "
-       "'x'\n"},
+       "dgt-run: error: --rdzv-conf keep_alive_interval must be a number of seconds from 0.001 to "
+       "31536000 (a year), got 'x'\n"},
       {{"--rdzv-conf=join_timeout=-1", kScript},
-       "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0 and <= 31536000, "
-       "got '-1'\n"},
+       "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds from 0.001 to "
+       "31536000 (a year), got '-1'\n"},
       {{"--standalone", "--nnodes=2", kScript},
        "dgt-run: error: --standalone runs a single node, but --nnodes=2\n"},
       {{"-r", "4", kScript},
@@ -201,7 +200,56 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "dgt-run: error: --restart-policy must be group or rank, got 'node'\n"},
       {{"--signals-to-handle=SIGNOPE", kScript},
        "dgt-run: error: --signals-to-handle: 'SIGNOPE' is not a signal that can be handled\n"},
-      {{"--master-port=0", kScript}, "dgt-run: error: --master-port must be 1..65535, got 0\n"},
+      {{"--master-port=0", kScript},
+       "dgt-run: error: --master-port must be an integer from 1 to 65535, got '0'\n"},
+      // Numbers go through common/flag_parse.h: name the flag, the value and a readable bound.
+      {{"--master-port=abc", kScript},
+       "dgt-run: error: --master-port must be an integer from 1 to 65535, got 'abc'\n"},
+      {{"--node-rank=-5", kScript},
+       "dgt-run: error: --node-rank must be an integer from 0 to 999999, got '-5'\n"},
+      {{"--max-restarts=99999999999999999999", kScript},
+       "dgt-run: error: --max-restarts must be an integer from 0 to 1000000, got "
+       "'99999999999999999999'\n"},
+      {{"--stop-timeout=-1", kScript},
+       "dgt-run: error: --stop-timeout must be a number of seconds from 0 to 31536000 (a year), "
+       "got '-1'\n"},
+      {{"--join-timeout=nan", kScript},
+       "dgt-run: error: --join-timeout must be a number of seconds from 0.001 to 31536000 (a "
+       "year), got 'nan'\n"},
+      {{"--rdzv-connect-timeout=1e20", kScript},
+       "dgt-run: error: --rdzv-connect-timeout must be a number of seconds from 0.001 to "
+       "31536000 (a year), got '1e20'\n"},
+      {{"--monitor-interval=inf", kScript},
+       "dgt-run: error: --monitor-interval must be a number of seconds from 0 to 31536000 (a "
+       "year), got 'inf'\n"},
+      {{"--worker-count=-1", kScript},
+       "dgt-run: error: --worker-count must be an integer from 0 to 1000000, got '-1'\n"},
+      {{"--nproc-per-node=1000001", kScript},
+       "dgt-run: error: --nproc-per-node must be at most 1000000, got 1000001\n"},
+      {{"--nnodes=2147483647", "--nproc-per-node=2", "--rdzv-endpoint=h:1", kScript},
+       "dgt-run: error: --nnodes=2147483647 with --nproc-per-node=2 makes 4294967294 ranks, more "
+       "than 2147483647\n"},
+      {{"--start-method=foo", kScript},
+       "dgt-run: error: --start-method must be spawn, fork or forkserver, got 'foo'\n"},
+      {{"--local-addr=192.0.2.7", kScript},
+       "dgt-run: error: --local-addr=192.0.2.7: 192.0.2.7 is not an address of this host\n"},
+      // Multi-node without an address for the other nodes: 127.0.0.1 makes worlds of one.
+      {{"--nnodes=2", kScript},
+       "dgt-run: error: --nnodes=2 with --rdzv-backend=static needs --master-addr (the address "
+       "of node rank 0, reachable from every node), or --rdzv-endpoint of dgt-rendezvous\n"},
+      {{"--instance-count=3", "--node-rank=1", kScript},
+       "dgt-run: error: --nnodes=3 with --rdzv-backend=static needs --master-addr (the address "
+       "of node rank 0, reachable from every node), or --rdzv-endpoint of dgt-rendezvous\n"},
+      // A join timeout that ends before the last call would fail every elastic round.
+      {{"--nnodes=1:2", "--rdzv-endpoint=h:1", "--join-timeout=5", kScript},
+       "dgt-run: error: --join-timeout=5 is shorter than --rdzv-conf last_call_timeout=30: with "
+       "--nnodes=1:2 the round waits that long for more nodes once 1 joined, so it would time "
+       "out; raise the one or lower the other\n"},
+      {{"--nnodes=1:2", "--rdzv-endpoint=h:1", "--rdzv-conf=timeout=10,last_call_timeout=20",
+        kScript},
+       "dgt-run: error: --rdzv-conf timeout=10 is shorter than --rdzv-conf last_call_timeout=20: "
+       "with --nnodes=1:2 the round waits that long for more nodes once 1 joined, so it would "
+       "time out; raise the one or lower the other\n"},
       {{"--rdzv-backend=static", "--nnodes=1:2", kScript},
        "dgt-run: error: --rdzv-backend=static needs a fixed --nnodes, got '1:2' (use "
        "--rdzv-endpoint of dgt-rendezvous for elastic jobs)\n"},
@@ -252,7 +300,7 @@ TEST(LaunchOptionsTest, PetEnvironmentDefaults) {
   EXPECT_EQ(o.signals_to_handle, (std::vector<int>{SIGTERM, SIGUSR1}));
   EXPECT_TRUE(o.no_python);
   // The command line wins over PET_*.
-  auto q = Parse({"--nproc_per_node=5", "--process-count-per-instance=6", "/bin/true"}, PetEnv);
+  auto q = Parse({"--process-count-per-instance=6", "/bin/true"}, PetEnv);
   ASSERT_TRUE(q.options.has_value()) << q.output;
   EXPECT_EQ(q.options->nproc_per_node, 6);
   auto r = Parse({"--instance-count=4", "/bin/true"}, PetEnv);
@@ -397,6 +445,93 @@ TEST(LaunchOptionsTest, HelpExitsZero) {
   EXPECT_NE(p.output.find("Azure ML aliases:"), std::string::npos);
   EXPECT_NE(p.output.find("TEXT=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"), std::string::npos);
   EXPECT_NE(p.output.find("--rdzv-backend,--rdzv_backend TEXT=static"), std::string::npos);
+}
+
+// Aliases of one setting that disagree are refused, naming both; torchrun has no such pairs, and
+// silently picking one ran 2 nodes for --nnodes=1 --instance-count=2.
+TEST(LaunchOptionsTest, DisagreeingAliasesAreRefused) {
+  const BadCase cases[] = {
+      {{"--nnodes=1", "--instance-count=2", kScript},
+       "dgt-run: error: --nnodes=1 and --instance-count=2 disagree: --instance-count is an alias "
+       "of --nnodes; give one\n"},
+      {{"--instance_count=2", "--nnodes=1:2", "--rdzv-endpoint=h:1", kScript},
+       "dgt-run: error: --nnodes=1:2 and --instance-count=2 disagree: --instance-count is an "
+       "alias of --nnodes; give one\n"},
+      {{"--nproc-per-node=3", "--process-count-per-instance=2", kScript},
+       "dgt-run: error: --nproc-per-node=3 and --process-count-per-instance=2 disagree: "
+       "--process-count-per-instance is an alias of --nproc-per-node; give one\n"},
+      {{"--join-timeout=2", "--rdzv-conf=join_timeout=5", kScript},
+       "dgt-run: error: --join-timeout=2 and --rdzv-conf join_timeout=5 disagree: both set the "
+       "join timeout; give one\n"},
+      {{"--rdzv-conf=join_timeout=5,timeout=6", kScript},
+       "dgt-run: error: --rdzv-conf join_timeout=5 and --rdzv-conf timeout=6 disagree: both set "
+       "the join timeout; give one\n"},
+      {{"--instance-count=x", kScript},
+       "dgt-run: error: --instance-count must be N or MIN:MAX with 0 < MIN <= MAX, got 'x'\n"},
+  };
+  for (const BadCase& c : cases) {
+    auto p = Parse(c.args);
+    EXPECT_FALSE(p.options.has_value());
+    EXPECT_EQ(p.exit_code, 2);
+    EXPECT_EQ(p.output, c.message);
+  }
+  // Aliases that agree are fine ("2" and "2:2" are one value).
+  auto same = Parse({"--nnodes=2:2", "--instance-count=2", "--nproc-per-node=4",
+                     "--process_count_per_instance=4", "--rdzv-endpoint=h:1", kScript});
+  ASSERT_TRUE(same.options.has_value()) << same.output;
+  EXPECT_EQ(same.options->max_nodes, 2);
+  EXPECT_EQ(same.options->nproc_per_node, 4);
+  auto agree = Parse({"--join-timeout=5", "--rdzv-conf=join_timeout=5.0", kScript});
+  ASSERT_TRUE(agree.options.has_value()) << agree.output;
+  EXPECT_EQ(agree.options->join_timeout_s, 5);
+  EXPECT_EQ(agree.options->join_timeout_flag, "--join-timeout");
+}
+
+// A repeated flag takes its last value, as torchrun's argparse does.
+TEST(LaunchOptionsTest, RepeatedFlagTakesTheLastValue) {
+  auto p = Parse({"--nproc-per-node=3", "--nproc_per_node=2", "--max-restarts=1",
+                  "--max-restarts=4", "--join-timeout=7", "--join-timeout=9", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->nproc_per_node, 2);
+  EXPECT_EQ(p.options->max_restarts, 4);
+  EXPECT_EQ(p.options->join_timeout_s, 9);
+}
+
+// The join-timeout message names the flag the user gave.
+TEST(LaunchOptionsTest, JoinTimeoutFlagIsRecorded) {
+  auto conf = Parse({"--rdzv-conf=join_timeout=5", kScript});
+  ASSERT_TRUE(conf.options.has_value()) << conf.output;
+  EXPECT_EQ(conf.options->join_timeout_s, 5);
+  EXPECT_EQ(conf.options->join_timeout_flag, "--rdzv-conf join_timeout");
+  auto old = Parse({"--rdzv-conf=timeout=7", kScript});
+  ASSERT_TRUE(old.options.has_value()) << old.output;
+  EXPECT_EQ(old.options->join_timeout_flag, "--rdzv-conf timeout");
+  auto flag = Parse({"--join-timeout=3", kScript});
+  ASSERT_TRUE(flag.options.has_value()) << flag.output;
+  EXPECT_EQ(flag.options->join_timeout_flag, "--join-timeout");
+}
+
+// An explicit loopback master (the e2e tests run 2 nodes on one host) and PET_MASTER_ADDR count
+// as given; start methods torchrun knows are accepted; an elastic round whose join timeout
+// covers the last call is fine, and so is a short join timeout for a fixed --nnodes.
+TEST(LaunchOptionsTest, AcceptedCounterparts) {
+  auto loop = Parse({"--nnodes=2", "--master-addr=127.0.0.1", kScript});
+  ASSERT_TRUE(loop.options.has_value()) << loop.output;
+  auto env = Parse({"--nnodes=2", kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_MASTER_ADDR") == 0 ? "10.0.0.1" : nullptr;
+  });
+  ASSERT_TRUE(env.options.has_value()) << env.output;
+  EXPECT_EQ(env.options->master_addr, "10.0.0.1");
+  for (const char* method : {"spawn", "fork", "forkserver"}) {
+    auto p = Parse({absl::StrCat("--start-method=", method), kScript});
+    ASSERT_TRUE(p.options.has_value()) << p.output;
+  }
+  auto elastic = Parse({"--nnodes=1:2", "--rdzv-endpoint=h:1", "--join-timeout=30", kScript});
+  ASSERT_TRUE(elastic.options.has_value()) << elastic.output;
+  auto fixed = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", "--join-timeout=2", kScript});
+  ASSERT_TRUE(fixed.options.has_value()) << fixed.output;
+  auto local = Parse({"--local-addr=127.0.0.1", kScript});
+  ASSERT_TRUE(local.options.has_value()) << local.output;
 }
 
 }  // namespace

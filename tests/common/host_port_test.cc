@@ -68,5 +68,17 @@ TEST(IsLoopbackTest, Values) {
   EXPECT_FALSE(IsLoopback("10.0.0.1"));
 }
 
+// An address to advertise must be this host's: 192.0.2.0/24 (TEST-NET-1) never is.
+TEST(HostPortTest, CheckLocalAddress) {
+  EXPECT_TRUE(CheckLocalAddress("127.0.0.1").ok());
+  EXPECT_TRUE(CheckLocalAddress("127.0.0.2").ok());  // All of 127/8 is local on Linux.
+  absl::Status foreign = CheckLocalAddress("192.0.2.7");
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(foreign.message(), "192.0.2.7 is not an address of this host");
+  absl::Status name = CheckLocalAddress("localhost");
+  EXPECT_EQ(name.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(name.message(), "not an IP address: 'localhost'");
+}
+
 }  // namespace
 }  // namespace dgt

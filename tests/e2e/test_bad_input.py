@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from conftest import BIN, WORKERS
+from conftest import BIN, PYTHON, WORKERS
+from test_rendezvous_ops import make_certs, start_rendezvous
 
 SCRIPT = str(WORKERS / "print_env.py")
 
@@ -22,10 +23,42 @@ SCRIPT = str(WORKERS / "print_env.py")
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--local-addr=not an address", SCRIPT],
      None),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--join-timeout=1e300", SCRIPT],
-     "dgt-run: error: --join-timeout must be at most 31536000 seconds (a year), got 1e+300"),
+     "dgt-run: error: --join-timeout must be a number of seconds from 0.001 to 31536000 (a year), "
+     "got '1e300'"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=join_timeout=inf", SCRIPT],
-     "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds > 0 and <= 31536000, "
-     "got 'inf'"),
+     "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds from 0.001 to "
+     "31536000 (a year), got 'inf'"),
+    # Aliases that disagree (issue 11 item 6); a repeated flag takes its last value instead.
+    (["--nnodes=1", "--instance-count=2", SCRIPT],
+     "dgt-run: error: --nnodes=1 and --instance-count=2 disagree: --instance-count is an alias "
+     "of --nnodes; give one"),
+    (["--nproc-per-node=3", "--process-count-per-instance=2", SCRIPT],
+     "dgt-run: error: --nproc-per-node=3 and --process-count-per-instance=2 disagree: "
+     "--process-count-per-instance is an alias of --nproc-per-node; give one"),
+    (["--join-timeout=2", "--rdzv-conf=join_timeout=5", SCRIPT],
+     "dgt-run: error: --join-timeout=2 and --rdzv-conf join_timeout=5 disagree: both set the "
+     "join timeout; give one"),
+    # Multi-node with nothing but --nnodes: each node would be rank 0 on 127.0.0.1 (item 13).
+    (["--nnodes=2", SCRIPT],
+     "dgt-run: error: --nnodes=2 with --rdzv-backend=static needs --master-addr (the address of "
+     "node rank 0, reachable from every node), or --rdzv-endpoint of dgt-rendezvous"),
+    # Numbers and choices (item 17).
+    (["--node-rank=-5", SCRIPT],
+     "dgt-run: error: --node-rank must be an integer from 0 to 999999, got '-5'"),
+    (["--start-method=foo", SCRIPT],
+     "dgt-run: error: --start-method must be spawn, fork or forkserver, got 'foo'"),
+    (["--master-port=abc", SCRIPT],
+     "dgt-run: error: --master-port must be an integer from 1 to 65535, got 'abc'"),
+    (["--stop-timeout=-1", SCRIPT],
+     "dgt-run: error: --stop-timeout must be a number of seconds from 0 to 31536000 (a year), "
+     "got '-1'"),
+    # Item 18: an address this host does not own (TEST-NET-1), a join timeout inside the last call.
+    (["--local-addr=192.0.2.7", SCRIPT],
+     "dgt-run: error: --local-addr=192.0.2.7: 192.0.2.7 is not an address of this host"),
+    (["--nnodes=1:2", "--rdzv-endpoint=127.0.0.1:1", "--join-timeout=5", SCRIPT],
+     "dgt-run: error: --join-timeout=5 is shorter than --rdzv-conf last_call_timeout=30: with "
+     "--nnodes=1:2 the round waits that long for more nodes once 1 joined, so it would time out; "
+     "raise the one or lower the other"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=is_host=1,is_host=0", SCRIPT],
      "dgt-run: error: --rdzv-conf: key 'is_host' is given twice"),
     (["--standalone", "does_not_exist.py"],
@@ -53,15 +86,18 @@ def test_endpoint_where_nothing_listens(spawn):
         "(is dgt-rendezvous running there? see --rdzv-connect-timeout)")
 
 
-def test_join_timeout_when_too_few_nodes(spawn, rendezvous):
+@pytest.mark.parametrize("flag,named", [("--join-timeout=2", "--join-timeout"),
+                                        ("--rdzv-conf=join_timeout=2", "--rdzv-conf join_timeout")])
+def test_join_timeout_when_too_few_nodes(spawn, rendezvous, flag, named):
     start = time.monotonic()
     p = spawn([BIN / "dgt-run", "--nnodes=2", f"--rdzv-endpoint={rendezvous}",
-               "--rdzv-id=lonely", "--join-timeout=2", SCRIPT])
+               "--rdzv-id=lonely", flag, SCRIPT])
     assert p.wait(timeout=30) == 1
     assert time.monotonic() - start < 10
+    # The message names the flag the user gave.
     assert p.stderr.strip().splitlines()[-1] == (
         "dgt-run: error: rendezvous for run 'lonely' did not complete within 2 s "
-        "(--join-timeout): 1 of at least 2 node(s) joined")
+        f"({named}): 1 of at least 2 node(s) joined")
 
 
 def test_conflicting_join_is_refused(spawn, rendezvous):
@@ -119,7 +155,7 @@ def test_rendezvous_bad_count_flags(spawn, flag, value):
     assert p.wait(timeout=20) == 2
     dashed = flag.replace("_", "-")
     assert p.stderr.strip().splitlines() == [
-        f"dgt-rendezvous: error: {dashed}: must be an integer from 0 to 1000000, got '{value}'"]
+        f"dgt-rendezvous: error: {dashed} must be an integer from 0 to 1000000, got '{value}'"]
 
 
 def test_rendezvous_largest_limits_still_admit_nodes(spawn):
@@ -176,3 +212,125 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
     p.popen.send_signal(signal.SIGTERM)
     assert p.wait(timeout=10) == -signal.SIGTERM
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("args,message", [
+    # dgt store serve: no silent "off" or "default" for a bad limit (item 17).
+    (["store", "serve", "--listen", "127.0.0.1:0", "--idle-timeout", "nan"],
+     "dgt store serve: error: --idle-timeout must be a number of seconds from 0 to 31536000 "
+     "(a year), got 'nan'"),
+    (["store", "serve", "--listen", "127.0.0.1:0", "--max-value-bytes", "-5"],
+     "dgt store serve: error: --max-value-bytes must be an integer from 1 to 4294967296, "
+     "got '-5'"),
+    (["store", "serve", "--listen", "127.0.0.1:0", "--max-connections", "99999999999999999999"],
+     "dgt store serve: error: --max-connections must be an integer from 1 to 1048576, "
+     "got '99999999999999999999'"),
+    (["store", "serve", "--listen", "127.0.0.1:0", "--max-key-bytes", "0"],
+     "dgt store serve: error: --max-key-bytes must be an integer from 1 to 1073741824, got '0'"),
+    # Timeouts that overflowed the client's poll (item 11), and 0.
+    *[(["store", cmd, *extra, "--endpoint", "127.0.0.1:1", "--timeout", t],
+       f"dgt store {cmd}: error: --timeout must be a number of seconds from 0.001 to 31536000 "
+       f"(a year), got '{t}'")
+      for cmd, extra in (("get", ["K"]), ("set", ["K", "V"]), ("keys", []))
+      for t in ("1e18", "1e20", "nan", "0")],
+    # A repeated flag takes its last value (here a bad one, to see which was taken).
+    (["store", "get", "K", "--endpoint", "127.0.0.1:1", "--timeout", "1", "--timeout", "nan"],
+     "dgt store get: error: --timeout must be a number of seconds from 0.001 to 31536000 "
+     "(a year), got 'nan'"),
+    (["store", "add", "K", "99999999999999999999", "--endpoint", "127.0.0.1:1"],
+     "dgt store add: error: DELTA must be a 64-bit signed integer, got '99999999999999999999'"),
+    (["status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "1e20"],
+     "dgt status: error: --timeout must be a number of seconds from 0.001 to 31536000 (a year), "
+     "got '1e20'"),
+    (["status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "nan"],
+     "dgt status: error: --timeout must be a number of seconds from 0.001 to 31536000 (a year), "
+     "got 'nan'"),
+    (["bogus"],
+     "dgt: error: unknown command 'dgt bogus' (commands: store, status, doctor, recovery; see "
+     "dgt --help)"),
+    (["store", "bogus"],
+     "dgt: error: unknown command 'dgt store bogus' (commands: serve, get, set, add, wait, keys; "
+     "see dgt store --help)"),
+])
+def test_dgt_usage_errors(spawn, args, message):
+    p = spawn([BIN / "dgt", *args])
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [message]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--join-timeout", "nan"],
+     "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got 'nan'"),
+    (["--last-call-timeout", "0"],
+     "--last-call-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '0'"),
+    (["--keepalive-time-ms", "abc"],
+     "--keepalive-time-ms must be an integer from 100 to 3600000, got 'abc'"),
+    # Repeated: the last value counts.
+    (["--join-timeout", "5", "--join_timeout", "-1"],
+     "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '-1'"),
+])
+def test_rendezvous_bad_numbers(spawn, args, message):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", *args])
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [f"dgt-rendezvous: error: {message}"]
+
+
+def test_tls_misconfiguration_is_named(spawn, tmp_path):
+    make_certs(tmp_path)
+    (tmp_path / "other").mkdir()
+    make_certs(tmp_path / "other")
+    # A key that is not the certificate's: once reported as "the address is in use".
+    (tmp_path / "other.key").write_text((tmp_path / "ca.key").read_text())
+    bad = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", "--tls-cert",
+                 tmp_path / "server.pem", "--tls-key", tmp_path / "other.key"], name="badkey")
+    assert bad.wait(timeout=10) == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"dgt-rendezvous: error: --tls-key '{tmp_path / 'other.key'}' is not the private key of "
+        f"--tls-cert '{tmp_path / 'server.pem'}'"]
+    _, endpoint = start_rendezvous(spawn, "--tls-cert", str(tmp_path / "server.pem"),
+                                   "--tls-key", str(tmp_path / "server.key"))
+    cases = [
+        ([], f"dgt-run: error: the rendezvous service at {endpoint} closed the connection during "
+             "the handshake: if it serves TLS, pass --rdzv-tls-ca (and --rdzv-tls-cert and "
+             "--rdzv-tls-key for mutual TLS)"),
+        # The CA of another deployment.
+        ([f"--rdzv-tls-ca={tmp_path / 'other' / 'ca.pem'}"],
+         f"dgt-run: error: the rendezvous service at {endpoint} presented a certificate that "
+         "--rdzv-tls-ca does not verify (signed by another CA, or not issued for this address)"),
+    ]
+    for i, (extra, message) in enumerate(cases):
+        p = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=t",
+                   "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=1", *extra, SCRIPT],
+                  name=f"agent{i}")
+        assert p.wait(timeout=30) == 1
+        # One line of ours, none of gRPC's ("E1201 ... Handshake failed ...").
+        assert p.stderr.strip().splitlines() == [message], p.stderr
+
+
+def test_exec_failure_with_no_python_says_why(spawn, tmp_path):
+    program = tmp_path / "not-a-program"
+    program.write_bytes(b"\x00\x01\x02 neither ELF nor script\n")
+    program.chmod(0o755)
+    p = spawn([BIN / "dgt-run", "--standalone", "--no-python", program])
+    assert p.wait(timeout=30) == 127  # The worker's exit status, as for a program not found.
+    assert f"dgt-run: cannot execute '{program}' for local rank 0: Exec format error" in p.stderr
+
+
+def test_store_get_against_torch_1x_store_hints_protocol_v1(spawn):
+    server = spawn([PYTHON, WORKERS / "torch_store_server.py"], name="torch_store")
+    deadline = time.monotonic() + 30
+    port = None
+    while port is None and time.monotonic() < deadline:
+        m = re.search(r"torch store listening on port (\d+)", server.stdout)
+        if m:
+            port = m.group(1)
+            break
+        assert server.popen.poll() is None, server.stderr
+        time.sleep(0.05)
+    assert port is not None
+    p = spawn([BIN / "dgt", "store", "get", "K", "--endpoint", f"127.0.0.1:{port}", "--timeout",
+               "1"], name="get")
+    assert p.wait(timeout=20) == 1
+    line = p.stderr.strip().splitlines()[-1]
+    assert "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)" in line
+    assert line.endswith(" (pass --protocol v1)"), line

@@ -97,7 +97,11 @@ def test_tls_job_and_plaintext_client_refused(spawn, tmp_path):
     plain = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}",
                    "--rdzv-id=plain", "--rdzv-connect-timeout=2", SCRIPT], name="plain")
     assert plain.wait(timeout=30) == 1
-    assert "cannot reach the rendezvous service" in plain.stderr
+    # Something answered: not "is dgt-rendezvous running there?" but the flag that is missing.
+    assert plain.stderr.strip().splitlines()[-1] == (
+        f"dgt-run: error: the rendezvous service at {endpoint} closed the connection during the "
+        "handshake: if it serves TLS, pass --rdzv-tls-ca (and --rdzv-tls-cert and --rdzv-tls-key "
+        "for mutual TLS)")
 
 
 def test_metrics_endpoint(spawn, tmp_path):

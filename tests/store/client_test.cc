@@ -2,10 +2,16 @@
 // with backoff after the server restarts, what is and is not retried, and the 2.x-only calls.
 #include "dgt/store/client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "dgt/store/server.h"
 #include "gtest/gtest.h"
 
@@ -165,6 +171,55 @@ TEST(ClientTest, ManyClientsOneWaitWakesAll) {
   for (auto& t : waiters) t.join();
   EXPECT_EQ(woken.load(), kWaiters);
   EXPECT_EQ(s.Stats().pending_waits, 0u);
+}
+
+// A torch 1.x store reads the 2.x VALIDATE as the start of another request and never answers:
+// the error says which protocol to use instead of only "timed out".
+TEST(ClientTest, V2HandshakeWithoutAnswerNamesProtocolV1) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);  // The kernel accepts; nothing ever answers.
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto c = Client::Connect(OptionsFor(ntohs(addr.sin_port), absl::Milliseconds(300)));
+  ::close(listener);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.status().message().find(absl::StrCat(
+                "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)")),
+            absl::string_view::npos)
+      << c.status();
+}
+
+// An infinite (or far) timeout is a wait without a deadline, not an overflow: PollTimeoutMs once
+// turned it into poll(0), so a reply not yet in the socket was "timed out" at once.
+TEST(ClientTest, InfiniteAndHugeTimeoutsWait) {
+  Server s(ServerOptions{});
+  ASSERT_TRUE(s.Start().ok());
+  for (absl::Duration timeout : {absl::InfiniteDuration(), absl::Seconds(1e18)}) {
+    auto c = Client::Connect(OptionsFor(s.port(), timeout));
+    ASSERT_TRUE(c.ok()) << c.status();
+    const std::string key = absl::StrCat("late-", absl::FormatDuration(timeout));
+    // GET blocks in the server until the key exists; the client polls for the reply meanwhile.
+    std::thread setter([&] {
+      absl::Time give_up = absl::Now() + absl::Seconds(5);
+      while (s.Stats().pending_waits < 1 && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      auto other = Client::Connect(OptionsFor(s.port()));
+      ASSERT_TRUE(other.ok());
+      ASSERT_TRUE((*other)->Set(key, "v").ok());
+    });
+    auto v = (*c)->Get(key);
+    setter.join();
+    ASSERT_TRUE(v.ok()) << absl::FormatDuration(timeout) << ": " << v.status();
+    EXPECT_EQ(*v, "v");
+    EXPECT_TRUE((*c)->Wait({key}, timeout).ok());
+  }
 }
 
 }  // namespace
