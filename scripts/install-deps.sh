@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(
   # Toolchain
   build-essential cmake ninja-build ccache pkg-config git clang clang-format clang-tidy
+  libclang-rt-14-dev  # sanitizer runtimes and headers for the asan and tsan presets
   # Libraries
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libgrpc-dev
   libabsl-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
