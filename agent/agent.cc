@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "agent/exit_codes.h"
 #include "agent/rendezvous_host.h"
 #include "common/host_port.h"
 #include "common/logging.h"
@@ -44,6 +45,24 @@ std::string RandomRunId() {
 std::string SignalName(int sig) {
   const char* name = sigabbrev_np(sig);
   return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
+}
+
+// Whether a Session stream that ended with `status` was refused by the service (a bad token, a
+// per-peer session limit, a request it does not accept): joining again would be refused again.
+// Anything else (UNAVAILABLE, CANCELLED, ...) means the service went away.
+bool IsRefusal(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Signals that are forwarded without stopping the job (schedulers use them to announce a
@@ -143,6 +162,9 @@ absl::Status Agent::Prepare() {
     if (!hp.ok()) return hp.status();
     auto ip = ResolveToIp(hp->host);
     if (!ip.ok()) {
+      // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is an
+      // unreachable service: retrying the node later may work.
+      prepare_exit_status_ = kExitRendezvousUnavailable;
       return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
     rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
@@ -199,7 +221,12 @@ absl::Status Agent::Prepare() {
       [this](const grpc::Status& status) {
         asio::post(io_, [this, status] { OnSessionClosed(status); });
       });
-  if (!session.ok()) return session.status();
+  if (!session.ok()) {
+    if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      prepare_exit_status_ = kExitRendezvousUnavailable;
+    }
+    return session.status();
+  }
   session_ = std::move(*session);
   session_open_ = true;
 
@@ -228,10 +255,10 @@ absl::Status Agent::Prepare() {
   join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kJoining) return;
-    Finish(1, absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
-                           options_.join_timeout_s,
-                           " s (--join-timeout): ", last_progress_.joined_nodes(), " of at least ",
-                           options_.min_nodes, " node(s) joined"));
+    Finish(kExitJoinTimeout, absl::StrCat("rendezvous for run '", options_.run_id,
+                                          "' did not complete within ", options_.join_timeout_s,
+                                          " s (--join-timeout): ", last_progress_.joined_nodes(),
+                                          " of at least ", options_.min_nodes, " node(s) joined"));
   });
   return absl::OkStatus();
 }
@@ -331,8 +358,10 @@ int Agent::Run() {
   if (absl::Status s = Prepare(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
     // A flag whose value is wrong (--local-addr, --master-addr, --rdzv-token-file) is a usage
-    // error, exit 2 like the parser's; anything else (a port in use, ...) exits 1.
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    // error, exit 2 like the parser's; an unreachable rendezvous service 69; anything else (a
+    // port in use, ...) 1.
+    if (s.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
+    return prepare_exit_status_;
   }
   for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
@@ -355,11 +384,15 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
       OnRunFinished(message.finished());
       return;
     case rdzv_v1::ServiceMessage::kError:
+      // The service closes the stream after an Error: this node is not (or no longer) part of
+      // the run, and its workers must not go on running ranks the run may give to another node.
       if (state_ == State::kJoining) {
-        Finish(1, absl::StrCat("the rendezvous service refused this node: ",
-                               message.error().message()));
+        Finish(kExitNotAdmitted, absl::StrCat("the rendezvous service refused this node: ",
+                                              message.error().message()));
       } else {
-        spdlog::error("dgt-run: rendezvous error: {}", message.error().message());
+        LeaveRun(kExitNotAdmitted, absl::StrCat("the rendezvous service ended node '",
+                                                options_.node_id, "''s part in run '",
+                                                options_.run_id, "': ", message.error().message()));
       }
       return;
     case rdzv_v1::ServiceMessage::kStop:
@@ -384,8 +417,9 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
   switch (state_) {
     case State::kJoining:
-      Finish(1, absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
-                             " ended before this node was assigned: ", status.error_message()));
+      Finish(IsRefusal(status) ? kExitNotAdmitted : kExitRendezvousUnavailable,
+             absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
+                          " ended before this node was assigned: ", status.error_message()));
       return;
     case State::kRunning:
     case State::kRestarting:
@@ -395,14 +429,7 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       if (!remote_outcome_ && HostedByAnotherNode()) {
         // c10d-style hosting: the service died with its node (whose agent also served the
         // store as node rank 0, or ran workers of this job), so the job cannot complete.
-        rdzv_v1::RunFinished lost;
-        lost.set_succeeded(false);
-        lost.set_message(HostLostMessage(status));
-        remote_outcome_ = lost;
-        pending_assignment_.reset();
-        spdlog::error("dgt-run: {}; stopping this node's workers", lost.message());
-        if (state_ == State::kRunning) StopWorkers();
-        if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
+        LeaveRun(kExitRendezvousUnavailable, HostLostMessage(status));
         return;
       }
       if (!remote_outcome_) {
@@ -412,16 +439,17 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       return;
     case State::kWaitingForRound:
       if (HostedByAnotherNode()) {
-        Finish(1, HostLostMessage(status));
+        Finish(kExitRendezvousUnavailable, HostLostMessage(status));
         return;
       }
-      Finish(1, absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
-                             " while waiting for a new round: ", status.error_message()));
+      Finish(kExitRendezvousUnavailable,
+             absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
+                          " while waiting for a new round: ", status.error_message()));
       return;
     case State::kAwaitingOutcome:
       // No run outcome will come: end with this node's own result.
       if (!first_failure_ && !remote_outcome_ && HostedByAnotherNode()) {
-        Finish(1, HostLostMessage(status));
+        Finish(kExitRendezvousUnavailable, HostLostMessage(status));
       } else if (first_failure_) {
         Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
       } else {
@@ -430,6 +458,31 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       return;
     case State::kDone:
       return;
+  }
+}
+
+void Agent::LeaveRun(int exit_status, const std::string& message) {
+  if (state_ == State::kDone) return;
+  const bool workers_running = workers_ && (workers_->alive() > 0 || pending_restarts_ > 0) &&
+                               (state_ == State::kRunning || state_ == State::kRestarting ||
+                                state_ == State::kStopping || state_ == State::kRerounding);
+  if (!workers_running) {
+    Finish(exit_status, message);
+    return;
+  }
+  leave_ = {exit_status, message};
+  // A failed outcome stops restarts and new rounds on this node while its workers stop.
+  rdzv_v1::RunFinished left;
+  left.set_succeeded(false);
+  left.set_message(message);
+  if (!remote_outcome_) remote_outcome_ = left;
+  pending_assignment_.reset();
+  spdlog::error("dgt-run: {}; stopping this node's workers", message);
+  if (state_ == State::kRunning) {
+    StopWorkers();
+  } else {
+    // kRestarting: no restart now; kRerounding: no next round (the workers are stopping).
+    state_ = State::kStopping;
   }
 }
 
@@ -552,8 +605,9 @@ void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
   join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kWaitingForRound) return;
-    Finish(1, absl::StrCat("run '", options_.run_id, "' got no new round within ",
-                           options_.join_timeout_s, " s after its workers were stopped"));
+    Finish(kExitJoinTimeout,
+           absl::StrCat("run '", options_.run_id, "' got no new round within ",
+                        options_.join_timeout_s, " s after its workers were stopped"));
   });
 }
 
@@ -1031,6 +1085,10 @@ void Agent::AfterWorkersExited() {
       });
       return;
     }
+    if (leave_) {
+      Finish(leave_->first, leave_->second);
+      return;
+    }
     if (remote_outcome_) {
       OnRunFinished(*remote_outcome_);
       return;
@@ -1078,6 +1136,13 @@ void Agent::AfterWorkersExited() {
 void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
   switch (state_) {
     case State::kJoining:
+      // This node never ran a worker of the run: whatever its outcome, it is not this node's
+      // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
+      Finish(kExitNotAdmitted,
+             absl::StrCat("run '", options_.run_id, "' ended (",
+                          finished.succeeded() ? "succeeded" : "failed", ": ", finished.message(),
+                          ") before node '", options_.node_id, "' was admitted to it"));
+      return;
     case State::kWaitingForRound:
       Finish(finished.succeeded() ? 0 : 1,
              finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));

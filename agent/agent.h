@@ -34,7 +34,8 @@ class Agent {
 
   // Runs the job on this node to its end. Returns the process exit status: 0 when every worker
   // of the run succeeded, else the first failed worker's code (128 + signal number for a
-  // signal), 1 for a rendezvous failure, 128 + N when stopped by signal N.
+  // signal), 128 + N when stopped by signal N, else a launcher status from agent/exit_codes.h
+  // (69 rendezvous unavailable, 75 join timeout, 77 not admitted, 1 other).
   int Run();
 
  private:
@@ -73,6 +74,9 @@ class Agent {
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
   void OnStopWorkers(const rdzv_v1::StopWorkers& stop);
+  // This node is no longer part of the run (refused by the service, or the service is lost for
+  // good): stops its workers, then exits with `exit_status` and `message`.
+  void LeaveRun(int exit_status, const std::string& message);
   void OnRunFinished(const rdzv_v1::RunFinished& finished);
   void OnWorkerExit(const WorkerExit& exit);
   // Starts every local worker of a round from `assignment_` with TORCHELASTIC_RESTART_COUNT
@@ -113,6 +117,10 @@ class Agent {
   boost::asio::steady_timer drain_timer_;
   State state_ = State::kJoining;
   int exit_status_ = 1;
+  // Exit status when Prepare() fails with anything but a bad flag value.
+  int prepare_exit_status_ = 1;
+  // Set by LeaveRun: the exit status and message once the workers are gone.
+  std::optional<std::pair<int, std::string>> leave_;
 
   std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
   std::string rdzv_endpoint_;

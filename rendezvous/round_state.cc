@@ -126,6 +126,13 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts()));
   }
 
+  if (auto closed = runs_.find(join.run_id()); closed != runs_.end() &&
+                                               closed->second.state == RunState::kClosed &&
+                                               closed->second.connected == 0) {
+    // Every agent of the finished run has left: the id is free for a new run (two jobs in a row
+    // with torchrun's default id "none", or a job's fixed id, on a long-lived service).
+    runs_.erase(closed);
+  }
   auto [it, created] = runs_.try_emplace(join.run_id());
   Run& run = it->second;
   if (created) {
@@ -141,6 +148,8 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
                                                  : options_.default_join_timeout;
   } else {
     if (run.state == RunState::kClosed) {
+      // Agents of the finished run are still connected (they are being told its outcome): a
+      // join now is a late joiner of that run, not a new job.
       out.push_back(ErrorFor(
           session, kFailedPrecondition,
           absl::StrCat("run '", run.run_id, "' is closed (", run.outcome, "); use a new run id")));
@@ -156,7 +165,6 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     }
   }
 
-  bool replaced_active_member = false;
   auto existing = run.nodes.find(join.node_id());
   if (existing == run.nodes.end() &&
       // int64: MAX plus a large waiting allowance must not wrap around.
@@ -170,22 +178,20 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     return out;
   }
   if (existing != run.nodes.end()) {
-    Node& old = existing->second;
-    if (old.session != 0 && old.address != join.address()) {
-      out.push_back(ErrorFor(session, kAlreadyExists,
-                             absl::StrCat("node id '", join.node_id(), "' is already in run '",
-                                          run.run_id, "' from ", old.address)));
+    const Node& old = existing->second;
+    if (old.session != 0) {
+      // Never replace a connected agent: both would run the same ranks. An agent that died has
+      // no session any more (its stream ends with the process, or by keepalive within 3 s), so
+      // a restarted agent with the same node id gets in once the old one is gone.
+      out.push_back(ErrorFor(
+          session, kAlreadyExists,
+          absl::StrCat("node id '", join.node_id(), "' is already in run '", run.run_id, "' from ",
+                       old.address,
+                       " (its agent is connected); a second agent with the same --node-id is "
+                       "refused")));
       return out;
     }
-    // The same node came back (its agent restarted): the new session replaces the old one.
-    if (old.session != 0) {
-      out.push_back(
-          ErrorFor(old.session, kAborted,
-                   absl::StrCat("replaced by a new session of node '", old.node_id, "'")));
-      sessions_.erase(old.session);
-    }
-    replaced_active_member =
-        run.state == RunState::kRunning && old.node_rank >= 0 && !old.succeeded;
+    // A node that finished its part and left, now back: it joins again as a new node.
     EraseNode(run, existing);
   }
 
@@ -200,16 +206,6 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
   ++run.connected;
   sessions_[session] = SessionRef{run.run_id, node.node_id};
 
-  if (replaced_active_member) {
-    if (ConnectedCount(run) >= run.min_nodes) {
-      StartRound(run, absl::StrCat("node ", join.node_id(), " restarted"), 0, now, out);
-    } else {
-      run.state = RunState::kGathering;
-      run.join_deadline = now + run.join_timeout;
-      Evaluate(run, now, out, session);
-    }
-    return out;
-  }
   Evaluate(run, now, out, session);
   return out;
 }
@@ -399,20 +395,29 @@ void RoundStateMachine::TrySendPendingRound(Run& run, std::vector<Outgoing>& out
 void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& message,
                                   const v1::WorkerFailure* failure, absl::Time now,
                                   std::vector<Outgoing>& out) {
+  run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
+  run.finished.Clear();
+  run.finished.set_succeeded(succeeded);
+  run.finished.set_message(message);
+  if (failure != nullptr) *run.finished.mutable_failure() = *failure;
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
+    if (n.node_rank < 0) {
+      // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
+      // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
+      out.push_back(ErrorFor(n.session, kFailedPrecondition,
+                             absl::StrCat("run '", run.run_id, "' ended (", run.outcome,
+                                          ") before node '", n.node_id, "' was admitted to it")));
+      continue;
+    }
     Outgoing o;
     o.session = n.session;
-    v1::RunFinished* f = o.message.mutable_finished();
-    f->set_succeeded(succeeded);
-    f->set_message(message);
-    if (failure != nullptr) *f->mutable_failure() = *failure;
+    *o.message.mutable_finished() = run.finished;
     o.close = true;
     out.push_back(std::move(o));
   }
   run.state = RunState::kClosed;
   ++(succeeded ? counters_.runs_succeeded : counters_.runs_failed);
-  run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.closed_at = now;
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();

@@ -17,7 +17,12 @@
 //   rank, except that the node with the highest rank moves into a gap a lost node left; new nodes
 //   follow in node-id order. MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port
 //   it has never served a round from, so every round starts on an empty store.
-// - A finished run is closed; joins are refused (FAILED_PRECONDITION) until it is forgotten.
+// - A finished run is closed. Nodes waiting beyond MAX are told they were not admitted
+//   (FAILED_PRECONDITION), never the run's outcome. Joins are refused (FAILED_PRECONDITION) while
+//   any agent of the run is still connected; once all have left, a join with the run id starts a
+//   new run (the closed one is kept an hour for dgt status, or until then).
+// - A node id whose agent is connected is refused to a second agent (ALREADY_EXISTS): two agents
+//   with one node id would run the same ranks.
 //
 // Thread-compatible: the service serialises calls under its mutex.
 #ifndef DGT_RENDEZVOUS_ROUND_STATE_H_
@@ -149,6 +154,8 @@ class RoundStateMachine {
     std::optional<std::string> pending_reason;
     int32_t pending_restart_increment = 0;
     std::string outcome;
+    // What every member was told when the run ended (kClosed).
+    v1::RunFinished finished;
     absl::Time closed_at;
   };
   struct SessionRef {

@@ -181,7 +181,9 @@ TEST(RoundStateTest, RefusesConflictingAndDuplicateJoins) {
   auto d = h.Join(3, dup);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].message.error().code(), 6);
-  EXPECT_EQ(d[0].message.error().message(), "node id 'n1' is already in run 'job' from 10.0.0.1");
+  EXPECT_EQ(d[0].message.error().message(),
+            "node id 'n1' is already in run 'job' from 10.0.0.1 (its agent is connected); a "
+            "second agent with the same --node-id is refused");
   auto bad = h.Join(4, Join("n4", 3, 2));
   EXPECT_EQ(bad[0].message.error().message(),
             "--nnodes must be MIN:MAX with 0 < MIN <= MAX, got 3:2");
@@ -409,11 +411,12 @@ TEST(RoundStateTest, RunHoldsAtMostMaxPlusWaitingNodes) {
   EXPECT_EQ(refused[0].message.error().message(),
             "run 'job' already holds 3 nodes (MAX 1 and 2 waiting); try again when a node leaves");
   EXPECT_EQ(h.m.counters().refused_joins, 1u);
-  // The same node id coming back is not a new node; and other runs are not affected.
+  // The same node id is not a new node (not RESOURCE_EXHAUSTED): it is refused as a second
+  // agent of a connected node (ALREADY_EXISTS); and other runs are not affected.
   auto again = h.Join(5, Join("n3", 1, 1));
-  ASSERT_EQ(again.size(), 2u);
-  EXPECT_EQ(again[0].message.error().code(), 10);  // The old session of n3 is replaced.
-  EXPECT_TRUE(again[1].message.has_progress());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].session, 5u);
+  EXPECT_EQ(again[0].message.error().code(), 6);
   h.Join(6, Join("o1", 1, 1, 2, "other"));
   EXPECT_EQ(h.Rank(6), 0);
   // A spare leaving makes room.
@@ -512,21 +515,77 @@ TEST(RoundStateTest, LosingANodeAfterAnotherFinishedFailsTheRun) {
   EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
 }
 
-TEST(RoundStateTest, RestartedNodeWithSameIdRejoins) {
+TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected) {
+  // Replacing the connected agent's session would leave its workers running the same ranks as
+  // the newcomer's. The newcomer is refused; the first agent is not disturbed.
   Harness h;
   h.Join(1, Join("n1", 2, 2));
   h.Join(2, Join("n2", 2, 2));
   h.StoreReady(1, 30001);
-  // n2's agent restarted before its old session was noticed as dead.
   auto out = h.Join(7, Join("n2", 2, 2));
-  const Outgoing* replaced = For(out, 2, v1::ServiceMessage::kError);
-  ASSERT_NE(replaced, nullptr);
-  EXPECT_EQ(replaced->message.error().message(), "replaced by a new session of node 'n2'");
-  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
-  EXPECT_EQ(h.Rank(7), 1);
-  EXPECT_EQ(h.last_assignment[7].reason(), "node n2 restarted");
-  // The old session closing later changes nothing.
-  EXPECT_TRUE(h.Close(2).empty());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].session, 7u);
+  EXPECT_EQ(out[0].message.error().code(), 6);
+  EXPECT_EQ(out[0].message.error().message(),
+            "node id 'n2' is already in run 'job' from 10.0.0.2 (its agent is connected); a "
+            "second agent with the same --node-id is refused");
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  EXPECT_EQ(h.m.Status("job").runs(0).round(), 0);
+  // Once the first agent is gone (its stream ended), a restarted agent with that id gets in.
+  auto lost = h.Close(2);
+  EXPECT_EQ(Count(lost, v1::ServiceMessage::kStop), 1);
+  auto back = h.Join(8, Join("n2", 2, 2));
+  ASSERT_EQ(Count(back, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(8), 1);
+  EXPECT_EQ(h.last_assignment[8].round(), 1);
+  EXPECT_EQ(h.last_assignment[8].reason(), "nodes rejoined");
+}
+
+TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunEnds) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 1));
+  auto waiting = h.Join(2, Join("n2", 1, 1));
+  ASSERT_EQ(Count(waiting, v1::ServiceMessage::kProgress), 1);
+  auto out = h.Report(1, true, 0);
+  ASSERT_EQ(out.size(), 2u);
+  const Outgoing* done = For(out, 1, v1::ServiceMessage::kFinished);
+  ASSERT_NE(done, nullptr);
+  EXPECT_TRUE(done->message.finished().succeeded());
+  const Outgoing* refused = For(out, 2, v1::ServiceMessage::kError);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->message.error().code(), 9);
+  EXPECT_EQ(refused->message.error().message(),
+            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
+            "it");
+  EXPECT_TRUE(refused->close);
+  EXPECT_EQ(For(out, 2, v1::ServiceMessage::kFinished), nullptr);
+}
+
+TEST(RoundStateTest, FinishedRunIdIsFreeOnceEveryAgentLeft) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.Report(1, true, 0);
+  h.Report(2, true, 0);
+  ASSERT_EQ(h.m.StateOf("job"), RunState::kClosed);
+  h.Close(1);
+  // n2's agent is still being told the outcome: a join now belongs to the finished run.
+  auto late = h.Join(3, Join("n3", 2, 2));
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].message.error().message(),
+            "run 'job' is closed (succeeded: all 2 nodes succeeded); use a new run id");
+  h.Close(2);
+  // Every agent of the finished run left: the same id (torchrun's default "none", or a job's
+  // fixed id) starts a new run at once, not an hour later.
+  auto next = h.Join(4, Join("n1", 2, 2), kT0 + absl::Seconds(5));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].message.progress().joined_nodes(), 1);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  auto second = h.Join(5, Join("n2", 2, 2), kT0 + absl::Seconds(5));
+  ASSERT_EQ(Count(second, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.last_assignment[4].round(), 0);
+  EXPECT_EQ(h.last_assignment[4].restart_count(), 0);
 }
 
 TEST(RoundStateTest, StatusListsNodesByRank) {
