@@ -511,6 +511,7 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   for (auto& [id, n] : run.nodes) {
     n.node_rank = -1;
     n.succeeded = false;
+    n.failed = false;
   }
   run.members = static_cast<int32_t>(ranks.size());
   run.succeeded = 0;
@@ -614,6 +615,9 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
     }
     return out;
   }
+  // A node that rejoined after a broken stream reports again: its failure counts once.
+  if (node->failed) return out;
+  node->failed = true;
   std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
                                   "): ", report.message());
   if (run->restart_count < run->max_restarts) {

@@ -126,6 +126,7 @@ class RoundStateMachine {
     int32_t store_port = 0;  // A store never used for a round; 0 while the agent opens one.
     int32_t node_rank = -1;  // In the current round; -1 while waiting.
     bool succeeded = false;  // Reported success for the current round.
+    bool failed = false;     // Reported a failure for the current round (counted once).
     absl::Time last_contact;
   };
   struct Run {
