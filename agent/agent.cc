@@ -1539,6 +1539,9 @@ void Agent::Finish(int exit_status, const std::string& message) {
   } else if (exit_status == 0) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
+  // With the service there, every node hears the outcome from it: marks still queued would only
+  // make this agent wait for a store that may be gone already.
+  if (round_tasks_ && !ServiceLost() && !linger_) round_tasks_->DropQueued();
   join_timer_.cancel();
   drain_timer_.cancel();
   reconnect_timer_.cancel();

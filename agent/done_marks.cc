@@ -91,6 +91,11 @@ void RoundStoreTasks::Run(std::string host, int port, Task task) {
   cv_.Signal();
 }
 
+void RoundStoreTasks::DropQueued() {
+  MutexLock lock(&mu_);
+  queue_.clear();
+}
+
 void RoundStoreTasks::Loop() {
   for (;;) {
     Item item;

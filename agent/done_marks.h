@@ -72,6 +72,9 @@ class RoundStoreTasks {
   RoundStoreTasks& operator=(const RoundStoreTasks&) = delete;
 
   void Run(std::string host, int port, Task task);
+  // Forgets the queued tasks (not the one running): when every node learned the run's outcome
+  // from the service, nobody needs the marks, and a node need not wait for a store that is gone.
+  void DropQueued();
 
  private:
   struct Item {

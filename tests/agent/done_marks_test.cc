@@ -97,6 +97,33 @@ TEST(DoneMarksTest, TasksRunInOrderAndQueuedOnesRunBeforeDestruction) {
   EXPECT_EQ(read->status, (std::vector<std::optional<int>>{0, 1, 2}));
 }
 
+TEST(DoneMarksTest, DroppedTasksNeverRun) {
+  int ran = 0;
+  {
+    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Milliseconds(300));
+    Mutex gate_mu;
+    bool open = false;
+    CondVar gate;
+    // The first task holds the thread until the others are queued and dropped.
+    tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
+      MutexLock lock(&gate_mu);
+      while (!open) gate.Wait(&gate_mu);
+      return false;
+    });
+    for (int i = 0; i < 3; ++i) {
+      tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
+        ++ran;
+        return false;
+      });
+    }
+    tasks.DropQueued();
+    MutexLock lock(&gate_mu);
+    open = true;
+    gate.SignalAll();
+  }
+  EXPECT_EQ(ran, 0);
+}
+
 TEST(DoneMarksTest, AnUnreachableStoreIsReportedToTheTask) {
   absl::Status seen;
   {
