@@ -622,7 +622,9 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
 
 void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
   if (state_ == State::kDone || linger_) return;
-  if (!round_store_ || assignment_.node_count <= 1 || round_ < 0) {
+  // With the service there, the other nodes hear from it (a new round has a new store): only
+  // without it do they still depend on this node's store.
+  if (!round_store_ || assignment_.node_count <= 1 || round_ < 0 || !ServiceLost()) {
     Finish(exit_status, message);
     return;
   }
@@ -704,9 +706,9 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
                               " and could not rejoin run '", options_.run_id,
                               "': ", message.error().message()));
       } else {
-        LeaveRun(kExitNotAdmitted, absl::StrCat("the rendezvous service ended node '",
-                                                options_.node_id, "''s part in run '",
-                                                options_.run_id, "': ", message.error().message()));
+        LeaveRun(kExitNotAdmitted,
+                 absl::StrCat("the rendezvous service ended the part of node '", options_.node_id,
+                              "' in run '", options_.run_id, "': ", message.error().message()));
       }
       return;
     case rdzv_v1::ServiceMessage::kStop:

@@ -94,9 +94,9 @@ class Agent {
   // Reads the round's done marks (once; OnMarks schedules the next read while needed).
   void PollMarks();
   void OnMarks(const absl::StatusOr<DoneMarks>& marks);
-  // Finish, except that node rank 0, which serves the round's store, first keeps it until every
-  // node's done mark is there (and, with `wait_for_seen`, every other node has seen the
-  // outcome), at most --rdzv-conf read_timeout.
+  // Finish, except that node rank 0, which serves the round's store, when the service is lost
+  // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
+  // other node has seen the outcome), at most --rdzv-conf read_timeout.
   void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
