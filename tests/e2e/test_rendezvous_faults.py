@@ -6,6 +6,8 @@ import signal
 import socket
 import time
 
+import pytest
+
 from conftest import BIN, WORKERS, records, wait_for
 
 SLEEP = str(WORKERS / "sleep_by_rank.py")
@@ -93,9 +95,11 @@ def alive(pid):
     return True
 
 
-def test_job_survives_a_restart_of_the_rendezvous_service(spawn):
-    # kill -9 of dgt-rendezvous mid-job, then a new one on the same port: the agents reconnect,
-    # the new service takes the running round back from their rejoins, and the job completes
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_job_survives_a_restart_of_the_rendezvous_service(spawn, sig):
+    # kill -9 (or SIGTERM) of dgt-rendezvous mid-job, then a new one on the same port: the agents
+    # reconnect, the new service takes the running round back from their rejoins, and the job
+    # completes
     # with the same worker processes. Node rank 0's worker ends while the service is away: its
     # agent must keep the store (node rank 1's worker still uses it) and not claim success.
     port = free_loopback_port()
@@ -103,7 +107,7 @@ def test_job_survives_a_restart_of_the_rendezvous_service(spawn):
     nodes = two_nodes(spawn, port, "survive", "1.5,6", 20)
     wait_for(lambda: all(events(n, "start") for n in nodes), 60, "both workers to start")
     pids = [events(n, "start")[0]["pid"] for n in nodes]
-    os.kill(service.popen.pid, signal.SIGKILL)
+    os.kill(service.popen.pid, sig)
     service.popen.wait(timeout=10)
     wait_for(lambda: events(nodes[0], "done"), 20, "node rank 0's worker to finish")
     time.sleep(0.5)  # Node rank 0 is now waiting for the outcome with no service.
