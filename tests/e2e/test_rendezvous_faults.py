@@ -99,9 +99,9 @@ def alive(pid):
 def test_job_survives_a_restart_of_the_rendezvous_service(spawn, sig):
     # kill -9 (or SIGTERM) of dgt-rendezvous mid-job, then a new one on the same port: the agents
     # reconnect, the new service takes the running round back from their rejoins, and the job
-    # completes
-    # with the same worker processes. Node rank 0's worker ends while the service is away: its
-    # agent must keep the store (node rank 1's worker still uses it) and not claim success.
+    # completes with the same worker processes. Node rank 0's worker ends while the service is
+    # away: its agent must keep the store (node rank 1's worker still uses it) and not claim
+    # success.
     port = free_loopback_port()
     service = start_service(spawn, port, "rdzv-1")
     nodes = two_nodes(spawn, port, "survive", "1.5,6", 20)
