@@ -48,6 +48,34 @@ std::string SignalName(int sig) {
   return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
 }
 
+// Whether a Session stream that ended with `status` was refused by the service (a bad token, a
+// per-peer session limit, a request it does not accept): joining again would be refused again.
+// Anything else (UNAVAILABLE, CANCELLED, ...) means the service went away.
+bool IsRefusal(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether `a` is the round `held` (the service's answer to a rejoin), not a new round that merely
+// has the same number (a service that started the run over).
+bool IsSameRound(const rdzv_v1::Assignment& a, const rdzv_v1::Assignment& held) {
+  return a.run_id() == held.run_id() && a.round() == held.round() &&
+         a.node_rank() == held.node_rank() && a.node_count() == held.node_count() &&
+         a.world_size() == held.world_size() && a.first_global_rank() == held.first_global_rank() &&
+         a.master_addr() == held.master_addr() && a.master_port() == held.master_port() &&
+         a.restart_count() == held.restart_count();
+}
+
 // Signals that are forwarded without stopping the job (schedulers use them to announce a
 // preemption; the workers decide what to do).
 bool IsNotifySignal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
@@ -110,9 +138,21 @@ Agent::Agent(LaunchOptions options)
       work_(asio::make_work_guard(io_)),
       signals_(io_),
       join_timer_(io_),
-      drain_timer_(io_) {}
+      drain_timer_(io_),
+      reconnect_timer_(io_),
+      marks_timer_(io_) {}
 
 Agent::~Agent() {
+  // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
+  // while the loop its callbacks post to still exists.
+  if (reconnect_thread_.joinable()) reconnect_thread_.join();
+  {
+    dgt::MutexLock lock(&reconnect_mu_);
+    if (reconnect_result_ && reconnect_result_->ok()) (**reconnect_result_)->Close();
+    reconnect_result_.reset();
+  }
+  // Writes this node's last done mark (bounded by the store timeout) before the store goes.
+  round_tasks_.reset();
   workers_.reset();
   retired_.clear();
   for (int fd : tf_reservations_) ::close(fd);
@@ -145,6 +185,9 @@ absl::Status Agent::Prepare() {
     if (!hp.ok()) return hp.status();
     auto ip = ResolveToIp(hp->host);
     if (!ip.ok()) {
+      // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is an
+      // unreachable service: retrying the node later may work.
+      prepare_exit_status_ = kExitRendezvousUnavailable;
       return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
     rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
@@ -179,13 +222,12 @@ absl::Status Agent::Prepare() {
   store_ = std::make_unique<store::Server>(store_options);
   if (auto s = store_->Start(); !s.ok()) return s;
 
-  rendezvous::TlsFiles tls{options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
-  std::string token;
+  rdzv_tls_ = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
   if (!options_.rdzv_token_file.empty()) {
     auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
     if (!t.ok())
       return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
-    token = *t;
+    rdzv_token_ = *t;
   }
   if (host_candidate) {
     // c10d-style: the first agent of the endpoint's host serves it. After every flag is checked,
@@ -193,33 +235,19 @@ absl::Status Agent::Prepare() {
     DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
-  auto session = RendezvousSession::Open(
-      rdzv_endpoint_, absl::Seconds(options_.connect_timeout_s), tls, token,
-      [this](const rdzv_v1::ServiceMessage& m) {
-        asio::post(io_, [this, m] { OnServiceMessage(m); });
-      },
-      [this](const grpc::Status& status) {
-        asio::post(io_, [this, status] { OnSessionClosed(status); });
-      });
-  if (!session.ok()) return session.status();
+  auto session = OpenSession(session_gen_, absl::Seconds(options_.connect_timeout_s));
+  if (!session.ok()) {
+    if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      prepare_exit_status_ = kExitRendezvousUnavailable;
+    } else if (session.status().code() == absl::StatusCode::kUnauthenticated) {
+      prepare_exit_status_ = kExitNotAdmitted;  // TLS settings that disagree with the service.
+    }
+    return session.status();
+  }
   session_ = std::move(*session);
   session_open_ = true;
 
-  rdzv_v1::AgentMessage join_message;
-  rdzv_v1::JoinRequest* join = join_message.mutable_join();
-  join->set_run_id(options_.run_id);
-  join->set_node_id(options_.node_id);
-  join->set_min_nodes(options_.min_nodes);
-  join->set_max_nodes(options_.max_nodes);
-  join->set_nproc_per_node(options_.nproc_per_node);
-  join->set_address(advertised_address_);
-  join->set_store_port(store_->port());
-  join->set_last_call_timeout_s(options_.last_call_timeout_s);
-  join->set_join_timeout_s(options_.join_timeout_s);
-  // Group restarts are rounds decided by the rendezvous, for one node or many.
-  join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
-                                                                          : 0);
-  if (auto s = session_->Send(join_message); !s.ok()) {
+  if (auto s = session_->Send(MakeJoin()); !s.ok()) {
     // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback
     // delivers its status, which is the reason to report.
     spdlog::debug("dgt-run: the join could not be sent: {}", s.message());
@@ -230,10 +258,11 @@ absl::Status Agent::Prepare() {
   join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kJoining) return;
-    Finish(1, absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
-                           options_.join_timeout_s, " s (", options_.join_timeout_flag,
-                           "): ", last_progress_.joined_nodes(), " of at least ",
-                           options_.min_nodes, " node(s) joined"));
+    Finish(kExitJoinTimeout,
+           absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
+                        options_.join_timeout_s, " s (", options_.join_timeout_flag,
+                        "): ", last_progress_.joined_nodes(), " of at least ", options_.min_nodes,
+                        " node(s) joined"));
   });
   return absl::OkStatus();
 }
@@ -317,6 +346,309 @@ absl::Status Agent::PrepareStatic() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t gen,
+                                                                      absl::Duration timeout) {
+  return RendezvousSession::Open(
+      rdzv_endpoint_, timeout, rdzv_tls_, rdzv_token_,
+      [this, gen](const rdzv_v1::ServiceMessage& m) {
+        asio::post(io_, [this, gen, m] {
+          if (gen == session_gen_) OnServiceMessage(m);
+        });
+      },
+      [this, gen](const grpc::Status& status) {
+        asio::post(io_, [this, gen, status] {
+          if (gen == session_gen_) OnSessionClosed(status);
+        });
+      });
+}
+
+rdzv_v1::AgentMessage Agent::MakeJoin() const {
+  rdzv_v1::AgentMessage join_message;
+  rdzv_v1::JoinRequest* join = join_message.mutable_join();
+  join->set_run_id(options_.run_id);
+  join->set_node_id(options_.node_id);
+  join->set_min_nodes(options_.min_nodes);
+  join->set_max_nodes(options_.max_nodes);
+  join->set_nproc_per_node(options_.nproc_per_node);
+  join->set_address(advertised_address_);
+  join->set_store_port(store_ ? store_->port() : 0);
+  join->set_last_call_timeout_s(options_.last_call_timeout_s);
+  join->set_join_timeout_s(options_.join_timeout_s);
+  // Group restarts are rounds decided by the rendezvous, for one node or many.
+  join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
+                                                                          : 0);
+  if (auto rejoin = RejoinAssignment()) *join->mutable_rejoin() = *rejoin;
+  return join_message;
+}
+
+std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
+  if (round_ < 0) return std::nullopt;
+  switch (state_) {
+    case State::kRunning:
+    case State::kRestarting:
+    case State::kStopping:
+    case State::kAwaitingOutcome:
+      return current_assignment_;
+    case State::kRerounding:
+      // The round the service moved to (its workers start once the old ones are gone).
+      return pending_assignment_ ? *pending_assignment_ : current_assignment_;
+    case State::kJoining:
+    case State::kWaitingForRound:  // Stopped by the service: no round to go back to.
+    case State::kDone:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void Agent::StartReconnect(const grpc::Status& status) {
+  if (!reconnect_deadline_) {
+    reconnect_deadline_ = absl::Now() + absl::Seconds(options_.reconnect_timeout_s);
+    reconnect_backoff_ = absl::Milliseconds(100);
+    spdlog::warn(
+        "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
+        "(--rdzv-conf read_timeout)",
+        rdzv_endpoint_, status.error_message(),
+        workers_ && workers_->alive() > 0 ? "workers keep running; " : "",
+        options_.reconnect_timeout_s);
+  }
+  if (state_ == State::kAwaitingOutcome) PollMarks();
+  ScheduleReconnect();
+}
+
+void Agent::ScheduleReconnect() {
+  if (!reconnect_deadline_ || state_ == State::kDone) return;
+  if (absl::Now() >= *reconnect_deadline_) {
+    OnReconnectWindowOver();
+    return;
+  }
+  // Jittered (half to all of the backoff) so that the nodes of a big job do not all reconnect
+  // to a restarted service at the same instant.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  const absl::Duration delay = reconnect_backoff_ * jitter(rng);
+  reconnect_backoff_ = std::min(reconnect_backoff_ * 2, absl::Seconds(5));
+  reconnect_timer_.expires_after(absl::ToChronoMilliseconds(delay));
+  reconnect_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) TryReconnect();
+  });
+}
+
+void Agent::TryReconnect() {
+  if (state_ == State::kDone || !reconnect_deadline_) return;
+  // The previous attempt posted its result already (attempts are started from that result).
+  if (reconnect_thread_.joinable()) reconnect_thread_.join();
+  const absl::Duration left = *reconnect_deadline_ - absl::Now();
+  if (left <= absl::ZeroDuration()) {
+    OnReconnectWindowOver();
+    return;
+  }
+  // Connecting blocks (up to the attempt's deadline): off the loop, which keeps serving the
+  // workers.
+  const absl::Duration attempt = std::min(left, absl::Seconds(1));
+  const uint64_t gen = ++session_gen_;
+  session_open_ = false;
+  reconnect_thread_ = std::thread([this, gen, attempt] {
+    auto session = OpenSession(gen, attempt);
+    {
+      dgt::MutexLock lock(&reconnect_mu_);
+      reconnect_result_ = std::move(session);
+    }
+    asio::post(io_, [this, gen] { OnReconnectAttempt(gen); });
+  });
+}
+
+void Agent::OnReconnectAttempt(uint64_t gen) {
+  absl::StatusOr<std::unique_ptr<RendezvousSession>> result =
+      absl::UnknownError("no connection attempt");
+  {
+    dgt::MutexLock lock(&reconnect_mu_);
+    if (reconnect_result_) result = std::move(*reconnect_result_);
+    reconnect_result_.reset();
+  }
+  if (state_ == State::kDone || gen != session_gen_ || !reconnect_deadline_) {
+    if (result.ok()) (*result)->Close();
+    return;
+  }
+  if (!result.ok()) {
+    spdlog::debug("dgt-run: reconnecting: {}", result.status().message());
+    ScheduleReconnect();
+    return;
+  }
+  if (session_) session_->Close();  // The broken one; its end was delivered already.
+  session_ = std::move(*result);
+  session_open_ = true;
+  rdzv_v1::AgentMessage join = MakeJoin();
+  rejoin_round_.reset();
+  if (join.join().has_rejoin()) rejoin_round_ = join.join().rejoin().round();
+  spdlog::info("dgt-run: reconnected to the rendezvous service at {}; {}", rdzv_endpoint_,
+               rejoin_round_
+                   ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round_)
+                   : absl::StrCat("joining run '", options_.run_id, "' again"));
+  // A failed send means the stream ended already: its closed callback continues the reconnect.
+  (void)session_->Send(join);
+}
+
+void Agent::ServiceBack() {
+  if (!reconnect_deadline_) return;
+  reconnect_deadline_.reset();
+  reconnect_timer_.cancel();
+  marks_timer_.cancel();
+}
+
+void Agent::OnRejoined() {
+  rejoin_round_.reset();
+  ServiceBack();
+  spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
+               options_.run_id, round_, assignment_.node_rank);
+  // The report may have gone to a service that died with it, or never left this node.
+  if (state_ == State::kAwaitingOutcome && last_report_ && session_open_ && !linger_) {
+    (void)session_->Send(*last_report_);
+  }
+}
+
+void Agent::OnReconnectWindowOver() {
+  reconnect_timer_.cancel();
+  const std::string lost = absl::StrCat(
+      "lost the rendezvous service at ", rdzv_endpoint_, " and could not reach it again within ",
+      options_.reconnect_timeout_s, " s (--rdzv-conf read_timeout)");
+  switch (state_) {
+    case State::kJoining:
+    case State::kWaitingForRound:
+      Finish(kExitRendezvousUnavailable, lost);
+      return;
+    case State::kRunning:
+    case State::kRestarting:
+    case State::kStopping:
+    case State::kRerounding:
+      LeaveRun(kExitRendezvousUnavailable, lost);
+      return;
+    case State::kAwaitingOutcome:
+      if (linger_) return;
+      if (last_marks_ && last_marks_->AllDone() && !last_marks_->AllSucceeded() &&
+          !first_failure_) {
+        const int failed = last_marks_->FirstFailed();
+        FinishLinger(kExitLauncherError,
+                     absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
+                                  failed, " ended with exit status ", *last_marks_->status[failed],
+                                  " (done marks in the round's store; ", lost, ")"));
+      } else if (first_failure_) {
+        FinishLinger(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+      } else {
+        // Never "succeeded" for a run whose outcome this node does not know.
+        FinishLinger(kExitRendezvousUnavailable,
+                     absl::StrCat(lost, "; this node's workers succeeded, but the outcome of run '",
+                                  options_.run_id, "' is unknown"));
+      }
+      return;
+    case State::kDone:
+      return;
+  }
+}
+
+void Agent::MarkDone(int exit_status) {
+  if (round_ < 0 || assignment_.master_port <= 0) return;
+  if (!round_tasks_) {
+    round_tasks_ =
+        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
+  }
+  const int64_t round = round_;
+  const int node_rank = assignment_.node_rank;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [round, node_rank, exit_status](absl::StatusOr<store::Store*> store) {
+                      absl::Status s = store.ok()
+                                           ? WriteDoneMark(**store, round, node_rank, exit_status)
+                                           : store.status();
+                      if (!s.ok())
+                        spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
+                      return s.ok();
+                    });
+}
+
+void Agent::PollMarks() {
+  if (marks_polling_ || state_ == State::kDone || round_ < 0 || assignment_.master_port <= 0) {
+    return;
+  }
+  if (!round_tasks_) {
+    round_tasks_ =
+        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
+  }
+  marks_polling_ = true;
+  const int64_t round = round_;
+  const int node_count = assignment_.node_count;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [this, round, node_count](absl::StatusOr<store::Store*> store) {
+                      absl::StatusOr<DoneMarks> marks =
+                          store.ok() ? ReadDoneMarks(**store, round, node_count)
+                                     : absl::StatusOr<DoneMarks>(store.status());
+                      asio::post(io_, [this, marks] { OnMarks(marks); });
+                      return marks.ok();
+                    });
+}
+
+void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
+  marks_polling_ = false;
+  if (state_ == State::kDone) return;
+  if (marks.ok()) {
+    last_marks_ = *marks;
+  } else {
+    spdlog::debug("dgt-run: cannot read the done marks: {}", marks.status().message());
+  }
+  if (linger_) {
+    const bool done = last_marks_ && last_marks_->AllDone() &&
+                      (!linger_for_seen_ || last_marks_->AllSeenExcept(assignment_.node_rank));
+    if (done || absl::Now() >= linger_deadline_) {
+      const auto [status, message] = *linger_;
+      Finish(status, message);
+      return;
+    }
+  } else if (state_ == State::kAwaitingOutcome && ServiceLost()) {
+    if (last_marks_ && last_marks_->AllSucceeded()) {
+      const std::string message = absl::StrCat(
+          "every node of run '", options_.run_id,
+          "' succeeded, as the done marks in the round's store say (the rendezvous service at ",
+          rdzv_endpoint_, " is unreachable)");
+      if (assignment_.node_rank == 0) {
+        FinishLinger(kExitSuccess, message, /*wait_for_seen=*/true);
+      } else {
+        // Node rank 0 keeps its store until every node has seen the outcome.
+        const int64_t round = round_;
+        const int node_rank = assignment_.node_rank;
+        round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                          [round, node_rank](absl::StatusOr<store::Store*> store) {
+                            return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
+                          });
+        Finish(kExitSuccess, message);
+      }
+      return;
+    }
+  } else {
+    return;  // The service is back (or this node is not waiting for an outcome).
+  }
+  marks_timer_.expires_after(std::chrono::milliseconds(250));
+  marks_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) PollMarks();
+  });
+}
+
+void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
+  if (state_ == State::kDone || linger_) return;
+  // With the service there, the other nodes hear from it (a new round has a new store): only
+  // without it do they still depend on this node's store.
+  if (!round_store_ || assignment_.node_count <= 1 || round_ < 0 || !ServiceLost()) {
+    Finish(exit_status, message);
+    return;
+  }
+  linger_ = {exit_status, message};
+  linger_for_seen_ = wait_for_seen;
+  linger_deadline_ = absl::Now() + absl::Seconds(options_.reconnect_timeout_s);
+  state_ = State::kAwaitingOutcome;
+  spdlog::info(
+      "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "
+      "most {} s)",
+      options_.reconnect_timeout_s);
+  PollMarks();
+}
+
 void Agent::WaitForSignals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -339,8 +671,10 @@ int Agent::Run() {
   if (absl::Status s = Prepare(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
     // A flag whose value is wrong (--local-addr, --master-addr, --rdzv-token-file) is a usage
-    // error, exit 2 like the parser's; anything else (a port in use, ...) exits 1.
-    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    // error, exit 2 like the parser's; an unreachable rendezvous service 69; anything else (a
+    // port in use, ...) 1.
+    if (s.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
+    return prepare_exit_status_;
   }
   for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
@@ -349,6 +683,9 @@ int Agent::Run() {
 }
 
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
+  // A fresh join after reconnecting is answered: the service is back. (A rejoin's answer is its
+  // Assignment, OnRejoined.)
+  if (ServiceLost() && !rejoin_round_ && !message.has_error()) ServiceBack();
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
       last_progress_ = message.progress();
@@ -363,11 +700,25 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
       OnRunFinished(message.finished());
       return;
     case rdzv_v1::ServiceMessage::kError:
+      // The service closes the stream after an Error: this node is not (or no longer) part of
+      // the run, and its workers must not go on running ranks the run may give to another node.
       if (state_ == State::kJoining) {
-        Finish(1, absl::StrCat("the rendezvous service refused this node: ",
-                               message.error().message()));
+        Finish(kExitNotAdmitted, absl::StrCat("the rendezvous service refused this node: ",
+                                              message.error().message()));
+      } else if (rejoin_round_) {
+        // The run went on without this node while it was away (or the service cannot take its
+        // round back): a new agent may join it again, so not "not admitted".
+        rejoin_round_.reset();
+        reconnect_deadline_.reset();
+        reconnect_timer_.cancel();
+        LeaveRun(kExitRendezvousUnavailable,
+                 absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
+                              " and could not rejoin run '", options_.run_id,
+                              "': ", message.error().message()));
       } else {
-        spdlog::error("dgt-run: rendezvous error: {}", message.error().message());
+        LeaveRun(kExitNotAdmitted,
+                 absl::StrCat("the rendezvous service ended the part of node '", options_.node_id,
+                              "' in run '", options_.run_id, "': ", message.error().message()));
       }
       return;
     case rdzv_v1::ServiceMessage::kStop:
@@ -392,56 +743,83 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
   switch (state_) {
     case State::kJoining:
-      Finish(1, absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
-                             " ended before this node was assigned: ", status.error_message()));
+      if (IsRefusal(status)) {
+        Finish(kExitNotAdmitted,
+               absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
+                            " ended before this node was assigned: ", status.error_message()));
+        return;
+      }
+      StartReconnect(status);  // The join timeout still bounds the wait for a round.
       return;
     case State::kRunning:
     case State::kRestarting:
     case State::kStopping:
     case State::kRerounding:
-      // After a RunFinished the service ends the session itself: nothing was lost.
-      if (!remote_outcome_ && HostedByAnotherNode()) {
+      // After a RunFinished (or a refusal) the service ends the session itself: nothing was lost.
+      if (remote_outcome_) return;
+      if (HostedByAnotherNode()) {
         // c10d-style hosting: the service died with its node (whose agent also served the
         // store as node rank 0, or ran workers of this job), so the job cannot complete.
-        rdzv_v1::RunFinished lost;
-        lost.set_succeeded(false);
-        lost.set_message(HostLostMessage(status));
-        remote_outcome_ = lost;
-        pending_assignment_.reset();
-        spdlog::error("dgt-run: {}; stopping this node's workers", lost.message());
-        if (state_ == State::kRunning) StopWorkers();
-        if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
+        LeaveRun(kExitRendezvousUnavailable, HostLostMessage(status));
         return;
       }
-      if (!remote_outcome_) {
-        spdlog::warn("dgt-run: lost the rendezvous service at {} ({}); workers keep running",
-                     rdzv_endpoint_, status.error_message());
-      }
+      StartReconnect(status);  // The workers keep running meanwhile.
       return;
     case State::kWaitingForRound:
       if (HostedByAnotherNode()) {
-        Finish(1, HostLostMessage(status));
+        Finish(kExitRendezvousUnavailable, HostLostMessage(status));
         return;
       }
-      Finish(1, absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
-                             " while waiting for a new round: ", status.error_message()));
+      StartReconnect(status);
       return;
     case State::kAwaitingOutcome:
-      // No run outcome will come: end with this node's own result.
-      if (!first_failure_ && !remote_outcome_ && HostedByAnotherNode()) {
-        Finish(1, HostLostMessage(status));
-      } else if (first_failure_) {
-        Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
-      } else {
-        Finish(0, "");
+      if (linger_) return;  // Decided; node rank 0 only keeps its store a while.
+      if (HostedByAnotherNode()) {
+        if (first_failure_) {
+          Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+        } else {
+          Finish(kExitRendezvousUnavailable, HostLostMessage(status));
+        }
+        return;
       }
+      // The run's outcome is not known yet: reconnect (and meanwhile read the done marks).
+      StartReconnect(status);
       return;
     case State::kDone:
       return;
   }
 }
 
+void Agent::LeaveRun(int exit_status, const std::string& message) {
+  if (state_ == State::kDone) return;
+  const bool workers_running = workers_ && (workers_->alive() > 0 || pending_restarts_ > 0) &&
+                               (state_ == State::kRunning || state_ == State::kRestarting ||
+                                state_ == State::kStopping || state_ == State::kRerounding);
+  if (!workers_running) {
+    FinishLinger(exit_status, message);
+    return;
+  }
+  leave_ = {exit_status, message};
+  // A failed outcome stops restarts and new rounds on this node while its workers stop.
+  rdzv_v1::RunFinished left;
+  left.set_succeeded(false);
+  left.set_message(message);
+  if (!remote_outcome_) remote_outcome_ = left;
+  pending_assignment_.reset();
+  spdlog::error("dgt-run: {}; stopping this node's workers", message);
+  if (state_ == State::kRunning) {
+    StopWorkers();
+  } else {
+    // kRestarting: no restart now; kRerounding: no next round (the workers are stopping).
+    state_ = State::kStopping;
+  }
+}
+
 void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
+  if (rejoin_round_ && IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
+    OnRejoined();  // The service took this node back into its round: nothing restarts.
+    return;
+  }
   switch (state_) {
     case State::kJoining:
       join_timer_.cancel();
@@ -485,6 +863,7 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
 void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   const bool first_round = round_ < 0;
   round_ = a.round();
+  current_assignment_ = a;
   assignment_.run_id = a.run_id();
   assignment_.node_rank = a.node_rank();
   assignment_.node_count = a.node_count();
@@ -560,8 +939,9 @@ void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
   join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
   join_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kWaitingForRound) return;
-    Finish(1, absl::StrCat("run '", options_.run_id, "' got no new round within ",
-                           options_.join_timeout_s, " s after its workers were stopped"));
+    Finish(kExitJoinTimeout,
+           absl::StrCat("run '", options_.run_id, "' got no new round within ",
+                        options_.join_timeout_s, " s after its workers were stopped"));
   });
 }
 
@@ -1066,6 +1446,11 @@ void Agent::AfterWorkersExited() {
       });
       return;
     }
+    if (leave_) {
+      MarkDone(leave_->first);
+      FinishLinger(leave_->first, leave_->second);
+      return;
+    }
     if (remote_outcome_) {
       OnRunFinished(*remote_outcome_);
       return;
@@ -1094,10 +1479,16 @@ void Agent::AfterWorkersExited() {
     } else {
       report->set_succeeded(true);
     }
-    if (!session_open_ || !session_->Send(message).ok()) {
-      OnSessionClosed(grpc::Status(grpc::StatusCode::UNAVAILABLE, "session closed"));
+    // The done mark lets node rank 0 keep the round's store until every node is done, and the
+    // nodes learn the outcome, even when the service is gone.
+    MarkDone(first_failure_ ? first_failure_->ExitStatus() : kExitSuccess);
+    last_report_ = message;
+    if (ServiceLost()) {
+      PollMarks();  // The report goes out after the rejoin.
       return;
     }
+    // A failed send means the stream ended: its closed callback starts reconnecting.
+    if (session_open_) (void)session_->Send(message);
     // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
     // every node is done), or a new round (a restart after a failure).
   };
@@ -1113,6 +1504,13 @@ void Agent::AfterWorkersExited() {
 void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
   switch (state_) {
     case State::kJoining:
+      // This node never ran a worker of the run: whatever its outcome, it is not this node's
+      // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
+      Finish(kExitNotAdmitted,
+             absl::StrCat("run '", options_.run_id, "' ended (",
+                          finished.succeeded() ? "succeeded" : "failed", ": ", finished.message(),
+                          ") before node '", options_.node_id, "' was admitted to it"));
+      return;
     case State::kWaitingForRound:
       Finish(finished.succeeded() ? 0 : 1,
              finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
@@ -1180,8 +1578,13 @@ void Agent::Finish(int exit_status, const std::string& message) {
   } else if (exit_status == 0) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
+  // With the service there, every node hears the outcome from it: marks still queued would only
+  // make this agent wait for a store that may be gone already.
+  if (round_tasks_ && !ServiceLost() && !linger_) round_tasks_->DropQueued();
   join_timer_.cancel();
   drain_timer_.cancel();
+  reconnect_timer_.cancel();
+  marks_timer_.cancel();
   signals_.cancel();
   if (workers_) workers_->KillAll();
   work_.reset();

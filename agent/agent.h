@@ -11,7 +11,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "agent/done_marks.h"
 #include "agent/error_file.h"
 #include "agent/failure_publisher.h"
 #include "agent/group_watchdog.h"
@@ -34,7 +36,8 @@ class Agent {
 
   // Runs the job on this node to its end. Returns the process exit status: 0 when every worker
   // of the run succeeded, else the first failed worker's code (128 + signal number for a
-  // signal), 1 for a rendezvous failure, 128 + N when stopped by signal N.
+  // signal), 128 + N when stopped by signal N, else a launcher status from agent/exit_codes.h
+  // (69 rendezvous unavailable, 75 join timeout, 77 not admitted, 1 other).
   int Run();
 
  private:
@@ -66,6 +69,35 @@ class Agent {
   void BeginRun();
   // A fresh restart budget for the node count of `assignment_` (each round).
   void ResetRestartTracker();
+  // Opens a Session stream whose callbacks reach this agent's loop while `gen` is the current
+  // session generation (a replaced session's late callbacks are dropped). Blocks up to `timeout`.
+  absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenSession(uint64_t gen,
+                                                                 absl::Duration timeout);
+  // The JoinRequest for this node, with JoinRequest.rejoin when it holds a round of the run.
+  rdzv_v1::AgentMessage MakeJoin() const;
+  std::optional<rdzv_v1::Assignment> RejoinAssignment() const;
+  // The service is lost (not hosted by another node): workers keep running, and the agent
+  // reconnects with jittered exponential backoff (100 ms doubling to 5 s) until
+  // --rdzv-conf read_timeout passes (OnReconnectWindowOver).
+  void StartReconnect(const grpc::Status& status);
+  void ScheduleReconnect();
+  void TryReconnect();
+  void OnReconnectAttempt(uint64_t gen);
+  void OnReconnectWindowOver();
+  // The service answered the new session: the reconnect window ends.
+  void ServiceBack();
+  // The service re-attached this node to its round (the Assignment of that round again).
+  void OnRejoined();
+  bool ServiceLost() const { return reconnect_deadline_.has_value(); }
+  // Writes this node's done mark (agent/done_marks.h) into the round's store.
+  void MarkDone(int exit_status);
+  // Reads the round's done marks (once; OnMarks schedules the next read while needed).
+  void PollMarks();
+  void OnMarks(const absl::StatusOr<DoneMarks>& marks);
+  // Finish, except that node rank 0, which serves the round's store, when the service is lost
+  // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
+  // other node has seen the outcome), at most --rdzv-conf read_timeout.
+  void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
@@ -73,6 +105,9 @@ class Agent {
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
   void OnStopWorkers(const rdzv_v1::StopWorkers& stop);
+  // This node is no longer part of the run (refused by the service, or the service is lost for
+  // good): stops its workers, then exits with `exit_status` and `message`.
+  void LeaveRun(int exit_status, const std::string& message);
   void OnRunFinished(const rdzv_v1::RunFinished& finished);
   void OnWorkerExit(const WorkerExit& exit);
   // Starts every local worker of a round from `assignment_` with TORCHELASTIC_RESTART_COUNT
@@ -113,6 +148,32 @@ class Agent {
   boost::asio::steady_timer drain_timer_;
   State state_ = State::kJoining;
   int exit_status_ = 1;
+  // Losing and reconnecting to the rendezvous service.
+  boost::asio::steady_timer reconnect_timer_;
+  boost::asio::steady_timer marks_timer_;
+  rendezvous::TlsFiles rdzv_tls_;
+  std::string rdzv_token_;
+  uint64_t session_gen_ = 0;  // Generation of session_; callbacks of older ones are dropped.
+  std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
+  absl::Duration reconnect_backoff_;
+  std::thread reconnect_thread_;  // One connection attempt at a time.
+  dgt::Mutex reconnect_mu_;
+  std::optional<absl::StatusOr<std::unique_ptr<RendezvousSession>>> reconnect_result_
+      ABSL_GUARDED_BY(reconnect_mu_);
+  std::optional<int64_t> rejoin_round_;  // A rejoin for this round awaits its answer.
+  rdzv_v1::Assignment current_assignment_;
+  std::optional<rdzv_v1::AgentMessage> last_report_;  // Sent again after a rejoin.
+  // Done marks in the round's store.
+  std::unique_ptr<RoundStoreTasks> round_tasks_;
+  bool marks_polling_ = false;
+  std::optional<DoneMarks> last_marks_;
+  std::optional<std::pair<int, std::string>> linger_;  // FinishLinger's status and message.
+  bool linger_for_seen_ = false;
+  absl::Time linger_deadline_;
+  // Exit status when Prepare() fails with anything but a bad flag value.
+  int prepare_exit_status_ = 1;
+  // Set by LeaveRun: the exit status and message once the workers are gone.
+  std::optional<std::pair<int, std::string>> leave_;
 
   std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
   std::string rdzv_endpoint_;

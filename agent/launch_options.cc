@@ -155,7 +155,8 @@ absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o, RdzvConfTi
     if (key == "join_timeout") conf->join_timeout = *d;
     if (key == "timeout") conf->timeout = *d;
     if (key == "last_call_timeout") o->last_call_timeout_s = absl::ToDoubleSeconds(*d);
-    // close_timeout, read_timeout, keep_alive_interval: accepted for compatibility.
+    if (key == "read_timeout") o->reconnect_timeout_s = absl::ToDoubleSeconds(*d);
+    // close_timeout, keep_alive_interval: accepted for compatibility.
   }
   return absl::OkStatus();
 }
@@ -605,9 +606,9 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port)", kRdzv);
   add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
   add("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
-      "key=value,...: join_timeout, last_call_timeout (seconds), is_host (true/false, 1/0); "
-      "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, timeout "
-      "accepted for compatibility",
+      "key=value,...: join_timeout, last_call_timeout (seconds), is_host (true/false, 1/0), "
+      "read_timeout (seconds to reconnect to a lost service, default 60); close_timeout, "
+      "keep_alive_interval, keep_alive_max_attempt, timeout accepted for compatibility",
       kRdzv);
   add("--local-addr,--local_addr", o.local_addr,
       "IP (or name, resolved here) other nodes reach this node at", kRdzv);

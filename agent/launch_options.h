@@ -72,6 +72,9 @@ struct LaunchOptions {
   std::string join_timeout_flag = "--join-timeout";
   double last_call_timeout_s = 30;  // --rdzv-conf last_call_timeout.
   double connect_timeout_s = 30;    // Reach the rendezvous endpoint (--rdzv-connect-timeout).
+  // After losing the rendezvous service: how long to reconnect (workers keep running) before the
+  // agent gives up with exit 69 (--rdzv-conf read_timeout; torchrun's default is 60 s too).
+  double reconnect_timeout_s = 60;
   // --rdzv-conf is_host: whether this agent hosts the rendezvous service at --rdzv-endpoint
   // (agent/rendezvous_host.h); unset: when the endpoint is this host's and nothing serves it.
   std::optional<bool> rdzv_is_host;

@@ -36,8 +36,14 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
                            ->GetStatus(&probe, rdzv_v1::GetStatusRequest(), &ignored);
     spdlog::debug("dgt-run: rendezvous channel to {} did not connect: {}", endpoint,
                   why.error_message());
-    return absl::DeadlineExceededError(
-        DescribeConnectFailure(endpoint, connect_timeout, why.error_message(), !tls.empty()));
+    std::string message =
+        DescribeConnectFailure(endpoint, connect_timeout, why.error_message(), !tls.empty());
+    // Something answered but the TLS settings disagree: retrying the node will not help
+    // (docs/EXIT_CODES.md: not admitted), unlike a service that is down.
+    if (ClassifyConnectFailure(why.error_message(), !tls.empty()) != ConnectFailure::kUnreachable) {
+      return absl::UnauthenticatedError(message);
+    }
+    return absl::DeadlineExceededError(message);
   }
   s->stub_ = rdzv_v1::Rendezvous::NewStub(s->channel_);
   s->on_message_ = std::move(on_message);

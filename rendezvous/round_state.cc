@@ -126,6 +126,14 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts()));
   }
 
+  if (join.has_rejoin()) return RejoinImpl(session, join, now);
+  if (auto closed = runs_.find(join.run_id()); closed != runs_.end() &&
+                                               closed->second.state == RunState::kClosed &&
+                                               closed->second.connected == 0) {
+    // Every agent of the finished run has left: the id is free for a new run (two jobs in a row
+    // with torchrun's default id "none", or a job's fixed id, on a long-lived service).
+    runs_.erase(closed);
+  }
   auto [it, created] = runs_.try_emplace(join.run_id());
   Run& run = it->second;
   if (created) {
@@ -141,22 +149,16 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
                                                  : options_.default_join_timeout;
   } else {
     if (run.state == RunState::kClosed) {
+      // Agents of the finished run are still connected (they are being told its outcome): a
+      // join now is a late joiner of that run, not a new job.
       out.push_back(ErrorFor(
           session, kFailedPrecondition,
           absl::StrCat("run '", run.run_id, "' is closed (", run.outcome, "); use a new run id")));
       return out;
     }
-    if (run.min_nodes != join.min_nodes() || run.max_nodes != join.max_nodes() ||
-        run.nproc_per_node != join.nproc_per_node()) {
-      return invalid(absl::StrCat(
-          "run '", run.run_id, "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
-          " --nproc-per-node=", run.nproc_per_node,
-          "; this node asked for --nnodes=", NnodesText(join.min_nodes(), join.max_nodes()),
-          " --nproc-per-node=", join.nproc_per_node()));
-    }
+    if (std::string why = Mismatch(run, join); !why.empty()) return invalid(std::move(why));
   }
 
-  bool replaced_active_member = false;
   auto existing = run.nodes.find(join.node_id());
   if (existing == run.nodes.end() &&
       // int64: MAX plus a large waiting allowance must not wrap around.
@@ -170,22 +172,20 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     return out;
   }
   if (existing != run.nodes.end()) {
-    Node& old = existing->second;
-    if (old.session != 0 && old.address != join.address()) {
-      out.push_back(ErrorFor(session, kAlreadyExists,
-                             absl::StrCat("node id '", join.node_id(), "' is already in run '",
-                                          run.run_id, "' from ", old.address)));
+    const Node& old = existing->second;
+    if (old.session != 0) {
+      // Never replace a connected agent: both would run the same ranks. An agent that died has
+      // no session any more (its stream ends with the process, or by keepalive within 3 s), so
+      // a restarted agent with the same node id gets in once the old one is gone.
+      out.push_back(ErrorFor(
+          session, kAlreadyExists,
+          absl::StrCat("node id '", join.node_id(), "' is already in run '", run.run_id, "' from ",
+                       old.address,
+                       " (its agent is connected); a second agent with the same --node-id is "
+                       "refused")));
       return out;
     }
-    // The same node came back (its agent restarted): the new session replaces the old one.
-    if (old.session != 0) {
-      out.push_back(
-          ErrorFor(old.session, kAborted,
-                   absl::StrCat("replaced by a new session of node '", old.node_id, "'")));
-      sessions_.erase(old.session);
-    }
-    replaced_active_member =
-        run.state == RunState::kRunning && old.node_rank >= 0 && !old.succeeded;
+    // A node that finished its part and left, now back: it joins again as a new node.
     EraseNode(run, existing);
   }
 
@@ -200,18 +200,172 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
   ++run.connected;
   sessions_[session] = SessionRef{run.run_id, node.node_id};
 
-  if (replaced_active_member) {
-    if (ConnectedCount(run) >= run.min_nodes) {
-      StartRound(run, absl::StrCat("node ", join.node_id(), " restarted"), 0, now, out);
-    } else {
-      run.state = RunState::kGathering;
-      run.join_deadline = now + run.join_timeout;
-      Evaluate(run, now, out, session);
-    }
-    return out;
-  }
   Evaluate(run, now, out, session);
   return out;
+}
+
+std::string RoundStateMachine::Mismatch(const Run& run, const v1::JoinRequest& join) {
+  if (run.min_nodes == join.min_nodes() && run.max_nodes == join.max_nodes() &&
+      run.nproc_per_node == join.nproc_per_node()) {
+    return "";
+  }
+  return absl::StrCat(
+      "run '", run.run_id, "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
+      " --nproc-per-node=", run.nproc_per_node,
+      "; this node asked for --nnodes=", NnodesText(join.min_nodes(), join.max_nodes()),
+      " --nproc-per-node=", join.nproc_per_node());
+}
+
+std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1::JoinRequest& join,
+                                                    absl::Time now) {
+  std::vector<Outgoing> out;
+  const v1::Assignment& a = join.rejoin();
+  const std::string& node_id = join.node_id();
+  auto refuse = [&](int code, std::string message) {
+    out.push_back(ErrorFor(session, code, std::move(message)));
+    return out;
+  };
+  if (a.run_id() != join.run_id() || a.round() < 0 || a.node_count() < 1 ||
+      a.node_count() > join.max_nodes() || a.node_rank() < 0 || a.node_rank() >= a.node_count() ||
+      a.world_size() < 1 || a.master_addr().empty() || a.master_port() < 1 ||
+      a.master_port() > 65535 || a.restart_count() < 0) {
+    return refuse(kInvalidArgument, absl::StrCat("the rejoin of node '", node_id,
+                                                 "' carries an invalid assignment (run '",
+                                                 a.run_id(), "', round ", a.round(), ", node rank ",
+                                                 a.node_rank(), " of ", a.node_count(), ")"));
+  }
+  auto it = runs_.find(join.run_id());
+  const bool unknown = it == runs_.end();
+  if (unknown || (it->second.state == RunState::kGathering && it->second.round < 0 &&
+                  it->second.members == 0)) {
+    // This service does not know the run's round (it was restarted while the run ran): the
+    // rejoins re-create it. Nodes that joined afresh in the meantime stay waiting.
+    if (unknown) {
+      it = runs_.try_emplace(join.run_id()).first;
+      Run& fresh = it->second;
+      fresh.run_id = join.run_id();
+      fresh.min_nodes = join.min_nodes();
+      fresh.max_nodes = join.max_nodes();
+      fresh.nproc_per_node = join.nproc_per_node();
+      fresh.max_restarts = join.max_restarts();
+      fresh.last_call_timeout = join.last_call_timeout_s() > 0
+                                    ? absl::Seconds(join.last_call_timeout_s())
+                                    : options_.default_last_call_timeout;
+      fresh.join_timeout = join.join_timeout_s() > 0 ? absl::Seconds(join.join_timeout_s())
+                                                     : options_.default_join_timeout;
+    } else if (std::string why = Mismatch(it->second, join); !why.empty()) {
+      return refuse(kInvalidArgument, std::move(why));
+    }
+    Run& run = it->second;
+    run.state = RunState::kRunning;
+    run.round = a.round();
+    run.restart_count = a.restart_count();
+    run.world_size = a.world_size();
+    run.master_addr = a.master_addr();
+    run.master_port = a.master_port();
+    run.recovering = true;
+    run.expected_members = a.node_count();
+    run.rank_rejoined.assign(a.node_count(), false);
+    run.rejoin_deadline = now + options_.rejoin_timeout;
+    run.last_call_deadline.reset();
+    run.join_deadline.reset();
+  }
+  Run& run = it->second;
+  if (run.state == RunState::kClosed) {
+    if (a.round() == run.round) {
+      // The run ended while this node's session was broken: tell it the outcome now.
+      Outgoing o;
+      o.session = session;
+      *o.message.mutable_finished() = run.finished;
+      o.close = true;
+      out.push_back(std::move(o));
+      return out;
+    }
+    return refuse(kFailedPrecondition, absl::StrCat("run '", run.run_id, "' is closed (",
+                                                    run.outcome, "); use a new run id"));
+  }
+  if (std::string why = Mismatch(run, join); !why.empty()) {
+    return refuse(kInvalidArgument, std::move(why));
+  }
+  const bool same_round = run.state == RunState::kRunning && a.round() == run.round &&
+                          a.restart_count() == run.restart_count &&
+                          a.world_size() == run.world_size && a.master_addr() == run.master_addr &&
+                          a.master_port() == run.master_port &&
+                          (!run.recovering || a.node_count() == run.expected_members);
+  if (!same_round) {
+    return refuse(kAborted,
+                  absl::StrCat("node '", node_id, "' rejoins run '", run.run_id, "' at round ",
+                               a.round(), ", but the run is ", StateName(run.state), " at round ",
+                               run.round, ": it went on without this node"));
+  }
+  auto existing = run.nodes.find(node_id);
+  if (existing != run.nodes.end()) {
+    Node& n = existing->second;
+    if (n.node_rank != a.node_rank()) {
+      return refuse(kAborted, absl::StrCat("node '", node_id, "' rejoins as node rank ",
+                                           a.node_rank(), ", but it has node rank ", n.node_rank,
+                                           " in round ", run.round, " of run '", run.run_id, "'"));
+    }
+    // The same agent over a new stream: its old stream (if the service has not noticed its end
+    // yet) is forgotten without a word; the agent dropped it itself.
+    if (n.session != 0) {
+      sessions_.erase(n.session);
+    } else {
+      ++run.connected;
+    }
+    n.session = session;
+    n.address = join.address();
+    n.store_port = join.store_port();
+    n.last_contact = now;
+  } else {
+    if (!run.recovering) {
+      return refuse(kAborted,
+                    absl::StrCat("node '", node_id, "' is not a member of round ", run.round,
+                                 " of run '", run.run_id, "': it went on without this node"));
+    }
+    if (run.rank_rejoined[a.node_rank()]) {
+      return refuse(kAborted,
+                    absl::StrCat("node rank ", a.node_rank(), " of round ", run.round, " of run '",
+                                 run.run_id, "' already rejoined from another node id"));
+    }
+    run.rank_rejoined[a.node_rank()] = true;
+    Node node;
+    node.node_id = node_id;
+    node.session = session;
+    node.address = join.address();
+    node.nproc = join.nproc_per_node();
+    node.store_port = join.store_port();
+    node.node_rank = a.node_rank();
+    node.last_contact = now;
+    run.nodes.emplace(node_id, node);
+    ++run.connected;
+    ++run.members;
+  }
+  sessions_[session] = SessionRef{run.run_id, node_id};
+  Outgoing ack;
+  ack.session = session;
+  *ack.message.mutable_assignment() = a;
+  ack.message.mutable_assignment()->set_reason("rejoined");
+  ack.message.mutable_assignment()->set_host_node_id(options_.host_node_id);
+  out.push_back(std::move(ack));
+  if (run.recovering && run.members >= run.expected_members) {
+    EndRecovery(run);
+    // Reports that came while nodes were missing may complete the run now.
+    if (run.succeeded == run.members) {
+      FinishRun(run, true, absl::StrCat("all ", run.members, " nodes succeeded"), nullptr, now,
+                out);
+    } else if (!run.failures.empty() && static_cast<int32_t>(run.failures.size()) >= run.members) {
+      FinishWithEarliestFailure(run, now, out);
+    }
+  }
+  return out;
+}
+
+void RoundStateMachine::EndRecovery(Run& run) {
+  run.recovering = false;
+  run.expected_members = 0;
+  run.rank_rejoined.clear();
+  run.rejoin_deadline.reset();
 }
 
 void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
@@ -261,6 +415,11 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
     return;
   }
   if (run.state == RunState::kRunning) {
+    if (run.recovering) {
+      // Members are still rejoining: the round's size is not known yet.
+      if (joined != 0) SendProgress(run, out, joined);
+      return;
+    }
     const int32_t members = MemberCount(run);
     const int32_t waiting = connected - members;
     const bool any_succeeded = run.succeeded > 0;
@@ -285,6 +444,7 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   run.failure_deadline.reset();
   run.failures.clear();
   run.failure_messages.clear();
+  EndRecovery(run);
 
   // Members of the new round: survivors of the last round first (by rank), then waiting nodes in
   // node-id order, up to MAX.
@@ -351,6 +511,7 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   for (auto& [id, n] : run.nodes) {
     n.node_rank = -1;
     n.succeeded = false;
+    n.failed = false;
   }
   run.members = static_cast<int32_t>(ranks.size());
   run.succeeded = 0;
@@ -399,21 +560,31 @@ void RoundStateMachine::TrySendPendingRound(Run& run, std::vector<Outgoing>& out
 void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& message,
                                   const v1::WorkerFailure* failure, absl::Time now,
                                   std::vector<Outgoing>& out) {
+  run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
+  run.finished.Clear();
+  run.finished.set_succeeded(succeeded);
+  run.finished.set_message(message);
+  if (failure != nullptr) *run.finished.mutable_failure() = *failure;
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
+    if (n.node_rank < 0) {
+      // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
+      // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
+      out.push_back(ErrorFor(n.session, kFailedPrecondition,
+                             absl::StrCat("run '", run.run_id, "' ended (", run.outcome,
+                                          ") before node '", n.node_id, "' was admitted to it")));
+      continue;
+    }
     Outgoing o;
     o.session = n.session;
-    v1::RunFinished* f = o.message.mutable_finished();
-    f->set_succeeded(succeeded);
-    f->set_message(message);
-    if (failure != nullptr) *f->mutable_failure() = *failure;
+    *o.message.mutable_finished() = run.finished;
     o.close = true;
     out.push_back(std::move(o));
   }
   run.state = RunState::kClosed;
   ++(succeeded ? counters_.runs_succeeded : counters_.runs_failed);
-  run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.closed_at = now;
+  EndRecovery(run);
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
@@ -438,12 +609,15 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   if (report.succeeded()) {
     if (!node->succeeded) ++run->succeeded;
     node->succeeded = true;
-    if (run->succeeded == run->members) {
+    if (run->succeeded == run->members && !run->recovering) {
       FinishRun(*run, true, absl::StrCat("all ", run->members, " nodes succeeded"), nullptr, now,
                 out);
     }
     return out;
   }
+  // A node that rejoined after a broken stream reports again: its failure counts once.
+  if (node->failed) return out;
+  node->failed = true;
   std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
                                   "): ", report.message());
   if (run->restart_count < run->max_restarts) {
@@ -456,7 +630,7 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   run->failure_messages.push_back(
       run->max_restarts > 0 ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
                             : what);
-  if (static_cast<int32_t>(run->failures.size()) >= run->members) {
+  if (static_cast<int32_t>(run->failures.size()) >= run->members && !run->recovering) {
     FinishWithEarliestFailure(*run, now, out);
   } else if (!run->failure_deadline) {
     run->failure_deadline = now + options_.failure_grace;
@@ -514,6 +688,11 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
     Evaluate(run, now, out);
     return;
   }
+  AfterMemberLost(run, lost, now, out);
+}
+
+void RoundStateMachine::AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
+                                        std::vector<Outgoing>& out) {
   if (!run.failures.empty()) {
     // The round is already failing: losing a node now does not start another round.
     FinishWithEarliestFailure(run, now, out);
@@ -544,6 +723,7 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
                                                       " for at least ", run.min_nodes, " nodes"));
     out.push_back(std::move(o));
   }
+  EndRecovery(run);
   run.state = RunState::kGathering;
   run.join_deadline = now + run.join_timeout;
   run.last_call_deadline.reset();
@@ -590,6 +770,16 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
                  connected >= run.min_nodes) {
         StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
       }
+    } else if (run.state == RunState::kRunning && run.recovering && run.rejoin_deadline &&
+               *run.rejoin_deadline <= now) {
+      const int32_t missing = run.expected_members - run.members;
+      const std::string lost =
+          absl::StrCat(missing, " of ", run.expected_members, " node(s) of round ", run.round,
+                       " did not rejoin within ", absl::FormatDuration(options_.rejoin_timeout),
+                       " after the rendezvous service restarted");
+      counters_.nodes_lost += missing;
+      EndRecovery(run);
+      AfterMemberLost(run, lost, now, out);
     } else if (run.state == RunState::kRunning && run.failure_deadline &&
                *run.failure_deadline <= now) {
       FinishWithEarliestFailure(run, now, out);
@@ -617,6 +807,7 @@ std::optional<absl::Time> RoundStateMachine::NextDeadline() const {
     consider(run.join_deadline);
     consider(run.scale_up_deadline);
     consider(run.failure_deadline);
+    consider(run.rejoin_deadline);
     if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   }
   return next;

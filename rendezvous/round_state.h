@@ -17,7 +17,17 @@
 //   rank, except that the node with the highest rank moves into a gap a lost node left; new nodes
 //   follow in node-id order. MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port
 //   it has never served a round from, so every round starts on an empty store.
-// - A finished run is closed; joins are refused (FAILED_PRECONDITION) until it is forgotten.
+// - A rejoin (JoinRequest.rejoin: the agent's current assignment, sent after its session broke)
+//   re-attaches the node to its round when the service still has it; a service that does not
+//   know the run (it was restarted) re-creates it in kRunning from the rejoins, and ends it with
+//   success only once every node of the round rejoined and reported. A rejoin that does not fit
+//   the run (it moved on) is refused with ABORTED; one for a closed run gets its RunFinished.
+// - A finished run is closed. Nodes waiting beyond MAX are told they were not admitted
+//   (FAILED_PRECONDITION), never the run's outcome. Joins are refused (FAILED_PRECONDITION) while
+//   any agent of the run is still connected; once all have left, a join with the run id starts a
+//   new run (the closed one is kept an hour for dgt status, or until then).
+// - A node id whose agent is connected is refused to a second agent (ALREADY_EXISTS): two agents
+//   with one node id would run the same ranks.
 //
 // Thread-compatible: the service serialises calls under its mutex.
 #ifndef DGT_RENDEZVOUS_ROUND_STATE_H_
@@ -52,6 +62,9 @@ struct RoundStateOptions {
   absl::Duration default_last_call_timeout = absl::Seconds(30);
   // Used when a run's first JoinRequest leaves join_timeout_s at 0 (torchrun: 600 s).
   absl::Duration default_join_timeout = absl::Seconds(600);
+  // After a restart of the service, how long a run re-created from its nodes' rejoins waits for
+  // the rest of its nodes; those still missing then are lost (as a node whose session ended).
+  absl::Duration rejoin_timeout = absl::Seconds(60);
   // How long a finished run is remembered to refuse late joins.
   absl::Duration closed_run_retention = absl::Hours(1);
   // After the first failure report of a round that cannot restart, how long to wait for the
@@ -113,6 +126,7 @@ class RoundStateMachine {
     int32_t store_port = 0;  // A store never used for a round; 0 while the agent opens one.
     int32_t node_rank = -1;  // In the current round; -1 while waiting.
     bool succeeded = false;  // Reported success for the current round.
+    bool failed = false;     // Reported a failure for the current round (counted once).
     absl::Time last_contact;
   };
   struct Run {
@@ -145,10 +159,19 @@ class RoundStateMachine {
     std::vector<v1::WorkerFailure> failures;
     std::vector<std::string> failure_messages;
     std::optional<absl::Time> failure_deadline;
+    // Re-created from rejoins after the service restarted: `expected_members` nodes ran the
+    // round; until all of them rejoined (or rejoin_deadline passes) the run neither ends with
+    // success nor scales up.
+    bool recovering = false;
+    int32_t expected_members = 0;
+    std::vector<bool> rank_rejoined;  // By node rank, while recovering.
+    std::optional<absl::Time> rejoin_deadline;
     // A round decided but held until node rank 0 has a fresh store port.
     std::optional<std::string> pending_reason;
     int32_t pending_restart_increment = 0;
     std::string outcome;
+    // What every member was told when the run ended (kClosed).
+    v1::RunFinished finished;
     absl::Time closed_at;
   };
   struct SessionRef {
@@ -157,6 +180,11 @@ class RoundStateMachine {
   };
 
   std::vector<Outgoing> JoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
+  // A join carrying the agent's current assignment (JoinRequest.rejoin), already validated as a
+  // join.
+  std::vector<Outgoing> RejoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
+  // Why `join` does not fit `run` (--nnodes, --nproc-per-node), or empty.
+  static std::string Mismatch(const Run& run, const v1::JoinRequest& join);
   Node* NodeOf(SessionId session, Run** run);
   // Removes a node from its run and from the run's counts.
   void EraseNode(Run& run, std::map<std::string, Node>::iterator it);
@@ -171,6 +199,11 @@ class RoundStateMachine {
   void TrySendPendingRound(Run& run, std::vector<Outgoing>& out);
   void LoseNode(Run& run, const std::string& node_id, const std::string& why, absl::Time now,
                 std::vector<Outgoing>& out);
+  // A member of the running round is gone (`lost` says which and why): a new round with the
+  // others, or StopWorkers and waiting for nodes, or the end of the run.
+  void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
+                       std::vector<Outgoing>& out);
+  void EndRecovery(Run& run);
   void FinishRun(Run& run, bool succeeded, const std::string& message,
                  const v1::WorkerFailure* failure, absl::Time now, std::vector<Outgoing>& out);
   // JoinProgress to every waiting node, or only to session `only` when it is not 0.

@@ -111,6 +111,15 @@ TEST(LaunchOptionsTest, RunIdThatLeavesTheLogDirIsRefused) {
   EXPECT_TRUE(Parse({"--standalone", "--rdzv-id=job.v2_1", kScript}).options.has_value());
 }
 
+TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
+  auto defaults = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", kScript});
+  ASSERT_TRUE(defaults.options.has_value()) << defaults.output;
+  EXPECT_EQ(defaults.options->reconnect_timeout_s, 60);
+  auto p = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", "--rdzv-conf=read_timeout=7.5", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->reconnect_timeout_s, 7.5);
+}
+
 TEST(LaunchOptionsTest, HelpListsRdzvConfKeys) {
   auto p = Parse({"--help"});
   EXPECT_EQ(p.exit_code, 0);

@@ -79,7 +79,7 @@ def test_endpoint_where_nothing_listens(spawn):
     # is_host=0: else this agent would host the service itself (the endpoint is this host's).
     p = spawn([BIN / "dgt-run", "--nnodes=2", "--rdzv-endpoint=127.0.0.1:1",
                "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=2", SCRIPT])
-    assert p.wait(timeout=30) == 1
+    assert p.wait(timeout=30) == 69  # kExitRendezvousUnavailable
     assert time.monotonic() - start < 10
     assert p.stderr.strip().splitlines()[-1] == (
         "dgt-run: error: cannot reach the rendezvous service at 127.0.0.1:1 within 2s "
@@ -92,7 +92,7 @@ def test_join_timeout_when_too_few_nodes(spawn, rendezvous, flag, named):
     start = time.monotonic()
     p = spawn([BIN / "dgt-run", "--nnodes=2", f"--rdzv-endpoint={rendezvous}",
                "--rdzv-id=lonely", flag, SCRIPT])
-    assert p.wait(timeout=30) == 1
+    assert p.wait(timeout=30) == 75  # kExitJoinTimeout
     assert time.monotonic() - start < 10
     # The message names the flag the user gave.
     assert p.stderr.strip().splitlines()[-1] == (
@@ -108,7 +108,7 @@ def test_conflicting_join_is_refused(spawn, rendezvous):
     second = spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
                     f"--rdzv-endpoint={rendezvous}", "--rdzv-id=conflict", SCRIPT],
                    name="second")
-    assert second.wait(timeout=20) == 1
+    assert second.wait(timeout=20) == 77  # kExitNotAdmitted
     assert second.stderr.strip().splitlines()[-1] == (
         "dgt-run: error: the rendezvous service refused this node: run 'conflict' uses "
         "--nnodes=2 --nproc-per-node=1; this node asked for --nnodes=2 --nproc-per-node=2")
@@ -302,7 +302,7 @@ def test_tls_misconfiguration_is_named(spawn, tmp_path):
         p = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=t",
                    "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=1", *extra, SCRIPT],
                   name=f"agent{i}")
-        assert p.wait(timeout=30) == 1
+        assert p.wait(timeout=30) == 77  # kExitNotAdmitted: TLS settings disagree
         # One line of ours, none of gRPC's ("E1201 ... Handshake failed ...").
         assert p.stderr.strip().splitlines() == [message], p.stderr
 

@@ -64,7 +64,7 @@ def test_bearer_token_is_required(spawn, tmp_path):
     _, endpoint = start_rendezvous(spawn, "--token-file", str(token))
     refused = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}",
                      "--rdzv-id=tok", SCRIPT], name="refused")
-    assert refused.wait(timeout=30) == 1
+    assert refused.wait(timeout=30) == 77  # kExitNotAdmitted: refused, retrying will not help
     assert "missing or wrong bearer token" in refused.stderr.strip().splitlines()[-1]
     ok = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}", "--rdzv-id=tok",
                 f"--rdzv-token-file={token}", SCRIPT], name="ok")
@@ -96,7 +96,7 @@ def test_tls_job_and_plaintext_client_refused(spawn, tmp_path):
     assert ok.wait(timeout=60) == 0, ok.stderr
     plain = spawn([BIN / "dgt-run", "--nnodes=1", f"--rdzv-endpoint={endpoint}",
                    "--rdzv-id=plain", "--rdzv-connect-timeout=2", SCRIPT], name="plain")
-    assert plain.wait(timeout=30) == 1
+    assert plain.wait(timeout=30) == 77  # kExitNotAdmitted: TLS settings disagree
     # Something answered: not "is dgt-rendezvous running there?" but the flag that is missing.
     assert plain.stderr.strip().splitlines()[-1] == (
         f"dgt-run: error: the rendezvous service at {endpoint} closed the connection during the "
@@ -158,7 +158,7 @@ def test_kill_9_of_the_hosting_agent_stops_the_others(spawn):
     other = agents[1 - host]
     os.kill(agents[host].popen.pid, signal.SIGKILL)
     start = time.monotonic()
-    assert other.wait(timeout=30) == 1
+    assert other.wait(timeout=30) == 69  # kExitRendezvousUnavailable: the hosting node is gone
     assert time.monotonic() - start < 10
     assert (f"lost the rendezvous service at {endpoint} hosted by node 'node-{host}' "
             "(c10d-style), so that node is gone") in other.stderr, other.stderr

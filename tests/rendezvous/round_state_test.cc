@@ -181,7 +181,9 @@ TEST(RoundStateTest, RefusesConflictingAndDuplicateJoins) {
   auto d = h.Join(3, dup);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].message.error().code(), 6);
-  EXPECT_EQ(d[0].message.error().message(), "node id 'n1' is already in run 'job' from 10.0.0.1");
+  EXPECT_EQ(d[0].message.error().message(),
+            "node id 'n1' is already in run 'job' from 10.0.0.1 (its agent is connected); a "
+            "second agent with the same --node-id is refused");
   auto bad = h.Join(4, Join("n4", 3, 2));
   EXPECT_EQ(bad[0].message.error().message(),
             "--nnodes must be MIN:MAX with 0 < MIN <= MAX, got 3:2");
@@ -409,11 +411,12 @@ TEST(RoundStateTest, RunHoldsAtMostMaxPlusWaitingNodes) {
   EXPECT_EQ(refused[0].message.error().message(),
             "run 'job' already holds 3 nodes (MAX 1 and 2 waiting); try again when a node leaves");
   EXPECT_EQ(h.m.counters().refused_joins, 1u);
-  // The same node id coming back is not a new node; and other runs are not affected.
+  // The same node id is not a new node (not RESOURCE_EXHAUSTED): it is refused as a second
+  // agent of a connected node (ALREADY_EXISTS); and other runs are not affected.
   auto again = h.Join(5, Join("n3", 1, 1));
-  ASSERT_EQ(again.size(), 2u);
-  EXPECT_EQ(again[0].message.error().code(), 10);  // The old session of n3 is replaced.
-  EXPECT_TRUE(again[1].message.has_progress());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].session, 5u);
+  EXPECT_EQ(again[0].message.error().code(), 6);
   h.Join(6, Join("o1", 1, 1, 2, "other"));
   EXPECT_EQ(h.Rank(6), 0);
   // A spare leaving makes room.
@@ -512,21 +515,225 @@ TEST(RoundStateTest, LosingANodeAfterAnotherFinishedFailsTheRun) {
   EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
 }
 
-TEST(RoundStateTest, RestartedNodeWithSameIdRejoins) {
+TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected) {
+  // Replacing the connected agent's session would leave its workers running the same ranks as
+  // the newcomer's. The newcomer is refused; the first agent is not disturbed.
   Harness h;
   h.Join(1, Join("n1", 2, 2));
   h.Join(2, Join("n2", 2, 2));
   h.StoreReady(1, 30001);
-  // n2's agent restarted before its old session was noticed as dead.
   auto out = h.Join(7, Join("n2", 2, 2));
-  const Outgoing* replaced = For(out, 2, v1::ServiceMessage::kError);
-  ASSERT_NE(replaced, nullptr);
-  EXPECT_EQ(replaced->message.error().message(), "replaced by a new session of node 'n2'");
-  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 2);
-  EXPECT_EQ(h.Rank(7), 1);
-  EXPECT_EQ(h.last_assignment[7].reason(), "node n2 restarted");
-  // The old session closing later changes nothing.
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].session, 7u);
+  EXPECT_EQ(out[0].message.error().code(), 6);
+  EXPECT_EQ(out[0].message.error().message(),
+            "node id 'n2' is already in run 'job' from 10.0.0.2 (its agent is connected); a "
+            "second agent with the same --node-id is refused");
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  EXPECT_EQ(h.m.Status("job").runs(0).round(), 0);
+  // Once the first agent is gone (its stream ended), a restarted agent with that id gets in.
+  auto lost = h.Close(2);
+  EXPECT_EQ(Count(lost, v1::ServiceMessage::kStop), 1);
+  auto back = h.Join(8, Join("n2", 2, 2));
+  ASSERT_EQ(Count(back, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.Rank(8), 1);
+  EXPECT_EQ(h.last_assignment[8].round(), 1);
+  EXPECT_EQ(h.last_assignment[8].reason(), "nodes rejoined");
+}
+
+TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunEnds) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 1));
+  auto waiting = h.Join(2, Join("n2", 1, 1));
+  ASSERT_EQ(Count(waiting, v1::ServiceMessage::kProgress), 1);
+  auto out = h.Report(1, true, 0);
+  ASSERT_EQ(out.size(), 2u);
+  const Outgoing* done = For(out, 1, v1::ServiceMessage::kFinished);
+  ASSERT_NE(done, nullptr);
+  EXPECT_TRUE(done->message.finished().succeeded());
+  const Outgoing* refused = For(out, 2, v1::ServiceMessage::kError);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->message.error().code(), 9);
+  EXPECT_EQ(refused->message.error().message(),
+            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
+            "it");
+  EXPECT_TRUE(refused->close);
+  EXPECT_EQ(For(out, 2, v1::ServiceMessage::kFinished), nullptr);
+}
+
+TEST(RoundStateTest, FinishedRunIdIsFreeOnceEveryAgentLeft) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.Report(1, true, 0);
+  h.Report(2, true, 0);
+  ASSERT_EQ(h.m.StateOf("job"), RunState::kClosed);
+  h.Close(1);
+  // n2's agent is still being told the outcome: a join now belongs to the finished run.
+  auto late = h.Join(3, Join("n3", 2, 2));
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].message.error().message(),
+            "run 'job' is closed (succeeded: all 2 nodes succeeded); use a new run id");
+  h.Close(2);
+  // Every agent of the finished run left: the same id (torchrun's default "none", or a job's
+  // fixed id) starts a new run at once, not an hour later.
+  auto next = h.Join(4, Join("n1", 2, 2), kT0 + absl::Seconds(5));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].message.progress().joined_nodes(), 1);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  auto second = h.Join(5, Join("n2", 2, 2), kT0 + absl::Seconds(5));
+  ASSERT_EQ(Count(second, v1::ServiceMessage::kAssignment), 2);
+  EXPECT_EQ(h.last_assignment[4].round(), 0);
+  EXPECT_EQ(h.last_assignment[4].restart_count(), 0);
+}
+
+// The assignment an agent holds for `node_id` in a 2-node round (2 workers per node).
+v1::JoinRequest Rejoin(const std::string& node_id, int node_rank, int64_t round = 3,
+                       int restart_count = 1, int min_nodes = 2, int max_nodes = 2) {
+  v1::JoinRequest j = Join(node_id, min_nodes, max_nodes);
+  j.set_store_port(31000 + node_rank);  // The agent's current standby store.
+  v1::Assignment* a = j.mutable_rejoin();
+  a->set_run_id("job");
+  a->set_round(round);
+  a->set_node_rank(node_rank);
+  a->set_node_count(2);
+  a->set_world_size(4);
+  a->set_first_global_rank(2 * node_rank);
+  a->set_master_addr("10.0.0.1");
+  a->set_master_port(29500);
+  a->set_restart_count(restart_count);
+  a->set_reason("initial");
+  return j;
+}
+
+TEST(RoundStateTest, RestartedServiceTakesTheRunBackFromRejoins) {
+  Harness h;  // A service that never saw the run: it was restarted while the run ran.
+  auto first = h.Join(5, Rejoin("n2", 1));
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_TRUE(first[0].message.has_assignment());
+  const v1::Assignment& ack = first[0].message.assignment();
+  EXPECT_EQ(ack.round(), 3);
+  EXPECT_EQ(ack.node_rank(), 1);
+  EXPECT_EQ(ack.restart_count(), 1);
+  EXPECT_EQ(ack.reason(), "rejoined");
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  // n2's workers finished while n1 has not rejoined yet: not the run's success.
+  EXPECT_TRUE(h.Report(5, true, 3).empty());
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  auto second = h.Join(6, Rejoin("n1", 0));
+  EXPECT_EQ(For(second, 6, v1::ServiceMessage::kAssignment)->message.assignment().node_rank(), 0);
+  EXPECT_EQ(Count(second, v1::ServiceMessage::kFinished), 0);
+  auto done = h.Report(6, true, 3);
+  ASSERT_EQ(Count(done, v1::ServiceMessage::kFinished), 2);
+  EXPECT_TRUE(done[0].message.finished().succeeded());
+  EXPECT_EQ(done[0].message.finished().message(), "all 2 nodes succeeded");
+  EXPECT_EQ(h.m.counters().rounds, 0u);  // No round was started over.
+}
+
+TEST(RoundStateTest, LastRejoinCompletesARunWhoseNodesAllReported) {
+  Harness h;
+  h.Join(5, Rejoin("n2", 1));
+  h.Report(5, true, 3);
+  h.Join(6, Rejoin("n1", 0));
+  // n1 reported before: its report came on the old stream; the agent reports again after the
+  // rejoin, and only then does the run end.
+  auto out = h.Report(6, true, 3);
+  EXPECT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
+}
+
+TEST(RoundStateTest, RejoinReattachesToARunTheServiceStillHas) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.StoreReady(1, 30001);
+  v1::JoinRequest again = Join("n2", 2, 2);
+  *again.mutable_rejoin() = h.last_assignment[2];
+  auto out = h.Join(9, again);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].session, 9u);
+  EXPECT_EQ(out[0].message.assignment().round(), 0);
+  EXPECT_EQ(out[0].message.assignment().reason(), "rejoined");
+  // The old stream's end, noticed later, is not a lost node.
   EXPECT_TRUE(h.Close(2).empty());
+  EXPECT_TRUE(h.Report(1, true, 0).empty());
+  auto done = h.Report(9, true, 0);
+  ASSERT_EQ(Count(done, v1::ServiceMessage::kFinished), 2);
+  EXPECT_NE(For(done, 9, v1::ServiceMessage::kFinished), nullptr);
+}
+
+TEST(RoundStateTest, RejoinToARunThatWentOnIsRefused) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 3));
+  h.Join(2, Join("n2", 2, 3));
+  h.Join(3, Join("n3", 2, 3));
+  h.StoreReady(1, 30001);
+  v1::Assignment old = h.last_assignment[3];
+  h.Close(3);  // Lost: round 1 goes on with n1 and n2.
+  ASSERT_EQ(h.last_assignment[1].round(), 1);
+  v1::JoinRequest again = Join("n3", 2, 3);
+  *again.mutable_rejoin() = old;
+  auto out = h.Join(9, again);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].message.error().code(), 10);  // ABORTED
+  EXPECT_EQ(out[0].message.error().message(),
+            "node 'n3' rejoins run 'job' at round 0, but the run is running at round 1: it went "
+            "on without this node");
+}
+
+TEST(RoundStateTest, InconsistentRejoinsAreRefused) {
+  Harness h;
+  h.Join(5, Rejoin("n1", 0));
+  auto taken = h.Join(6, Rejoin("n9", 0));
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].message.error().code(), 10);
+  EXPECT_EQ(taken[0].message.error().message(),
+            "node rank 0 of round 3 of run 'job' already rejoined from another node id");
+  auto other_round = h.Join(7, Rejoin("n2", 1, /*round=*/2));
+  EXPECT_EQ(other_round[0].message.error().message(),
+            "node 'n2' rejoins run 'job' at round 2, but the run is running at round 3: it went "
+            "on without this node");
+  v1::JoinRequest bad = Rejoin("n2", 1);
+  bad.mutable_rejoin()->set_node_rank(2);
+  EXPECT_EQ(h.Join(8, bad)[0].message.error().message(),
+            "the rejoin of node 'n2' carries an invalid assignment (run 'job', round 3, node rank "
+            "2 of 2)");
+  EXPECT_TRUE(For(h.Join(9, Rejoin("n2", 1)), 9, v1::ServiceMessage::kAssignment) != nullptr);
+}
+
+TEST(RoundStateTest, NodesThatDoNotRejoinInTimeAreLost) {
+  RoundStateOptions options;
+  options.rejoin_timeout = absl::Seconds(10);
+  Harness h(options);
+  h.Join(5, Rejoin("n1", 0), kT0);
+  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(10));
+  auto out = h.Tick(kT0 + absl::Seconds(10));
+  const Outgoing* stop = For(out, 5, v1::ServiceMessage::kStop);
+  ASSERT_NE(stop, nullptr);
+  EXPECT_EQ(stop->message.stop().reason(),
+            "1 of 2 node(s) of round 3 did not rejoin within 10s after the rendezvous service "
+            "restarted; waiting up to 10m for at least 2 nodes");
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
+}
+
+TEST(RoundStateTest, RejoinOfAFinishedRunGetsItsOutcome) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.Report(1, true, 0);
+  h.Report(2, true, 0);
+  h.Close(1);
+  h.Close(2);
+  v1::JoinRequest again = Join("n2", 2, 2);
+  *again.mutable_rejoin() = h.last_assignment[2];
+  auto out = h.Join(9, again);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].message.finished().succeeded());
+  EXPECT_EQ(out[0].message.finished().message(), "all 2 nodes succeeded");
+  EXPECT_TRUE(out[0].close);
+  // A rejoin never re-opens the closed run for a new one.
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kClosed);
 }
 
 TEST(RoundStateTest, StatusListsNodesByRank) {

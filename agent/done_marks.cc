@@ -1,0 +1,125 @@
+#include "agent/done_marks.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace dgt::agent {
+
+std::string DoneKey(int64_t round, int node_rank) {
+  return absl::StrCat("dgt/done/", round, "/", node_rank);
+}
+
+std::string SeenKey(int64_t round, int node_rank) {
+  return absl::StrCat("dgt/done/", round, "/seen/", node_rank);
+}
+
+bool DoneMarks::AllDone() const {
+  for (const auto& s : status) {
+    if (!s) return false;
+  }
+  return !status.empty();
+}
+
+bool DoneMarks::AllSucceeded() const { return AllDone() && FirstFailed() < 0; }
+
+bool DoneMarks::AllSeenExcept(int except) const {
+  for (size_t r = 0; r < seen.size(); ++r) {
+    if (static_cast<int>(r) != except && !seen[r]) return false;
+  }
+  return true;
+}
+
+int DoneMarks::FirstFailed() const {
+  for (size_t r = 0; r < status.size(); ++r) {
+    if (status[r] && *status[r] != 0) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int node_count) {
+  DoneMarks marks;
+  marks.status.resize(node_count);
+  marks.seen.resize(node_count, false);
+  for (int r = 0; r < node_count; ++r) {
+    const std::string key = DoneKey(round, r);
+    absl::StatusOr<bool> present = store.Check({key});
+    if (!present.ok()) return present.status();
+    if (*present) {
+      absl::StatusOr<std::string> value = store.Get(key);
+      if (!value.ok()) return value.status();
+      int status = 0;
+      if (!absl::SimpleAtoi(*value, &status)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("done mark ", key, " must be an exit status, got '", *value, "'"));
+      }
+      marks.status[r] = status;
+    }
+    absl::StatusOr<bool> seen = store.Check({SeenKey(round, r)});
+    if (!seen.ok()) return seen.status();
+    marks.seen[r] = *seen;
+  }
+  return marks;
+}
+
+absl::Status WriteDoneMark(store::Store& store, int64_t round, int node_rank, int exit_status) {
+  return store.Set(DoneKey(round, node_rank), absl::StrCat(exit_status));
+}
+
+absl::Status WriteSeenMark(store::Store& store, int64_t round, int node_rank) {
+  return store.Set(SeenKey(round, node_rank), "1");
+}
+
+RoundStoreTasks::RoundStoreTasks(FailurePublisher::Connector connect, absl::Duration timeout)
+    : connect_(std::move(connect)), timeout_(timeout) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+RoundStoreTasks::~RoundStoreTasks() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  thread_.join();
+}
+
+void RoundStoreTasks::Run(std::string host, int port, Task task) {
+  MutexLock lock(&mu_);
+  queue_.push_back(Item{std::move(host), port, std::move(task)});
+  cv_.Signal();
+}
+
+void RoundStoreTasks::DropQueued() {
+  MutexLock lock(&mu_);
+  queue_.clear();
+}
+
+void RoundStoreTasks::Loop() {
+  for (;;) {
+    Item item;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // Stopping, and every queued task ran.
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const std::string address = absl::StrCat(item.host, ":", item.port);
+    if (store_ == nullptr || store_address_ != address) {
+      store_.reset();
+      auto store = connect_(item.host, item.port, timeout_);
+      if (!store.ok()) {
+        item.task(absl::Status(store.status().code(),
+                               absl::StrCat("store at ", address, ": ", store.status().message())));
+        continue;
+      }
+      store_ = std::move(*store);
+      store_address_ = address;
+    }
+    if (!item.task(store_.get())) store_.reset();
+  }
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,141 @@
+// Done marks over an in-memory store, and RoundStoreTasks against a real store server.
+#include "agent/done_marks.h"
+
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "common/mutex.h"
+#include "dgt/store/memory_store.h"
+#include "dgt/store/server.h"
+#include "gtest/gtest.h"
+
+namespace dgt::agent {
+namespace {
+
+TEST(DoneMarksTest, KeysLiveUnderOneNamespace) {
+  EXPECT_EQ(DoneKey(3, 1), "dgt/done/3/1");
+  EXPECT_EQ(SeenKey(3, 1), "dgt/done/3/seen/1");
+}
+
+TEST(DoneMarksTest, OutcomeIsKnownOnlyOnceEveryNodeIsDone) {
+  store::MemoryStore s;
+  auto none = ReadDoneMarks(s, 2, 3);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->AllDone());
+  EXPECT_FALSE(none->AllSucceeded());
+  ASSERT_TRUE(WriteDoneMark(s, 2, 0, 0).ok());
+  ASSERT_TRUE(WriteDoneMark(s, 2, 2, 0).ok());
+  ASSERT_TRUE(WriteDoneMark(s, 1, 1, 0).ok());  // Another round's mark does not count.
+  auto partial = ReadDoneMarks(s, 2, 3);
+  ASSERT_TRUE(partial.ok());
+  EXPECT_FALSE(partial->AllDone());
+  EXPECT_EQ(partial->status[0], 0);
+  EXPECT_EQ(partial->status[1], std::nullopt);
+  ASSERT_TRUE(WriteDoneMark(s, 2, 1, 0).ok());
+  auto all = ReadDoneMarks(s, 2, 3);
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->AllSucceeded());
+  EXPECT_EQ(all->FirstFailed(), -1);
+  EXPECT_FALSE(all->AllSeenExcept(0));
+  ASSERT_TRUE(WriteSeenMark(s, 2, 1).ok());
+  ASSERT_TRUE(WriteSeenMark(s, 2, 2).ok());
+  auto seen = ReadDoneMarks(s, 2, 3);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_TRUE(seen->AllSeenExcept(0));
+  EXPECT_FALSE(seen->AllSeenExcept(1));
+}
+
+TEST(DoneMarksTest, AFailedNodeIsNamed) {
+  store::MemoryStore s;
+  ASSERT_TRUE(WriteDoneMark(s, 0, 0, 0).ok());
+  ASSERT_TRUE(WriteDoneMark(s, 0, 1, 69).ok());
+  auto marks = ReadDoneMarks(s, 0, 2);
+  ASSERT_TRUE(marks.ok());
+  EXPECT_TRUE(marks->AllDone());
+  EXPECT_FALSE(marks->AllSucceeded());
+  EXPECT_EQ(marks->FirstFailed(), 1);
+  EXPECT_EQ(marks->status[1], 69);
+  ASSERT_TRUE(s.Set(DoneKey(0, 0), "x").ok());
+  auto bad = ReadDoneMarks(s, 0, 2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "done mark dgt/done/0/0 must be an exit status, got 'x'");
+}
+
+TEST(DoneMarksTest, TasksRunInOrderAndQueuedOnesRunBeforeDestruction) {
+  store::ServerOptions options;
+  options.host = "127.0.0.1";
+  store::Server server(options);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> order;
+  Mutex mu;
+  {
+    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Seconds(5));
+    for (int i = 0; i < 3; ++i) {
+      tasks.Run("127.0.0.1", server.port(), [&, i](absl::StatusOr<store::Store*> s) {
+        EXPECT_TRUE(s.ok()) << s.status();
+        if (!s.ok()) return false;
+        EXPECT_TRUE(WriteDoneMark(**s, 0, i, i).ok());
+        MutexLock lock(&mu);
+        order.push_back(i);
+        return true;
+      });
+    }
+  }  // The destructor runs what is still queued.
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  std::optional<DoneMarks> read;
+  {
+    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Seconds(5));
+    tasks.Run("127.0.0.1", server.port(), [&](absl::StatusOr<store::Store*> s) {
+      if (!s.ok()) return false;
+      auto m = ReadDoneMarks(**s, 0, 3);
+      EXPECT_TRUE(m.ok()) << m.status();
+      if (m.ok()) read = *m;
+      return m.ok();
+    });
+  }
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->status, (std::vector<std::optional<int>>{0, 1, 2}));
+}
+
+TEST(DoneMarksTest, DroppedTasksNeverRun) {
+  int ran = 0;
+  {
+    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Milliseconds(300));
+    Mutex gate_mu;
+    bool open = false;
+    CondVar gate;
+    // The first task holds the thread until the others are queued and dropped.
+    tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
+      MutexLock lock(&gate_mu);
+      while (!open) gate.Wait(&gate_mu);
+      return false;
+    });
+    for (int i = 0; i < 3; ++i) {
+      tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
+        ++ran;
+        return false;
+      });
+    }
+    tasks.DropQueued();
+    MutexLock lock(&gate_mu);
+    open = true;
+    gate.SignalAll();
+  }
+  EXPECT_EQ(ran, 0);
+}
+
+TEST(DoneMarksTest, AnUnreachableStoreIsReportedToTheTask) {
+  absl::Status seen;
+  {
+    RoundStoreTasks t(FailurePublisher::ClientConnector(), absl::Milliseconds(300));
+    t.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*> s) {
+      seen = s.status();
+      return false;
+    });
+  }
+  EXPECT_FALSE(seen.ok());
+  EXPECT_TRUE(absl::StartsWith(seen.message(), "store at 127.0.0.1:1: ")) << seen;
+}
+
+}  // namespace
+}  // namespace dgt::agent

@@ -1,0 +1,157 @@
+"""Rendezvous under faults and bad input: duplicate node ids, nodes never admitted, run ids used
+again, and the rendezvous service lost (and restarted) while a job runs. Exit statuses are those
+of agent/exit_codes.h: 69 rendezvous unavailable, 77 not admitted."""
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from conftest import BIN, WORKERS, records, wait_for
+
+SLEEP = str(WORKERS / "sleep_by_rank.py")
+
+
+def agent(spawn, endpoint, run_id, node_id, *args, name=None, conf="is_host=0"):
+    return spawn([BIN / "dgt-run", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+                  f"--node-id={node_id}", f"--rdzv-conf={conf}", *args], name=name or node_id)
+
+
+def test_second_agent_with_the_same_node_id_is_refused(spawn, rendezvous):
+    # Replacing the first agent's session used to leave both agents running RANK 0.
+    first = agent(spawn, rendezvous, "dup", "node-x", "--nnodes=1", SLEEP, "3", name="first")
+    wait_for(lambda: "node rank 0 of 1" in first.stderr, 30, "the first agent's round")
+    second = agent(spawn, rendezvous, "dup", "node-x", "--nnodes=1", SLEEP, "0", name="second")
+    assert second.wait(timeout=20) == 77  # kExitNotAdmitted
+    assert second.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: the rendezvous service refused this node: node id 'node-x' is already in "
+        "run 'dup' from 127.0.0.1 (its agent is connected); a second agent with the same "
+        "--node-id is refused")
+    assert "rank 0 done" not in second.stdout
+    assert first.wait(timeout=30) == 0, first.stderr
+    assert first.stdout.count("rank 0 done") == 1
+    assert "replaced" not in first.stderr
+
+
+def test_agent_waiting_beyond_max_is_not_admitted(spawn, rendezvous):
+    # A node that never ran a worker of the run must not report its success.
+    running = agent(spawn, rendezvous, "full", "node-a", "--nnodes=1", SLEEP, "3", name="a")
+    wait_for(lambda: "node rank 0 of 1" in running.stderr, 30, "the run's round")
+    late = agent(spawn, rendezvous, "full", "node-b", "--nnodes=1", SLEEP, "0", name="b")
+    assert running.wait(timeout=30) == 0, running.stderr
+    assert late.wait(timeout=20) == 77  # kExitNotAdmitted
+    assert late.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: the rendezvous service refused this node: run 'full' ended (succeeded: "
+        "all 1 nodes succeeded) before node 'node-b' was admitted to it")
+    assert "rank 0 done" not in late.stdout
+    assert "run 'full' succeeded" not in late.stderr
+
+
+def test_a_run_id_is_free_again_once_its_agents_left(spawn, rendezvous):
+    # Two jobs in a row on one long-lived service, with one fixed id and with torchrun's default
+    # id ("none"): the second job of each runs instead of being refused for an hour.
+    for run_args in (["--rdzv-id=fixed"], []):
+        for job in range(2):
+            args = [BIN / "dgt-run", f"--rdzv-endpoint={rendezvous}", "--rdzv-conf=is_host=0",
+                    "--nnodes=1", *run_args, SLEEP, "0"]
+            p = spawn(args, name=f"job{job}{''.join(run_args)}")
+            assert p.wait(timeout=30) == 0, p.stderr
+            assert "rank 0 done" in p.stdout
+
+
+STEPS = str(WORKERS / "store_steps.py")
+
+
+def free_loopback_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(spawn, port, name):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", f"127.0.0.1:{port}"], name=name)
+    wait_for(lambda: "listening on port" in p.stdout or p.popen.poll() is not None, 10,
+             f"{name} to listen")
+    assert p.popen.poll() is None, p.stderr
+    return p
+
+
+def two_nodes(spawn, port, run_id, seconds, read_timeout):
+    return [agent(spawn, f"127.0.0.1:{port}", run_id, f"node-{i}", "--nnodes=2",
+                  "--nproc-per-node=1", STEPS, seconds,
+                  conf=f"is_host=0,read_timeout={read_timeout}") for i in range(2)]
+
+
+def events(proc, event):
+    return [r for r in records(proc.stdout) if r["event"] == event]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_job_survives_a_restart_of_the_rendezvous_service(spawn, sig):
+    # kill -9 (or SIGTERM) of dgt-rendezvous mid-job, then a new one on the same port: the agents
+    # reconnect, the new service takes the running round back from their rejoins, and the job
+    # completes with the same worker processes. Node rank 0's worker ends while the service is
+    # away: its agent must keep the store (node rank 1's worker still uses it) and not claim
+    # success.
+    port = free_loopback_port()
+    service = start_service(spawn, port, "rdzv-1")
+    nodes = two_nodes(spawn, port, "survive", "1.5,6", 20)
+    wait_for(lambda: all(events(n, "start") for n in nodes), 60, "both workers to start")
+    pids = [events(n, "start")[0]["pid"] for n in nodes]
+    os.kill(service.popen.pid, sig)
+    service.popen.wait(timeout=10)
+    wait_for(lambda: events(nodes[0], "done"), 20, "node rank 0's worker to finish")
+    time.sleep(0.5)  # Node rank 0 is now waiting for the outcome with no service.
+    assert nodes[0].popen.poll() is None, nodes[0].stderr
+    start_service(spawn, port, "rdzv-2")
+    for n in nodes:
+        assert n.wait(timeout=30) == 0, n.stderr
+        assert "back in run 'survive' at round 0" in n.stderr, n.stderr
+        assert [s["pid"] for s in events(n, "start")] == [pids[nodes.index(n)]]  # No restart.
+    last = events(nodes[1], "done")
+    assert len(last) == 1 and last[0]["pid"] == pids[1]
+    assert last[0]["progress"] == last[0]["all_steps"] > 0
+    assert [d["pid"] for d in events(nodes[0], "done")] == [pids[0]]
+
+
+def test_outcome_from_done_marks_when_the_service_stays_away(spawn):
+    # The service is killed and not restarted, but every worker finishes within the reconnect
+    # window: the nodes learn the run's success from the done marks in the round's store.
+    port = free_loopback_port()
+    service = start_service(spawn, port, "rdzv")
+    nodes = two_nodes(spawn, port, "marks", "1,3", 20)
+    wait_for(lambda: all(events(n, "start") for n in nodes), 60, "both workers to start")
+    os.kill(service.popen.pid, signal.SIGKILL)
+    for n in nodes:
+        assert n.wait(timeout=30) == 0, n.stderr
+        assert n.stderr.strip().splitlines()[-1] == (
+            "dgt-run: done: every node of run 'marks' succeeded, as the done marks in the round's "
+            f"store say (the rendezvous service at 127.0.0.1:{port} is unreachable)")
+    last = events(nodes[1], "done")[0]
+    assert last["progress"] == last["all_steps"] > 0
+
+
+def test_service_lost_for_good_stops_both_nodes_with_69(spawn):
+    port = free_loopback_port()
+    service = start_service(spawn, port, "rdzv")
+    nodes = two_nodes(spawn, port, "gone", "60,60", 3)
+    wait_for(lambda: all(events(n, "start") for n in nodes), 60, "both workers to start")
+    pids = [events(n, "start")[0]["pid"] for n in nodes]
+    os.kill(service.popen.pid, signal.SIGKILL)
+    start = time.monotonic()
+    for n in nodes:
+        assert n.wait(timeout=30) == 69, n.stderr  # kExitRendezvousUnavailable
+        assert n.stderr.strip().splitlines()[-1] == (
+            f"dgt-run: error: lost the rendezvous service at 127.0.0.1:{port} and could not reach "
+            "it again within 3 s (--rdzv-conf read_timeout)")
+    assert time.monotonic() - start < 15
+    assert not any(alive(pid) for pid in pids)
