@@ -281,8 +281,11 @@ void StaticCoordinator::OnWatchLost(const std::string& why) {
     Lost(absl::StrCat(broke, " and did not answer again within ",
                       absl::FormatDuration(options_.reconnect_timeout + kReconnectBackstop)));
   });
-  conn->Connect(options_.reconnect_timeout, [this, conn, broke](const absl::Status& s) {
-    if (closing_ || lost_ || watch_ != conn) return;
+  // The callbacks are stored in `conn` itself: they hold a plain pointer (compared with watch_,
+  // which owns it), not a shared_ptr, or the connection would own itself and never be freed.
+  StoreConnection* raw = conn.get();
+  conn->Connect(options_.reconnect_timeout, [this, raw, broke](const absl::Status& s) {
+    if (closing_ || lost_ || watch_.get() != raw) return;
     if (!s.ok()) {
       reconnect_timer_.cancel();
       Lost(absl::StrCat(broke, " and could not be reached again within ",
@@ -290,23 +293,23 @@ void StaticCoordinator::OnWatchLost(const std::string& why) {
       return;
     }
     // The same store still holds this node's joined key; one node rank 0 started afresh does not.
-    conn->Check({Key(absl::StrCat("joined/", options_.node_rank))},
-                [this, conn, broke](absl::StatusOr<bool> same) {
-                  if (closing_ || lost_ || watch_ != conn) return;
-                  reconnect_timer_.cancel();
-                  if (!same.ok()) {
-                    Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
-                    return;
-                  }
-                  if (!*same) {
-                    Lost(absl::StrCat(broke, "; the store reached again does not know run '",
-                                      options_.run_id, "' (node rank 0 started again?)"));
-                    return;
-                  }
-                  spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
-                               options_.master_addr, options_.master_port);
-                  Watch(conn);
-                });
+    raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
+               [this, raw, broke](absl::StatusOr<bool> same) {
+                 if (closing_ || lost_ || watch_.get() != raw) return;
+                 reconnect_timer_.cancel();
+                 if (!same.ok()) {
+                   Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
+                   return;
+                 }
+                 if (!*same) {
+                   Lost(absl::StrCat(broke, "; the store reached again does not know run '",
+                                     options_.run_id, "' (node rank 0 started again?)"));
+                   return;
+                 }
+                 spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
+                              options_.master_addr, options_.master_port);
+                 Watch(watch_);
+               });
   });
 }
 
