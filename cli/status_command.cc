@@ -75,9 +75,26 @@ int RunStatus(const StatusFlags& f) {
   v1::GetStatusResponse response;
   grpc::Status st = stub->GetStatus(&ctx, request, &response);
   if (!st.ok()) {
-    std::fprintf(stderr, "dgt status: error: %s: %s\n", f.endpoint.c_str(),
-                 st.error_message().c_str());
-    return 1;
+    // One line in dgt-run's words, exit codes as docs/EXIT_CODES.md; gRPC's own text ("failed to
+    // connect to all addresses; last error: UNKNOWN: ipv4:...") only for the other codes.
+    switch (st.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        std::fprintf(stderr,
+                     "dgt status: error: cannot reach the rendezvous service at %s within %s "
+                     "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)\n",
+                     f.endpoint.c_str(), absl::FormatDuration(*timeout).c_str());
+        return 69;  // Rendezvous unavailable.
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+        std::fprintf(stderr, "dgt status: error: the rendezvous service at %s refused: %s\n",
+                     f.endpoint.c_str(), st.error_message().c_str());
+        return 77;  // Not admitted.
+      default:
+        std::fprintf(stderr, "dgt status: error: %s: %s\n", f.endpoint.c_str(),
+                     st.error_message().c_str());
+        return 1;
+    }
   }
   if (f.json) {
     std::string out;

@@ -1,6 +1,7 @@
 """Bad input to dgt-run and dgt-rendezvous: one clear line, a non-zero exit, bounded time."""
 import re
 import signal
+import socket
 import time
 
 import pytest
@@ -334,3 +335,16 @@ def test_store_get_against_torch_1x_store_hints_protocol_v1(spawn):
     line = p.stderr.strip().splitlines()[-1]
     assert "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)" in line
     assert line.endswith(" (pass --protocol v1)"), line
+
+
+def test_dgt_status_of_a_service_that_is_down(spawn):
+    # One line in our words and exit 69 (docs/EXIT_CODES.md), not gRPC's "failed to connect to
+    # all addresses; last error: UNKNOWN: ipv4:..." with exit 1.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # Closed at the end of the block: nothing listens there.
+    p = spawn([BIN / "dgt", "status", f"--rdzv-endpoint=127.0.0.1:{port}", "--timeout=1"])
+    assert p.wait(timeout=10) == 69
+    assert p.stderr.strip().splitlines() == [
+        f"dgt status: error: cannot reach the rendezvous service at 127.0.0.1:{port} within 1s "
+        "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)"]
