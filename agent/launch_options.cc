@@ -21,6 +21,7 @@
 #include "agent/log_dir.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
+#include "common/version.h"
 
 namespace dgt::agent {
 namespace {
@@ -684,7 +685,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       ->type_name("INT");
   flag("--tf-chief,--tf_chief", o.tf_chief, "tensorflow: the first non-ps rank is the chief",
        kAzure);
-  app.set_version_flag("--version", "dgt-run 0.1.0");
+  app.set_version_flag("--version", absl::StrCat("dgt-run ", kVersion));
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParsedCommandLine result;
@@ -703,7 +704,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     result.output = app.help();
     return result;
   } catch (const CLI::CallForVersion&) {
-    result.output = "dgt-run 0.1.0\n";
+    result.output = absl::StrCat("dgt-run ", kVersion, "\n");
     return result;
   } catch (const CLI::ParseError& e) {
     result.exit_code = 2;

@@ -109,7 +109,8 @@ int Serve(const ServeFlags& f) {
   store::Server server(options);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::cerr << "dgt store serve: error: " << s.message() << "\n";
-    return 1;
+    // A --listen host that is not an IP literal is a usage error; a port in use is not.
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << "dgt store listening on port " << server.port() << std::endl;
   spdlog::info("store: listening on {}", FormatHostPort(options.host, server.port()));

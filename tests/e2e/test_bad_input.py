@@ -225,6 +225,9 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
     (["store", "serve", "--listen", "127.0.0.1:0", "--max-connections", "99999999999999999999"],
      "dgt store serve: error: --max-connections must be an integer from 1 to 1048576, "
      "got '99999999999999999999'"),
+    # A host name where the listener needs an IP literal: a usage error, not a failure (was 1).
+    (["store", "serve", "--listen", "localhost:0"],
+     "dgt store serve: error: store listen address must be an IP literal, got 'localhost'"),
     (["store", "serve", "--listen", "127.0.0.1:0", "--max-key-bytes", "0"],
      "dgt store serve: error: --max-key-bytes must be an integer from 1 to 1073741824, got '0'"),
     # Timeouts that overflowed the client's poll (item 11), and 0.
@@ -273,6 +276,15 @@ def test_rendezvous_bad_numbers(spawn, args, message):
     p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", *args])
     assert p.wait(timeout=10) == 2
     assert p.stderr.strip().splitlines() == [f"dgt-rendezvous: error: {message}"]
+
+
+@pytest.mark.parametrize("binary", ["dgt-run", "dgt-rendezvous", "dgt"])
+def test_version(spawn, binary):
+    # Every binary answers --version with its name and the one project version.
+    p = spawn([BIN / binary, "--version"])
+    assert p.wait(timeout=10) == 0, p.stderr
+    assert p.stdout.strip().splitlines() == [f"{binary} 0.1.0"]
+    assert p.stderr == ""
 
 
 def test_tls_misconfiguration_is_named(spawn, tmp_path):
