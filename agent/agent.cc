@@ -162,7 +162,8 @@ Agent::~Agent() {
   }
   if (session_) session_->Close();
   if (store_) store_->Stop();
-  if (embedded_rendezvous_) embedded_rendezvous_->Shutdown();
+  // Quietly: the agent's own last stderr line says how the run ended (docs/EXIT_CODES.md).
+  if (embedded_rendezvous_) embedded_rendezvous_->Shutdown(absl::Seconds(1), /*quiet=*/true);
 }
 
 absl::Status Agent::Prepare() {
@@ -664,6 +665,13 @@ int Agent::Run() {
     std::fprintf(stderr, "dgt-run: error: cannot start the process-group watchdog: %s\n",
                  std::string(s.message()).c_str());
     return 1;
+  }
+  // A --log-dir that cannot hold logs is a usage error now, not a failure after the round formed.
+  if (!options_.log_dir.empty()) {
+    if (absl::Status s = CheckLogDir(options_.log_dir); !s.ok()) {
+      std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
+      return kExitUsage;
+    }
   }
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
   // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C

@@ -111,6 +111,23 @@ TEST(LaunchOptionsTest, RunIdThatLeavesTheLogDirIsRefused) {
   EXPECT_TRUE(Parse({"--standalone", "--rdzv-id=job.v2_1", kScript}).options.has_value());
 }
 
+// Refused while parsing (exit 2), not by the service after joining or by the file system after
+// the round formed (exit 1).
+TEST(LaunchOptionsTest, LongOrControlCharacterRunIdIsRefused) {
+  auto p = Parse({"--standalone", "--rdzv-id=" + std::string(300, 'x'), kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-id must be at most 128 bytes (it also names the log "
+            "directory), got 300\n");
+  p = Parse({"--standalone", "--rdzv-id=a\nb", kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-id must not contain control characters, got "
+            "'a\\nb'\n");
+  EXPECT_TRUE(
+      Parse({"--standalone", "--rdzv-id=" + std::string(128, 'x'), kScript}).options.has_value());
+}
+
 TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
   auto defaults = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", kScript});
   ASSERT_TRUE(defaults.options.has_value()) << defaults.output;

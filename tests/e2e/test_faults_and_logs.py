@@ -160,3 +160,25 @@ def test_redirected_logs_outlive_a_killed_agent(spawn, tmp_path):
         assert time.monotonic() < deadline, "the watchdog did not act within 10 s"
         time.sleep(0.05)
     assert logs[0].read_text() == "hello\n"
+
+
+def test_bad_log_dir_is_a_usage_error_before_joining():
+    # Once found only after the round formed (exit 1), and followed by the embedded rendezvous'
+    # shutdown line.
+    p = run(["--standalone", "--log-dir=/proc/x", "--no-python", "/bin/true"], timeout=10)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        "dgt-run: error: --log-dir '/proc/x': cannot create it: No such file or directory"]
+
+
+def test_error_is_the_last_line_after_an_early_standalone_failure():
+    # -r needs a log directory; TMPDIR=/proc gives none. The round has formed, so the embedded
+    # rendezvous still holds this agent's session when the agent ends: its shutdown must not
+    # log after the error (docs/EXIT_CODES.md: the last stderr line says which failure it was).
+    for _ in range(5):
+        p = run(["--standalone", "-r", "3", "--no-python", "/bin/true"], timeout=30,
+                env=dgt_env(TMPDIR="/proc"))
+        assert p.returncode == 1, p.stderr
+        assert p.stderr.splitlines()[-1].startswith(
+            "dgt-run: error: -r/-t: cannot create a log directory: create log directory "
+            "/proc/dgt-run-"), p.stderr
