@@ -22,6 +22,7 @@
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "common/version.h"
+#include "rendezvous/credentials.h"
 
 namespace dgt::agent {
 namespace {
@@ -407,6 +408,12 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     if (auto s = CheckLocalAddress(*ip); !s.ok()) {
       return Bad(absl::StrCat("--local-addr=", o->local_addr, ": ", s.message()));
     }
+  }
+  // A file that is not PEM (or not the pair) otherwise fails every TLS handshake, which reads
+  // as "cannot reach the rendezvous service" after the whole connect timeout.
+  if (auto s = rendezvous::CheckClientTlsFiles({o->rdzv_tls_cert, o->rdzv_tls_key, o->rdzv_tls_ca});
+      !s.ok()) {
+    return s;
   }
   if (!o->rdzv_endpoint.empty()) {
     auto hp = ParseHostPort(o->rdzv_endpoint, 29400, "--rdzv-endpoint");

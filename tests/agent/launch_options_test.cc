@@ -128,6 +128,35 @@ TEST(LaunchOptionsTest, LongOrControlCharacterRunIdIsRefused) {
       Parse({"--standalone", "--rdzv-id=" + std::string(128, 'x'), kScript}).options.has_value());
 }
 
+// A --rdzv-tls-* file that is not PEM failed every handshake: "cannot reach the rendezvous
+// service" after the whole connect timeout (exit 69). Now a usage error naming flag and path.
+TEST(LaunchOptionsTest, TlsFilesThatAreNotPemAreRefused) {
+  const std::string not_pem = ::testing::TempDir() + "dgt_launch_options_not_pem.txt";
+  std::ofstream(not_pem) << "myhost\n";
+  const std::vector<std::string> base = {"--nnodes=2", "--rdzv-endpoint=127.0.0.1:1"};
+  auto parse = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(kScript);
+    return Parse(args);
+  };
+  auto p = parse({"--rdzv-tls-ca=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-ca: '" + not_pem + "' holds no PEM certificate\n");
+  p = parse({"--rdzv-tls-ca=/nonexistent/ca.pem"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output, "dgt-run: error: --rdzv-tls-ca: cannot read '/nonexistent/ca.pem'\n");
+  p = parse({"--rdzv-tls-cert=" + not_pem, "--rdzv-tls-key=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-cert: '" + not_pem + "' holds no PEM certificate\n");
+  p = parse({"--rdzv-tls-cert=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-cert and --rdzv-tls-key must be given together\n");
+}
+
 TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
   auto defaults = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", kScript});
   ASSERT_TRUE(defaults.options.has_value()) << defaults.output;

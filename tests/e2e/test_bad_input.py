@@ -319,6 +319,20 @@ def test_tls_misconfiguration_is_named(spawn, tmp_path):
         assert p.stderr.strip().splitlines() == [message], p.stderr
 
 
+@pytest.mark.parametrize("flags", [["--rdzv-tls-ca=/etc/hostname"],
+                                   ["--rdzv-tls-cert=/etc/hostname", "--rdzv-tls-key=/etc/hostname"]])
+def test_tls_file_that_is_not_pem_is_a_usage_error(spawn, flags):
+    # Once: the whole connect timeout, then "cannot reach the rendezvous service" (exit 69).
+    start = time.monotonic()
+    p = spawn([BIN / "dgt-run", "--nnodes=1", "--rdzv-endpoint=127.0.0.1:1",
+               "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=30", *flags, SCRIPT])
+    assert p.wait(timeout=20) == 2
+    flag = flags[0].split("=")[0]
+    assert p.stderr.strip().splitlines() == [
+        f"dgt-run: error: {flag}: '/etc/hostname' holds no PEM certificate"]
+    assert time.monotonic() - start < 5
+
+
 def test_exec_failure_with_no_python_says_why(spawn, tmp_path):
     program = tmp_path / "not-a-program"
     program.write_bytes(b"\x00\x01\x02 neither ELF nor script\n")
