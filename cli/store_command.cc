@@ -121,6 +121,9 @@ int Serve(const ServeFlags& f) {
   return 0;
 }
 
+// How long the operator's client waits for a store's answer to the torch 2.x opening.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+
 // The client flags checked, or a usage error (exit 2) printed.
 struct ClientSetup {
   store::ClientOptions options;
@@ -140,6 +143,9 @@ ClientSetup ParseClientFlags(const ClientFlags& f, absl::string_view cmd) {
   setup.options.host = hp->host;
   setup.options.port = hp->port;
   setup.options.timeout = *timeout;
+  // A torch 1.x store never answers the 2.x opening: say "pass --protocol v1" after this, not
+  // after the whole --timeout. (A 2.x store answers at once.)
+  setup.options.handshake_timeout = kHandshakeTimeout;
   setup.options.protocol = f.protocol == "v1" ? store::Protocol::kV1 : store::Protocol::kV2;
   return setup;
 }

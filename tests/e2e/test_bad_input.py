@@ -360,3 +360,25 @@ def test_store_get_against_torch_1x_store_hints_protocol_v1(spawn):
     line = p.stderr.strip().splitlines()[-1]
     assert "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)" in line
     assert line.endswith(" (pass --protocol v1)"), line
+
+
+def test_store_get_against_torch_1x_store_does_not_wait_the_whole_timeout(spawn):
+    # The 2.x opening has its own 5 s deadline: the hint came only after --timeout (30 s).
+    server = spawn([PYTHON, WORKERS / "torch_store_server.py"], name="torch_store")
+    deadline = time.monotonic() + 30
+    port = None
+    while port is None and time.monotonic() < deadline:
+        m = re.search(r"torch store listening on port (\d+)", server.stdout)
+        if m:
+            port = m.group(1)
+            break
+        assert server.popen.poll() is None, server.stderr
+        time.sleep(0.05)
+    assert port is not None
+    start = time.monotonic()
+    p = spawn([BIN / "dgt", "store", "get", "K", "--endpoint", f"127.0.0.1:{port}"], name="get")
+    assert p.wait(timeout=25) == 1
+    assert time.monotonic() - start < 15
+    line = p.stderr.strip().splitlines()[-1]
+    assert "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)" in line
+    assert line.endswith(" (pass --protocol v1)"), line
