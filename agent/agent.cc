@@ -1104,17 +1104,8 @@ void Agent::StartRound(int restart_count) {
   restart_count_ = restart_count;
   failures_.clear();
   recovered_failures_.clear();
-  std::vector<WorkerSpec> specs;
-  absl::Status status;
-  for (int local = 0; local < options_.nproc_per_node && status.ok(); ++local) {
-    auto spec = MakeSpec(local, restart_count);
-    if (spec.ok()) {
-      specs.push_back(std::move(*spec));
-    } else {
-      status = spec.status();
-    }
-  }
-  for (int fd : tf_reservations_) ::close(fd);  // The workers bind these ports now.
+  // The TF_CONFIG addresses are known already (tf_addresses_): the workers bind these ports now.
+  for (int fd : tf_reservations_) ::close(fd);
   tf_reservations_.clear();
   if (workers_) retired_.push_back(std::move(workers_));
   workers_ = std::make_unique<WorkerGroup>(
@@ -1122,21 +1113,56 @@ void Agent::StartRound(int restart_count) {
       [this](pid_t pgid) { watchdog_.Register(pgid); },
       [this](pid_t pgid) { watchdog_.Unregister(pgid); });
   state_ = State::kRunning;
-  if (status.ok()) status = workers_->Start(specs);
-  if (!status.ok()) {
-    // Start() killed the workers it had started; the group's destructor reaps them.
-    Finish(127, absl::StrCat("cannot start workers: ", status.message()));
+  spawning_ = true;
+  SpawnFrom(workers_.get(), 0, restart_count);
+}
+
+void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
+  // Workers started per turn of the loop: a few ms of fork/exec each, so a SIGTERM (or a worker
+  // that failed at once) waits at most about a batch, not for thousands of spawns.
+  constexpr int kSpawnBatch = 32;
+  if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
+  if (state_ != State::kRunning) {
+    // Stopping (a signal, a failure, a new round): the rest is not started.
+    SpawnDone(restart_count);
     return;
   }
-  if (restart_count > 0) {
-    spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}", specs.size(),
-                 restart_count);
+  const int end = std::min(first + kSpawnBatch, options_.nproc_per_node);
+  for (int local = first; local < end; ++local) {
+    absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
+    absl::Status status = spec.ok() ? workers_->StartOne(*spec).status() : spec.status();
+    if (!status.ok()) {
+      spawning_ = false;
+      workers_->KillAll();  // The ones already started; the group's destructor reaps them.
+      Finish(127, absl::StrCat("cannot start workers: ", status.message()));
+      return;
+    }
   }
-  if (options_.restart_policy == RestartPolicy::kRank) {
-    // Connect now: a failure is then published without paying for a connection.
-    EnsurePublisher();
-    publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+  if (end < options_.nproc_per_node) {
+    asio::post(io_, [this, group, end, restart_count] { SpawnFrom(group, end, restart_count); });
+    return;
   }
+  SpawnDone(restart_count);
+}
+
+void Agent::SpawnDone(int restart_count) {
+  spawning_ = false;
+  if (state_ == State::kRunning) {
+    if (restart_count > 0) {
+      spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",
+                   options_.nproc_per_node, restart_count);
+    }
+    if (options_.restart_policy == RestartPolicy::kRank) {
+      // Connect now: a failure is then published without paying for a connection.
+      EnsurePublisher();
+      publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+    }
+  }
+  // Every worker started in earlier batches may have exited while later ones were started (their
+  // exits waited for this). Not once the round is over otherwise (waiting for a round, done).
+  const bool round_active = state_ == State::kRunning || state_ == State::kStopping ||
+                            state_ == State::kRestarting || state_ == State::kRerounding;
+  if (round_active && workers_->alive() == 0 && pending_restarts_ == 0) OnAllWorkersExited();
 }
 
 absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
@@ -1202,7 +1228,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
             }
           }
           if (state_ != State::kDone && workers_ && workers_->alive() == 0 &&
-              pending_restarts_ == 0) {
+              pending_restarts_ == 0 && !spawning_) {
             OnAllWorkersExited();
           }
         });
@@ -1353,7 +1379,7 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
       if (state_ == State::kRunning) StopWorkers();
     }
   }
-  if (workers_->alive() > 0 || pending_restarts_ > 0) return;
+  if (workers_->alive() > 0 || pending_restarts_ > 0 || spawning_) return;
   OnAllWorkersExited();
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "agent/log_dir.h"
 #include "common/flag_parse.h"
@@ -31,6 +32,9 @@ namespace {
 // any real job. The world (nodes times workers per node) is checked to fit an int on its own.
 constexpr int64_t kMaxCount = 1000000;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// The most workers one agent starts: beyond the largest nodes' cores and GPUs; more only fills
+// pid_max and makes a stop signal wait for the spawning.
+constexpr int kMaxNprocPerNode = 4096;
 
 absl::Status Bad(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
@@ -93,10 +97,12 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
           absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '", text, "'"));
     }
     if (n < 1) return Bad(absl::StrCat("--nproc-per-node must be >= 1, got ", n));
-    if (n > kMaxCount) {
-      return Bad(absl::StrCat("--nproc-per-node must be at most ", kMaxCount, ", got ", n));
-    }
     o->nproc_per_node = n;
+  }
+  if (o->nproc_per_node > kMaxNprocPerNode) {
+    return Bad(absl::StrCat(
+        "--nproc-per-node must be at most ", kMaxNprocPerNode, ", got ", o->nproc_per_node,
+        text == absl::StrCat(o->nproc_per_node) ? "" : absl::StrCat(" ('", text, "')")));
   }
   return absl::OkStatus();
 }
@@ -293,10 +299,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (raw.process_count_set) {
     LaunchOptions alias;
     if (auto s = ParseNproc(raw.process_count, getenv_fn, &alias); !s.ok()) {
+      // The same checks, naming the flag given.
       return Bad(
-          absl::StrCat("--process-count-per-instance must be an integer, auto, cpu or gpu, "
-                       "got '",
-                       raw.process_count, "'"));
+          absl::StrReplaceAll(s.message(), {{"--nproc-per-node", "--process-count-per-instance"}}));
     }
     if (raw.nproc_set) {
       if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;

@@ -279,10 +279,21 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "year), got 'inf'\n"},
       {{"--worker-count=-1", kScript},
        "dgt-run: error: --worker-count must be an integer from 0 to 1000000, got '-1'\n"},
+      // At most 4096 workers per node (was 1000000: 100000 took minutes to stop, filled pid_max).
       {{"--nproc-per-node=1000001", kScript},
-       "dgt-run: error: --nproc-per-node must be at most 1000000, got 1000001\n"},
+       "dgt-run: error: --nproc-per-node must be at most 4096, got 1000001\n"},
+      {{"--nproc-per-node=4097", kScript},
+       "dgt-run: error: --nproc-per-node must be at most 4096, got 4097\n"},
+      {{"--process-count-per-instance=100000", kScript},
+       "dgt-run: error: --process-count-per-instance must be at most 4096, got 100000\n"},
+      {{"--process-count-per-instance=lots", kScript},
+       "dgt-run: error: --process-count-per-instance must be an integer, auto, cpu or gpu, got "
+       "'lots'\n"},
       {{"--nnodes=2147483647", "--nproc-per-node=2", "--rdzv-endpoint=h:1", kScript},
        "dgt-run: error: --nnodes=2147483647 with --nproc-per-node=2 makes 4294967294 ranks, more "
+       "than 2147483647\n"},
+      {{"--nnodes=1000000", "--nproc-per-node=4096", "--rdzv-endpoint=h:1", kScript},
+       "dgt-run: error: --nnodes=1000000 with --nproc-per-node=4096 makes 4096000000 ranks, more "
        "than 2147483647\n"},
       {{"--start-method=foo", kScript},
        "dgt-run: error: --start-method must be spawn, fork or forkserver, got 'foo'\n"},

@@ -5,6 +5,7 @@ bounded."""
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -182,3 +183,40 @@ def test_error_is_the_last_line_after_an_early_standalone_failure():
         assert p.stderr.splitlines()[-1].startswith(
             "dgt-run: error: -r/-t: cannot create a log directory: create log directory "
             "/proc/dgt-run-"), p.stderr
+
+
+def marked_processes(marker):
+    """Pids of live processes whose environment holds `marker` (this test's workers)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (d / "environ").read_bytes() and alive(int(d.name)):
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+def test_sigterm_during_a_big_spawn_takes_effect_promptly(spawn, tmp_path):
+    # Workers are started in batches with the event loop turning between them: a SIGTERM during
+    # the spawn of 500 workers stops the spawning (it was handled only after every worker had
+    # started: 14 s for 3000).
+    started = tmp_path / "started"
+    started.write_text("")
+    marker = f"DGT_SPAWN_TEST_{os.getpid()}_{time.monotonic_ns()}"
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=500", "--no-python", "/bin/sh", "-c",
+               f"echo x >> {started}; exec sleep 1000"], env=dgt_env(**{marker: "1"}))
+    deadline = time.monotonic() + 20
+    while started.read_text() == "":
+        assert time.monotonic() < deadline and p.popen.poll() is None, p.stderr
+        time.sleep(0.01)
+    sent = time.monotonic()
+    p.popen.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 143, p.stderr
+    took = time.monotonic() - sent
+    assert p.stderr.splitlines()[-1] == "dgt-run: error: stopped by SIGTERM", p.stderr
+    assert took < 3, took
+    assert started.read_text().count("x") < 500  # The spawning stopped.
+    assert marked_processes(marker) == []
