@@ -1587,12 +1587,32 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
   }
 }
 
+void Agent::KeepTempLogRootForSummary(std::string* summary) {
+  if (!log_root_is_temp_ || log_root_.empty()) return;
+  bool names_a_file = false;
+  for (const auto* list : {&failures_, &recovered_failures_}) {
+    for (const Failure& f : *list) names_a_file |= f.error.has_value();
+  }
+  if (!names_a_file) return;
+  // The summary names error files in the temporary log directory: removing it at exit would
+  // leave the user paths that no longer exist.
+  log_root_is_temp_ = false;
+  if (absl::Status s = watchdog_.KeepOnExit(); !s.ok()) {
+    spdlog::warn("dgt-run: the watchdog may still remove {}: {}", log_root_, s.message());
+  }
+  absl::StrAppend(summary, "kept: ", log_root_,
+                  " (the temporary log directory, for the error file(s) named above)\n");
+}
+
 void Agent::Finish(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
   exit_status_ = exit_status;
   std::string summary;
-  if (exit_status != 0 && !failures_.empty() && first_failure_) summary = Summary();
+  if (exit_status != 0 && !failures_.empty() && first_failure_) {
+    summary = Summary();
+    KeepTempLogRootForSummary(&summary);
+  }
   if (options_.log_format == LogFormat::kJson) {
     // One JSON record, so that log pipelines reading stderr keep parsing.
     if (!message.empty()) {

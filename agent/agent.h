@@ -120,6 +120,9 @@ class Agent {
   void SpawnFrom(WorkerGroup* group, int first, int restart_count);
   // After the last batch of a round (or when its spawning stopped early).
   void SpawnDone(int restart_count);
+  // When the failure summary names an error file and the log directory is a temporary one that
+  // would be removed at exit: keeps it (here and in the watchdog) and says so in `summary`.
+  void KeepTempLogRootForSummary(std::string* summary);
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
   absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
   // Returns when the replacement was started (InfinitePast when it could not be).

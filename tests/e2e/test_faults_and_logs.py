@@ -220,3 +220,26 @@ def test_sigterm_during_a_big_spawn_takes_effect_promptly(spawn, tmp_path):
     assert took < 3, took
     assert started.read_text().count("x") < 500  # The spawning stopped.
     assert marked_processes(marker) == []
+
+
+def test_error_file_named_in_the_summary_is_kept(tmp_path):
+    # Without --log-dir or -r the temporary log directory goes away at exit (agent and watchdog),
+    # but not when the failure summary names an error file in it: that path must still open.
+    p = run(["--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"], timeout=60,
+            env=dgt_env(TMPDIR=tmp_path))
+    assert p.returncode == 1, p.stderr
+    (run_dir,) = tmp_path.glob("dgt-run-*")
+    error_file = run_dir / "attempt_0" / "1" / "error.json"
+    assert f"    error file: {error_file}\n" in p.stderr, p.stderr
+    assert (f"kept: {run_dir} (the temporary log directory, for the error file(s) named "
+            "above)\n") in p.stderr, p.stderr
+    assert "root cause from rank 1" in json.loads(error_file.read_text())["message"]["message"]
+    assert p.stderr.splitlines()[-1].startswith("dgt-run: error: rank 1 (local rank 1"), p.stderr
+
+
+def test_temporary_log_dir_without_named_error_file_is_removed(tmp_path):
+    p = run(["--standalone", "--no-python", "/bin/sh", "-c", "exit 3"], timeout=30,
+            env=dgt_env(TMPDIR=tmp_path))
+    assert p.returncode == 3, p.stderr
+    assert "kept:" not in p.stderr
+    assert list(tmp_path.glob("dgt-run-*")) == []
