@@ -162,7 +162,8 @@ Agent::~Agent() {
   }
   if (session_) session_->Close();
   if (store_) store_->Stop();
-  if (embedded_rendezvous_) embedded_rendezvous_->Shutdown();
+  // Quietly: the agent's own last stderr line says how the run ended (docs/EXIT_CODES.md).
+  if (embedded_rendezvous_) embedded_rendezvous_->Shutdown(absl::Seconds(1), /*quiet=*/true);
 }
 
 absl::Status Agent::Prepare() {
@@ -665,6 +666,13 @@ int Agent::Run() {
                  std::string(s.message()).c_str());
     return 1;
   }
+  // A --log-dir that cannot hold logs is a usage error now, not a failure after the round formed.
+  if (!options_.log_dir.empty()) {
+    if (absl::Status s = CheckLogDir(options_.log_dir); !s.ok()) {
+      std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
+      return kExitUsage;
+    }
+  }
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
   // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C
   // then must end dgt-run at once (the default action; nothing was started yet), not be queued.
@@ -1096,17 +1104,8 @@ void Agent::StartRound(int restart_count) {
   restart_count_ = restart_count;
   failures_.clear();
   recovered_failures_.clear();
-  std::vector<WorkerSpec> specs;
-  absl::Status status;
-  for (int local = 0; local < options_.nproc_per_node && status.ok(); ++local) {
-    auto spec = MakeSpec(local, restart_count);
-    if (spec.ok()) {
-      specs.push_back(std::move(*spec));
-    } else {
-      status = spec.status();
-    }
-  }
-  for (int fd : tf_reservations_) ::close(fd);  // The workers bind these ports now.
+  // The TF_CONFIG addresses are known already (tf_addresses_): the workers bind these ports now.
+  for (int fd : tf_reservations_) ::close(fd);
   tf_reservations_.clear();
   if (workers_) retired_.push_back(std::move(workers_));
   workers_ = std::make_unique<WorkerGroup>(
@@ -1114,21 +1113,56 @@ void Agent::StartRound(int restart_count) {
       [this](pid_t pgid) { watchdog_.Register(pgid); },
       [this](pid_t pgid) { watchdog_.Unregister(pgid); });
   state_ = State::kRunning;
-  if (status.ok()) status = workers_->Start(specs);
-  if (!status.ok()) {
-    // Start() killed the workers it had started; the group's destructor reaps them.
-    Finish(127, absl::StrCat("cannot start workers: ", status.message()));
+  spawning_ = true;
+  SpawnFrom(workers_.get(), 0, restart_count);
+}
+
+void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
+  // Workers started per turn of the loop: a few ms of fork/exec each, so a SIGTERM (or a worker
+  // that failed at once) waits at most about a batch, not for thousands of spawns.
+  constexpr int kSpawnBatch = 32;
+  if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
+  if (state_ != State::kRunning) {
+    // Stopping (a signal, a failure, a new round): the rest is not started.
+    SpawnDone(restart_count);
     return;
   }
-  if (restart_count > 0) {
-    spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}", specs.size(),
-                 restart_count);
+  const int end = std::min(first + kSpawnBatch, options_.nproc_per_node);
+  for (int local = first; local < end; ++local) {
+    absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
+    absl::Status status = spec.ok() ? workers_->StartOne(*spec).status() : spec.status();
+    if (!status.ok()) {
+      spawning_ = false;
+      workers_->KillAll();  // The ones already started; the group's destructor reaps them.
+      Finish(127, absl::StrCat("cannot start workers: ", status.message()));
+      return;
+    }
   }
-  if (options_.restart_policy == RestartPolicy::kRank) {
-    // Connect now: a failure is then published without paying for a connection.
-    EnsurePublisher();
-    publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+  if (end < options_.nproc_per_node) {
+    asio::post(io_, [this, group, end, restart_count] { SpawnFrom(group, end, restart_count); });
+    return;
   }
+  SpawnDone(restart_count);
+}
+
+void Agent::SpawnDone(int restart_count) {
+  spawning_ = false;
+  if (state_ == State::kRunning) {
+    if (restart_count > 0) {
+      spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",
+                   options_.nproc_per_node, restart_count);
+    }
+    if (options_.restart_policy == RestartPolicy::kRank) {
+      // Connect now: a failure is then published without paying for a connection.
+      EnsurePublisher();
+      publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+    }
+  }
+  // Every worker started in earlier batches may have exited while later ones were started (their
+  // exits waited for this). Not once the round is over otherwise (waiting for a round, done).
+  const bool round_active = state_ == State::kRunning || state_ == State::kStopping ||
+                            state_ == State::kRestarting || state_ == State::kRerounding;
+  if (round_active && workers_->alive() == 0 && pending_restarts_ == 0) OnAllWorkersExited();
 }
 
 absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
@@ -1194,7 +1228,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
             }
           }
           if (state_ != State::kDone && workers_ && workers_->alive() == 0 &&
-              pending_restarts_ == 0) {
+              pending_restarts_ == 0 && !spawning_) {
             OnAllWorkersExited();
           }
         });
@@ -1345,7 +1379,7 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
       if (state_ == State::kRunning) StopWorkers();
     }
   }
-  if (workers_->alive() > 0 || pending_restarts_ > 0) return;
+  if (workers_->alive() > 0 || pending_restarts_ > 0 || spawning_) return;
   OnAllWorkersExited();
 }
 
@@ -1553,12 +1587,32 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
   }
 }
 
+void Agent::KeepTempLogRootForSummary(std::string* summary) {
+  if (!log_root_is_temp_ || log_root_.empty()) return;
+  bool names_a_file = false;
+  for (const auto* list : {&failures_, &recovered_failures_}) {
+    for (const Failure& f : *list) names_a_file |= f.error.has_value();
+  }
+  if (!names_a_file) return;
+  // The summary names error files in the temporary log directory: removing it at exit would
+  // leave the user paths that no longer exist.
+  log_root_is_temp_ = false;
+  if (absl::Status s = watchdog_.KeepOnExit(); !s.ok()) {
+    spdlog::warn("dgt-run: the watchdog may still remove {}: {}", log_root_, s.message());
+  }
+  absl::StrAppend(summary, "kept: ", log_root_,
+                  " (the temporary log directory, for the error file(s) named above)\n");
+}
+
 void Agent::Finish(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
   state_ = State::kDone;
   exit_status_ = exit_status;
   std::string summary;
-  if (exit_status != 0 && !failures_.empty() && first_failure_) summary = Summary();
+  if (exit_status != 0 && !failures_.empty() && first_failure_) {
+    summary = Summary();
+    KeepTempLogRootForSummary(&summary);
+  }
   if (options_.log_format == LogFormat::kJson) {
     // One JSON record, so that log pipelines reading stderr keep parsing.
     if (!message.empty()) {

@@ -114,6 +114,15 @@ class Agent {
   // `restart_count`. The single entry point for first starts and group restarts (and, later,
   // new rendezvous rounds).
   void StartRound(int restart_count);
+  // Starts local ranks [first, nproc) of `group`'s round, kSpawnBatch at a time; posts the rest
+  // to the loop, so that a stop signal or a worker's exit is handled between batches. Stops
+  // when the round was replaced or is no longer running.
+  void SpawnFrom(WorkerGroup* group, int first, int restart_count);
+  // After the last batch of a round (or when its spawning stopped early).
+  void SpawnDone(int restart_count);
+  // When the failure summary names an error file and the log directory is a temporary one that
+  // would be removed at exit: keeps it (here and in the watchdog) and says so in `summary`.
+  void KeepTempLogRootForSummary(std::string* summary);
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
   absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
   // Returns when the replacement was started (InfinitePast when it could not be).
@@ -195,6 +204,8 @@ class Agent {
   // Policy rank: publishes rank failures into the job's store (created at the first failure).
   std::unique_ptr<FailurePublisher> publisher_;
   int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
+  // The round's workers are still being started (in batches): "all workers exited" waits.
+  bool spawning_ = false;
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
   int restart_count_ = 0;
   int next_restart_count_ = 0;  // The attempt being started or running (group policy).

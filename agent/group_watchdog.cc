@@ -137,6 +137,13 @@ absl::Status GroupWatchdog::RemoveOnExit(absl::string_view dir) {
         absl::StrCat("watchdog cleanup directory must be an absolute path of at most ",
                      kMaxCleanupPath, " bytes, got '", dir, "'"));
   }
+  return SendCleanupDir(dir);
+}
+
+// An empty path: the watchdog's cleanup_dir becomes "", which it does not remove.
+absl::Status GroupWatchdog::KeepOnExit() { return SendCleanupDir(""); }
+
+absl::Status GroupWatchdog::SendCleanupDir(absl::string_view dir) {
   if (fd_ < 0) return absl::OkStatus();
   std::string message(8, '\0');
   int32_t header[2] = {0, static_cast<int32_t>(dir.size())};

@@ -39,9 +39,17 @@ class GroupWatchdog {
   // the errno of a failed pipe write. A no-op before Start.
   absl::Status RemoveOnExit(absl::string_view dir);
 
+  // Undoes RemoveOnExit: the watchdog removes no directory (the agent keeps its temporary log
+  // directory, e.g. for an error file its failure summary names). Errors: the errno of a failed
+  // pipe write. A no-op before Start.
+  absl::Status KeepOnExit();
+
   pid_t pid() const { return pid_; }
 
  private:
+  // Sends the directory record (RemoveOnExit; "" for KeepOnExit).
+  absl::Status SendCleanupDir(absl::string_view dir);
+
   int fd_ = -1;
   pid_t pid_ = 0;
 };

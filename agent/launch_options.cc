@@ -17,10 +17,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "agent/log_dir.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
+#include "common/version.h"
+#include "rendezvous/credentials.h"
 
 namespace dgt::agent {
 namespace {
@@ -29,6 +32,9 @@ namespace {
 // any real job. The world (nodes times workers per node) is checked to fit an int on its own.
 constexpr int64_t kMaxCount = 1000000;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// The most workers one agent starts: beyond the largest nodes' cores and GPUs; more only fills
+// pid_max and makes a stop signal wait for the spawning.
+constexpr int kMaxNprocPerNode = 4096;
 
 absl::Status Bad(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
@@ -91,10 +97,12 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
           absl::StrCat("--nproc-per-node must be an integer, auto, cpu or gpu, got '", text, "'"));
     }
     if (n < 1) return Bad(absl::StrCat("--nproc-per-node must be >= 1, got ", n));
-    if (n > kMaxCount) {
-      return Bad(absl::StrCat("--nproc-per-node must be at most ", kMaxCount, ", got ", n));
-    }
     o->nproc_per_node = n;
+  }
+  if (o->nproc_per_node > kMaxNprocPerNode) {
+    return Bad(absl::StrCat(
+        "--nproc-per-node must be at most ", kMaxNprocPerNode, ", got ", o->nproc_per_node,
+        text == absl::StrCat(o->nproc_per_node) ? "" : absl::StrCat(" ('", text, "')")));
   }
   return absl::OkStatus();
 }
@@ -291,10 +299,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (raw.process_count_set) {
     LaunchOptions alias;
     if (auto s = ParseNproc(raw.process_count, getenv_fn, &alias); !s.ok()) {
+      // The same checks, naming the flag given.
       return Bad(
-          absl::StrCat("--process-count-per-instance must be an integer, auto, cpu or gpu, "
-                       "got '",
-                       raw.process_count, "'"));
+          absl::StrReplaceAll(s.message(), {{"--nproc-per-node", "--process-count-per-instance"}}));
     }
     if (raw.nproc_set) {
       if (auto s = ParseNproc(raw.nproc, getenv_fn, o); !s.ok()) return s;
@@ -406,6 +413,12 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     if (auto s = CheckLocalAddress(*ip); !s.ok()) {
       return Bad(absl::StrCat("--local-addr=", o->local_addr, ": ", s.message()));
     }
+  }
+  // A file that is not PEM (or not the pair) otherwise fails every TLS handshake, which reads
+  // as "cannot reach the rendezvous service" after the whole connect timeout.
+  if (auto s = rendezvous::CheckClientTlsFiles({o->rdzv_tls_cert, o->rdzv_tls_key, o->rdzv_tls_ca});
+      !s.ok()) {
+    return s;
   }
   if (!o->rdzv_endpoint.empty()) {
     auto hp = ParseHostPort(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
@@ -684,7 +697,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       ->type_name("INT");
   flag("--tf-chief,--tf_chief", o.tf_chief, "tensorflow: the first non-ps rank is the chief",
        kAzure);
-  app.set_version_flag("--version", "dgt-run 0.1.0");
+  app.set_version_flag("--version", absl::StrCat("dgt-run ", kVersion));
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParsedCommandLine result;
@@ -703,7 +716,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     result.output = app.help();
     return result;
   } catch (const CLI::CallForVersion&) {
-    result.output = "dgt-run 0.1.0\n";
+    result.output = absl::StrCat("dgt-run ", kVersion, "\n");
     return result;
   } catch (const CLI::ParseError& e) {
     result.exit_code = 2;

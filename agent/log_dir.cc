@@ -1,11 +1,13 @@
 #include "agent/log_dir.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
@@ -35,6 +37,34 @@ absl::Status ValidateRunId(absl::string_view run_id) {
         absl::StrCat("--rdzv-id must be a non-empty name without '/' or '..' (it also names the "
                      "log directory), got '",
                      run_id, "'"));
+  }
+  if (run_id.size() > kMaxRunIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv-id must be at most ", kMaxRunIdBytes,
+                                                   " bytes (it also names the log directory), got ",
+                                                   run_id.size()));
+  }
+  for (char c : run_id) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rdzv-id must not contain control characters, got '", absl::CHexEscape(run_id), "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLogDir(const std::string& log_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(log_dir, ec);
+  if (!ec && !std::filesystem::is_directory(log_dir, ec) && !ec) {
+    ec = std::make_error_code(std::errc::not_a_directory);
+  }
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-dir '", log_dir, "': cannot create it: ", ec.message()));
+  }
+  if (::access(log_dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log-dir '", log_dir, "': cannot write in it: ", std::generic_category().message(errno)));
   }
   return absl::OkStatus();
 }

@@ -15,10 +15,22 @@
 
 namespace dgt::agent {
 
-// Whether `run_id` (--rdzv-id) can name a directory under --log-dir without leaving it: not
-// empty, no '/', no "..". Refused rather than rewritten: the id is also the rendezvous key every
-// node must agree on. Errors: InvalidArgument naming --rdzv-id and the value.
+// The longest --rdzv-id, in bytes: the rendezvous service takes up to 256 (RoundStateOptions::
+// max_id_bytes), and <run_id>_XXXXXX must fit a file name (255 bytes).
+inline constexpr size_t kMaxRunIdBytes = 128;
+
+// Whether `run_id` (--rdzv-id) can name a directory under --log-dir without leaving it, and the
+// run in the rendezvous service and log lines: not empty, no '/', no "..", at most
+// kMaxRunIdBytes, no control characters (a newline would split log lines). Refused rather than
+// rewritten: the id is also the rendezvous key every node must agree on.
+// Errors: InvalidArgument naming --rdzv-id and the value (control characters escaped).
 absl::Status ValidateRunId(absl::string_view run_id);
+
+// Checks --log-dir before the agent joins a run, so that a bad one is a usage error then and not
+// a failure after the round formed: creates `log_dir` when missing and checks that it is a
+// directory this process can create entries in.
+// Errors: InvalidArgument naming --log-dir, the path and the reason.
+absl::Status CheckLogDir(const std::string& log_dir);
 
 // Creates <log_dir>/<run_id>_XXXXXX (mkdtemp; `log_dir` is created when missing and made
 // absolute against the working directory) and returns its absolute path.

@@ -33,8 +33,9 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
   // either name (adding the other would override that choice in one of them).
   if (env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0 &&
       env.count("NCCL_ASYNC_ERROR_HANDLING") == 0) {
-    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
-    env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    // std::string("1"), not "1": gcc 12 -O3 warns -Wrestrict on assigning the literal.
+    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = std::string("1");
+    env["NCCL_ASYNC_ERROR_HANDLING"] = std::string("1");
   }
   if (!extras.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = extras.error_file;
   switch (extras.distribution) {

@@ -12,6 +12,7 @@
 #include "cli/recovery_command.h"
 #include "cli/status_command.h"
 #include "cli/store_command.h"
+#include "common/version.h"
 #include "rendezvous/credentials.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   // A repeated flag takes its last value, as dgt-run's (torchrun's argparse); subcommands
   // inherit the policy when they are added.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_version_flag("--version", absl::StrCat("dgt ", dgt::kVersion));
   std::function<int()> run;
   dgt::cli::AddStoreCommand(app, &run);
   dgt::cli::AddStatusCommand(app, &run);
@@ -67,6 +69,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "dgt " << dgt::kVersion << "\n";
     return 0;
   } catch (const CLI::CallForAllHelp&) {
     std::cout << app.help("", CLI::AppFormatMode::All);

@@ -109,7 +109,8 @@ int Serve(const ServeFlags& f) {
   store::Server server(options);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::cerr << "dgt store serve: error: " << s.message() << "\n";
-    return 1;
+    // A --listen host that is not an IP literal is a usage error; a port in use is not.
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << "dgt store listening on port " << server.port() << std::endl;
   spdlog::info("store: listening on {}", FormatHostPort(options.host, server.port()));
@@ -119,6 +120,9 @@ int Serve(const ServeFlags& f) {
   server.Stop();
   return 0;
 }
+
+// How long the operator's client waits for a store's answer to the torch 2.x opening.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
 
 // The client flags checked, or a usage error (exit 2) printed.
 struct ClientSetup {
@@ -139,6 +143,9 @@ ClientSetup ParseClientFlags(const ClientFlags& f, absl::string_view cmd) {
   setup.options.host = hp->host;
   setup.options.port = hp->port;
   setup.options.timeout = *timeout;
+  // A torch 1.x store never answers the 2.x opening: say "pass --protocol v1" after this, not
+  // after the whole --timeout. (A 2.x store answers at once.)
+  setup.options.handshake_timeout = kHandshakeTimeout;
   setup.options.protocol = f.protocol == "v1" ? store::Protocol::kV1 : store::Protocol::kV2;
   return setup;
 }

@@ -60,6 +60,52 @@ absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pe
   return absl::OkStatus();
 }
 
+// Checks that `pem` holds at least one PEM certificate (a CA bundle may hold several): gRPC takes
+// anything and fails every handshake later, which reads as an unreachable service.
+// Errors: InvalidArgument naming the flag and file.
+absl::Status CheckPemCertificates(const std::string& pem, absl::string_view flag,
+                                  const std::string& file) {
+  auto no_passphrase = [](char*, int, int, void*) { return 0; };
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr), &X509_free);
+  ERR_clear_error();
+  if (!cert) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", file, "' holds no PEM certificate"));
+  }
+  return absl::OkStatus();
+}
+
+// The client's PEM files, read and checked (CheckClientTlsFiles).
+absl::StatusOr<grpc::SslCredentialsOptions> ReadClientTls(const TlsFiles& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--rdzv-tls-cert and --rdzv-tls-key must be given together");
+  }
+  grpc::SslCredentialsOptions options;
+  if (!tls.ca_file.empty()) {
+    auto ca = ReadFile(tls.ca_file, "--rdzv-tls-ca");
+    if (!ca.ok()) return ca.status();
+    if (auto s = CheckPemCertificates(*ca, "--rdzv-tls-ca", tls.ca_file); !s.ok()) return s;
+    options.pem_root_certs = *ca;
+  }
+  if (!tls.cert_file.empty()) {
+    auto cert = ReadFile(tls.cert_file, "--rdzv-tls-cert");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(tls.key_file, "--rdzv-tls-key");
+    if (!key.ok()) return key.status();
+    if (auto s = CheckKeyPair(*cert, *key, "--rdzv-tls-cert", tls.cert_file, "--rdzv-tls-key",
+                              tls.key_file);
+        !s.ok()) {
+      return s;
+    }
+    options.pem_cert_chain = *cert;
+    options.pem_private_key = *key;
+  }
+  return options;
+}
+
 void LogGrpcAtDebug(gpr_log_func_args* args) {
   spdlog::debug("grpc: {}:{}: {}", args->file, args->line, args->message);
 }
@@ -87,6 +133,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!tls.ca_file.empty()) {
     auto ca = ReadFile(tls.ca_file, "--tls-client-ca");
     if (!ca.ok()) return ca.status();
+    if (auto s = CheckPemCertificates(*ca, "--tls-client-ca", tls.ca_file); !s.ok()) return s;
     options.pem_root_certs = *ca;
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
@@ -96,29 +143,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls) {
   if (tls.empty()) return grpc::InsecureChannelCredentials();
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    return absl::InvalidArgumentError("--rdzv-tls-cert and --rdzv-tls-key must be given together");
-  }
-  grpc::SslCredentialsOptions options;
-  if (!tls.ca_file.empty()) {
-    auto ca = ReadFile(tls.ca_file, "--rdzv-tls-ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-  }
-  if (!tls.cert_file.empty()) {
-    auto cert = ReadFile(tls.cert_file, "--rdzv-tls-cert");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadFile(tls.key_file, "--rdzv-tls-key");
-    if (!key.ok()) return key.status();
-    if (auto s = CheckKeyPair(*cert, *key, "--rdzv-tls-cert", tls.cert_file, "--rdzv-tls-key",
-                              tls.key_file);
-        !s.ok()) {
-      return s;
-    }
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
-  }
-  return grpc::SslCredentials(options);
+  auto options = ReadClientTls(tls);
+  if (!options.ok()) return options.status();
+  return grpc::SslCredentials(*options);
+}
+
+absl::Status CheckClientTlsFiles(const TlsFiles& tls) {
+  if (tls.empty()) return absl::OkStatus();
+  return ReadClientTls(tls).status();
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {

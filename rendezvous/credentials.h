@@ -31,6 +31,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls);
 
+// What MakeChannelCredentials checks, without gRPC, for a client's flags (dgt-run checks them
+// while parsing, so that a wrong file is a usage error and not a connect timeout): cert and key
+// given together, every file readable, the CA file and the certificate hold a PEM certificate,
+// the key file the certificate's PEM private key.
+// Errors: InvalidArgument naming the --rdzv-tls-* flag and the path.
+absl::Status CheckClientTlsFiles(const TlsFiles& tls);
+
 // Reads a token file (surrounding whitespace trimmed).
 // Errors: InvalidArgument for an unreadable or empty file.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);

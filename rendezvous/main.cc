@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flag_parse.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "rendezvous/service.h"
 
 int main(int argc, char** argv) {
@@ -69,10 +70,14 @@ int main(int argc, char** argv) {
                  "Nodes a run may hold beyond its MAX (waiting spares)")
       ->type_name("INT")
       ->capture_default_str();
+  app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", dgt::kVersion));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::printf("dgt-rendezvous %s\n", dgt::kVersion);
     return 0;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "dgt-rendezvous: error: %s\n", e.what());

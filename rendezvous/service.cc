@@ -130,11 +130,12 @@ RendezvousService::RendezvousService(RoundStateOptions options, std::string toke
 
 RendezvousService::~RendezvousService() { Stop(); }
 
-void RendezvousService::Stop() {
+void RendezvousService::Stop(bool quiet) {
   {
     dgt::MutexLock lock(&mu_);
     if (!stopping_ && !sessions_.empty()) {
-      spdlog::info("rendezvous: shutting down; ending {} agent session(s)", sessions_.size());
+      spdlog::log(quiet ? spdlog::level::debug : spdlog::level::info,
+                  "rendezvous: shutting down; ending {} agent session(s)", sessions_.size());
     }
     stopping_ = true;
     timer_cv_.SignalAll();
@@ -382,11 +383,11 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
 
 RendezvousServer::~RendezvousServer() { Shutdown(); }
 
-void RendezvousServer::Shutdown(absl::Duration grace) {
+void RendezvousServer::Shutdown(absl::Duration grace, bool quiet) {
   if (shut_down_) return;
   shut_down_ = true;
   if (metrics_) metrics_->Stop();
-  if (service_) service_->Stop();
+  if (service_) service_->Stop(quiet);
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     server_->Wait();

@@ -40,8 +40,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
 
-  // Stops the timer thread; call before the grpc::Server shuts down.
-  void Stop();
+  // Stops the timer thread; call before the grpc::Server shuts down. `quiet`: the "ending N agent
+  // session(s)" line at debug level, not info (an agent's embedded service: the agent's own
+  // outcome must stay its last stderr line).
+  void Stop(bool quiet = false);
 
   // Prometheus text exposition of the service's state and counters.
   std::string RenderMetrics();
@@ -103,8 +105,9 @@ class RendezvousServer {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
-  // Stops accepting, ends every session, and waits up to `grace` for in-flight calls.
-  void Shutdown(absl::Duration grace = absl::Seconds(1));
+  // Stops accepting, ends every session, and waits up to `grace` for in-flight calls. `quiet`:
+  // as RendezvousService::Stop.
+  void Shutdown(absl::Duration grace = absl::Seconds(1), bool quiet = false);
 
  private:
   RendezvousServer() = default;

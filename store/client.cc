@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -58,9 +59,20 @@ class Client::Impl {
     if (fd_ >= 0) return absl::OkStatus();
     absl::Duration backoff = options_.initial_backoff;
     absl::Status last;
+    std::optional<absl::Time> first_handshake_failure;
     while (true) {
       last = ConnectOnce(deadline);
       if (last.ok()) return last;
+      if (handshake_failed_) {
+        // Connected, but the 2.x opening was not answered (in time, or at all: a torch 1.x store
+        // may hang up on it): a store of the other protocol, which more attempts would not
+        // change. Retried only within handshake_timeout (a store shedding connections).
+        if (!first_handshake_failure) first_handshake_failure = absl::Now();
+        if (handshake_unanswered_ ||
+            absl::Now() - *first_handshake_failure >= options_.handshake_timeout) {
+          return last;
+        }
+      }
       absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) break;
       absl::SleepFor(std::min(backoff, left));
@@ -223,6 +235,8 @@ class Client::Impl {
   }
 
   absl::Status ConnectOnce(absl::Time deadline) {
+    handshake_unanswered_ = false;
+    handshake_failed_ = false;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -274,9 +288,15 @@ class Client::Impl {
       req += Frame(Op::kPing);
       wire::AppendU32(&req, nonce);
       broken_ = false;
-      absl::Status s = SendAll(req, deadline);
+      const absl::Time handshake_deadline =
+          options_.handshake_timeout == absl::InfiniteDuration()
+              ? deadline
+              : std::min(deadline, absl::Now() + options_.handshake_timeout);
+      absl::Status s = SendAll(req, handshake_deadline);
       absl::StatusOr<uint32_t> echo =
-          s.ok() ? RecvPod<uint32_t>(deadline) : absl::StatusOr<uint32_t>(s);
+          s.ok() ? RecvPod<uint32_t>(handshake_deadline) : absl::StatusOr<uint32_t>(s);
+      handshake_unanswered_ = absl::IsDeadlineExceeded(echo.status());
+      handshake_failed_ = !echo.ok() || *echo != nonce;
       if (!echo.ok() || *echo != nonce) {
         Drop();
         // A torch 1.x server reads VALIDATE as another request and waits for more bytes, or
@@ -298,6 +318,10 @@ class Client::Impl {
 
   ClientOptions options_;
   Family family_;
+  // The last ConnectOnce connected but got no answer to the 2.x opening within its deadline
+  // (unanswered), or none that echoed the PING (failed, which includes unanswered).
+  bool handshake_unanswered_ = false;
+  bool handshake_failed_ = false;
   int fd_ = -1;
   bool broken_ = false;
 };

@@ -111,6 +111,52 @@ TEST(LaunchOptionsTest, RunIdThatLeavesTheLogDirIsRefused) {
   EXPECT_TRUE(Parse({"--standalone", "--rdzv-id=job.v2_1", kScript}).options.has_value());
 }
 
+// Refused while parsing (exit 2), not by the service after joining or by the file system after
+// the round formed (exit 1).
+TEST(LaunchOptionsTest, LongOrControlCharacterRunIdIsRefused) {
+  auto p = Parse({"--standalone", "--rdzv-id=" + std::string(300, 'x'), kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-id must be at most 128 bytes (it also names the log "
+            "directory), got 300\n");
+  p = Parse({"--standalone", "--rdzv-id=a\nb", kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-id must not contain control characters, got "
+            "'a\\nb'\n");
+  EXPECT_TRUE(
+      Parse({"--standalone", "--rdzv-id=" + std::string(128, 'x'), kScript}).options.has_value());
+}
+
+// A --rdzv-tls-* file that is not PEM failed every handshake: "cannot reach the rendezvous
+// service" after the whole connect timeout (exit 69). Now a usage error naming flag and path.
+TEST(LaunchOptionsTest, TlsFilesThatAreNotPemAreRefused) {
+  const std::string not_pem = ::testing::TempDir() + "dgt_launch_options_not_pem.txt";
+  std::ofstream(not_pem) << "myhost\n";
+  const std::vector<std::string> base = {"--nnodes=2", "--rdzv-endpoint=127.0.0.1:1"};
+  auto parse = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(kScript);
+    return Parse(args);
+  };
+  auto p = parse({"--rdzv-tls-ca=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-ca: '" + not_pem + "' holds no PEM certificate\n");
+  p = parse({"--rdzv-tls-ca=/nonexistent/ca.pem"});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output, "dgt-run: error: --rdzv-tls-ca: cannot read '/nonexistent/ca.pem'\n");
+  p = parse({"--rdzv-tls-cert=" + not_pem, "--rdzv-tls-key=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-cert: '" + not_pem + "' holds no PEM certificate\n");
+  p = parse({"--rdzv-tls-cert=" + not_pem});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-cert and --rdzv-tls-key must be given together\n");
+}
+
 TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
   auto defaults = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", kScript});
   ASSERT_TRUE(defaults.options.has_value()) << defaults.output;
@@ -233,10 +279,21 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "year), got 'inf'\n"},
       {{"--worker-count=-1", kScript},
        "dgt-run: error: --worker-count must be an integer from 0 to 1000000, got '-1'\n"},
+      // At most 4096 workers per node (was 1000000: 100000 took minutes to stop, filled pid_max).
       {{"--nproc-per-node=1000001", kScript},
-       "dgt-run: error: --nproc-per-node must be at most 1000000, got 1000001\n"},
+       "dgt-run: error: --nproc-per-node must be at most 4096, got 1000001\n"},
+      {{"--nproc-per-node=4097", kScript},
+       "dgt-run: error: --nproc-per-node must be at most 4096, got 4097\n"},
+      {{"--process-count-per-instance=100000", kScript},
+       "dgt-run: error: --process-count-per-instance must be at most 4096, got 100000\n"},
+      {{"--process-count-per-instance=lots", kScript},
+       "dgt-run: error: --process-count-per-instance must be an integer, auto, cpu or gpu, got "
+       "'lots'\n"},
       {{"--nnodes=2147483647", "--nproc-per-node=2", "--rdzv-endpoint=h:1", kScript},
        "dgt-run: error: --nnodes=2147483647 with --nproc-per-node=2 makes 4294967294 ranks, more "
+       "than 2147483647\n"},
+      {{"--nnodes=1000000", "--nproc-per-node=4096", "--rdzv-endpoint=h:1", kScript},
+       "dgt-run: error: --nnodes=1000000 with --nproc-per-node=4096 makes 4096000000 ranks, more "
        "than 2147483647\n"},
       {{"--start-method=foo", kScript},
        "dgt-run: error: --start-method must be spawn, fork or forkserver, got 'foo'\n"},

@@ -226,6 +226,9 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
     (["store", "serve", "--listen", "127.0.0.1:0", "--max-connections", "99999999999999999999"],
      "dgt store serve: error: --max-connections must be an integer from 1 to 1048576, "
      "got '99999999999999999999'"),
+    # A host name where the listener needs an IP literal: a usage error, not a failure (was 1).
+    (["store", "serve", "--listen", "localhost:0"],
+     "dgt store serve: error: store listen address must be an IP literal, got 'localhost'"),
     (["store", "serve", "--listen", "127.0.0.1:0", "--max-key-bytes", "0"],
      "dgt store serve: error: --max-key-bytes must be an integer from 1 to 1073741824, got '0'"),
     # Timeouts that overflowed the client's poll (item 11), and 0.
@@ -276,6 +279,15 @@ def test_rendezvous_bad_numbers(spawn, args, message):
     assert p.stderr.strip().splitlines() == [f"dgt-rendezvous: error: {message}"]
 
 
+@pytest.mark.parametrize("binary", ["dgt-run", "dgt-rendezvous", "dgt"])
+def test_version(spawn, binary):
+    # Every binary answers --version with its name and the one project version.
+    p = spawn([BIN / binary, "--version"])
+    assert p.wait(timeout=10) == 0, p.stderr
+    assert p.stdout.strip().splitlines() == [f"{binary} 0.1.0"]
+    assert p.stderr == ""
+
+
 def test_tls_misconfiguration_is_named(spawn, tmp_path):
     make_certs(tmp_path)
     (tmp_path / "other").mkdir()
@@ -306,6 +318,20 @@ def test_tls_misconfiguration_is_named(spawn, tmp_path):
         assert p.wait(timeout=30) == 77  # kExitNotAdmitted: TLS settings disagree
         # One line of ours, none of gRPC's ("E1201 ... Handshake failed ...").
         assert p.stderr.strip().splitlines() == [message], p.stderr
+
+
+@pytest.mark.parametrize("flags", [["--rdzv-tls-ca=/etc/hostname"],
+                                   ["--rdzv-tls-cert=/etc/hostname", "--rdzv-tls-key=/etc/hostname"]])
+def test_tls_file_that_is_not_pem_is_a_usage_error(spawn, flags):
+    # Once: the whole connect timeout, then "cannot reach the rendezvous service" (exit 69).
+    start = time.monotonic()
+    p = spawn([BIN / "dgt-run", "--nnodes=1", "--rdzv-endpoint=127.0.0.1:1",
+               "--rdzv-conf=is_host=0", "--rdzv-connect-timeout=30", *flags, SCRIPT])
+    assert p.wait(timeout=20) == 2
+    flag = flags[0].split("=")[0]
+    assert p.stderr.strip().splitlines() == [
+        f"dgt-run: error: {flag}: '/etc/hostname' holds no PEM certificate"]
+    assert time.monotonic() - start < 5
 
 
 def test_exec_failure_with_no_python_says_why(spawn, tmp_path):
@@ -348,3 +374,25 @@ def test_dgt_status_of_a_service_that_is_down(spawn):
     assert p.stderr.strip().splitlines() == [
         f"dgt status: error: cannot reach the rendezvous service at 127.0.0.1:{port} within 1s "
         "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)"]
+
+
+def test_store_get_against_torch_1x_store_does_not_wait_the_whole_timeout(spawn):
+    # The 2.x opening has its own 5 s deadline: the hint came only after --timeout (30 s).
+    server = spawn([PYTHON, WORKERS / "torch_store_server.py"], name="torch_store")
+    deadline = time.monotonic() + 30
+    port = None
+    while port is None and time.monotonic() < deadline:
+        m = re.search(r"torch store listening on port (\d+)", server.stdout)
+        if m:
+            port = m.group(1)
+            break
+        assert server.popen.poll() is None, server.stderr
+        time.sleep(0.05)
+    assert port is not None
+    start = time.monotonic()
+    p = spawn([BIN / "dgt", "store", "get", "K", "--endpoint", f"127.0.0.1:{port}"], name="get")
+    assert p.wait(timeout=25) == 1
+    assert time.monotonic() - start < 15
+    line = p.stderr.strip().splitlines()[-1]
+    assert "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)" in line
+    assert line.endswith(" (pass --protocol v1)"), line

@@ -5,6 +5,7 @@ bounded."""
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -160,3 +161,85 @@ def test_redirected_logs_outlive_a_killed_agent(spawn, tmp_path):
         assert time.monotonic() < deadline, "the watchdog did not act within 10 s"
         time.sleep(0.05)
     assert logs[0].read_text() == "hello\n"
+
+
+def test_bad_log_dir_is_a_usage_error_before_joining():
+    # Once found only after the round formed (exit 1), and followed by the embedded rendezvous'
+    # shutdown line.
+    p = run(["--standalone", "--log-dir=/proc/x", "--no-python", "/bin/true"], timeout=10)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        "dgt-run: error: --log-dir '/proc/x': cannot create it: No such file or directory"]
+
+
+def test_error_is_the_last_line_after_an_early_standalone_failure():
+    # -r needs a log directory; TMPDIR=/proc gives none. The round has formed, so the embedded
+    # rendezvous still holds this agent's session when the agent ends: its shutdown must not
+    # log after the error (docs/EXIT_CODES.md: the last stderr line says which failure it was).
+    for _ in range(5):
+        p = run(["--standalone", "-r", "3", "--no-python", "/bin/true"], timeout=30,
+                env=dgt_env(TMPDIR="/proc"))
+        assert p.returncode == 1, p.stderr
+        assert p.stderr.splitlines()[-1].startswith(
+            "dgt-run: error: -r/-t: cannot create a log directory: create log directory "
+            "/proc/dgt-run-"), p.stderr
+
+
+def marked_processes(marker):
+    """Pids of live processes whose environment holds `marker` (this test's workers)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (d / "environ").read_bytes() and alive(int(d.name)):
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+def test_sigterm_during_a_big_spawn_takes_effect_promptly(spawn, tmp_path):
+    # Workers are started in batches with the event loop turning between them: a SIGTERM during
+    # the spawn of 500 workers stops the spawning (it was handled only after every worker had
+    # started: 14 s for 3000).
+    started = tmp_path / "started"
+    started.write_text("")
+    marker = f"DGT_SPAWN_TEST_{os.getpid()}_{time.monotonic_ns()}"
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=500", "--no-python", "/bin/sh", "-c",
+               f"echo x >> {started}; exec sleep 1000"], env=dgt_env(**{marker: "1"}))
+    deadline = time.monotonic() + 20
+    while started.read_text() == "":
+        assert time.monotonic() < deadline and p.popen.poll() is None, p.stderr
+        time.sleep(0.01)
+    sent = time.monotonic()
+    p.popen.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 143, p.stderr
+    took = time.monotonic() - sent
+    assert p.stderr.splitlines()[-1] == "dgt-run: error: stopped by SIGTERM", p.stderr
+    assert took < 3, took
+    assert started.read_text().count("x") < 500  # The spawning stopped.
+    assert marked_processes(marker) == []
+
+
+def test_error_file_named_in_the_summary_is_kept(tmp_path):
+    # Without --log-dir or -r the temporary log directory goes away at exit (agent and watchdog),
+    # but not when the failure summary names an error file in it: that path must still open.
+    p = run(["--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"], timeout=60,
+            env=dgt_env(TMPDIR=tmp_path))
+    assert p.returncode == 1, p.stderr
+    (run_dir,) = tmp_path.glob("dgt-run-*")
+    error_file = run_dir / "attempt_0" / "1" / "error.json"
+    assert f"    error file: {error_file}\n" in p.stderr, p.stderr
+    assert (f"kept: {run_dir} (the temporary log directory, for the error file(s) named "
+            "above)\n") in p.stderr, p.stderr
+    assert "root cause from rank 1" in json.loads(error_file.read_text())["message"]["message"]
+    assert p.stderr.splitlines()[-1].startswith("dgt-run: error: rank 1 (local rank 1"), p.stderr
+
+
+def test_temporary_log_dir_without_named_error_file_is_removed(tmp_path):
+    p = run(["--standalone", "--no-python", "/bin/sh", "-c", "exit 3"], timeout=30,
+            env=dgt_env(TMPDIR=tmp_path))
+    assert p.returncode == 3, p.stderr
+    assert "kept:" not in p.stderr
+    assert list(tmp_path.glob("dgt-run-*")) == []

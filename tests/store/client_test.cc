@@ -195,6 +195,71 @@ TEST(ClientTest, V2HandshakeWithoutAnswerNamesProtocolV1) {
       << c.status();
 }
 
+// The opening has a deadline of its own: against a torch 1.x store the error naming protocol v1
+// comes after handshake_timeout, not after the whole (30 s default in `dgt store`) timeout, and
+// without reconnect attempts until that timeout.
+TEST(ClientTest, V2HandshakeHasItsOwnDeadline) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);  // The kernel accepts; nothing ever answers.
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ClientOptions options = OptionsFor(ntohs(addr.sin_port), absl::Seconds(60));
+  options.handshake_timeout = absl::Milliseconds(200);
+  const absl::Time start = absl::Now();
+  auto c = Client::Connect(options);
+  const absl::Duration took = absl::Now() - start;
+  ::close(listener);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.status().message().find(
+                "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)"),
+            absl::string_view::npos)
+      << c.status();
+  EXPECT_GE(took, absl::Milliseconds(200));
+  EXPECT_LT(took, absl::Seconds(10)) << "waited for the whole timeout";
+}
+
+// A store that hangs up on the 2.x opening (as torch 1.x's may) is retried only within
+// handshake_timeout, not until the whole timeout.
+TEST(ClientTest, V2HandshakeHangUpsStopAfterTheHandshakeTimeout) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  // Accepts and closes each connection; ends when the listener is shut down.
+  std::thread hang_up([listener] {
+    while (true) {
+      int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      ::close(fd);
+    }
+  });
+  ClientOptions options = OptionsFor(ntohs(addr.sin_port), absl::Seconds(60));
+  options.handshake_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto c = Client::Connect(options);
+  const absl::Duration took = absl::Now() - start;
+  ::shutdown(listener, SHUT_RDWR);
+  hang_up.join();
+  ::close(listener);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(
+                "no answer to the torch 2.x handshake (a torch 1.x store needs protocol v1)"),
+            absl::string_view::npos)
+      << c.status();
+  EXPECT_LT(took, absl::Seconds(10)) << "retried until the whole timeout";
+}
+
 // An infinite (or far) timeout is a wait without a deadline, not an overflow: PollTimeoutMs once
 // turned it into poll(0), so a reply not yet in the socket was "timed out" at once.
 TEST(ClientTest, InfiniteAndHugeTimeoutsWait) {

@@ -38,6 +38,11 @@ struct ClientOptions {
   // Deadline of each call: connecting (all attempts together), each request and its reply, and
   // the wait inside Get/MultiGet.
   absl::Duration timeout = absl::Seconds(300);
+  // kV2: how long a connected client waits for the answer to its VALIDATE + PING opening (at
+  // most `timeout`). A torch 1.x store never answers it: with a short value the error that names
+  // protocol v1 comes after this, not after the whole `timeout`, and is final (no reconnect
+  // attempts). Infinite: bounded by `timeout` only.
+  absl::Duration handshake_timeout = absl::InfiniteDuration();
   // Reconnect backoff: first pause, doubled after each failed attempt up to the maximum.
   absl::Duration initial_backoff = absl::Milliseconds(10);
   absl::Duration max_backoff = absl::Seconds(1);
