@@ -527,7 +527,8 @@ void Agent::OnReconnectWindowOver() {
       if (last_marks_ && last_marks_->AllDone() && !last_marks_->AllSucceeded() &&
           !first_failure_) {
         const int failed = last_marks_->FirstFailed();
-        FinishLinger(kExitLauncherError,
+        // The failed workers' status, as with the service (the root cause's exit code).
+        FinishLinger(*last_marks_->status[failed],
                      absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
                                   failed, " ended with exit status ", *last_marks_->status[failed],
                                   " (done marks in the round's store; ", lost, ")"));
@@ -603,22 +604,33 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     }
   } else if (state_ == State::kAwaitingOutcome && ServiceLost()) {
     if (last_marks_ && last_marks_->AllSucceeded()) {
-      const std::string message = absl::StrCat(
-          "every node of run '", options_.run_id,
-          "' succeeded, as the done marks in the round's store say (the rendezvous service at ",
-          rdzv_endpoint_, " is unreachable)");
-      if (assignment_.node_rank == 0) {
-        FinishLinger(kExitSuccess, message, /*wait_for_seen=*/true);
+      FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
+                                                 "' succeeded, as the done marks in the round's "
+                                                 "store say (the rendezvous service at ",
+                                                 rdzv_endpoint_, " is unreachable)"));
+      return;
+    }
+    // Every node is done and one failed: with no group restart left the service would end the
+    // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
+    // left, a service coming back would start one: wait for it.)
+    const bool restart_left = options_.restart_policy == RestartPolicy::kGroup &&
+                              assignment_.restart_count < options_.max_restarts;
+    if (last_marks_ && last_marks_->AllDone() && !restart_left) {
+      int status = 0;
+      std::string message;
+      if (first_failure_) {
+        // This node's own failure is the one it knows best (its time, its rank).
+        status = first_failure_->ExitStatus();
+        message = DescribeFailure(*first_failure_);
       } else {
-        // Node rank 0 keeps its store until every node has seen the outcome.
-        const int64_t round = round_;
-        const int node_rank = assignment_.node_rank;
-        round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                          [round, node_rank](absl::StatusOr<store::Store*> store) {
-                            return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
-                          });
-        Finish(kExitSuccess, message);
+        const int failed = last_marks_->FirstFailed();
+        status = *last_marks_->status[failed];
+        message = absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
+                               failed, " ended with exit status ", status);
       }
+      absl::StrAppend(&message, " (done marks in the round's store; the rendezvous service at ",
+                      rdzv_endpoint_, " is unreachable)");
+      FinishFromMarks(status, message);
       return;
     }
   } else {
@@ -628,6 +640,21 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) PollMarks();
   });
+}
+
+void Agent::FinishFromMarks(int exit_status, const std::string& message) {
+  if (assignment_.node_rank == 0) {
+    FinishLinger(exit_status, message, /*wait_for_seen=*/true);
+    return;
+  }
+  // Node rank 0 keeps its store until every node has seen the outcome.
+  const int64_t round = round_;
+  const int node_rank = assignment_.node_rank;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [round, node_rank](absl::StatusOr<store::Store*> store) {
+                      return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
+                    });
+  Finish(exit_status, message);
 }
 
 void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {

@@ -98,6 +98,9 @@ class Agent {
   // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
   // other node has seen the outcome), at most --rdzv-conf read_timeout.
   void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
+  // The run's outcome learned from the done marks without the service: node rank 0 keeps the
+  // store until every other node has seen it; the others write their seen mark and finish.
+  void FinishFromMarks(int exit_status, const std::string& message);
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
