@@ -411,7 +411,11 @@ void Agent::StartReconnect(const grpc::Status& status) {
         workers_ && workers_->alive() > 0 ? "workers keep running; " : "",
         options_.reconnect_timeout_s);
   }
-  if (state_ == State::kAwaitingOutcome) PollMarks();
+  // Running workers without a restart left: another node's failure (its done mark) stops them
+  // even while the service is away.
+  if (state_ == State::kAwaitingOutcome || (state_ == State::kRunning && !GroupRestartLeft())) {
+    PollMarks();
+  }
   ScheduleReconnect();
 }
 
@@ -613,9 +617,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     // Every node is done and one failed: with no group restart left the service would end the
     // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
     // left, a service coming back would start one: wait for it.)
-    const bool restart_left = options_.restart_policy == RestartPolicy::kGroup &&
-                              assignment_.restart_count < options_.max_restarts;
-    if (last_marks_ && last_marks_->AllDone() && !restart_left) {
+    if (last_marks_ && last_marks_->AllDone() && !GroupRestartLeft()) {
       int status = 0;
       std::string message;
       if (first_failure_) {
@@ -633,6 +635,17 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
       FinishFromMarks(status, message);
       return;
     }
+  } else if (state_ == State::kRunning && ServiceLost() && !GroupRestartLeft()) {
+    const int failed = last_marks_ ? last_marks_->FirstFailed() : -1;
+    if (failed >= 0 && failed != assignment_.node_rank) {
+      marks_failure_ = failed;
+      spdlog::error(
+          "dgt-run: the workers of node rank {} ended with exit status {} (done marks in the "
+          "round's store; the rendezvous service is unreachable); stopping this node's workers",
+          failed, *last_marks_->status[failed]);
+      StopWorkers();
+      return;
+    }
   } else {
     return;  // The service is back (or this node is not waiting for an outcome).
   }
@@ -640,6 +653,11 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) PollMarks();
   });
+}
+
+bool Agent::GroupRestartLeft() const {
+  return options_.restart_policy == RestartPolicy::kGroup &&
+         assignment_.restart_count < options_.max_restarts;
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -1476,6 +1494,14 @@ void Agent::AfterWorkersExited() {
     if (leave_) {
       MarkDone(leave_->first);
       FinishLinger(leave_->first, leave_->second);
+      return;
+    }
+    if (marks_failure_ && !first_failure_ && !remote_outcome_) {
+      // Stopped for another node's failure: this node's workers did not fail. Its mark says 0,
+      // so that the marks name the failed node; the outcome then comes from the marks (or from
+      // the service, back: it has the failed node's report).
+      MarkDone(kExitSuccess);
+      PollMarks();
       return;
     }
     if (remote_outcome_) {

@@ -193,11 +193,12 @@ def test_restart_while_the_service_was_down_waits_for_every_node(spawn):
 def test_failure_from_done_marks_when_the_service_stays_away(spawn):
     # Node rank 1's worker fails (exit 3, no restart left) after the service was killed for good.
     # Once every done mark is in the store the outcome is known: both nodes exit 3 (the failed
-    # worker's code, as with the service) at once, not 1 and only after read_timeout.
+    # worker's code, as with the service) at once, not 1 and only after read_timeout. Node rank
+    # 0's worker (20 s) is stopped as soon as node rank 1's failed mark is in the store.
     port = free_loopback_port()
     service = start_service(spawn, port, "rdzv")
     nodes = [agent(spawn, f"127.0.0.1:{port}", "fmarks", f"node-{i}", "--nnodes=2",
-                   "--nproc-per-node=1", FLAKY, "--fail-rank=1", "--fail-after=2", "--hold=3",
+                   "--nproc-per-node=1", FLAKY, "--fail-rank=1", "--fail-after=2", "--hold=20",
                    conf="is_host=0,read_timeout=30") for i in range(2)]
     wait_for(lambda: all("attempt 0" in n.stdout for n in nodes), 60, "both workers to start")
     os.kill(service.popen.pid, signal.SIGKILL)
@@ -205,6 +206,11 @@ def test_failure_from_done_marks_when_the_service_stays_away(spawn):
     for n in nodes:
         assert n.wait(timeout=60) == 3, n.stderr
     assert time.monotonic() - start < 15  # Not the 30 s reconnect window.
+    assert "rank 0 attempt 0 pid" in nodes[0].stdout
+    assert "done" not in nodes[0].stdout  # Stopped, not run to its end.
+    assert "dgt-run: the workers of node rank 1 ended with exit status 3 (done marks in the " \
+        "round's store; the rendezvous service is unreachable); stopping this node's workers" \
+        in nodes[0].stderr
     marks = f"(done marks in the round's store; the rendezvous service at 127.0.0.1:{port} is " \
         "unreachable)"
     assert nodes[0].stderr.strip().splitlines()[-1] == (
