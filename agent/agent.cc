@@ -412,7 +412,11 @@ void Agent::StartReconnect(const grpc::Status& status) {
         workers_ && workers_->alive() > 0 ? "workers keep running; " : "",
         options_.reconnect_timeout_s);
   }
-  if (state_ == State::kAwaitingOutcome) PollMarks();
+  // Running workers without a restart left: another node's failure (its done mark) stops them
+  // even while the service is away.
+  if (state_ == State::kAwaitingOutcome || (state_ == State::kRunning && !GroupRestartLeft())) {
+    PollMarks();
+  }
   ScheduleReconnect();
 }
 
@@ -528,7 +532,8 @@ void Agent::OnReconnectWindowOver() {
       if (last_marks_ && last_marks_->AllDone() && !last_marks_->AllSucceeded() &&
           !first_failure_) {
         const int failed = last_marks_->FirstFailed();
-        FinishLinger(kExitLauncherError,
+        // The failed workers' status, as with the service (the root cause's exit code).
+        FinishLinger(*last_marks_->status[failed],
                      absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
                                   failed, " ended with exit status ", *last_marks_->status[failed],
                                   " (done marks in the round's store; ", lost, ")"));
@@ -604,22 +609,42 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     }
   } else if (state_ == State::kAwaitingOutcome && ServiceLost()) {
     if (last_marks_ && last_marks_->AllSucceeded()) {
-      const std::string message = absl::StrCat(
-          "every node of run '", options_.run_id,
-          "' succeeded, as the done marks in the round's store say (the rendezvous service at ",
-          rdzv_endpoint_, " is unreachable)");
-      if (assignment_.node_rank == 0) {
-        FinishLinger(kExitSuccess, message, /*wait_for_seen=*/true);
+      FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
+                                                 "' succeeded, as the done marks in the round's "
+                                                 "store say (the rendezvous service at ",
+                                                 rdzv_endpoint_, " is unreachable)"));
+      return;
+    }
+    // Every node is done and one failed: with no group restart left the service would end the
+    // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
+    // left, a service coming back would start one: wait for it.)
+    if (last_marks_ && last_marks_->AllDone() && !GroupRestartLeft()) {
+      int status = 0;
+      std::string message;
+      if (first_failure_) {
+        // This node's own failure is the one it knows best (its time, its rank).
+        status = first_failure_->ExitStatus();
+        message = DescribeFailure(*first_failure_);
       } else {
-        // Node rank 0 keeps its store until every node has seen the outcome.
-        const int64_t round = round_;
-        const int node_rank = assignment_.node_rank;
-        round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                          [round, node_rank](absl::StatusOr<store::Store*> store) {
-                            return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
-                          });
-        Finish(kExitSuccess, message);
+        const int failed = last_marks_->FirstFailed();
+        status = *last_marks_->status[failed];
+        message = absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
+                               failed, " ended with exit status ", status);
       }
+      absl::StrAppend(&message, " (done marks in the round's store; the rendezvous service at ",
+                      rdzv_endpoint_, " is unreachable)");
+      FinishFromMarks(status, message);
+      return;
+    }
+  } else if (state_ == State::kRunning && ServiceLost() && !GroupRestartLeft()) {
+    const int failed = last_marks_ ? last_marks_->FirstFailed() : -1;
+    if (failed >= 0 && failed != assignment_.node_rank) {
+      marks_failure_ = failed;
+      spdlog::error(
+          "dgt-run: the workers of node rank {} ended with exit status {} (done marks in the "
+          "round's store; the rendezvous service is unreachable); stopping this node's workers",
+          failed, *last_marks_->status[failed]);
+      StopWorkers();
       return;
     }
   } else {
@@ -629,6 +654,26 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) PollMarks();
   });
+}
+
+bool Agent::GroupRestartLeft() const {
+  return options_.restart_policy == RestartPolicy::kGroup &&
+         assignment_.restart_count < options_.max_restarts;
+}
+
+void Agent::FinishFromMarks(int exit_status, const std::string& message) {
+  if (assignment_.node_rank == 0) {
+    FinishLinger(exit_status, message, /*wait_for_seen=*/true);
+    return;
+  }
+  // Node rank 0 keeps its store until every node has seen the outcome.
+  const int64_t round = round_;
+  const int node_rank = assignment_.node_rank;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [round, node_rank](absl::StatusOr<store::Store*> store) {
+                      return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
+                    });
+  Finish(exit_status, message);
 }
 
 void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
@@ -1483,6 +1528,14 @@ void Agent::AfterWorkersExited() {
     if (leave_) {
       MarkDone(leave_->first);
       FinishLinger(leave_->first, leave_->second);
+      return;
+    }
+    if (marks_failure_ && !first_failure_ && !remote_outcome_) {
+      // Stopped for another node's failure: this node's workers did not fail. Its mark says 0,
+      // so that the marks name the failed node; the outcome then comes from the marks (or from
+      // the service, back: it has the failed node's report).
+      MarkDone(kExitSuccess);
+      PollMarks();
       return;
     }
     if (remote_outcome_) {

@@ -98,6 +98,11 @@ class Agent {
   // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
   // other node has seen the outcome), at most --rdzv-conf read_timeout.
   void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
+  // The run's outcome learned from the done marks without the service: node rank 0 keeps the
+  // store until every other node has seen it; the others write their seen mark and finish.
+  void FinishFromMarks(int exit_status, const std::string& message);
+  // Whether a failure may still be followed by a group restart (decided by the service).
+  bool GroupRestartLeft() const;
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
@@ -232,6 +237,9 @@ class Agent {
 
   std::optional<WorkerExit> first_failure_;
   std::optional<rdzv_v1::RunFinished> remote_outcome_;
+  // Without the service, another node's failed done mark stopped this node's workers (no group
+  // restart left): that node rank.
+  std::optional<int> marks_failure_;
   int stop_signal_ = 0;
 };
 

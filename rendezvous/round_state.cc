@@ -299,6 +299,28 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
                                run.round, ": it went on without this node"));
   }
   auto existing = run.nodes.find(node_id);
+  if (existing != run.nodes.end() && existing->second.node_rank < 0 && run.recovering) {
+    // A fresh agent with this node id reached the restarted service before the member's rejoin
+    // (a replacement started while the old agent was reconnecting). The member runs workers of
+    // the round: it wins, and the newcomer is refused as a second agent with the same node id.
+    if (existing->second.session != 0) {
+      out.push_back(ErrorFor(
+          existing->second.session, kAlreadyExists,
+          absl::StrCat("node id '", node_id, "' is node rank ", a.node_rank(), " of round ",
+                       run.round, " of run '", run.run_id,
+                       "', whose agent rejoined; a second agent with the same --node-id is "
+                       "refused")));
+      sessions_.erase(existing->second.session);
+    }
+    EraseNode(run, existing);
+    existing = run.nodes.end();
+  }
+  if (existing != run.nodes.end() && existing->second.node_rank < 0) {
+    return refuse(kAborted, absl::StrCat("node '", node_id, "' is not a member of round ",
+                                         run.round, " of run '", run.run_id,
+                                         "' (it waits to join as a new node): it went on without "
+                                         "this node"));
+  }
   if (existing != run.nodes.end()) {
     Node& n = existing->second;
     if (n.node_rank != a.node_rank()) {
@@ -351,7 +373,9 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
   if (run.recovering && run.members >= run.expected_members) {
     EndRecovery(run);
     // Reports that came while nodes were missing may complete the run now.
-    if (run.succeeded == run.members) {
+    if (run.deferred_restart) {
+      StartRound(run, absl::StrCat("restart after failure: ", *run.deferred_restart), 1, now, out);
+    } else if (run.succeeded == run.members) {
       FinishRun(run, true, absl::StrCat("all ", run.members, " nodes succeeded"), nullptr, now,
                 out);
     } else if (!run.failures.empty() && static_cast<int32_t>(run.failures.size()) >= run.members) {
@@ -445,6 +469,7 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   run.failures.clear();
   run.failure_messages.clear();
   EndRecovery(run);
+  run.deferred_restart.reset();
 
   // Members of the new round: survivors of the last round first (by rank), then waiting nodes in
   // node-id order, up to MAX.
@@ -585,6 +610,7 @@ void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& m
   ++(succeeded ? counters_.runs_succeeded : counters_.runs_failed);
   run.closed_at = now;
   EndRecovery(run);
+  run.deferred_restart.reset();
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
@@ -621,6 +647,12 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
                                   "): ", report.message());
   if (run->restart_count < run->max_restarts) {
+    if (run->recovering) {
+      // Not every node of the round has rejoined the restarted service: a restart round now
+      // would leave the others out (and refuse their rejoins). It starts when recovery ends.
+      if (!run->deferred_restart) run->deferred_restart = what;
+      return out;
+    }
     StartRound(*run, absl::StrCat("restart after failure: ", what), 1, now, out);
     return out;
   }
@@ -678,6 +710,14 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
       run.state == RunState::kRunning && node.node_rank >= 0 && !node.succeeded;
   if (run.state == RunState::kRunning && node.succeeded) {
     DetachSession(run, node);  // Its part is done; keep the record for the all-succeeded check.
+    return;
+  }
+  if (active_member && run.recovering) {
+    // Not every node has rejoined the restarted service yet: the round's membership is not known,
+    // so nothing is decided now. The node counts as one that has not rejoined; it may still come
+    // back until the rejoin window ends, which decides for all missing nodes at once.
+    run.rank_rejoined[node.node_rank] = false;
+    EraseNode(run, it);
     return;
   }
   const std::string lost = absl::StrCat("node ", node.node_id, " (", node.address, ") ", why);
@@ -779,8 +819,16 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
                        " after the rendezvous service restarted");
       counters_.nodes_lost += missing;
       EndRecovery(run);
-      AfterMemberLost(run, lost, now, out);
-    } else if (run.state == RunState::kRunning && run.failure_deadline &&
+      std::optional<std::string> restart = std::move(run.deferred_restart);
+      run.deferred_restart.reset();
+      if (restart && ConnectedCount(run) >= run.min_nodes) {
+        // A failure came while waiting for the rejoins: the restart it asked for, with the nodes
+        // that rejoined (at least MIN).
+        StartRound(run, absl::StrCat("restart after failure: ", *restart, "; ", lost), 1, now, out);
+      } else {
+        AfterMemberLost(run, lost, now, out);
+      }
+    } else if (run.state == RunState::kRunning && !run.recovering && run.failure_deadline &&
                *run.failure_deadline <= now) {
       FinishWithEarliestFailure(run, now, out);
     } else if (run.state == RunState::kRunning && run.scale_up_deadline &&

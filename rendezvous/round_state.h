@@ -19,8 +19,9 @@
 //   it has never served a round from, so every round starts on an empty store.
 // - A rejoin (JoinRequest.rejoin: the agent's current assignment, sent after its session broke)
 //   re-attaches the node to its round when the service still has it; a service that does not
-//   know the run (it was restarted) re-creates it in kRunning from the rejoins, and ends it with
-//   success only once every node of the round rejoined and reported. A rejoin that does not fit
+//   know the run (it was restarted) re-creates it in kRunning from the rejoins, and decides
+//   nothing (no outcome, restart or scale-up) until every node of the round rejoined or the
+//   rejoin window passed. A member's rejoin wins over a fresh agent with its node id. A rejoin that does not fit
 //   the run (it moved on) is refused with ABORTED; one for a closed run gets its RunFinished.
 // - A finished run is closed. Nodes waiting beyond MAX are told they were not admitted
 //   (FAILED_PRECONDITION), never the run's outcome. Joins are refused (FAILED_PRECONDITION) while
@@ -166,6 +167,10 @@ class RoundStateMachine {
     int32_t expected_members = 0;
     std::vector<bool> rank_rejoined;  // By node rank, while recovering.
     std::optional<absl::Time> rejoin_deadline;
+    // A failure reported while recovering, with restarts left: the restart round waits for the
+    // recovery to end (all rejoined, or the window passed), so that it includes every node that
+    // rejoins rather than only those that came back first. The report's text.
+    std::optional<std::string> deferred_restart;
     // A round decided but held until node rank 0 has a fresh store port.
     std::optional<std::string> pending_reason;
     int32_t pending_restart_increment = 0;

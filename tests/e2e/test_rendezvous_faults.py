@@ -61,6 +61,7 @@ def test_a_run_id_is_free_again_once_its_agents_left(spawn, rendezvous):
 
 
 STEPS = str(WORKERS / "store_steps.py")
+FLAKY = str(WORKERS / "flaky.py")
 
 
 def free_loopback_port():
@@ -155,3 +156,66 @@ def test_service_lost_for_good_stops_both_nodes_with_69(spawn):
             "it again within 3 s (--rdzv-conf read_timeout)")
     assert time.monotonic() - start < 15
     assert not any(alive(pid) for pid in pids)
+
+
+def test_restart_while_the_service_was_down_waits_for_every_node(spawn):
+    # Node rank 1's worker fails while dgt-rendezvous is down; the restarted service hears node
+    # rank 1's rejoin and failure report before node rank 0 rejoins (its agent is stopped). The
+    # service used to restart the run at once with node rank 1 alone (world size 1 of a 2-node
+    # job, reported as success) and refuse node rank 0's rejoin (exit 69). The restart round
+    # must wait for node rank 0 and include both nodes.
+    port = free_loopback_port()
+    service = start_service(spawn, port, "rdzv-1")
+    nodes = [agent(spawn, f"127.0.0.1:{port}", "late", f"node-{i}", "--nnodes=2",
+                   "--nproc-per-node=1", "--max-restarts=1", FLAKY, "--fail-rank=1",
+                   "--fail-after=2", "--first-hold=20", "--hold=0.5",
+                   conf="is_host=0,read_timeout=30") for i in range(2)]
+    wait_for(lambda: all("attempt 0" in n.stdout for n in nodes), 60, "both workers to start")
+    os.kill(service.popen.pid, signal.SIGKILL)
+    service.popen.wait(timeout=10)
+    os.kill(nodes[0].popen.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "exited with code 3" in nodes[1].stderr, 20, "rank 1's failure")
+        start_service(spawn, port, "rdzv-2")
+        wait_for(lambda: "back in run 'late' at round 0" in nodes[1].stderr, 20,
+                 "node-1's rejoin")
+        time.sleep(1)  # Node-1's failure report reaches the new service; node-0 is still away.
+    finally:
+        os.kill(nodes[0].popen.pid, signal.SIGCONT)
+    for n in nodes:
+        assert n.wait(timeout=30) == 0, n.stderr
+        assert "run 'late' succeeded" in n.stderr, n.stderr
+    assert "rank 0 attempt 1 pid" in nodes[0].stdout
+    assert "rank 1 attempt 1" in nodes[1].stdout
+    assert "rank 0 attempt 1" not in nodes[1].stdout  # Node-1 never ran rank 0.
+
+
+def test_failure_from_done_marks_when_the_service_stays_away(spawn):
+    # Node rank 1's worker fails (exit 3, no restart left) after the service was killed for good.
+    # Once every done mark is in the store the outcome is known: both nodes exit 3 (the failed
+    # worker's code, as with the service) at once, not 1 and only after read_timeout. Node rank
+    # 0's worker (20 s) is stopped as soon as node rank 1's failed mark is in the store.
+    port = free_loopback_port()
+    service = start_service(spawn, port, "rdzv")
+    nodes = [agent(spawn, f"127.0.0.1:{port}", "fmarks", f"node-{i}", "--nnodes=2",
+                   "--nproc-per-node=1", FLAKY, "--fail-rank=1", "--fail-after=2", "--hold=20",
+                   conf="is_host=0,read_timeout=30") for i in range(2)]
+    wait_for(lambda: all("attempt 0" in n.stdout for n in nodes), 60, "both workers to start")
+    os.kill(service.popen.pid, signal.SIGKILL)
+    start = time.monotonic()
+    for n in nodes:
+        assert n.wait(timeout=60) == 3, n.stderr
+    assert time.monotonic() - start < 15  # Not the 30 s reconnect window.
+    assert "rank 0 attempt 0 pid" in nodes[0].stdout
+    assert "done" not in nodes[0].stdout  # Stopped, not run to its end.
+    assert "dgt-run: the workers of node rank 1 ended with exit status 3 (done marks in the " \
+        "round's store; the rendezvous service is unreachable); stopping this node's workers" \
+        in nodes[0].stderr
+    marks = f"(done marks in the round's store; the rendezvous service at 127.0.0.1:{port} is " \
+        "unreachable)"
+    assert nodes[0].stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: run 'fmarks' failed: the workers of node rank 1 ended with exit status 3 "
+        + marks)
+    last = nodes[1].stderr.strip().splitlines()[-1]
+    assert last.startswith("dgt-run: error: rank 1 (local rank 0 on node rank 1, 127.0.0.1, pid ")
+    assert last.endswith(") exited with code 3 " + marks)

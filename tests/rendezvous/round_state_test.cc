@@ -717,6 +717,104 @@ TEST(RoundStateTest, NodesThatDoNotRejoinInTimeAreLost) {
   EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
 }
 
+// The rejoin of a node (round 0, no restart yet) to a run that allows one restart.
+v1::JoinRequest RejoinRestartable(const std::string& node_id, int node_rank) {
+  v1::JoinRequest j = Rejoin(node_id, node_rank, /*round=*/0, /*restart_count=*/0);
+  j.set_max_restarts(1);
+  return j;
+}
+
+TEST(RoundStateTest, RestartedServiceRestartsOnlyOnceEveryNodeRejoined) {
+  Harness h;
+  // node1 rejoins first, with the failure its workers had while the service was down.
+  h.Join(5, RejoinRestartable("n2", 1));
+  EXPECT_TRUE(h.Report(5, false, 0).empty());  // No restart round with node1 alone.
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  EXPECT_EQ(h.m.counters().rounds, 0u);
+  auto out = h.Join(6, RejoinRestartable("n1", 0));
+  EXPECT_EQ(Count(out, v1::ServiceMessage::kError), 0);
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kAssignment), 3);  // The ack, then the restart round.
+  EXPECT_EQ(h.m.counters().rounds, 1u);
+  for (SessionId s : {5, 6}) {
+    const v1::Assignment& a = h.last_assignment.at(s);
+    EXPECT_EQ(a.round(), 1);
+    EXPECT_EQ(a.restart_count(), 1);
+    EXPECT_EQ(a.node_count(), 2);
+    EXPECT_EQ(a.world_size(), 4);
+    EXPECT_EQ(a.reason(),
+              "restart after failure: node n2 (node rank 1): rank 3 (local rank 1) exited with "
+              "code 3");
+  }
+  EXPECT_EQ(h.Rank(6), 0);
+  EXPECT_EQ(h.Rank(5), 1);
+}
+
+TEST(RoundStateTest, RestartAskedForWhileRecoveringStartsWithTheRejoinedWhenTheWindowEnds) {
+  RoundStateOptions options;
+  options.rejoin_timeout = absl::Seconds(10);
+  Harness h(options);
+  v1::JoinRequest j = RejoinRestartable("n2", 1);
+  j.set_min_nodes(1);
+  h.Join(5, j);
+  h.Report(5, false, 0);
+  EXPECT_EQ(h.m.counters().rounds, 0u);
+  auto out = h.Tick(kT0 + absl::Seconds(10));
+  const Outgoing* a = For(out, 5, v1::ServiceMessage::kAssignment);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->message.assignment().round(), 1);
+  EXPECT_EQ(a->message.assignment().restart_count(), 1);
+  EXPECT_EQ(a->message.assignment().world_size(), 2);
+  EXPECT_EQ(a->message.assignment().reason(),
+            "restart after failure: node n2 (node rank 1): rank 3 (local rank 1) exited with code "
+            "3; 1 of 2 node(s) of round 0 did not rejoin within 10s after the rendezvous service "
+            "restarted");
+}
+
+TEST(RoundStateTest, FailureWhileRecoveringDoesNotEndTheRunBeforeEveryNodeRejoined) {
+  Harness h;  // failure_grace 1 s, rejoin window 60 s.
+  h.Join(5, Rejoin("n2", 1));
+  EXPECT_TRUE(h.Report(5, false, 3).empty());
+  EXPECT_EQ(Count(h.Tick(kT0 + absl::Seconds(5)), v1::ServiceMessage::kFinished), 0);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  h.Join(6, Rejoin("n1", 0), kT0 + absl::Seconds(6));
+  auto out = h.Tick(kT0 + absl::Seconds(6));
+  ASSERT_EQ(Count(out, v1::ServiceMessage::kFinished), 2);
+  EXPECT_EQ(out[0].message.finished().failure().exit_code(), 3);
+}
+
+TEST(RoundStateTest, RejoinedNodeLostWhileRecoveringMayRejoinAgain) {
+  Harness h;
+  h.Join(5, Rejoin("n2", 1));
+  h.Join(7, Join("n3", 2, 2));      // A fresh node waits.
+  EXPECT_TRUE(h.Close(5).empty());  // Nothing decided while node rank 0 has not rejoined.
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+  EXPECT_NE(For(h.Join(8, Rejoin("n2", 1)), 8, v1::ServiceMessage::kAssignment), nullptr);
+  h.Join(6, Rejoin("n1", 0));
+  h.Report(8, true, 3);
+  EXPECT_EQ(Count(h.Report(6, true, 3), v1::ServiceMessage::kFinished), 2);
+}
+
+TEST(RoundStateTest, MembersRejoinWinsOverAFreshAgentWithTheSameNodeId) {
+  Harness h;
+  // A replacement agent "n1" reaches the restarted service before the old n1 rejoins.
+  h.Join(7, Join("n1", 2, 2));
+  auto out = h.Join(5, Rejoin("n1", 0));
+  const Outgoing* refused = For(out, 7, v1::ServiceMessage::kError);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->message.error().code(), 6);  // ALREADY_EXISTS
+  EXPECT_EQ(refused->message.error().message(),
+            "node id 'n1' is node rank 0 of round 3 of run 'job', whose agent rejoined; a second "
+            "agent with the same --node-id is refused");
+  EXPECT_TRUE(refused->close);
+  const Outgoing* ack = For(out, 5, v1::ServiceMessage::kAssignment);
+  ASSERT_NE(ack, nullptr);
+  EXPECT_EQ(ack->message.assignment().node_rank(), 0);
+  EXPECT_TRUE(h.Close(7).empty());  // The refused stream's end changes nothing.
+  h.Join(6, Rejoin("n2", 1));
+  h.Report(5, true, 3);
+  EXPECT_EQ(Count(h.Report(6, true, 3), v1::ServiceMessage::kFinished), 2);
+}
+
 TEST(RoundStateTest, RejoinOfAFinishedRunGetsItsOutcome) {
   Harness h;
   h.Join(1, Join("n1", 2, 2));

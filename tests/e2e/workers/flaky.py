@@ -16,6 +16,10 @@ def main() -> int:
     parser.add_argument("--fails", type=int, default=1)
     parser.add_argument("--wait-restart-key", action="store_true")
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--first-hold", type=float, default=None,
+                        help="seconds to hold on attempt 0 instead of --hold")
+    parser.add_argument("--fail-after", type=float, default=0.3,
+                        help="seconds before the failing rank exits 3")
     parser.add_argument("--exit-after-restart", type=int, default=0,
                         help="with --wait-restart-key: exit with this code once the key is seen")
     args = parser.parse_args()
@@ -23,7 +27,7 @@ def main() -> int:
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     print(f"rank {rank} attempt {attempt} pid {os.getpid()} start", flush=True)
     if rank == args.fail_rank and attempt < args.fails:
-        time.sleep(0.3)
+        time.sleep(args.fail_after)
         print(f"rank {rank} failing on purpose", file=sys.stderr, flush=True)
         return 3
     if args.wait_restart_key and rank != args.fail_rank:
@@ -36,7 +40,7 @@ def main() -> int:
         print(f"rank {rank} saw restart {store.get(key).decode()}", flush=True)
         if args.exit_after_restart:
             return args.exit_after_restart
-    time.sleep(args.hold)
+    time.sleep(args.first_hold if attempt == 0 and args.first_hold is not None else args.hold)
     print(f"rank {rank} attempt {attempt} pid {os.getpid()} done", flush=True)
     return 0
 
