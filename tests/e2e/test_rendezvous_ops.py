@@ -71,7 +71,7 @@ def test_bearer_token_is_required(spawn, tmp_path):
     assert ok.wait(timeout=60) == 0, ok.stderr
     status = subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={endpoint}"],
                             capture_output=True, text=True, timeout=20)
-    assert status.returncode == 1 and "missing or wrong bearer token" in status.stderr
+    assert status.returncode == 77 and "missing or wrong bearer token" in status.stderr
 
 
 def make_certs(d):
