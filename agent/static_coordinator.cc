@@ -1,5 +1,6 @@
 #include "agent/static_coordinator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -86,6 +87,9 @@ void StoreConnection::TryConnect() {
 }
 
 void StoreConnection::Write(std::string frame) {
+  // A failed connection drops what would follow: a further write on it may never complete, and
+  // a Flush must not wait for it (a node rank > 0 keeps beating after node rank 0 is gone).
+  if (broken_) return;
   queue_.push_back(std::move(frame));
   if (!writing_) WriteNext();
 }
@@ -113,6 +117,7 @@ void StoreConnection::WriteNext() {
   asio::async_write(socket_, asio::buffer(*frame),
                     [self, frame](boost::system::error_code ec, size_t) {
                       if (ec) {
+                        self->broken_ = true;
                         self->queue_.clear();  // WriteNext then reports the flush.
                       }
                       self->WriteNext();
@@ -359,49 +364,62 @@ void StaticCoordinator::OnWatchLost(const std::string& why) {
       "for {}",
       options_.master_addr, options_.master_port, why,
       absl::FormatDuration(options_.reconnect_timeout));
-  auto conn = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
-  watch_ = conn;
   const std::string broke = absl::StrCat("its store closed the connection (", why, ")");
   // Connect() gives up on refused connections after reconnect_timeout; this backstop also bounds
   // a connect or a check that hangs (a host that stopped answering).
   reconnect_timer_.expires_after(
       absl::ToChronoMilliseconds(options_.reconnect_timeout + kReconnectBackstop));
-  reconnect_timer_.async_wait([this, conn, broke](boost::system::error_code ec) {
-    if (ec || closing_ || watch_ != conn) return;
-    conn->Close();
+  reconnect_timer_.async_wait([this, broke](boost::system::error_code ec) {
+    if (ec || closing_ || lost_) return;
+    if (watch_) watch_->Close();
     Lost(absl::StrCat(broke, " and did not answer again within ",
                       absl::FormatDuration(options_.reconnect_timeout + kReconnectBackstop)));
   });
+  Reconnect(broke, absl::Now() + options_.reconnect_timeout);
+}
+
+void StaticCoordinator::Reconnect(const std::string& broke, absl::Time deadline) {
+  auto conn = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  watch_ = conn;
   // The callbacks are stored in `conn` itself: they hold a plain pointer (compared with watch_,
   // which owns it), not a shared_ptr, or the connection would own itself and never be freed.
   StoreConnection* raw = conn.get();
-  conn->Connect(options_.reconnect_timeout, [this, raw, broke](const absl::Status& s) {
-    if (closing_ || lost_ || watch_.get() != raw) return;
-    if (!s.ok()) {
-      reconnect_timer_.cancel();
-      Lost(absl::StrCat(broke, " and could not be reached again within ",
-                        absl::FormatDuration(options_.reconnect_timeout), ": ", s.message()));
-      return;
-    }
-    // The same store still holds this node's joined key; one node rank 0 started afresh does not.
-    raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
-               [this, raw, broke](absl::StatusOr<bool> same) {
-                 if (closing_ || lost_ || watch_.get() != raw) return;
-                 reconnect_timer_.cancel();
-                 if (!same.ok()) {
-                   Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
-                   return;
-                 }
-                 if (!*same) {
-                   Lost(absl::StrCat(broke, "; the store reached again does not know run '",
-                                     options_.run_id, "' (node rank 0 started again?)"));
-                   return;
-                 }
-                 spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
-                              options_.master_addr, options_.master_port);
-                 Watch(watch_);
-               });
-  });
+  conn->Connect(
+      std::max(deadline - absl::Now(), absl::ZeroDuration()),
+      [this, raw, broke, deadline](const absl::Status& s) {
+        if (closing_ || lost_ || watch_.get() != raw) return;
+        if (!s.ok()) {
+          reconnect_timer_.cancel();
+          Lost(absl::StrCat(broke, " and could not be reached again within ",
+                            absl::FormatDuration(options_.reconnect_timeout), ": ", s.message()));
+          return;
+        }
+        // The same store still holds this node's joined key; one node rank 0 started afresh does
+        // not.
+        raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
+                   [this, raw, broke, deadline](absl::StatusOr<bool> same) {
+                     if (closing_ || lost_ || watch_.get() != raw) return;
+                     if (!same.ok() && absl::Now() < deadline) {
+                       // A dying node rank 0's listener can still accept, then reset what it
+                       // accepted: as a refused connection, try again until the deadline.
+                       Reconnect(broke, deadline);
+                       return;
+                     }
+                     reconnect_timer_.cancel();
+                     if (!same.ok()) {
+                       Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
+                       return;
+                     }
+                     if (!*same) {
+                       Lost(absl::StrCat(broke, "; the store reached again does not know run '",
+                                         options_.run_id, "' (node rank 0 started again?)"));
+                       return;
+                     }
+                     spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
+                                  options_.master_addr, options_.master_port);
+                     Watch(watch_);
+                   });
+      });
 }
 
 void StaticCoordinator::Lost(const std::string& detail) {

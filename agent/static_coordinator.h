@@ -78,6 +78,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   std::function<void(absl::Status)> on_connected_;
   std::vector<std::string> queue_;
   bool writing_ = false;
+  bool broken_ = false;  // A write failed: later writes are dropped.
   std::vector<std::function<void()>> on_flushed_;
   std::array<char, 8> reply_;
   std::string value_;
@@ -140,6 +141,8 @@ class StaticCoordinator {
   void Watch(const std::shared_ptr<StoreConnection>& conn);
   // The watch connection to node rank 0's store broke (`why`): reconnect, bounded.
   void OnWatchLost(const std::string& why);
+  // One reconnect attempt (a connect, then a check of this node's joined key) until `deadline`.
+  void Reconnect(const std::string& broke, absl::Time deadline);
   // Node rank 0 is gone: the failure callback with kExitRendezvousUnavailable.
   void Lost(const std::string& detail);
   // Publishes this node's outcome: `failed` (empty: none) and its done key's value.
