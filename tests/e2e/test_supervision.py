@@ -525,3 +525,21 @@ def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cm
         "key in node rank 0's store for 5s: it was killed or cannot reach node rank 0)"), \
         node0.stderr
     assert "succeeded" not in node0.stderr
+
+
+def test_static_rank_restart_stays_on_its_node(spawn):
+    # --max-restarts with --restart-policy=rank is local to a node: the static form keeps it
+    # (a group restart there is refused up front, exit 2).
+    port = free_port()
+    flaky = [WORKERS / "flaky.py", "--fail-rank=1", "--hold=1"]
+    nodes = [spawn([DGT_RUN, "--nnodes=2", f"--node-rank={n}", "--master-addr=127.0.0.1",
+                    f"--master-port={port}", "--nproc-per-node=1", "--max-restarts=1",
+                    "--restart-policy=rank", *flaky], name=f"node{n}") for n in (1, 0)]
+    assert [p.wait(timeout=60) for p in nodes] == [0, 0], [p.stderr for p in nodes]
+    assert "rank 1 attempt 1" in nodes[0].stdout and "done" in nodes[0].stdout
+    assert "dgt-run: run 'none' succeeded" in nodes[1].stderr
+    group = spawn([DGT_RUN, "--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1",
+                   f"--master-port={port}", "--max-restarts=1", *flaky], name="group")
+    assert group.wait(timeout=30) == 2, group.stderr
+    assert "--max-restarts=1 with --restart-policy=group needs a rendezvous service" in \
+        group.stderr
