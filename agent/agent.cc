@@ -317,8 +317,9 @@ absl::Status Agent::PrepareStatic() {
       [this](const absl::Status& s) {
         if (state_ != State::kJoining) return;
         if (!s.ok()) {
-          Finish(1, absl::StrCat("static rendezvous: ", s.message(),
-                                 " (is node rank 0 running? see --rdzv-connect-timeout)"));
+          Finish(kExitRendezvousUnavailable,
+                 absl::StrCat("static rendezvous: ", s.message(),
+                              " (is node rank 0 running? see --rdzv-connect-timeout)"));
           return;
         }
         spdlog::info(
@@ -1506,7 +1507,7 @@ void Agent::AfterWorkersExited() {
                                         : (first_failure_ ? first_failure_->ExitStatus() : 0);
       std::string what = first_failure_ ? DescribeFailure(*first_failure_)
                                         : absl::StrCat("stopped by ", SignalName(stop_signal_));
-      static_->Report(own, what, [this](const absl::Status& others) {
+      auto outcome = [this](const absl::Status& others) {
         if (stop_signal_ != 0) {
           Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
         } else if (first_failure_) {
@@ -1522,7 +1523,13 @@ void Agent::AfterWorkersExited() {
         } else {
           Finish(0, "");
         }
-      });
+      };
+      if (stop_signal_ != 0) {
+        // The others fail naming this node and the signal, not as if they had been signalled.
+        static_->ReportStopped(SignalName(stop_signal_), std::move(outcome));
+      } else {
+        static_->Report(own, what, std::move(outcome));
+      }
       return;
     }
     if (leave_) {

@@ -443,6 +443,18 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                                 "dgt-rendezvous"));
       }
       if (!o->master_port_set) o->master_port = 29500;
+      if (o->max_restarts > 0 && o->restart_policy != RestartPolicy::kRank) {
+        // A group restart is a new round for every node, which needs the rendezvous service;
+        // failing only at the first failure would waste the job's start. A rank restart stays
+        // on its node and works here.
+        return Bad(absl::StrCat(
+            "--max-restarts=", o->max_restarts,
+            " with --restart-policy=group needs a rendezvous "
+            "service: the static form (--rdzv-backend=static, --nnodes=",
+            nnodes_text,
+            " without --rdzv-endpoint) cannot restart several nodes together; use --rdzv-endpoint "
+            "of dgt-rendezvous, or --restart-policy=rank, or --max-restarts=0"));
+      }
     } else {
       return Bad(absl::StrCat("--rdzv-endpoint is required for --nnodes=", nnodes_text,
                               " (or use --standalone for one node)"));

@@ -1,5 +1,6 @@
 #include "agent/static_coordinator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -86,6 +87,9 @@ void StoreConnection::TryConnect() {
 }
 
 void StoreConnection::Write(std::string frame) {
+  // A failed connection drops what would follow: a further write on it may never complete, and
+  // a Flush must not wait for it (a node rank > 0 keeps beating after node rank 0 is gone).
+  if (broken_) return;
   queue_.push_back(std::move(frame));
   if (!writing_) WriteNext();
 }
@@ -113,6 +117,7 @@ void StoreConnection::WriteNext() {
   asio::async_write(socket_, asio::buffer(*frame),
                     [self, frame](boost::system::error_code ec, size_t) {
                       if (ec) {
+                        self->broken_ = true;
                         self->queue_.clear();  // WriteNext then reports the flush.
                       }
                       self->WriteNext();
@@ -201,11 +206,17 @@ void StoreConnection::Close() {
 }
 
 StaticCoordinator::StaticCoordinator(asio::io_context& io, Options options)
-    : io_(io), options_(std::move(options)), finish_timer_(io), reconnect_timer_(io) {}
+    : io_(io),
+      options_(std::move(options)),
+      finish_timer_(io),
+      reconnect_timer_(io),
+      heartbeat_timer_(io) {}
 
 StaticCoordinator::~StaticCoordinator() {
   closing_ = true;
   reconnect_timer_.cancel();
+  heartbeat_timer_.cancel();
+  if (monitor_) monitor_->Close();
   if (watch_) watch_->Close();
   if (control_) control_->Close();
   if (probe_) probe_->Close();
@@ -219,7 +230,8 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
                               const FailureCallback& on_failure) {
   watch_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
   control_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
-  auto pending = std::make_shared<int>(2);
+  const bool monitors = options_.node_rank == 0 && options_.node_count > 1;
+  auto pending = std::make_shared<int>(monitors ? 3 : 2);
   auto first_error = std::make_shared<absl::Status>();
   auto both = [pending, first_error, connected](const absl::Status& s) {
     if (!s.ok() && first_error->ok()) *first_error = s;
@@ -234,8 +246,92 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
   control_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
     // Node rank 0 tells a node that never came from one that came but did not finish.
     if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
+    if (s.ok() && options_.node_rank != 0) Heartbeat();
     both(s);
   });
+  if (!monitors) return;
+  peers_.assign(options_.node_count, Peer{});
+  monitor_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  monitor_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
+    both(s);
+    if (s.ok()) CheckPeers(1);
+  });
+}
+
+void StaticCoordinator::Heartbeat() {
+  if (closing_) return;
+  control_->Set(Key(absl::StrCat("alive/", options_.node_rank)), absl::StrCat(++beats_));
+  heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(options_.heartbeat_period));
+  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) Heartbeat();
+  });
+}
+
+void StaticCoordinator::CheckPeers(int next) {
+  if (closing_ || peer_lost_) return;
+  while (next < options_.node_count && peers_[next].done) ++next;
+  if (next >= options_.node_count) {
+    // One pass over the peers done: the next one after a period (no busy polling).
+    heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(options_.heartbeat_period));
+    heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) CheckPeers(1);
+    });
+    return;
+  }
+  // Errors: the monitor's connection to this node's own store broke, which happens only when
+  // this agent ends; nothing left to watch.
+  const std::string alive = Key(absl::StrCat("alive/", next));
+  monitor_->Check({alive}, [this, next, alive](absl::StatusOr<bool> seen) {
+    if (!seen.ok() || closing_) return;
+    if (!*seen) {
+      // Not joined yet (or never: the finish timeout names it).
+      CheckPeers(next + 1);
+      return;
+    }
+    monitor_->Get(alive, [this, next](absl::StatusOr<std::string> v) {
+      if (!v.ok() || closing_) return;
+      Peer& peer = peers_[next];
+      const absl::Time now = absl::Now();
+      if (*v != peer.last) {
+        peer.last = *v;
+        peer.changed = now;
+        CheckPeers(next + 1);
+        return;
+      }
+      if (now - peer.changed < options_.peer_lost_after) {
+        CheckPeers(next + 1);
+        return;
+      }
+      // Silent for long enough: an agent that reported done stops beating when it exits.
+      monitor_->Check({Key(absl::StrCat("done/", next))}, [this, next](absl::StatusOr<bool> d) {
+        if (!d.ok() || closing_) return;
+        if (*d) {
+          peers_[next].done = true;
+          CheckPeers(next + 1);
+          return;
+        }
+        PeerLost(next);
+      });
+    });
+  });
+}
+
+void StaticCoordinator::PeerLost(int rank) {
+  if (peer_lost_) return;
+  peer_lost_ = true;
+  const std::string message =
+      absl::StrCat("lost node rank ", rank,
+                   " (its agent stopped updating its liveness key in node rank 0's "
+                   "store for ",
+                   absl::FormatDuration(options_.peer_lost_after),
+                   ": it was killed or cannot reach node rank 0)");
+  spdlog::error("dgt-run: {}", message);
+  // Every other node stops its workers too. On the monitor: the control connection may have a
+  // WAIT outstanding.
+  monitor_->Set(Key("failed"), absl::StrCat(kExitRendezvousUnavailable, " ", message));
+  on_failure_(kExitRendezvousUnavailable, message);
+  // A pending Report no longer waits for the others: the run has failed.
+  monitor_->Flush([this] { Complete(absl::OkStatus()); });
 }
 
 void StaticCoordinator::Watch(const std::shared_ptr<StoreConnection>& conn) {
@@ -245,7 +341,7 @@ void StaticCoordinator::Watch(const std::shared_ptr<StoreConnection>& conn) {
       return;
     }
     // Node rank 0 waiting for the others reads every node's status itself (naming the node).
-    if (options_.node_rank == 0 && pending_done_) return;
+    if (options_.node_rank == 0 && (pending_done_ || peer_lost_)) return;
     conn->Get(Key("failed"), [this](absl::StatusOr<std::string> v) {
       int status = 1;
       std::string message = "a worker failed on another node";
@@ -268,49 +364,62 @@ void StaticCoordinator::OnWatchLost(const std::string& why) {
       "for {}",
       options_.master_addr, options_.master_port, why,
       absl::FormatDuration(options_.reconnect_timeout));
-  auto conn = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
-  watch_ = conn;
   const std::string broke = absl::StrCat("its store closed the connection (", why, ")");
   // Connect() gives up on refused connections after reconnect_timeout; this backstop also bounds
   // a connect or a check that hangs (a host that stopped answering).
   reconnect_timer_.expires_after(
       absl::ToChronoMilliseconds(options_.reconnect_timeout + kReconnectBackstop));
-  reconnect_timer_.async_wait([this, conn, broke](boost::system::error_code ec) {
-    if (ec || closing_ || watch_ != conn) return;
-    conn->Close();
+  reconnect_timer_.async_wait([this, broke](boost::system::error_code ec) {
+    if (ec || closing_ || lost_) return;
+    if (watch_) watch_->Close();
     Lost(absl::StrCat(broke, " and did not answer again within ",
                       absl::FormatDuration(options_.reconnect_timeout + kReconnectBackstop)));
   });
+  Reconnect(broke, absl::Now() + options_.reconnect_timeout);
+}
+
+void StaticCoordinator::Reconnect(const std::string& broke, absl::Time deadline) {
+  auto conn = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
+  watch_ = conn;
   // The callbacks are stored in `conn` itself: they hold a plain pointer (compared with watch_,
   // which owns it), not a shared_ptr, or the connection would own itself and never be freed.
   StoreConnection* raw = conn.get();
-  conn->Connect(options_.reconnect_timeout, [this, raw, broke](const absl::Status& s) {
-    if (closing_ || lost_ || watch_.get() != raw) return;
-    if (!s.ok()) {
-      reconnect_timer_.cancel();
-      Lost(absl::StrCat(broke, " and could not be reached again within ",
-                        absl::FormatDuration(options_.reconnect_timeout), ": ", s.message()));
-      return;
-    }
-    // The same store still holds this node's joined key; one node rank 0 started afresh does not.
-    raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
-               [this, raw, broke](absl::StatusOr<bool> same) {
-                 if (closing_ || lost_ || watch_.get() != raw) return;
-                 reconnect_timer_.cancel();
-                 if (!same.ok()) {
-                   Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
-                   return;
-                 }
-                 if (!*same) {
-                   Lost(absl::StrCat(broke, "; the store reached again does not know run '",
-                                     options_.run_id, "' (node rank 0 started again?)"));
-                   return;
-                 }
-                 spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
-                              options_.master_addr, options_.master_port);
-                 Watch(watch_);
-               });
-  });
+  conn->Connect(
+      std::max(deadline - absl::Now(), absl::ZeroDuration()),
+      [this, raw, broke, deadline](const absl::Status& s) {
+        if (closing_ || lost_ || watch_.get() != raw) return;
+        if (!s.ok()) {
+          reconnect_timer_.cancel();
+          Lost(absl::StrCat(broke, " and could not be reached again within ",
+                            absl::FormatDuration(options_.reconnect_timeout), ": ", s.message()));
+          return;
+        }
+        // The same store still holds this node's joined key; one node rank 0 started afresh does
+        // not.
+        raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
+                   [this, raw, broke, deadline](absl::StatusOr<bool> same) {
+                     if (closing_ || lost_ || watch_.get() != raw) return;
+                     if (!same.ok() && absl::Now() < deadline) {
+                       // A dying node rank 0's listener can still accept, then reset what it
+                       // accepted: as a refused connection, try again until the deadline.
+                       Reconnect(broke, deadline);
+                       return;
+                     }
+                     reconnect_timer_.cancel();
+                     if (!same.ok()) {
+                       Lost(absl::StrCat(broke, "; after reconnecting: ", same.status().message()));
+                       return;
+                     }
+                     if (!*same) {
+                       Lost(absl::StrCat(broke, "; the store reached again does not know run '",
+                                         options_.run_id, "' (node rank 0 started again?)"));
+                       return;
+                     }
+                     spdlog::info("dgt-run: reconnected to node rank 0's store at {}:{}",
+                                  options_.master_addr, options_.master_port);
+                     Watch(watch_);
+                   });
+      });
 }
 
 void StaticCoordinator::Lost(const std::string& detail) {
@@ -323,9 +432,22 @@ void StaticCoordinator::Lost(const std::string& detail) {
 
 void StaticCoordinator::Report(int exit_status, const std::string& message,
                                std::function<void(absl::Status)> done) {
-  if (exit_status != 0) control_->Set(Key("failed"), absl::StrCat(exit_status, " ", message));
-  control_->Set(Key(absl::StrCat("done/", options_.node_rank)), absl::StrCat(exit_status));
-  if (options_.node_rank != 0 || interrupted_) {
+  Publish(exit_status != 0 ? absl::StrCat(exit_status, " ", message) : "",
+          absl::StrCat(exit_status), std::move(done));
+}
+
+void StaticCoordinator::ReportStopped(const std::string& signal_name,
+                                      std::function<void(absl::Status)> done) {
+  Publish(absl::StrCat(kExitLauncherError, " node rank ", options_.node_rank, " was stopped by ",
+                       signal_name),
+          absl::StrCat(kExitLauncherError), std::move(done));
+}
+
+void StaticCoordinator::Publish(const std::string& failed, const std::string& done_value,
+                                std::function<void(absl::Status)> done) {
+  if (!failed.empty()) control_->Set(Key("failed"), failed);
+  control_->Set(Key(absl::StrCat("done/", options_.node_rank)), done_value);
+  if (options_.node_rank != 0 || interrupted_ || peer_lost_) {
     control_->Flush([done = std::move(done)] { done(absl::OkStatus()); });
     return;
   }

@@ -7,10 +7,18 @@
 //                                        workers when it appears.
 //   dgt/static/<run_id>/joined/<node rank> "1", set by each node once it reached the store.
 //   dgt/static/<run_id>/done/<node rank> "<exit status>", set by each node when its workers ended.
+//   dgt/static/<run_id>/alive/<node rank> a counter, set by each node rank > 0 every
+//                                        heartbeat_period over its control connection.
 // Node rank 0 keeps the store until every node is done (bounded by a deadline); a node that never
 // joined or never reported by then makes the run fail, and so does a node that reported a
 // failure (its exit status and message, through the failure callback). A stop signal ends that
 // wait at once.
+// Node rank 0 also reads every joined node's alive key each heartbeat_period: a node whose key
+// stopped changing for peer_lost_after and that never reported done lost its agent (killed, or
+// cut off from node rank 0); node rank 0 then publishes the failure (kExitRendezvousUnavailable
+// naming that node rank), so every node stops its workers, and stops waiting for the others. A
+// heartbeat, not the store connection's close, so that the store stays plain TCPStore; an agent
+// that is alive but busy still writes one small frame a second from its event loop.
 // Without node rank 0 nobody would report the run's outcome: another node whose watch connection
 // to node rank 0's store breaks tries to reconnect for reconnect_timeout (the same store: its own
 // joined key is still there) and otherwise reports a failure with kExitRendezvousUnavailable
@@ -70,6 +78,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   std::function<void(absl::Status)> on_connected_;
   std::vector<std::string> queue_;
   bool writing_ = false;
+  bool broken_ = false;  // A write failed: later writes are dropped.
   std::vector<std::function<void()>> on_flushed_;
   std::array<char, 8> reply_;
   std::string value_;
@@ -88,6 +97,10 @@ class StaticCoordinator {
     // Node rank > 0: how long to try reaching node rank 0's store again once the connection
     // that watches it broke, before the run fails.
     absl::Duration reconnect_timeout = absl::Seconds(3);
+    // Node rank > 0 refreshes its alive key this often; node rank 0 reads them as often and
+    // declares a node lost whose key did not change for peer_lost_after.
+    absl::Duration heartbeat_period = absl::Seconds(1);
+    absl::Duration peer_lost_after = absl::Seconds(5);
   };
   using FailureCallback = std::function<void(int exit_status, const std::string& message)>;
 
@@ -106,6 +119,11 @@ class StaticCoordinator {
   // reported), or at once (Cancelled) after Interrupt().
   void Report(int exit_status, const std::string& message, std::function<void(absl::Status)> done);
 
+  // As Report, for this node's agent stopped by signal `signal_name` ("SIGTERM"): the others
+  // must not take the signal's status as theirs (a scheduler would think them preempted). They
+  // fail with kExitLauncherError and "node rank <R> was stopped by <signal>".
+  void ReportStopped(const std::string& signal_name, std::function<void(absl::Status)> done);
+
   // A stop signal: node rank 0 stops waiting for the other nodes (a pending Report's `done`
   // runs once this node's writes went out), and later Reports do not wait either.
   void Interrupt();
@@ -123,16 +141,38 @@ class StaticCoordinator {
   void Watch(const std::shared_ptr<StoreConnection>& conn);
   // The watch connection to node rank 0's store broke (`why`): reconnect, bounded.
   void OnWatchLost(const std::string& why);
+  // One reconnect attempt (a connect, then a check of this node's joined key) until `deadline`.
+  void Reconnect(const std::string& broke, absl::Time deadline);
   // Node rank 0 is gone: the failure callback with kExitRendezvousUnavailable.
   void Lost(const std::string& detail);
+  // Publishes this node's outcome: `failed` (empty: none) and its done key's value.
+  void Publish(const std::string& failed, const std::string& done_value,
+               std::function<void(absl::Status)> done);
+  // Node rank > 0: sets the alive key, then again every heartbeat_period.
+  void Heartbeat();
+  // Node rank 0: reads the alive keys of node ranks `next`.., then again after heartbeat_period.
+  void CheckPeers(int next);
+  // Node rank 0: node rank `rank`'s agent is gone. Publishes the failure and ends the wait.
+  void PeerLost(int rank);
+
+  struct Peer {
+    std::string last;    // The alive key's last value read; empty: not seen yet.
+    absl::Time changed;  // When `last` last changed.
+    bool done = false;   // Reported done: no longer watched.
+  };
 
   boost::asio::io_context& io_;
   Options options_;
   std::shared_ptr<StoreConnection> watch_;
   std::shared_ptr<StoreConnection> control_;
   std::shared_ptr<StoreConnection> probe_;
+  std::shared_ptr<StoreConnection> monitor_;  // Node rank 0: reads the alive keys.
   boost::asio::steady_timer finish_timer_;
   boost::asio::steady_timer reconnect_timer_;
+  boost::asio::steady_timer heartbeat_timer_;
+  std::vector<Peer> peers_;
+  uint64_t beats_ = 0;
+  bool peer_lost_ = false;
   std::function<void(absl::Status)> pending_done_;
   FailureCallback on_failure_;
   bool interrupted_ = false;

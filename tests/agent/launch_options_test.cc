@@ -321,6 +321,12 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "--rdzv-endpoint of dgt-rendezvous for elastic jobs)\n"},
       {{"--nnodes=2", "--node-rank=2", kScript},
        "dgt-run: error: --node-rank must be 0..1 for --nnodes=2, got 2\n"},
+      // The static form cannot restart several nodes together: refused before anything starts.
+      {{"--nnodes=2", "--master-addr=127.0.0.1", "--max-restarts=1", kScript},
+       "dgt-run: error: --max-restarts=1 with --restart-policy=group needs a rendezvous service: "
+       "the static form (--rdzv-backend=static, --nnodes=2 without --rdzv-endpoint) cannot "
+       "restart several nodes together; use --rdzv-endpoint of dgt-rendezvous, or "
+       "--restart-policy=rank, or --max-restarts=0\n"},
       {{"--distribution=tensorflow", "--worker-count=2", "--nproc-per-node=4", kScript},
        "dgt-run: error: --worker-count=2 + --parameter-server-count=0 must equal the number of "
        "processes, 4\n"},
@@ -490,6 +496,19 @@ TEST(LaunchOptionsTest, StaticMultiNode) {
   EXPECT_EQ(p.options->master_addr, "10.0.0.1");
   EXPECT_EQ(p.options->master_port, 29500);
   EXPECT_TRUE(p.options->rdzv_endpoint.empty());
+}
+
+// A rank restart stays on its node (the store of node rank 0 carries the recovery), so the
+// static form keeps it; a group restart would need the rendezvous service (refused above).
+TEST(LaunchOptionsTest, StaticMultiNodeKeepsRankRestarts) {
+  auto p = Parse({"--nnodes=2", "--master-addr=127.0.0.1", "--max-restarts=1",
+                  "--restart-policy=rank", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->max_restarts, 1);
+  EXPECT_EQ(p.options->restart_policy, RestartPolicy::kRank);
+  auto endpoint = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", "--max-restarts=1", kScript});
+  ASSERT_TRUE(endpoint.options.has_value()) << endpoint.output;
+  EXPECT_EQ(endpoint.options->max_restarts, 1);
 }
 
 TEST(LaunchOptionsTest, SignalList) {

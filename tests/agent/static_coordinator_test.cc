@@ -34,6 +34,8 @@ class StaticCoordinatorTest : public ::testing::Test {
     o.master_port = store_.port();
     o.connect_timeout = absl::Seconds(5);
     o.finish_timeout = absl::Milliseconds(300);
+    o.heartbeat_period = absl::Milliseconds(50);
+    o.peer_lost_after = absl::Milliseconds(500);
     return o;
   }
 
@@ -213,6 +215,115 @@ TEST_F(StaticCoordinatorTest, AStoreWithoutTheRunsKeysIsNotNodeRankZerosStore) {
                          "): its store closed the connection (store connection: End of file); "
                          "the store reached again does not know run 'job' (node rank 0 started "
                          "again?)"));
+}
+
+// Another node's agent dies (kill -9) while node rank 0 waits for it: node rank 0 notices within
+// peer_lost_after, not the finish timeout (600 s), fails with kExitRendezvousUnavailable naming
+// the node rank, and publishes it so that the remaining nodes stop too.
+TEST_F(StaticCoordinatorTest, NodeRankZeroNoticesALostPeerAgentPromptly) {
+  auto options0 = NodeOptions(0, 3);
+  options0.finish_timeout = absl::Seconds(600);
+  StaticCoordinator node0(io_, options0);
+  auto node1 = std::make_unique<StaticCoordinator>(io_, NodeOptions(1, 3));
+  StaticCoordinator node2(io_, NodeOptions(2, 3));
+  std::vector<std::pair<int, std::string>> failures0;
+  std::vector<std::pair<int, std::string>> failures2;
+  Connect(node0, &failures0);
+  Connect(*node1);
+  Connect(node2, &failures2);
+  std::optional<absl::Status> outcome;
+  node0.Report(0, "", [&](absl::Status s) { outcome = s; });
+  io_.run_for(std::chrono::milliseconds(100));  // node rank 0 saw node rank 1 beat.
+  io_.restart();
+  const absl::Time killed = absl::Now();
+  node1.reset();  // Its connections close and its heartbeats stop, as with kill -9.
+  RunUntil(outcome);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->ok()) << *outcome;
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(3));
+  const std::string lost =
+      "lost node rank 1 (its agent stopped updating its liveness key in node rank 0's store for "
+      "500ms: it was killed or cannot reach node rank 0)";
+  ASSERT_EQ(failures0.size(), 1u);
+  EXPECT_EQ(failures0[0], std::make_pair(69, lost));  // kExitRendezvousUnavailable.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (failures2.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
+  io_.restart();
+  ASSERT_EQ(failures2.size(), 1u);
+  EXPECT_EQ(failures2[0], std::make_pair(69, lost));
+}
+
+// A peer that is alive keeps beating: node rank 0 waits for it well past peer_lost_after, and a
+// peer that reported done and then exited is not lost either.
+TEST_F(StaticCoordinatorTest, LivePeersAndPeersThatReportedAreNotLost) {
+  auto options0 = NodeOptions(0, 3);
+  options0.finish_timeout = absl::Seconds(600);
+  StaticCoordinator node0(io_, options0);
+  StaticCoordinator node1(io_, NodeOptions(1, 3));
+  auto node2 = std::make_unique<StaticCoordinator>(io_, NodeOptions(2, 3));
+  std::vector<std::pair<int, std::string>> failures;
+  Connect(node0, &failures);
+  Connect(node1);
+  Connect(*node2);
+  std::optional<absl::Status> node2_done;
+  node2->Report(0, "", [&](absl::Status s) { node2_done = s; });
+  RunUntil(node2_done);
+  ASSERT_TRUE(node2_done.has_value());
+  node2.reset();  // Done, then gone.
+  std::optional<absl::Status> outcome;
+  node0.Report(0, "", [&](absl::Status s) { outcome = s; });
+  // Three times peer_lost_after: bounded, and only to show that nothing happens meanwhile.
+  io_.run_for(std::chrono::milliseconds(1500));
+  io_.restart();
+  EXPECT_FALSE(outcome.has_value());
+  EXPECT_TRUE(failures.empty()) << failures[0].second;
+  std::optional<absl::Status> node1_done;
+  node1.Report(0, "", [&](absl::Status s) { node1_done = s; });
+  RunUntil(outcome);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->ok()) << *outcome;
+  EXPECT_TRUE(failures.empty());
+}
+
+// A node's agent stopped by a signal: the other nodes fail with exit status 1 naming that node
+// rank and the signal, not with 128 + the signal (a scheduler would think them preempted).
+TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatus) {
+  auto options0 = NodeOptions(0, 2);
+  options0.finish_timeout = absl::Seconds(600);
+  {
+    StaticCoordinator node0(io_, options0);
+    StaticCoordinator node1(io_, NodeOptions(1, 2));
+    std::vector<std::pair<int, std::string>> failures1;
+    Connect(node0);
+    Connect(node1, &failures1);
+    node0.Interrupt();
+    std::optional<absl::Status> stopped;
+    node0.ReportStopped("SIGTERM", [&](absl::Status s) { stopped = s; });
+    RunUntil(stopped);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (failures1.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
+    io_.restart();
+    ASSERT_EQ(failures1.size(), 1u);
+    EXPECT_EQ(failures1[0], std::make_pair(1, std::string("node rank 0 was stopped by SIGTERM")));
+  }
+  options0.run_id = "job2";
+  auto options1 = NodeOptions(1, 2);
+  options1.run_id = "job2";
+  StaticCoordinator node0(io_, options0);
+  StaticCoordinator node1(io_, options1);
+  std::vector<std::pair<int, std::string>> failures0;
+  Connect(node0, &failures0);
+  Connect(node1);
+  std::optional<absl::Status> outcome;
+  node0.Report(0, "", [&](absl::Status s) { outcome = s; });
+  std::optional<absl::Status> node1_done;
+  node1.ReportStopped("SIGTERM", [&](absl::Status s) { node1_done = s; });
+  RunUntil(outcome);
+  ASSERT_TRUE(outcome.has_value());
+  ASSERT_EQ(failures0.size(), 1u);
+  EXPECT_EQ(failures0[0],
+            std::make_pair(1, std::string("node rank 1 did not succeed (exit status 1); reported "
+                                          "failure: node rank 1 was stopped by SIGTERM")));
 }
 
 }  // namespace

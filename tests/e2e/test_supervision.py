@@ -469,8 +469,77 @@ def test_static_node_rank_0_fails_when_a_peer_is_stopped_after_its_own_workers_f
     assert node0.popen.poll() is None, node0.stderr
     node1.popen.send_signal(signal.SIGTERM)
     assert node1.wait(timeout=30) == 128 + signal.SIGTERM, node1.stderr
-    assert node0.wait(timeout=30) == 128 + signal.SIGTERM, node0.stderr
+    # Node rank 0 was not signalled itself: 1 (the run failed on another node), naming it.
+    assert node0.wait(timeout=30) == 1, node0.stderr
     assert node0.stderr.strip().splitlines()[-1] == (
-        "dgt-run: error: run failed: node rank 1 did not succeed (exit status 143); reported "
-        "failure: stopped by SIGTERM"), node0.stderr
+        "dgt-run: error: run failed: node rank 1 did not succeed (exit status 1); reported "
+        "failure: node rank 1 was stopped by SIGTERM"), node0.stderr
     assert "succeeded" not in node0.stderr
+
+
+def test_static_sigterm_to_node_rank_0_fails_the_other_node_with_1_naming_it(spawn):
+    # A scheduler on node rank 1 must not take node rank 0's SIGTERM for its own preemption.
+    port = free_port()
+    cmd = ["/bin/sh", "-c", "echo started; sleep 60"]
+    node1 = static_node(spawn, 2, 1, port, 60, cmd)
+    node0 = static_node(spawn, 2, 0, port, 60, cmd)
+    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
+             "both nodes' workers")
+    node0.popen.send_signal(signal.SIGTERM)
+    assert node0.wait(timeout=30) == 128 + signal.SIGTERM, node0.stderr
+    assert node1.wait(timeout=30) == 1, node1.stderr
+    assert node1.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: run failed: node rank 0 was stopped by SIGTERM"), node1.stderr
+
+
+def test_static_node_rank_1_without_node_rank_0_exits_69(spawn):
+    port = free_port()
+    p = spawn([DGT_RUN, "--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1",
+               f"--master-port={port}", "--rdzv-connect-timeout=1", "--nproc-per-node=1",
+               "--no-python", "true"], name="node1")
+    assert p.wait(timeout=30) == 69, p.stderr  # kExitRendezvousUnavailable.
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"dgt-run: error: static rendezvous: cannot reach the store at 127.0.0.1:{port}"), last
+    assert last.endswith("(is node rank 0 running? see --rdzv-connect-timeout)"), last
+
+
+@pytest.mark.parametrize("node0_cmd", [["echo started; sleep 60"], ["echo started"]],
+                         ids=["node0-running", "node0-finished"])
+def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cmd):
+    # Node rank 1's agent dies: node rank 0 must not wait --join-timeout (60 s here, 600 s by
+    # default) but notice within seconds, stop its own workers if they still run (not train on
+    # a dead world) and exit 69 naming node rank 1.
+    port = free_port()
+    node1 = static_node(spawn, 2, 1, port, 60, ["/bin/sh", "-c", "echo started; sleep 60"])
+    node0 = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", *node0_cmd])
+    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
+             "both nodes' workers")
+    time.sleep(1.5)  # Node rank 1's heartbeats are seen (only a precondition; bounded).
+    start = time.monotonic()
+    os.kill(node1.popen.pid, signal.SIGKILL)
+    assert node0.wait(timeout=30) == 69, node0.stderr
+    assert time.monotonic() - start < 15, node0.stderr
+    assert node0.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: run failed: lost node rank 1 (its agent stopped updating its liveness "
+        "key in node rank 0's store for 5s: it was killed or cannot reach node rank 0)"), \
+        node0.stderr
+    assert "succeeded" not in node0.stderr
+
+
+def test_static_rank_restart_stays_on_its_node(spawn):
+    # --max-restarts with --restart-policy=rank is local to a node: the static form keeps it
+    # (a group restart there is refused up front, exit 2).
+    port = free_port()
+    flaky = [WORKERS / "flaky.py", "--fail-rank=1", "--hold=1"]
+    nodes = [spawn([DGT_RUN, "--nnodes=2", f"--node-rank={n}", "--master-addr=127.0.0.1",
+                    f"--master-port={port}", "--nproc-per-node=1", "--max-restarts=1",
+                    "--restart-policy=rank", *flaky], name=f"node{n}") for n in (1, 0)]
+    assert [p.wait(timeout=60) for p in nodes] == [0, 0], [p.stderr for p in nodes]
+    assert "rank 1 attempt 1" in nodes[0].stdout and "done" in nodes[0].stdout
+    assert "dgt-run: run 'none' succeeded" in nodes[1].stderr
+    group = spawn([DGT_RUN, "--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1",
+                   f"--master-port={port}", "--max-restarts=1", *flaky], name="group")
+    assert group.wait(timeout=30) == 2, group.stderr
+    assert "--max-restarts=1 with --restart-policy=group needs a rendezvous service" in \
+        group.stderr
