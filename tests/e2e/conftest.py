@@ -134,3 +134,15 @@ def python2():
             pytest.fail(msg)
         pytest.skip(msg)
     return PYTHON2
+
+
+def wait_for_port(proc, pattern, what, timeout=60):
+    """Returns the port that `proc` printed on stdout (group 1 of `pattern`), within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(pattern, proc.stdout)
+        if m:
+            return int(m.group(1))
+        assert proc.popen.poll() is None, f"{what} exited: {proc.stderr}"
+        time.sleep(0.05)
+    pytest.fail(f"{what} did not report its port within {timeout} s")

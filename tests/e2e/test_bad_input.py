@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS
+from conftest import BIN, PYTHON, WORKERS, wait_for_port
 from test_rendezvous_ops import make_certs, start_rendezvous
 
 SCRIPT = str(WORKERS / "print_env.py")
@@ -343,18 +343,14 @@ def test_exec_failure_with_no_python_says_why(spawn, tmp_path):
     assert f"dgt-run: cannot execute '{program}' for local rank 0: Exec format error" in p.stderr
 
 
-def test_store_get_against_torch_1x_store_hints_protocol_v1(spawn):
+def start_torch_store(spawn):
+    """torch 1.13's own TCPStore server (a 1.x store): returns its port."""
     server = spawn([PYTHON, WORKERS / "torch_store_server.py"], name="torch_store")
-    deadline = time.monotonic() + 30
-    port = None
-    while port is None and time.monotonic() < deadline:
-        m = re.search(r"torch store listening on port (\d+)", server.stdout)
-        if m:
-            port = m.group(1)
-            break
-        assert server.popen.poll() is None, server.stderr
-        time.sleep(0.05)
-    assert port is not None
+    return wait_for_port(server, r"torch store listening on port (\d+)", "torch's store")
+
+
+def test_store_get_against_torch_1x_store_hints_protocol_v1(spawn):
+    port = start_torch_store(spawn)
     p = spawn([BIN / "dgt", "store", "get", "K", "--endpoint", f"127.0.0.1:{port}", "--timeout",
                "1"], name="get")
     assert p.wait(timeout=20) == 1
@@ -378,17 +374,7 @@ def test_dgt_status_of_a_service_that_is_down(spawn):
 
 def test_store_get_against_torch_1x_store_does_not_wait_the_whole_timeout(spawn):
     # The 2.x opening has its own 5 s deadline: the hint came only after --timeout (30 s).
-    server = spawn([PYTHON, WORKERS / "torch_store_server.py"], name="torch_store")
-    deadline = time.monotonic() + 30
-    port = None
-    while port is None and time.monotonic() < deadline:
-        m = re.search(r"torch store listening on port (\d+)", server.stdout)
-        if m:
-            port = m.group(1)
-            break
-        assert server.popen.poll() is None, server.stderr
-        time.sleep(0.05)
-    assert port is not None
+    port = start_torch_store(spawn)
     start = time.monotonic()
     p = spawn([BIN / "dgt", "store", "get", "K", "--endpoint", f"127.0.0.1:{port}"], name="get")
     assert p.wait(timeout=25) == 1

@@ -15,20 +15,10 @@ import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, dgt_env, records
+from conftest import BIN, PYTHON, WORKERS, dgt_env, records, wait_for_port
 
 DGT = BIN / "dgt"
 
-
-def wait_for_port(proc, pattern, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = re.search(pattern, proc.stdout)
-        if m:
-            return int(m.group(1))
-        assert proc.popen.poll() is None, f"{what} exited: {proc.stderr}"
-        time.sleep(0.05)
-    pytest.fail(f"{what} did not report its port within {timeout} s")
 
 
 def dgt_store(spawn, name):
