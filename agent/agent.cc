@@ -316,6 +316,10 @@ absl::Status Agent::PrepareStatic() {
   static_->Start(
       [this](const absl::Status& s) {
         if (state_ != State::kJoining) return;
+        if (s.code() == absl::StatusCode::kAlreadyExists) {
+          Finish(kExitNotAdmitted, absl::StrCat("static rendezvous: ", s.message()));
+          return;
+        }
         if (!s.ok()) {
           Finish(kExitRendezvousUnavailable,
                  absl::StrCat("static rendezvous: ", s.message(),

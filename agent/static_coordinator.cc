@@ -1,5 +1,7 @@
 #include "agent/static_coordinator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +20,7 @@ namespace asio = boost::asio;
 
 // torch 1.x TCPStore opcodes (REFERENCE.md §4).
 constexpr char kSet = 0;
+constexpr char kCompareSet = 1;
 constexpr char kGet = 2;
 constexpr char kCheck = 4;
 constexpr char kWait = 5;
@@ -64,6 +67,7 @@ void StoreConnection::TryConnect() {
   socket_.async_connect(
       asio::ip::tcp::endpoint(address, static_cast<uint16_t>(port_)),
       [self](boost::system::error_code e) {
+        if (self->closed_) return;
         if (!e) {
           boost::system::error_code ignored;
           self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
@@ -81,7 +85,7 @@ void StoreConnection::TryConnect() {
         // Node rank 0 may start later than this node: retry until the deadline.
         self->retry_timer_.expires_after(std::chrono::milliseconds(100));
         self->retry_timer_.async_wait([self](boost::system::error_code te) {
-          if (!te) self->TryConnect();
+          if (!te && !self->closed_) self->TryConnect();
         });
       });
 }
@@ -96,7 +100,9 @@ void StoreConnection::Write(std::string frame) {
 
 void StoreConnection::Flush(std::function<void()> done) {
   if (!writing_ && queue_.empty()) {
-    asio::post(io_, std::move(done));
+    asio::post(io_, [self = shared_from_this(), done = std::move(done)] {
+      if (!self->closed_) done();
+    });
     return;
   }
   on_flushed_.push_back(std::move(done));
@@ -116,6 +122,7 @@ void StoreConnection::WriteNext() {
   queue_.erase(queue_.begin());
   asio::async_write(socket_, asio::buffer(*frame),
                     [self, frame](boost::system::error_code ec, size_t) {
+                      if (self->closed_) return;
                       if (ec) {
                         self->broken_ = true;
                         self->queue_.clear();  // WriteNext then reports the flush.
@@ -141,6 +148,7 @@ void StoreConnection::KeysRequest(char opcode, const std::vector<std::string>& k
   asio::async_read(
       socket_, asio::buffer(reply_.data(), 1),
       [self, done = std::move(done)](boost::system::error_code ec, size_t) {
+        if (self->closed_) return;
         if (ec) {
           done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
           return;
@@ -172,10 +180,26 @@ void StoreConnection::Get(const std::string& key,
   std::string frame(1, kGet);
   AppendField(&frame, "/" + key);
   Write(std::move(frame));
+  ReadValue(std::move(done));
+}
+
+void StoreConnection::CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired,
+                                 std::function<void(absl::StatusOr<std::string>)> done) {
+  std::string frame(1, kCompareSet);
+  AppendField(&frame, "/" + key);
+  AppendField(&frame, expected);
+  AppendField(&frame, desired);
+  Write(std::move(frame));
+  ReadValue(std::move(done));
+}
+
+void StoreConnection::ReadValue(std::function<void(absl::StatusOr<std::string>)> done) {
   auto self = shared_from_this();
   asio::async_read(
       socket_, asio::buffer(reply_.data(), 8),
       [self, done = std::move(done)](boost::system::error_code ec, size_t) mutable {
+        if (self->closed_) return;
         if (ec) {
           done(absl::UnavailableError(absl::StrCat("store connection: ", ec.message())));
           return;
@@ -190,6 +214,7 @@ void StoreConnection::Get(const std::string& key,
         asio::async_read(
             self->socket_, asio::buffer(self->value_),
             [self, done = std::move(done)](boost::system::error_code e, size_t) {
+              if (self->closed_) return;
               if (e) {
                 done(absl::UnavailableError(absl::StrCat("store connection: ", e.message())));
                 return;
@@ -200,6 +225,11 @@ void StoreConnection::Get(const std::string& key,
 }
 
 void StoreConnection::Close() {
+  // No callback of this connection runs after Close(): its owner may be gone by the time the
+  // aborted operations complete (a StaticCoordinator destroyed while a WAIT was pending).
+  closed_ = true;
+  on_connected_ = nullptr;
+  on_flushed_.clear();
   boost::system::error_code ignored;
   retry_timer_.cancel();
   socket_.close(ignored);
@@ -220,6 +250,12 @@ StaticCoordinator::~StaticCoordinator() {
   if (watch_) watch_->Close();
   if (control_) control_->Close();
   if (probe_) probe_->Close();
+}
+
+std::string StaticCoordinator::ClaimToken() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return absl::StrCat(host, ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
 }
 
 std::string StaticCoordinator::Key(const std::string& suffix) const {
@@ -245,9 +281,30 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
   });
   control_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
     // Node rank 0 tells a node that never came from one that came but did not finish.
-    if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
-    if (s.ok() && options_.node_rank != 0) Heartbeat();
-    both(s);
+    if (!s.ok() || options_.node_rank == 0) {
+      if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
+      both(s);
+      return;
+    }
+    // Claims this node rank: a second agent given the same --node-rank (or one restarted while
+    // the run goes on) would otherwise run the same ranks twice, unnoticed.
+    const std::string key = Key(absl::StrCat("joined/", options_.node_rank));
+    const std::string token = ClaimToken();
+    control_->CompareSet(key, "", token, [this, both, token](absl::StatusOr<std::string> held) {
+      if (!held.ok()) {
+        both(held.status());
+        return;
+      }
+      if (*held != token) {
+        both(absl::AlreadyExistsError(
+            absl::StrCat("node rank ", options_.node_rank, " of run '", options_.run_id,
+                         "' is already held by another agent (", *held,
+                         "); two agents with one --node-rank would run the same ranks twice")));
+        return;
+      }
+      Heartbeat();
+      both(absl::OkStatus());
+    });
   });
   if (!monitors) return;
   peers_.assign(options_.node_count, Peer{});

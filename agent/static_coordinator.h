@@ -59,9 +59,17 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void Check(const std::vector<std::string>& keys, std::function<void(absl::StatusOr<bool>)> done);
   // GET (only for keys known to exist: a 1.x server drops the connection otherwise).
   void Get(const std::string& key, std::function<void(absl::StatusOr<std::string>)> done);
+  // COMPARE_SET (torch 1.x opcode 1): `done` gets the key's value afterwards (`desired` when the
+  // key was missing and `expected` is empty).
+  void CompareSet(const std::string& key, const std::string& expected, const std::string& desired,
+                  std::function<void(absl::StatusOr<std::string>)> done);
+  // Closes the socket; no callback given to this connection runs after it (pending ones are
+  // dropped), so an owner may Close() it in its destructor.
   void Close();
 
  private:
+  // Reads a value reply (u64 length + bytes, at most 1 MiB) into `done`.
+  void ReadValue(std::function<void(absl::StatusOr<std::string>)> done);
   void TryConnect();
   void Write(std::string frame);
   // Sends `opcode` with `keys` (torch 1.x WAIT / CHECK framing) and reads the one-byte reply.
@@ -76,6 +84,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   boost::asio::steady_timer retry_timer_;
   absl::Time deadline_;
   std::function<void(absl::Status)> on_connected_;
+  bool closed_ = false;  // Close() was called: no callback runs any more.
   std::vector<std::string> queue_;
   bool writing_ = false;
   bool broken_ = false;  // A write failed: later writes are dropped.
@@ -129,6 +138,8 @@ class StaticCoordinator {
   void Interrupt();
 
  private:
+  // "<hostname>:<pid>:<unix ns>": identifies this agent's claim of its node rank.
+  static std::string ClaimToken();
   std::string Key(const std::string& suffix) const;
   // Runs the pending Report's `done` once (no-op when none is pending).
   void Complete(absl::Status status);

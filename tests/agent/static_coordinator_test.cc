@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "boost/asio.hpp"
@@ -324,6 +325,27 @@ TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatu
   EXPECT_EQ(failures0[0],
             std::make_pair(1, std::string("node rank 1 did not succeed (exit status 1); reported "
                                           "failure: node rank 1 was stopped by SIGTERM")));
+}
+
+// A second agent given the same --node-rank (or one restarted while the run goes on) is refused:
+// it would run the same ranks twice (QA: both ran RANK 1 and node rank 0 reported success).
+TEST_F(StaticCoordinatorTest, SecondAgentWithTheSameNodeRankIsRefused) {
+  StaticCoordinator node0(io_, NodeOptions(0, 2));
+  StaticCoordinator node1(io_, NodeOptions(1, 2));
+  Connect(node0);
+  Connect(node1);
+  StaticCoordinator again(io_, NodeOptions(1, 2));
+  std::optional<absl::Status> connected;
+  again.Start([&](absl::Status s) { connected = s; }, [](int, const std::string&) {});
+  RunUntil(connected);
+  ASSERT_TRUE(connected.has_value());
+  EXPECT_EQ(connected->code(), absl::StatusCode::kAlreadyExists) << *connected;
+  EXPECT_TRUE(absl::StartsWith(connected->message(),
+                               "node rank 1 of run 'job' is already held by another agent ("))
+      << connected->message();
+  EXPECT_TRUE(absl::EndsWith(connected->message(),
+                             "); two agents with one --node-rank would run the same ranks twice"))
+      << connected->message();
 }
 
 }  // namespace

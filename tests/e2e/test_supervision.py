@@ -527,6 +527,26 @@ def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cm
     assert "succeeded" not in node0.stderr
 
 
+
+def test_static_second_agent_with_the_same_node_rank_is_refused(spawn):
+    # QA: a second --node-rank=1 agent (or node rank 1 restarted mid-run) was admitted; both ran
+    # RANK 1 and node rank 0 reported success. The node rank is claimed in node rank 0's store.
+    port = free_port()
+    node0 = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", "echo started; sleep 4"])
+    node1 = static_node(spawn, 2, 1, port, 60, ["/bin/sh", "-c", "echo started; sleep 4"])
+    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
+             "both nodes' workers")
+    again = spawn([DGT_RUN, "--nnodes=2", "--rdzv-backend=static", "--node-rank=1",
+                   "--master-addr=127.0.0.1", f"--master-port={port}", "--no-python",
+                   "/bin/sh", "-c", "echo SECOND; sleep 4"], name="again")
+    assert again.wait(timeout=30) == 77, again.stderr  # kExitNotAdmitted.
+    last = again.stderr.strip().splitlines()[-1]
+    assert last.startswith("dgt-run: error: static rendezvous: node rank 1 of run 'none' is "
+                           "already held by another agent ("), last
+    assert last.endswith("); two agents with one --node-rank would run the same ranks twice"), last
+    assert "SECOND" not in again.stdout
+    assert [node0.wait(timeout=30), node1.wait(timeout=30)] == [0, 0], [node0.stderr, node1.stderr]
+
 def test_static_rank_restart_stays_on_its_node(spawn):
     # --max-restarts with --restart-policy=rank is local to a node: the static form keeps it
     # (a group restart there is refused up front, exit 2).
