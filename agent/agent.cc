@@ -534,9 +534,9 @@ void Agent::OnReconnectWindowOver() {
       return;
     case State::kAwaitingOutcome:
       if (linger_) return;
-      if (last_marks_ && last_marks_->AllDone() && !last_marks_->AllSucceeded() &&
+      if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0 &&
           !first_failure_) {
-        const int failed = last_marks_->FirstFailed();
+        const int failed = last_marks_->FirstWorkerFailure();
         // The failed workers' status, as with the service (the root cause's exit code).
         FinishLinger(*last_marks_->status[failed],
                      absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
@@ -623,7 +623,8 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     // Every node is done and one failed: with no group restart left the service would end the
     // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
     // left, a service coming back would start one: wait for it.)
-    if (last_marks_ && last_marks_->AllDone() && !GroupRestartLeft()) {
+    if (last_marks_ && last_marks_->AllDone() && !GroupRestartLeft() &&
+        (first_failure_ || last_marks_->FirstWorkerFailure() >= 0)) {
       int status = 0;
       std::string message;
       if (first_failure_) {
@@ -631,7 +632,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
         status = first_failure_->ExitStatus();
         message = DescribeFailure(*first_failure_);
       } else {
-        const int failed = last_marks_->FirstFailed();
+        const int failed = last_marks_->FirstWorkerFailure();
         status = *last_marks_->status[failed];
         message = absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
                                failed, " ended with exit status ", status);
@@ -642,7 +643,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
       return;
     }
   } else if (state_ == State::kRunning && ServiceLost() && !GroupRestartLeft()) {
-    const int failed = last_marks_ ? last_marks_->FirstFailed() : -1;
+    const int failed = last_marks_ ? last_marks_->FirstWorkerFailure() : -1;
     if (failed >= 0 && failed != assignment_.node_rank) {
       marks_failure_ = failed;
       spdlog::error(

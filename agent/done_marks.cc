@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/exit_codes.h"
 
 namespace dgt::agent {
 
@@ -34,6 +35,15 @@ bool DoneMarks::AllSeenExcept(int except) const {
 int DoneMarks::FirstFailed() const {
   for (size_t r = 0; r < status.size(); ++r) {
     if (status[r] && *status[r] != 0) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+int DoneMarks::FirstWorkerFailure() const {
+  for (size_t r = 0; r < status.size(); ++r) {
+    if (status[r] && *status[r] != 0 && *status[r] != kExitRendezvousUnavailable) {
+      return static_cast<int>(r);
+    }
   }
   return -1;
 }

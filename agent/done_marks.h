@@ -47,6 +47,10 @@ struct DoneMarks {
   bool AllSeenExcept(int except) const;
   // The lowest node rank whose status is not 0, or -1.
   int FirstFailed() const;
+  // The lowest node rank whose workers failed: a status other than 0 and other than
+  // kExitRendezvousUnavailable, which is that node's agent giving up on the lost service (every
+  // node reaches that conclusion itself when its own reconnect window ends), or -1.
+  int FirstWorkerFailure() const;
 };
 
 // Reads the marks of node ranks 0..node_count-1 of `round` (2 * node_count CHECKs and one GET per

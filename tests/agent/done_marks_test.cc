@@ -55,6 +55,12 @@ TEST(DoneMarksTest, AFailedNodeIsNamed) {
   EXPECT_FALSE(marks->AllSucceeded());
   EXPECT_EQ(marks->FirstFailed(), 1);
   EXPECT_EQ(marks->status[1], 69);
+  // 69 is node 1's agent giving up on the lost service, not its workers failing.
+  EXPECT_EQ(marks->FirstWorkerFailure(), -1);
+  ASSERT_TRUE(WriteDoneMark(s, 0, 0, 3).ok());
+  auto worker = ReadDoneMarks(s, 0, 2);
+  ASSERT_TRUE(worker.ok());
+  EXPECT_EQ(worker->FirstWorkerFailure(), 0);
   ASSERT_TRUE(s.Set(DoneKey(0, 0), "x").ok());
   auto bad = ReadDoneMarks(s, 0, 2);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
