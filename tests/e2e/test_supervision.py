@@ -395,6 +395,16 @@ def static_node(spawn, nnodes, rank, port, join_timeout, command):
                   f"--join-timeout={join_timeout}", "--no-python", *command], name=f"node{rank}")
 
 
+def static_pair_started(spawn, port, node0_cmd, node1_cmd):
+    """Starts node ranks 1 and 0 of a static 2-node run (--join-timeout 60) and waits until both
+    workers printed "started". Returns (node0, node1)."""
+    node1 = static_node(spawn, 2, 1, port, 60, node1_cmd)
+    node0 = static_node(spawn, 2, 0, port, 60, node0_cmd)
+    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
+             "both nodes' workers")
+    return node0, node1
+
+
 def test_static_node_rank_0_alone_fails_naming_the_missing_node(spawn):
     port = free_port()
     start = time.monotonic()
@@ -442,10 +452,8 @@ def test_static_kill_9_of_node_rank_0_fails_the_other_node(spawn):
     # and exits 69 (kExitRendezvousUnavailable) naming node rank 0 and its address.
     port = free_port()
     cmd = ["/bin/sh", "-c", "echo started; sleep 60"]
-    node1 = static_node(spawn, 2, 1, port, 60, cmd)
-    node0 = static_node(spawn, 2, 0, port, 60, cmd)
-    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
-             "both nodes' workers")
+    node0, node1 = static_pair_started(spawn, port, cmd,
+                                       cmd)
     start = time.monotonic()
     os.kill(node0.popen.pid, signal.SIGKILL)
     assert node1.wait(timeout=30) == 69, node1.stderr
@@ -481,10 +489,8 @@ def test_static_sigterm_to_node_rank_0_fails_the_other_node_with_1_naming_it(spa
     # A scheduler on node rank 1 must not take node rank 0's SIGTERM for its own preemption.
     port = free_port()
     cmd = ["/bin/sh", "-c", "echo started; sleep 60"]
-    node1 = static_node(spawn, 2, 1, port, 60, cmd)
-    node0 = static_node(spawn, 2, 0, port, 60, cmd)
-    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
-             "both nodes' workers")
+    node0, node1 = static_pair_started(spawn, port, cmd,
+                                       cmd)
     node0.popen.send_signal(signal.SIGTERM)
     assert node0.wait(timeout=30) == 128 + signal.SIGTERM, node0.stderr
     assert node1.wait(timeout=30) == 1, node1.stderr
@@ -511,10 +517,8 @@ def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cm
     # default) but notice within seconds, stop its own workers if they still run (not train on
     # a dead world) and exit 69 naming node rank 1.
     port = free_port()
-    node1 = static_node(spawn, 2, 1, port, 60, ["/bin/sh", "-c", "echo started; sleep 60"])
-    node0 = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", *node0_cmd])
-    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
-             "both nodes' workers")
+    node0, node1 = static_pair_started(spawn, port, ["/bin/sh", "-c", *node0_cmd],
+                                       ["/bin/sh", "-c", "echo started; sleep 60"])
     time.sleep(1.5)  # Node rank 1's heartbeats are seen (only a precondition; bounded).
     start = time.monotonic()
     os.kill(node1.popen.pid, signal.SIGKILL)
@@ -527,15 +531,12 @@ def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cm
     assert "succeeded" not in node0.stderr
 
 
-
 def test_static_second_agent_with_the_same_node_rank_is_refused(spawn):
     # QA: a second --node-rank=1 agent (or node rank 1 restarted mid-run) was admitted; both ran
     # RANK 1 and node rank 0 reported success. The node rank is claimed in node rank 0's store.
     port = free_port()
-    node0 = static_node(spawn, 2, 0, port, 60, ["/bin/sh", "-c", "echo started; sleep 4"])
-    node1 = static_node(spawn, 2, 1, port, 60, ["/bin/sh", "-c", "echo started; sleep 4"])
-    wait_for(lambda: "started" in node0.stdout and "started" in node1.stdout, 30,
-             "both nodes' workers")
+    node0, node1 = static_pair_started(spawn, port, ["/bin/sh", "-c", "echo started; sleep 4"],
+                                       ["/bin/sh", "-c", "echo started; sleep 4"])
     again = spawn([DGT_RUN, "--nnodes=2", "--rdzv-backend=static", "--node-rank=1",
                    "--master-addr=127.0.0.1", f"--master-port={port}", "--no-python",
                    "/bin/sh", "-c", "echo SECOND; sleep 4"], name="again")
