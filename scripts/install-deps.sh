@@ -57,8 +57,19 @@ install_peers_venv() {
   rm -rf "$venv"
   mkdir -p "$(dirname "$venv")"
   /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
+  # Wheels first; then deepspeed's source distribution, whose setup imports the torch just
+  # installed (so no build isolation) and builds no C++/CUDA ops (DS_BUILD_OPS=0).
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps \
+    -r <(grep -v '^deepspeed==' "$req")
+  DS_BUILD_OPS=0 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps \
+    --no-build-isolation "$(grep '^deepspeed==' "$req")"
   "$venv/bin/python" -c 'import numpy, torch, torch.distributed as d; assert d.is_available()'
+  "$venv/bin/python" -c 'import deepspeed, tensorflow, torchft, nvidia_resiliency_ext' \
+    >/dev/null 2>&1 || {
+    echo "install-deps: peers venv $venv: deepspeed/tensorflow/torchft/nvidia_resiliency_ext" \
+      "do not import" >&2
+    exit 1
+  }
   echo "$hash" >"$stamp"
   echo "install-deps: peers venv ready: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
 }
