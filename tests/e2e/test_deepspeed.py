@@ -137,5 +137,8 @@ def test_azure_ml_mpi_variables_are_enough_for_init_distributed(spawn, rendezvou
     assert len(ports) == 1  # Node rank 0's agent store, for both nodes.
     # DeepSpeed's Azure ML branch (not mpi_discovery) found them: it logs this line per rank.
     found = re.findall(r"Discovered AzureML settings of world_rank=(\d), local_rank=(\d), "
-                       r"world_size=4, master_addr=127\.0\.0\.1", agents[0].stdout + agents[1].stdout)
-    assert sorted(found) == [("0", "0"), ("1", "1"), ("2", "0"), ("3", "1")], found
+                       r"world_size=4, master_addr=127\.0\.0\.1, master_port=(\d+)$",
+                       agents[0].stdout + agents[1].stdout, re.M)
+    port = ports.pop()
+    assert sorted(found) == [("0", "0", port), ("1", "1", port), ("2", "0", port),
+                             ("3", "1", port)], found
