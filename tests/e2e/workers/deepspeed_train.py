@@ -50,9 +50,9 @@ def initial_weights():
 
 def skip_shm_comm_op(deepspeed):
     """DeepSpeed's CPU accelerator builds its shared-memory allreduce (deepspeed_shm_comm) when
-    the first communication backend is made: a JIT g++ -O3 compile under TORCH_EXTENSIONS_DIR,
-    which takes minutes on a loaded machine, since the peers venv's DeepSpeed is installed
-    without compiled ops (DS_BUILD_OPS=0). Marking the op incompatible (DeepSpeed keeps the
+    the first communication backend is made: a JIT g++ -O3 compile under TORCH_EXTENSIONS_DIR
+    (the peers venv's DeepSpeed is installed without compiled ops, DS_BUILD_OPS=0), which had
+    not finished after 2 minutes on the 2-core build machine. Marking the op incompatible (DeepSpeed keeps the
     probe's answers in this dict) leaves every collective to gloo."""
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
