@@ -18,6 +18,11 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
   env["NODE_RANK"] = absl::StrCat(a.node_rank);
   env["GROUP_RANK"] = absl::StrCat(a.node_rank);
   env["GROUP_WORLD_SIZE"] = absl::StrCat(a.node_count);
+  // DeepSpeed's launcher (deepspeed/launcher/launch.py 0.19) names the same three numbers
+  // CROSS_RANK, CROSS_SIZE and LOCAL_SIZE; its CPU accelerator counts devices by LOCAL_SIZE.
+  env["CROSS_RANK"] = absl::StrCat(a.node_rank);
+  env["CROSS_SIZE"] = absl::StrCat(a.node_count);
+  env["LOCAL_SIZE"] = absl::StrCat(a.local_world_size);
   env["ROLE_NAME"] = extras.role;
   env["ROLE_RANK"] = rank;
   env["ROLE_WORLD_SIZE"] = absl::StrCat(a.world_size);
@@ -47,6 +52,9 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
       env["OMPI_COMM_WORLD_LOCAL_RANK"] = absl::StrCat(local_rank);
       env["OMPI_COMM_WORLD_LOCAL_SIZE"] = absl::StrCat(a.local_world_size);
       env["AZ_BATCH_MASTER_NODE"] = absl::StrCat(a.master_addr, ":", a.master_port);
+      // Azure ML's single-node form of the master's address (no port); DeepSpeed's
+      // patch_aml_env_for_torch_nccl_backend reads it when the job has one node.
+      env["AZ_BATCHAI_MPI_MASTER_NODE"] = a.master_addr;
       break;
     case Distribution::kTensorflow:
       env["TF_CONFIG"] = extras.tf_config;

@@ -38,9 +38,12 @@ struct WorkerEnvExtras {
 // The environment of local rank `local_rank`: `base` (the agent's environment) overlaid with the
 // contract. OMP_NUM_THREADS=1 is added when unset and more than one worker runs on the node, and
 // TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and NCCL_ASYNC_ERROR_HANDLING=1 (the name torch < 2.2 reads)
-// when the user set neither, as torchrun does. The pytorch set is always
-// present; --distribution mpi adds OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE} and
-// AZ_BATCH_MASTER_NODE=MASTER_ADDR:MASTER_PORT; tensorflow adds TF_CONFIG.
+// when the user set neither, as torchrun does. The pytorch set is always present, with
+// DeepSpeed's launcher names CROSS_RANK (node rank), CROSS_SIZE (node count) and LOCAL_SIZE
+// (workers on this node); --distribution mpi adds OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,
+// LOCAL_SIZE}, AZ_BATCH_MASTER_NODE=MASTER_ADDR:MASTER_PORT and AZ_BATCHAI_MPI_MASTER_NODE=
+// MASTER_ADDR (Azure ML's names, which DeepSpeed 0.19's init_distributed reads on Azure ML);
+// tensorflow adds TF_CONFIG.
 EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_rank,
                       const WorkerEnvExtras& extras = {});
 

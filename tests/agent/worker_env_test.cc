@@ -28,6 +28,9 @@ TEST(WorkerEnvTest, ContractForSecondNode) {
       {"NODE_RANK", "1"},
       {"GROUP_RANK", "1"},
       {"GROUP_WORLD_SIZE", "2"},
+      {"CROSS_RANK", "1"},  // DeepSpeed's launcher names.
+      {"CROSS_SIZE", "2"},
+      {"LOCAL_SIZE", "2"},
       {"ROLE_NAME", "default"},
       {"ROLE_RANK", "3"},
       {"ROLE_WORLD_SIZE", "4"},
@@ -94,14 +97,35 @@ TEST(WorkerEnvTest, MpiDistribution) {
   EXPECT_EQ(env.at("OMPI_COMM_WORLD_LOCAL_RANK"), "2");
   EXPECT_EQ(env.at("OMPI_COMM_WORLD_LOCAL_SIZE"), "3");
   EXPECT_EQ(env.at("AZ_BATCH_MASTER_NODE"), "127.0.0.1:4000");
+  EXPECT_EQ(env.at("AZ_BATCHAI_MPI_MASTER_NODE"), "127.0.0.1");
   EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
   EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/logs/r/attempt_0/2/error.json");
   EXPECT_EQ(env.count("TF_CONFIG"), 0u);
 }
 
+TEST(WorkerEnvTest, DeepSpeedLauncherNamesOverrideTheAgentsEnvironment) {
+  NodeAssignment a;
+  a.node_rank = 2;
+  a.node_count = 3;
+  a.local_world_size = 4;
+  a.world_size = 12;
+  a.first_global_rank = 8;
+  const EnvMap stale = {{"CROSS_RANK", "0"}, {"CROSS_SIZE", "1"}, {"LOCAL_SIZE", "8"}};
+  for (Distribution d : {Distribution::kPytorch, Distribution::kMpi, Distribution::kTensorflow}) {
+    WorkerEnvExtras x;
+    x.distribution = d;
+    EnvMap env = BuildWorkerEnv(stale, a, 3, x);
+    EXPECT_EQ(env.at("CROSS_RANK"), "2") << static_cast<int>(d);
+    EXPECT_EQ(env.at("CROSS_SIZE"), "3") << static_cast<int>(d);
+    EXPECT_EQ(env.at("LOCAL_SIZE"), "4") << static_cast<int>(d);
+  }
+}
+
 TEST(WorkerEnvTest, PytorchHasNoOtherDistributionVariables) {
   EnvMap env = BuildWorkerEnv({}, OneNode(2), 0, {});
   EXPECT_EQ(env.count("OMPI_COMM_WORLD_RANK"), 0u);
+  EXPECT_EQ(env.count("AZ_BATCH_MASTER_NODE"), 0u);
+  EXPECT_EQ(env.count("AZ_BATCHAI_MPI_MASTER_NODE"), 0u);
   EXPECT_EQ(env.count("TF_CONFIG"), 0u);
   EXPECT_EQ(env.count("TORCHELASTIC_ERROR_FILE"), 0u);
 }
