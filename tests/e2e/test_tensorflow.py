@@ -1,20 +1,15 @@
 """TensorFlow across nodes: dgt-run --distribution tensorflow with two agents on loopback.
 
 Each node publishes its workers' host:port in the round's store and every node builds the same
-TF_CONFIG from all of them (docs/ENVIRONMENT.md). A real MultiWorkerMirroredStrategy job (the
-peers venv's tensorflow-cpu, `python2` fixture) trains a tiny Keras model across the two agents
-and must end with the exact weights of the same steps computed here in rational numbers; a group
-restart through dgt-rendezvous gives a new round with the same cluster spec on every node.
+TF_CONFIG from all of them (docs/ENVIRONMENT.md). Real TensorFlow jobs (the peers venv's
+tensorflow-cpu 2.21, `python2` fixture) across two static agents: MultiWorkerMirroredStrategy
+with a tiny Keras model, and ParameterServerStrategy with a ps, a chief and two workers; each must
+end with the exact values of the same steps computed here in rational numbers. A group restart
+through dgt-rendezvous gives a new round with the same cluster spec on every node.
 
 TensorFlow's gRPC server listens on every interface at the port TF_CONFIG names (it has no
 option to bind one address); every address in these jobs is 127.0.0.1, so all traffic stays on
 loopback.
-
-ParameterServerStrategy is not run here: Keras 3 (TensorFlow 2.16 and later, 2.21 here) has no
-ParameterServerStrategy support in fit(), and its ps and worker tasks only serve
-(`tf.distribute.Server(...).join()` never returns), so such a job ends only when the launcher is
-told to stop them; the ps TF_CONFIG (type "ps", the first global ranks) is checked below without
-TensorFlow.
 """
 import json
 import re
@@ -26,6 +21,7 @@ from conftest import BIN, PYTHON, WORKERS, dgt_env
 
 DGT_RUN = BIN / "dgt-run"
 MWMS = WORKERS / "tf_mwms.py"
+PS = WORKERS / "tf_ps.py"
 
 
 def free_port():
@@ -38,32 +34,38 @@ def tf_records(text):
     return [json.loads(m) for m in re.findall(r"^\[rank\d+\]: (\{.*\})$", text, re.M)]
 
 
-def expected_weights():
-    """The weights after the job's steps, in exact rational arithmetic: full-batch SGD on the mean
-    squared error over both workers' examples of each step (tf_mwms.py --solo prints them)."""
-    d = json.loads(subprocess.run([PYTHON, MWMS, "--solo"], check=True, capture_output=True,
-                                  text=True, timeout=30).stdout)
+def exact_sgd(worker_script):
+    """The linear model's weights and bias after the job's steps, in exact rational arithmetic:
+    full-batch SGD on the mean squared error over each step's rows, from zero (the script's
+    --solo prints the rows of each step: for MWMS both workers' rows)."""
+    d = json.loads(subprocess.run([PYTHON, worker_script, "--solo"], check=True,
+                                  capture_output=True, text=True, timeout=30).stdout)
     lr = Fraction(d["lr"])
     w, b = [Fraction(0), Fraction(0)], Fraction(0)
     for step in d["batches"]:
-        rows = [row for worker in step for row in worker]
-        errors = [(w[0] * x[0] + w[1] * x[1] + b - y, x) for x, y in rows]
-        grad_w = [sum(2 * e * x[i] for e, x in errors) / len(rows) for i in range(2)]
-        grad_b = sum(2 * e for e, _ in errors) / len(rows)
+        errors = [(w[0] * x[0] + w[1] * x[1] + b - y, x) for x, y in step]
+        grad_w = [sum(2 * e * x[i] for e, x in errors) / len(step) for i in range(2)]
+        grad_b = sum(2 * e for e, _ in errors) / len(step)
         w = [w[i] - lr * grad_w[i] for i in range(2)]
         b -= lr * grad_b
-    return [[float(v) for v in w], [float(b)]], (w, b)
+    return w, b
 
 
-def test_multi_worker_mirrored_strategy_across_two_static_nodes(spawn, python2):
+def static_pair(spawn, python2, extra):
+    """Node ranks 1 and 0 of a static two-node TensorFlow job; returns them once both exited 0."""
     port = free_port()
     env = dgt_env(DGT_PYTHON=python2, TF_CPP_MIN_LOG_LEVEL=3, TF_ENABLE_ONEDNN_OPTS=0)
     nodes = [spawn([DGT_RUN, "--nnodes=2", "--rdzv-backend=static", f"--node-rank={r}",
                     "--master-addr=127.0.0.1", f"--master-port={port}", "--join-timeout=60",
-                    "--distribution=tensorflow", "--nproc-per-node=1", MWMS],
-                   name=f"node{r}", env=env) for r in (1, 0)]
+                    "--distribution=tensorflow", *extra], name=f"node{r}", env=env)
+             for r in (1, 0)]
     for n in nodes:
         assert n.wait(timeout=120) == 0, n.stderr
+    return nodes
+
+
+def test_multi_worker_mirrored_strategy_across_two_static_nodes(spawn, python2):
+    nodes = static_pair(spawn, python2, ["--nproc-per-node=1", MWMS])
     recs = sorted((r for n in nodes for r in tf_records(n.stdout)), key=lambda r: r["rank"])
     assert [r["rank"] for r in recs] == [0, 1], [n.stdout for n in nodes]
     workers = recs[0]["tf_config"]["cluster"]["worker"]
@@ -76,12 +78,35 @@ def test_multi_worker_mirrored_strategy_across_two_static_nodes(spawn, python2):
         assert r["replicas"] == 2
     # Both workers hold the same float32 bytes, and those are the exact result of the steps.
     assert recs[0]["raw"] == recs[1]["raw"]
-    weights, (w, b) = expected_weights()
+    w, b = exact_sgd(MWMS)
     assert (w, b) == ([Fraction(1285, 4096), Fraction(-1475, 4096)], Fraction(865, 4096))
-    assert recs[0]["weights"] == weights
+    assert recs[0]["weights"] == [[float(w[0]), float(w[1])], [float(b)]]
     # Each node's agent logged the same cluster, published through node rank 0's store.
     line = f"TensorFlow cluster of round 0: {','.join(workers)}"
     assert all(line in n.stderr for n in nodes), [n.stderr for n in nodes]
+
+
+def test_parameter_server_strategy_across_two_static_nodes(spawn, python2, tmp_path):
+    # 2 nodes x 2 processes: global rank 0 is the ps, 1 the chief (the coordinator), 2 and 3 the
+    # workers; the chief's end (a file in tmp_path) ends the ps and the workers.
+    nodes = static_pair(spawn, python2, ["--nproc-per-node=2", "--parameter-server-count=1",
+                                         "--tf-chief", PS, tmp_path])
+    recs = sorted((r for n in nodes for r in tf_records(n.stdout)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3], [n.stdout for n in nodes]
+    cluster = recs[0]["tf_config"]["cluster"]
+    assert list(cluster) == ["ps", "chief", "worker"]
+    addrs = cluster["ps"] + cluster["chief"] + cluster["worker"]
+    assert len(addrs) == 4 and len(set(addrs)) == 4
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in addrs), addrs
+    tasks = [{"type": "ps", "index": 0}, {"type": "chief", "index": 0},
+             {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert [r["tf_config"] for r in recs] == [
+        {"cluster": cluster, "task": t, "environment": "cloud"} for t in tasks]
+    chief = recs[1]
+    assert chief["devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"] * 2
+    w, b = exact_sgd(PS)
+    assert (w, b) == ([Fraction(-355, 4096), Fraction(-1027, 4096)], Fraction(39, 128))
+    assert chief["weights"] == [[float(w[0]), float(w[1])], [float(b)]]
 
 
 def test_tf_config_across_nodes_survives_a_group_restart(spawn, rendezvous):

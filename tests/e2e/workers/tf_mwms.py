@@ -10,8 +10,8 @@ is exact in float32: the result does not depend on the order of the all-reduce, 
 compares it exactly with the same steps computed in rational numbers. A worker training alone
 (a cluster that did not form) would see only its own examples and end elsewhere.
 
-Run without TF_CONFIG ("--solo"), it prints the examples as JSON instead (for the test's own
-computation; nothing of TensorFlow is imported then).
+With "--solo" it prints each step's rows (both workers') as JSON instead, for the test's own
+computation; nothing of TensorFlow is imported then.
 """
 import json
 import os
@@ -33,8 +33,10 @@ def examples(worker, step):
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "--solo":
+    # Each step's global batch: both workers' rows.
     print(json.dumps({"steps": STEPS, "lr": LEARNING_RATE,
-                      "batches": [[examples(w, s) for w in range(2)] for s in range(STEPS)]}))
+                      "batches": [[row for w in range(2) for row in examples(w, s)]
+                                  for s in range(STEPS)]}))
     sys.exit(0)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
