@@ -138,3 +138,18 @@ def test_tf_config_across_nodes_survives_a_group_restart(spawn, rendezvous):
     for n in nodes:
         for rnd in (0, 1):
             assert f"TensorFlow cluster of round {rnd}: {','.join(addrs)}" in n.stderr, n.stderr
+
+
+def test_a_node_missing_from_the_exchange_ends_the_agent_with_75(spawn):
+    # Node rank 0 of a static two-node TensorFlow job alone: no worker starts without the whole
+    # cluster spec, and the wait ends at --join-timeout naming the node rank that is missing.
+    port = free_port()
+    p = spawn([DGT_RUN, "--nnodes=2", "--rdzv-backend=static", "--node-rank=0",
+               "--master-addr=127.0.0.1", f"--master-port={port}", "--join-timeout=2",
+               "--distribution=tensorflow", "--nproc-per-node=1", "--no-python", "/bin/echo",
+               "started"])
+    assert p.wait(timeout=30) == 75, p.stderr
+    assert p.stdout == ""
+    assert p.stderr.strip().splitlines()[-1] == (
+        "dgt-run: error: TF_CONFIG: node rank(s) 1 did not publish their TensorFlow addresses in "
+        f"the round's store at 127.0.0.1:{port} within 2 s (--join-timeout)")
