@@ -1167,7 +1167,7 @@ void Agent::StartRound(int restart_count) {
   spawning_ = true;
   if (options_.distribution == Distribution::kTensorflow) {
     if (assignment_.node_count > 1) {
-      ExchangeTfAddresses(workers_.get(), restart_count);
+      StartTfExchange(workers_.get(), restart_count);
       return;
     }
     tf_addresses_ = tf_local_addresses_;
@@ -1183,7 +1183,7 @@ void Agent::SpawnRound(WorkerGroup* group, int restart_count) {
   SpawnFrom(group, 0, restart_count);
 }
 
-void Agent::ExchangeTfAddresses(WorkerGroup* group, int restart_count) {
+void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
   if (!tf_tasks_) {
     tf_tasks_ =
         std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
@@ -1195,10 +1195,10 @@ void Agent::ExchangeTfAddresses(WorkerGroup* group, int restart_count) {
       "at {}:{}",
       absl::StrJoin(tf_local_addresses_, ","), std::max<int64_t>(round_, 0),
       assignment_.master_addr, assignment_.master_port);
-  PollTfAddresses(group, restart_count);
+  PollTfExchange(group, restart_count);
 }
 
-void Agent::PollTfAddresses(WorkerGroup* group, int restart_count) {
+void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
   if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
   if (state_ != State::kRunning) {
     SpawnFrom(group, 0, restart_count);  // Stopping: starts nothing, ends the round's spawn.
@@ -1213,19 +1213,19 @@ void Agent::PollTfAddresses(WorkerGroup* group, int restart_count) {
                  [this, group, restart_count, round, node_rank, node_count, nproc,
                   own = tf_local_addresses_](absl::StatusOr<store::Store*> store) {
                    absl::StatusOr<TfExchangeStep> step =
-                       store.ok() ? dgt::agent::ExchangeTfAddresses(**store, round, node_rank,
-                                                                    node_count, nproc, own)
-                                  : absl::StatusOr<TfExchangeStep>(store.status());
+                       store.ok()
+                           ? ExchangeTfAddresses(**store, round, node_rank, node_count, nproc, own)
+                           : absl::StatusOr<TfExchangeStep>(store.status());
                    asio::post(io_, [this, group, restart_count, step] {
-                     OnTfAddresses(group, restart_count, step);
+                     OnTfExchange(group, restart_count, step);
                    });
                    // A bad value is another node's, not a broken connection.
                    return step.ok() || step.status().code() == absl::StatusCode::kInvalidArgument;
                  });
 }
 
-void Agent::OnTfAddresses(WorkerGroup* group, int restart_count,
-                          const absl::StatusOr<TfExchangeStep>& step) {
+void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
+                         const absl::StatusOr<TfExchangeStep>& step) {
   if (workers_.get() != group || state_ == State::kDone) return;
   if (state_ != State::kRunning) {
     SpawnFrom(group, 0, restart_count);
@@ -1262,7 +1262,7 @@ void Agent::OnTfAddresses(WorkerGroup* group, int restart_count,
   }
   tf_timer_.expires_after(std::chrono::milliseconds(100));
   tf_timer_.async_wait([this, group, restart_count](boost::system::error_code ec) {
-    if (!ec) PollTfAddresses(group, restart_count);
+    if (!ec) PollTfExchange(group, restart_count);
   });
 }
 

@@ -153,10 +153,10 @@ class Agent {
   // round's store and reads every node's (agent/tf_cluster.h), retrying every 100 ms until all
   // are there, then SpawnRound. Bounded by --join-timeout (exit 75 naming the missing node
   // ranks). A stop or a new round meanwhile ends the exchange (the group is no longer current).
-  void ExchangeTfAddresses(WorkerGroup* group, int restart_count);
-  void PollTfAddresses(WorkerGroup* group, int restart_count);
-  void OnTfAddresses(WorkerGroup* group, int restart_count,
-                     const absl::StatusOr<TfExchangeStep>& step);
+  void StartTfExchange(WorkerGroup* group, int restart_count);
+  void PollTfExchange(WorkerGroup* group, int restart_count);
+  void OnTfExchange(WorkerGroup* group, int restart_count,
+                    const absl::StatusOr<TfExchangeStep>& step);
   void OnSignal(int sig);
   void StopWorkers();
   void AfterWorkersExited();
