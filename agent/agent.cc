@@ -140,7 +140,8 @@ Agent::Agent(LaunchOptions options)
       join_timer_(io_),
       drain_timer_(io_),
       reconnect_timer_(io_),
-      marks_timer_(io_) {}
+      marks_timer_(io_),
+      tf_timer_(io_) {}
 
 Agent::~Agent() {
   // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
@@ -153,6 +154,8 @@ Agent::~Agent() {
   }
   // Writes this node's last done mark (bounded by the store timeout) before the store goes.
   round_tasks_.reset();
+  if (tf_tasks_) tf_tasks_->DropQueued();
+  tf_tasks_.reset();
   workers_.reset();
   retired_.clear();
   for (int fd : tf_reservations_) ::close(fd);
@@ -1086,7 +1089,7 @@ absl::Status Agent::ReserveTfPorts() {
       return absl::InternalError(absl::StrCat("cannot bind a port on ", advertised_address_));
     }
     tf_reservations_.push_back(fd);
-    tf_addresses_.push_back(absl::StrCat(advertised_address_, ":", ntohs(addr.sin_port)));
+    tf_local_addresses_.push_back(absl::StrCat(advertised_address_, ":", ntohs(addr.sin_port)));
   }
   return absl::OkStatus();
 }
@@ -1155,9 +1158,6 @@ void Agent::StartRound(int restart_count) {
   restart_count_ = restart_count;
   failures_.clear();
   recovered_failures_.clear();
-  // The TF_CONFIG addresses are known already (tf_addresses_): the workers bind these ports now.
-  for (int fd : tf_reservations_) ::close(fd);
-  tf_reservations_.clear();
   if (workers_) retired_.push_back(std::move(workers_));
   workers_ = std::make_unique<WorkerGroup>(
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
@@ -1165,7 +1165,105 @@ void Agent::StartRound(int restart_count) {
       [this](pid_t pgid) { watchdog_.Unregister(pgid); });
   state_ = State::kRunning;
   spawning_ = true;
-  SpawnFrom(workers_.get(), 0, restart_count);
+  if (options_.distribution == Distribution::kTensorflow) {
+    if (assignment_.node_count > 1) {
+      StartTfExchange(workers_.get(), restart_count);
+      return;
+    }
+    tf_addresses_ = tf_local_addresses_;
+  }
+  SpawnRound(workers_.get(), restart_count);
+}
+
+void Agent::SpawnRound(WorkerGroup* group, int restart_count) {
+  // The TF_CONFIG addresses are known (tf_addresses_): the workers bind these ports now. Later
+  // rounds use the same ports, free again once this round's workers are gone.
+  for (int fd : tf_reservations_) ::close(fd);
+  tf_reservations_.clear();
+  SpawnFrom(group, 0, restart_count);
+}
+
+void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
+  if (!tf_tasks_) {
+    tf_tasks_ =
+        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
+  }
+  tf_addresses_.clear();
+  tf_deadline_ = absl::Now() + absl::Seconds(options_.join_timeout_s);
+  spdlog::info(
+      "dgt-run: publishing this node's TensorFlow addresses {} for round {} in the round's store "
+      "at {}:{}",
+      absl::StrJoin(tf_local_addresses_, ","), std::max<int64_t>(round_, 0),
+      assignment_.master_addr, assignment_.master_port);
+  PollTfExchange(group, restart_count);
+}
+
+void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
+  if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
+  if (state_ != State::kRunning) {
+    SpawnFrom(group, 0, restart_count);  // Stopping: starts nothing, ends the round's spawn.
+    return;
+  }
+  // The static backend has one round and no round number.
+  const int64_t round = std::max<int64_t>(round_, 0);
+  const int node_rank = assignment_.node_rank;
+  const int node_count = assignment_.node_count;
+  const int nproc = options_.nproc_per_node;
+  tf_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                 [this, group, restart_count, round, node_rank, node_count, nproc,
+                  own = tf_local_addresses_](absl::StatusOr<store::Store*> store) {
+                   absl::StatusOr<TfExchangeStep> step =
+                       store.ok()
+                           ? ExchangeTfAddresses(**store, round, node_rank, node_count, nproc, own)
+                           : absl::StatusOr<TfExchangeStep>(store.status());
+                   asio::post(io_, [this, group, restart_count, step] {
+                     OnTfExchange(group, restart_count, step);
+                   });
+                   // A bad value is another node's, not a broken connection.
+                   return step.ok() || step.status().code() == absl::StatusCode::kInvalidArgument;
+                 });
+}
+
+void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
+                         const absl::StatusOr<TfExchangeStep>& step) {
+  if (workers_.get() != group || state_ == State::kDone) return;
+  if (state_ != State::kRunning) {
+    SpawnFrom(group, 0, restart_count);
+    return;
+  }
+  if (step.ok() && step->missing.empty()) {
+    tf_addresses_ = step->addresses;
+    spdlog::info("dgt-run: TensorFlow cluster of round {}: {}", std::max<int64_t>(round_, 0),
+                 absl::StrJoin(tf_addresses_, ","));
+    SpawnRound(group, restart_count);
+    return;
+  }
+  if (!step.ok() && step.status().code() == absl::StatusCode::kInvalidArgument) {
+    spawning_ = false;
+    Finish(1, absl::StrCat("cannot build TF_CONFIG: ", step.status().message()));
+    return;
+  }
+  if (absl::Now() >= tf_deadline_) {
+    spawning_ = false;
+    Finish(kExitJoinTimeout,
+           step.ok()
+               ? absl::StrCat("TF_CONFIG: node rank(s) ", absl::StrJoin(step->missing, ", "),
+                              " did not publish their TensorFlow addresses in the round's "
+                              "store at ",
+                              assignment_.master_addr, ":", assignment_.master_port, " within ",
+                              options_.join_timeout_s, " s (", options_.join_timeout_flag, ")")
+               : absl::StrCat("TF_CONFIG: cannot exchange the TensorFlow addresses within ",
+                              options_.join_timeout_s, " s (", options_.join_timeout_flag,
+                              "): ", step.status().message()));
+    return;
+  }
+  if (!step.ok()) {
+    spdlog::debug("dgt-run: TensorFlow address exchange: {}", step.status().message());
+  }
+  tf_timer_.expires_after(std::chrono::milliseconds(100));
+  tf_timer_.async_wait([this, group, restart_count](boost::system::error_code ec) {
+    if (!ec) PollTfExchange(group, restart_count);
+  });
 }
 
 void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
@@ -1704,6 +1802,8 @@ void Agent::Finish(int exit_status, const std::string& message) {
   drain_timer_.cancel();
   reconnect_timer_.cancel();
   marks_timer_.cancel();
+  tf_timer_.cancel();
+  if (tf_tasks_) tf_tasks_->DropQueued();
   signals_.cancel();
   if (workers_) workers_->KillAll();
   work_.reset();

@@ -21,6 +21,7 @@
 #include "agent/rendezvous_session.h"
 #include "agent/restart_policy.h"
 #include "agent/static_coordinator.h"
+#include "agent/tf_cluster.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "boost/asio.hpp"
@@ -143,7 +144,19 @@ class Agent {
   void OnAllWorkersExited();
   // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
   void PublishRestart(int rank, int generation);
+  // Reserves one free port per local worker on the advertised address (tf_local_addresses_).
   absl::Status ReserveTfPorts();
+  // Starts `group`'s workers (local rank 0 on): releases the reserved TensorFlow ports first, so
+  // that the workers bind them.
+  void SpawnRound(WorkerGroup* group, int restart_count);
+  // Several nodes with --distribution tensorflow: publishes this node's addresses into the
+  // round's store and reads every node's (agent/tf_cluster.h), retrying every 100 ms until all
+  // are there, then SpawnRound. Bounded by --join-timeout (exit 75 naming the missing node
+  // ranks). A stop or a new round meanwhile ends the exchange (the group is no longer current).
+  void StartTfExchange(WorkerGroup* group, int restart_count);
+  void PollTfExchange(WorkerGroup* group, int restart_count);
+  void OnTfExchange(WorkerGroup* group, int restart_count,
+                    const absl::StatusOr<TfExchangeStep>& step);
   void OnSignal(int sig);
   void StopWorkers();
   void AfterWorkersExited();
@@ -216,10 +229,15 @@ class Agent {
   int next_restart_count_ = 0;  // The attempt being started or running (group policy).
   // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
   std::string log_root_;
-  bool log_root_is_temp_ = false;          // Removed at exit (it holds no -r/-t logs).
-  std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
-  std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
-  std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
+  bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
+  // --distribution tensorflow: host:port per global rank of the current round (TF_CONFIG).
+  std::vector<std::string> tf_addresses_;
+  std::vector<std::string> tf_local_addresses_;  // This node's, by local rank (kept all run).
+  std::vector<int> tf_reservations_;             // Sockets holding those ports until the start.
+  std::unique_ptr<RoundStoreTasks> tf_tasks_;    // The exchange's store calls (several nodes).
+  boost::asio::steady_timer tf_timer_;           // Between exchange steps.
+  absl::Time tf_deadline_;                       // The exchange of the current round gives up.
+  std::vector<Failure> failures_;                // Failures of the last attempt, in time order.
   // Failures of this round restarted in place (--restart-policy rank), for the summary.
   std::vector<Failure> recovered_failures_;
   // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).

@@ -461,25 +461,43 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     }
   }
   if (o->distribution == Distribution::kTensorflow) {
-    if (o->max_nodes > 1) {
-      // TODO(issue 4): needs every node's address from the rendezvous assignment.
-      return Bad(
-          "--distribution tensorflow runs on a single node for now (TF_CONFIG needs "
-          "every node's address from the rendezvous)");
+    // The roles and --worker-count count the processes of the whole job, as Azure ML's
+    // TensorFlow distribution does (ps, then the chief, then the workers, by global rank).
+    const int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
+    const std::string counts = absl::StrCat(
+        "--worker-count=", o->worker_count,
+        " + --parameter-server-count=", o->parameter_server_count, o->tf_chief ? " + 1 chief" : "");
+    if (o->worker_count > 0) {
+      if (o->min_nodes != o->max_nodes) {
+        return Bad(
+            absl::StrCat("--worker-count needs a fixed --nnodes (the job's process count), "
+                         "got --nnodes=",
+                         nnodes_text));
+      }
+      const int total = o->worker_count + roles;
+      if (!raw.nproc_set && !raw.process_count_set) {
+        if (total % o->max_nodes != 0) {
+          return Bad(
+              absl::StrCat(counts, " = ", total,
+                           " processes cannot be spread evenly over --nnodes=", o->max_nodes));
+        }
+        o->nproc_per_node = total / o->max_nodes;
+      }
+      const int64_t processes = static_cast<int64_t>(o->nproc_per_node) * o->max_nodes;
+      if (total != processes) {
+        return Bad(absl::StrCat(counts, " must equal the number of processes, ", processes,
+                                o->max_nodes > 1
+                                    ? absl::StrCat(" (--nnodes=", o->max_nodes,
+                                                   " x --nproc-per-node=", o->nproc_per_node, ")")
+                                    : ""));
+      }
     }
-    int roles = o->parameter_server_count + (o->tf_chief ? 1 : 0);
-    if (o->worker_count > 0 && !raw.nproc_set && !raw.process_count_set) {
-      o->nproc_per_node = o->worker_count + roles;
-    }
-    if (o->worker_count > 0 && o->worker_count + roles != o->nproc_per_node) {
-      return Bad(absl::StrCat("--worker-count=", o->worker_count, " + --parameter-server-count=",
-                              o->parameter_server_count, o->tf_chief ? " + 1 chief" : "",
-                              " must equal the number of processes, ", o->nproc_per_node));
-    }
-    if (roles >= o->nproc_per_node) {
-      return Bad(
-          absl::StrCat("--distribution tensorflow needs at least one worker: ", o->nproc_per_node,
-                       " process(es) for ", roles, " parameter server(s)/chief"));
+    // The smallest world of the job (elastic: --nnodes MIN) must keep a worker.
+    const int64_t smallest = static_cast<int64_t>(o->nproc_per_node) * o->min_nodes;
+    if (roles >= smallest) {
+      return Bad(absl::StrCat("--distribution tensorflow needs at least one worker: ", smallest,
+                              " process(es)", o->min_nodes > 1 ? " (at the fewest nodes)" : "",
+                              " for ", roles, " parameter server(s)/chief"));
     }
   }
   if (rest.empty())

@@ -330,6 +330,23 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--distribution=tensorflow", "--worker-count=2", "--nproc-per-node=4", kScript},
        "dgt-run: error: --worker-count=2 + --parameter-server-count=0 must equal the number of "
        "processes, 4\n"},
+      // Across nodes the TensorFlow counts are the job's.
+      {{"--distribution=tensorflow", "--nnodes=2", "--master-addr=127.0.0.1", "--worker-count=2",
+        "--nproc-per-node=2", kScript},
+       "dgt-run: error: --worker-count=2 + --parameter-server-count=0 must equal the number of "
+       "processes, 4 (--nnodes=2 x --nproc-per-node=2)\n"},
+      {{"--distribution=tensorflow", "--nnodes=2", "--master-addr=127.0.0.1", "--worker-count=2",
+        "--parameter-server-count=1", kScript},
+       "dgt-run: error: --worker-count=2 + --parameter-server-count=1 = 3 processes cannot be "
+       "spread evenly over --nnodes=2\n"},
+      {{"--distribution=tensorflow", "--nnodes=1:2", "--rdzv-endpoint=127.0.0.1:29400",
+        "--worker-count=2", kScript},
+       "dgt-run: error: --worker-count needs a fixed --nnodes (the job's process count), got "
+       "--nnodes=1:2\n"},
+      {{"--distribution=tensorflow", "--nnodes=2:4", "--rdzv-endpoint=127.0.0.1:29400",
+        "--parameter-server-count=1", "--tf-chief", kScript},
+       "dgt-run: error: --distribution tensorflow needs at least one worker: 2 process(es) (at "
+       "the fewest nodes) for 2 parameter server(s)/chief\n"},
       {{"-m", "--no-python", "x"},
        "dgt-run: error: -m/--module and --no-python exclude each other\n"},
   };
@@ -486,6 +503,22 @@ TEST(LaunchOptionsTest, TensorflowCounts) {
   EXPECT_EQ(p.options->distribution, Distribution::kTensorflow);
   EXPECT_EQ(p.options->nproc_per_node, 3);
   EXPECT_EQ(p.options->parameter_server_count, 1);
+}
+
+TEST(LaunchOptionsTest, TensorflowCountsAcrossNodes) {
+  // 3 workers + 1 ps over 2 nodes: 2 processes per node.
+  auto p =
+      Parse({"--distribution=tensorflow", "--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1",
+             "--worker-count=3", "--parameter-server-count=1", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->nproc_per_node, 2);
+  EXPECT_EQ(p.options->worker_count, 3);
+  EXPECT_EQ(p.options->parameter_server_count, 1);
+  // Elastic, without --worker-count: every process that is not a ps is a worker.
+  auto elastic = Parse({"--distribution=tensorflow", "--nnodes=1:3", "--nproc-per-node=2",
+                        "--rdzv-endpoint=127.0.0.1:29400", "--parameter-server-count=1", kScript});
+  ASSERT_TRUE(elastic.options.has_value()) << elastic.output;
+  EXPECT_EQ(elastic.options->max_nodes, 3);
 }
 
 TEST(LaunchOptionsTest, StaticMultiNode) {

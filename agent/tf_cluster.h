@@ -1,0 +1,64 @@
+// The TensorFlow cluster of a multi-node round: every node's worker addresses (host:port), known
+// to every node, so that each builds the same TF_CONFIG cluster spec (BuildTfConfig in
+// agent/worker_env.h; docs/ENVIRONMENT.md).
+//
+// Each node reserves one free port per local worker once (the agent holds them, bound, until its
+// workers start) and, at the start of every round, publishes them into the round's store, the
+// one at MASTER_ADDR:MASTER_PORT that node rank 0's agent serves. Both backends have that store:
+// dgt-rendezvous gives each round a fresh one, and the static backend's is node rank 0's. Once
+// every node of the round has published, each reads them all in node-rank order, which is
+// global-rank order (node rank r runs global ranks r * nproc_per_node ...). A new round (a group
+// restart, a node lost or added) publishes again under its own round number.
+//
+// Key (the one place that names it):
+//   dgt/tf/<round>/<node_rank> = JSON array of that node's addresses by local rank,
+//                                e.g. ["10.0.0.2:41001","10.0.0.2:41002"]
+// The static backend has a single round: 0.
+//
+// Thread-safety: plain functions over a store::Store, as thread-safe as the Store. The store
+// client blocks; the agent calls them on a RoundStoreTasks thread (agent/done_marks.h).
+#ifndef DGT_AGENT_TF_CLUSTER_H_
+#define DGT_AGENT_TF_CLUSTER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dgt/store/store.h"
+
+namespace dgt::agent {
+
+std::string TfAddressesKey(int64_t round, int node_rank);
+
+// The value published for `addresses`: a compact JSON array of strings.
+std::string EncodeTfAddresses(const std::vector<std::string>& addresses);
+
+// The addresses in `value` (from node `node_rank`, for the error message). InvalidArgument, naming
+// the node and the value, unless it is a JSON array of exactly `count` non-empty strings.
+absl::StatusOr<std::vector<std::string>> DecodeTfAddresses(absl::string_view value, int node_rank,
+                                                           int count);
+
+// One step of the exchange of round `round`.
+struct TfExchangeStep {
+  // Every node's addresses, node rank 0's first: the job's addresses by global rank. Empty while
+  // `missing` is not.
+  std::vector<std::string> addresses;
+  // Node ranks that have not published yet, ascending.
+  std::vector<int> missing;
+};
+
+// Publishes `own` (this node's addresses, one per local worker) for `node_rank`, then reads which
+// of node ranks 0..node_count-1 have published: one SET, one CHECK per node rank, and one
+// MULTI_GET once all are there. Repeating the step is harmless (the SET writes the same value).
+// Errors: those of the store; InvalidArgument for a value that another node published and that
+// is not `nproc_per_node` addresses.
+absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t round,
+                                                   int node_rank, int node_count,
+                                                   int nproc_per_node,
+                                                   const std::vector<std::string>& own);
+
+}  // namespace dgt::agent
+
+#endif  // DGT_AGENT_TF_CLUSTER_H_
