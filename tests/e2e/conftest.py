@@ -136,6 +136,42 @@ def python2():
     return PYTHON2
 
 
+class TorchFamily:
+    """One PyTorch family for a test's workers: `version` ("1.13" or "2.13") and `python`, the
+    interpreter that imports it; env() is dgt_env() with DGT_PYTHON, which dgt-run runs worker
+    scripts with, set to that interpreter."""
+
+    def __init__(self, version, python):
+        self.version = version
+        self.python = python
+
+    def env(self, **extra):
+        return dgt_env(DGT_PYTHON=self.python, **extra)
+
+
+@pytest.fixture(params=["1.13", "2.13"])
+def torch_family(request):
+    """Runs the test once per PyTorch family: "1.13" is DGT_PYTHON (Debian's python3-torch),
+    "2.13" the peers venv (the `python2` fixture: it fails under CI=true when the venv is
+    missing, and skips elsewhere).
+
+    Only the tests whose subject is torch's own side of the launcher contract take it: the env
+    contract with init_process_group over the agent store (test_launch), DDP with exact results
+    and group restarts (test_launch), @record error files (test_supervision), the static
+    backend's store (test_supervision), a store client waiting for the agent's restart key
+    (test_supervision), elastic rounds and restart counts (test_elastic), and init_process_group
+    against `dgt store serve` (test_store_torch). CI time keeps the rest on 1.13 alone, where
+    torch is incidental to what they test: the launcher's signals, logs, restarts and rendezvous
+    faults (workers that do not import torch, or use the store only as a shared counter),
+    command-line parsing (torchrun flags), two jobs' ports, the digits example (test_launch:
+    the slowest test; DDP under 2.x is the DDP test), and test_store_torch's client conformance
+    and test_bad_input's 1.x server (family-specific on purpose: test_store_torch2 does 2.x).
+    """
+    if request.param == "1.13":
+        return TorchFamily("1.13", PYTHON)
+    return TorchFamily("2.13", request.getfixturevalue("python2"))
+
+
 def wait_for_port(proc, pattern, what, timeout=60):
     """Returns the port that `proc` printed on stdout (group 1 of `pattern`), within `timeout` s."""
     deadline = time.monotonic() + timeout

@@ -1,9 +1,11 @@
-"""dgt-run end to end: real processes, real PyTorch 1.13 workers, the agent-hosted store."""
+"""dgt-run end to end: real processes, real PyTorch workers (1.13 and, where torch is the
+subject, 2.13 too: the `torch_family` fixture), the agent-hosted store."""
 import json
 import re
 import time
+from fractions import Fraction
 
-from conftest import BIN, REPO, WORKERS
+from conftest import BIN, REPO, WORKERS, records
 
 
 def json_lines(text):
@@ -29,11 +31,11 @@ def test_standalone_digits_reaches_accuracy(spawn):
     assert sorted(starts) == [(str(r), str(r), str(r)) for r in range(4)]
 
 
-def test_two_agents_all_reduce(spawn, rendezvous):
+def test_two_agents_all_reduce(spawn, rendezvous, torch_family):
     agents = [
         spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
                f"--rdzv-endpoint={rendezvous}", "--rdzv-id=e2e-allreduce", "--max-restarts=2",
-               WORKERS / "allreduce_check.py"], name=f"agent{i}")
+               WORKERS / "allreduce_check.py"], name=f"agent{i}", env=torch_family.env())
         for i in range(2)
     ]
     for a in agents:
@@ -41,6 +43,7 @@ def test_two_agents_all_reduce(spawn, rendezvous):
     records = [r for a in agents for r in json_lines(a.stdout)]
     assert sorted(r["rank"] for r in records) == [0, 1, 2, 3]
     for r in records:
+        assert r["torch"].startswith(torch_family.version + ".")
         assert r["world_size"] == 4
         assert r["sum"] == 6
         assert r["ranks"] == [0, 1, 2, 3]
@@ -62,6 +65,75 @@ def test_two_agents_all_reduce(spawn, rendezvous):
     # Each agent ran one node's ranks: {0,1} and {2,3}.
     per_agent = sorted(sorted(r["rank"] for r in json_lines(a.stdout)) for a in agents)
     assert per_agent == [[0, 1], [2, 3]]
+
+
+def ddp_batch(rank):
+    """workers/ddp_steps.py's batch(rank): the input data, repeated here on purpose."""
+    return [[rank + 1, 2, -rank], [1, -rank, 3]], [[rank - 1], [2]]
+
+
+def ddp_reference(world, steps):
+    """The parameters that workers/ddp_steps.py's DDP job must end with, computed exactly with
+    fractions and no torch: DDP averages the ranks' gradients of their batches' mean squared
+    error, i.e. gradient descent (lr 1/32) on the mean over ranks, from rank 0's initial
+    parameters (DDP broadcasts them)."""
+    w = [Fraction(1, 4), Fraction(-1, 2), Fraction(1, 8)]
+    b = Fraction(1, 2)
+    for _ in range(steps):
+        gw, gb = [Fraction(0)] * 3, Fraction(0)
+        for r in range(world):
+            x, y = ddp_batch(r)
+            for xi, (yi,) in zip(x, y):
+                e = sum(wj * xj for wj, xj in zip(w, xi)) + b - yi
+                scale = Fraction(2, len(x) * world)
+                gw = [g + scale * e * xj for g, xj in zip(gw, xi)]
+                gb += scale * e
+        w = [wj - Fraction(1, 32) * g for wj, g in zip(w, gw)]
+        b -= Fraction(1, 32) * gb
+    # Exact in float64 (few-bit dyadic rationals), so the workers' values can be compared bit
+    # for bit whatever order the all-reduce summed in.
+    for v in (*w, b):
+        assert v.denominator & (v.denominator - 1) == 0 and abs(v.numerator) < 2**53, v
+        assert Fraction(float(v)) == v
+    return [float(v) for v in w], float(b)
+
+
+def test_ddp_steps_exact_across_two_agents_with_a_group_restart(spawn, rendezvous,
+                                                                torch_family):
+    # 2 agents x 2 workers: init_process_group("gloo", env://) on the agent's store
+    # (TORCHELASTIC_USE_AGENT_STORE=True), DDP. Rank 3 fails after its first step in attempt 0;
+    # the group restart (a new round) runs every rank again with restart count 1, and all four
+    # end with the exact reference parameters.
+    agents = [
+        spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+               f"--rdzv-endpoint={rendezvous}", "--rdzv-id=e2e-ddp", "--max-restarts=1",
+               "--stop-timeout=5", WORKERS / "ddp_steps.py", "--steps=4", "--fail-rank=3"],
+              name=f"agent{i}", env=torch_family.env())
+        for i in range(2)
+    ]
+    for a in agents:
+        assert a.wait(timeout=180) == 0, a.stderr
+    recs = [r for a in agents for r in records(a.stdout)]
+    starts = [r for r in recs if r["event"] == "start"]
+    assert sorted((r["env"]["RANK"], r["env"]["TORCHELASTIC_RESTART_COUNT"]) for r in starts) \
+        == [(str(rank), count) for rank in range(4) for count in ("0", "1")]
+    for r in starts:
+        assert r["torch"].startswith(torch_family.version + ".")
+        assert r["env"]["TORCHELASTIC_MAX_RESTARTS"] == "1"
+        assert r["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert r["env"]["TORCHELASTIC_RUN_ID"] == "e2e-ddp"
+    # Each round has its own store: torch 2.x workers put no attempt prefix on the agent
+    # store's keys (1.13 did), so attempt 1 must not meet attempt 0's keys.
+    ports = [{r["env"]["MASTER_PORT"] for r in starts
+              if r["env"]["TORCHELASTIC_RESTART_COUNT"] == count} for count in ("0", "1")]
+    assert len(ports[0]) == 1 and len(ports[1]) == 1 and ports[0] != ports[1]
+    assert "[rank3]: rank 3 failing on purpose" in agents[0].stderr + agents[1].stderr
+    done = [r for r in recs if r["event"] == "done"]
+    assert sorted(r["rank"] for r in done) == [0, 1, 2, 3]
+    weight, bias = ddp_reference(world=4, steps=4)
+    for r in done:
+        assert r["world_size"] == 4 and r["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+        assert r["weight"] == weight and r["bias"] == bias
 
 
 def test_worker_exit_code_is_reported(spawn):
