@@ -1,7 +1,8 @@
 """Shared fixtures for dgt's end-to-end tests: real binaries, real PyTorch workers, loopback only.
 
 Binaries come from $DGT_BIN_DIR (default: build/bin). Workers run with $DGT_PYTHON (default:
-/usr/bin/python3, Debian's interpreter with python3-torch). Every process a test starts has a
+/usr/bin/python3, Debian's interpreter with python3-torch 1.13); tests that take the
+`torch_family` fixture run once more with $DGT_PYTHON2 (the peers venv's torch 2.13). Every process a test starts has a
 deadline and is killed at the end of the test.
 """
 import json
@@ -155,17 +156,23 @@ def torch_family(request):
     "2.13" the peers venv (the `python2` fixture: it fails under CI=true when the venv is
     missing, and skips elsewhere).
 
-    Only the tests whose subject is torch's own side of the launcher contract take it: the env
-    contract with init_process_group over the agent store (test_launch), DDP with exact results
-    and group restarts (test_launch), @record error files (test_supervision), the static
-    backend's store (test_supervision), a store client waiting for the agent's restart key
-    (test_supervision), elastic rounds and restart counts (test_elastic), and init_process_group
-    against `dgt store serve` (test_store_torch). CI time keeps the rest on 1.13 alone, where
-    torch is incidental to what they test: the launcher's signals, logs, restarts and rendezvous
-    faults (workers that do not import torch, or use the store only as a shared counter),
-    command-line parsing (torchrun flags), two jobs' ports, the digits example (test_launch:
-    the slowest test; DDP under 2.x is the DDP test), and test_store_torch's client conformance
-    and test_bad_input's 1.x server (family-specific on purpose: test_store_torch2 does 2.x).
+    Taken by the tests whose subject is torch's own side of the launcher contract:
+    - test_launch: the env contract with init_process_group over the agent store (2 agents), DDP
+      with exact parameters across a group restart;
+    - test_supervision: @record error files in the summary, init over the static backend's
+      store, torch TCPStore clients waiting for the agent's restart key;
+    - test_elastic: a new round after kill -9 of an agent, restart counts of a group restart;
+    - test_store_torch: init_process_group against `dgt store serve` (each family's keys).
+    The rest stays on 1.13 alone (CI time: a 2.13 worker takes about twice as long to start),
+    because torch is incidental there: the digits example (the slowest test; DDP under 2.13 is
+    the DDP test); signals, logs, exit codes, the failure summary, two jobs' ports and torchrun's
+    flags (test_supervision, test_launch, test_faults_and_logs: their workers do not import
+    torch or only provide a failure); scale-up and the last failed restart (test_elastic: the
+    launcher's decisions); rendezvous faults, c10d-style hosting and keepalive
+    (test_rendezvous_faults, test_rendezvous_ops, test_netns: the store as a shared counter, an
+    all_reduce as load). test_store_torch's client conformance and test_bad_input's torch
+    server are 1.x on purpose (test_store_torch2 has 2.x); test_recovery* and test_worker_cli
+    run no torch.
     """
     if request.param == "1.13":
         return TorchFamily("1.13", PYTHON)

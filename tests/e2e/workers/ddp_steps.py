@@ -1,5 +1,5 @@
 """E2E worker: DistributedDataParallel steps on a tiny float64 model whose exact result the test
-computes on its own (tests/e2e/test_torch_jobs.py, with fractions).
+computes on its own (tests/e2e/test_launch.py, with fractions).
 
 Every rank builds Linear(3, 1) in float64 with weights that depend on its RANK, so the job only
 agrees if DDP broadcasts rank 0's parameters at construction. Each step, rank r trains on its own
