@@ -2,8 +2,8 @@
 
 Binaries come from $DGT_BIN_DIR (default: build/bin). Workers run with $DGT_PYTHON (default:
 /usr/bin/python3, Debian's interpreter with python3-torch 1.13); tests that take the
-`torch_family` fixture run once more with $DGT_PYTHON2 (the peers venv's torch 2.13). Every process a test starts has a
-deadline and is killed at the end of the test.
+`torch_family` fixture run once more with $DGT_PYTHON2 (the peers venv's torch 2.13). Every
+process a test starts has a deadline and is killed at the end of the test.
 """
 import json
 import os
