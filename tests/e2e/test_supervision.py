@@ -363,24 +363,23 @@ def test_signal_death_exit_status_and_other_failures(spawn):
     assert others > root and "exit code 4 at " in err[others:], err
 
 
-def static_agents(spawn, script_args, port, env=None):
+def static_agents(spawn, script_args, port):
     # Node rank 1 first: it waits for node rank 0's store.
     return [spawn([DGT_RUN, "--nnodes=2", "--nproc_per_node=2", f"--node_rank={n}",
                    "--master_addr=127.0.0.1", f"--master_port={port}", "--rdzv_id=static",
-                   *script_args], name=f"node{n}", env=env) for n in (1, 0)]
+                   *script_args], name=f"node{n}") for n in (1, 0)]
 
 
-def test_static_backend_two_nodes(spawn, torch_family):
+def test_static_backend_two_nodes(spawn):
     # init_process_group(env://) on the store node rank 0's agent hosts at --master-port.
     port = free_port()
-    agents = static_agents(spawn, [WORKERS / "allreduce_check.py"], port, env=torch_family.env())
+    agents = static_agents(spawn, [WORKERS / "allreduce_check.py"], port)
     for a in agents:
         assert a.wait(timeout=120) == 0, a.stderr
     recs = [json.loads(m) for a in agents
             for m in re.findall(r"^\[rank\d\]: (\{.*\})$", a.stdout, re.M)]
     assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
     for r in recs:
-        assert r["torch"].startswith(torch_family.version + ".")
         assert r["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
         assert r["sum"] == 6
         assert r["env"]["MASTER_PORT"] == str(port)

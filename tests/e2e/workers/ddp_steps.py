@@ -8,9 +8,8 @@ squared error, DDP averages the gradients over the world (gloo all-reduce) and S
 applies them. Every value is a dyadic rational of few bits, so float64 holds it exactly whatever
 the order of the all-reduce's sums: the test compares bit for bit.
 
-Prints one JSON line when it starts, {"event": "start", "pid", "torch", "env"}, and one when it is
-done, {"event": "done", "rank", "world_size", "weight", "bias", "torch", "env"}.
---fail-rank R: rank R exits 3 after its first step while TORCHELASTIC_RESTART_COUNT is 0.
+Prints one JSON line when it is done: {"rank", "world_size", "weight", "bias", "torch", "env"}
+(env: the launcher's variables it got).
 """
 import argparse
 import json
@@ -21,9 +20,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-            "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-            "TORCHELASTIC_MAX_RESTARTS")
+ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 LR = 1 / 32
 
 
@@ -37,13 +38,9 @@ def batch(rank):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--fail-rank", type=int, default=-1)
     args = ap.parse_args()
     torch.set_num_threads(1)
     env = {k: os.environ.get(k) for k in ENV_VARS}
-    version = torch.__version__.split("+")[0]
-    print(json.dumps({"event": "start", "pid": os.getpid(), "torch": version, "env": env}),
-          flush=True)
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     model = torch.nn.Linear(3, 1).double()
@@ -54,19 +51,15 @@ def main() -> int:
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     x, y = (torch.tensor(v, dtype=torch.float64) for v in batch(rank))
-    for step in range(args.steps):
+    for _ in range(args.steps):
         opt.zero_grad()
         loss = ((ddp(x) - y) ** 2).mean()
         loss.backward()
         opt.step()
-        if (step == 0 and rank == args.fail_rank
-                and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0"):
-            # os._exit: tearing down a live gloo group at interpreter exit can abort (134).
-            print(f"rank {rank} failing on purpose", file=sys.stderr, flush=True)
-            os._exit(3)
-    print(json.dumps({"event": "done", "rank": rank, "world_size": world,
+    print(json.dumps({"rank": rank, "world_size": world,
                       "weight": model.weight.detach().flatten().tolist(),
-                      "bias": model.bias.item(), "torch": version, "env": env}), flush=True)
+                      "bias": model.bias.item(), "torch": torch.__version__.split("+")[0],
+                      "env": env}), flush=True)
     dist.destroy_process_group()
     return 0
 
