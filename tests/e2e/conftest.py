@@ -1,8 +1,9 @@
 """Shared fixtures for dgt's end-to-end tests: real binaries, real PyTorch workers, loopback only.
 
 Binaries come from $DGT_BIN_DIR (default: build/bin). Workers run with $DGT_PYTHON (default:
-/usr/bin/python3, Debian's interpreter with python3-torch). Every process a test starts has a
-deadline and is killed at the end of the test.
+/usr/bin/python3, Debian's interpreter with python3-torch 1.13); tests that take the
+`torch_family` fixture run once more with $DGT_PYTHON2 (the peers venv's torch 2.13). Every
+process a test starts has a deadline and is killed at the end of the test.
 """
 import json
 import os
@@ -116,17 +117,20 @@ PYTHON2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
 
 @pytest.fixture(scope="session")
 def python2():
-    """DGT_PYTHON2 when it imports torch 2.x. Otherwise the test fails under CI=true (CI always
+    """DGT_PYTHON2 when it has torch 2.x installed. Otherwise the test fails under CI=true (CI always
     installs the peers, so a missing venv is a broken install, never a silent skip) and is
     skipped with the reason elsewhere."""
     why = None
     if not os.access(PYTHON2, os.X_OK):
         why = f"{PYTHON2} does not exist"
     else:
-        r = subprocess.run([PYTHON2, "-c", "import torch; print(torch.__version__)"],
+        # The installed version, not `import torch` (5 s here, once per test file under ctest);
+        # a torch that does not import fails the tests that use it anyway.
+        r = subprocess.run([PYTHON2, "-c",
+                            "import importlib.metadata as m; print(m.version('torch'))"],
                            capture_output=True, text=True, timeout=120)
         if r.returncode != 0 or not r.stdout.startswith("2."):
-            why = f"{PYTHON2} does not import torch 2.x: {(r.stdout + r.stderr).strip()[-300:]}"
+            why = f"{PYTHON2} has no torch 2.x: {(r.stdout + r.stderr).strip()[-300:]}"
     if why:
         msg = (f"torch 2.x peers venv unusable ({why}); run scripts/install-deps.sh "
                "or set DGT_PYTHON2")
@@ -134,6 +138,49 @@ def python2():
             pytest.fail(msg)
         pytest.skip(msg)
     return PYTHON2
+
+
+class TorchFamily:
+    """One PyTorch family for a test's workers: `version` ("1.13" or "2.13") and `python`, the
+    interpreter that imports it; env() is dgt_env() with DGT_PYTHON, which dgt-run runs worker
+    scripts with, set to that interpreter."""
+
+    def __init__(self, version, python):
+        self.version = version
+        self.python = python
+
+    def env(self, **extra):
+        return dgt_env(DGT_PYTHON=self.python, **extra)
+
+
+@pytest.fixture(params=["1.13", "2.13"])
+def torch_family(request):
+    """Runs the test once per PyTorch family: "1.13" is DGT_PYTHON (Debian's python3-torch),
+    "2.13" the peers venv (the `python2` fixture: it fails under CI=true when the venv is
+    missing, and skips elsewhere).
+
+    Taken by the tests whose subject is torch's own side of the launcher contract:
+    - test_launch: DDP steps with exact parameters, 2 agents x 2 workers, init_process_group
+      over the agent store, torchrun's env contract;
+    - test_supervision: @record error files in the summary, torch TCPStore clients waiting for
+      the agent's restart key;
+    - test_elastic: a new round after kill -9 of an agent, restart counts of a group restart;
+    - test_store_torch: init_process_group against `dgt store serve` (each family's keys).
+    The rest stays on 1.13 alone (CI time: four 2.13 workers take about twice as long to start
+    as 1.13's), because torch is incidental there or covered above: the digits example (the
+    slowest test) and the all_reduce env test (test_launch: the DDP test does both for each
+    family); the static backend's job (the same store server as above); signals, logs, exit
+    codes, the failure summary, two jobs' ports and torchrun's flags (test_supervision,
+    test_launch, test_faults_and_logs: their workers do not import torch or only provide a
+    failure); scale-up and the last failed restart (test_elastic: the launcher's decisions);
+    rendezvous faults, c10d-style hosting and keepalive (test_rendezvous_faults,
+    test_rendezvous_ops, test_netns: the store as a shared counter, an all_reduce as load).
+    test_store_torch's client conformance and test_bad_input's torch server are 1.x on purpose
+    (test_store_torch2 has 2.x); test_recovery* and test_worker_cli run no torch.
+    """
+    if request.param == "1.13":
+        return TorchFamily("1.13", PYTHON)
+    return TorchFamily("2.13", request.getfixturevalue("python2"))
 
 
 def wait_for_port(proc, pattern, what, timeout=60):

@@ -12,20 +12,20 @@ from conftest import BIN, WORKERS, records, wait_for
 WORKER = WORKERS / "elastic_worker.py"
 
 
-
-
-
-
-def agent(spawn, rendezvous, run_id, node_id, nnodes, extra=(), worker_args=()):
+def agent(spawn, rendezvous, run_id, node_id, nnodes, extra=(), worker_args=(), env=None):
     return spawn([BIN / "dgt-run", f"--nnodes={nnodes}", "--nproc-per-node=1",
                   f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}",
                   f"--node-id={node_id}", "--rdzv-conf=last_call_timeout=1",
-                  "--stop-timeout=5", *extra, WORKER, *worker_args], name=node_id)
+                  "--stop-timeout=5", *extra, WORKER, *worker_args], name=node_id, env=env)
 
 
-def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous):
+def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous, torch_family):
+    # A new round without a restart: the restart count stays 0, so only a new store per round
+    # keeps torch 1.13 workers (prefix /worker/attempt_0 again) and 2.x workers (no prefix) off
+    # round 0's keys.
     args = ["--wait-world-size", "3", "--steps", "5"]
-    agents = {n: agent(spawn, rendezvous, "elastic-kill", n, "2:3", worker_args=args)
+    agents = {n: agent(spawn, rendezvous, "elastic-kill", n, "2:3", worker_args=args,
+                       env=torch_family.env())
               for n in ("node-a", "node-b", "node-c")}
     wait_for(lambda: all(any(r["event"] == "start" and r["env"]["WORLD_SIZE"] == "3"
                              for r in records(a.stdout)) for a in agents.values()),
@@ -45,6 +45,8 @@ def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous):
         assert done[n][0]["world_size"] == 2
         assert done[n][0]["sum"] == 1
         assert done[n][0]["env"]["TORCHELASTIC_RESTART_COUNT"] == "0"  # Not a restart.
+        assert done[n][0]["torch"].startswith(torch_family.version + ".")
+        assert done[n][0]["env"]["MASTER_PORT"] != first[n]["MASTER_PORT"]  # A new store.
     # Node rank 0 survived and kept rank 0; node-c (rank 2) moved into node-b's gap.
     assert done["node-a"][0]["env"]["GROUP_RANK"] == "0"
     assert done["node-c"][0]["env"]["GROUP_RANK"] == "1"
@@ -53,18 +55,22 @@ def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous):
     assert elapsed < 60
 
 
-def test_worker_failure_restarts_every_node_in_a_new_round(spawn, rendezvous):
+def test_worker_failure_restarts_every_node_in_a_new_round(spawn, rendezvous, torch_family):
     args = ["--fail-rank", "1", "--fail-code", "3", "--steps", "3"]
     agents = [agent(spawn, rendezvous, "elastic-restart", f"node-{i}", "2",
-                    extra=["--max-restarts=1"], worker_args=args) for i in range(2)]
+                    extra=["--max-restarts=2"], worker_args=args, env=torch_family.env())
+              for i in range(2)]
     for a in agents:
         assert a.wait(timeout=180) == 0, a.stderr
     for a in agents:
         starts = [r for r in records(a.stdout) if r["event"] == "start"]
         assert [s["env"]["TORCHELASTIC_RESTART_COUNT"] for s in starts] == ["0", "1"]
+        assert [s["env"]["TORCHELASTIC_MAX_RESTARTS"] for s in starts] == ["2", "2"]
+        assert [s["env"]["TORCHELASTIC_USE_AGENT_STORE"] for s in starts] == ["True", "True"]
         done = [r for r in records(a.stdout) if r["event"] == "done"]
         assert len(done) == 1 and done[0]["world_size"] == 2 and done[0]["sum"] == 1
         assert done[0]["env"]["TORCHELASTIC_RESTART_COUNT"] == "1"
+        assert done[0]["torch"].startswith(torch_family.version + ".")
 
 
 def test_failure_after_the_last_restart_fails_every_node(spawn, rendezvous):

@@ -1,7 +1,9 @@
-"""dgt-run end to end: real processes, real PyTorch 1.13 workers, the agent-hosted store."""
+"""dgt-run end to end: real processes, real PyTorch workers (1.13 and, where torch is the
+subject, 2.13 too: the `torch_family` fixture), the agent-hosted store."""
 import json
 import re
 import time
+from fractions import Fraction
 
 from conftest import BIN, REPO, WORKERS
 
@@ -38,9 +40,9 @@ def test_two_agents_all_reduce(spawn, rendezvous):
     ]
     for a in agents:
         assert a.wait(timeout=120) == 0, a.stderr
-    records = [r for a in agents for r in json_lines(a.stdout)]
-    assert sorted(r["rank"] for r in records) == [0, 1, 2, 3]
-    for r in records:
+    recs = [r for a in agents for r in json_lines(a.stdout)]
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
+    for r in recs:
         assert r["world_size"] == 4
         assert r["sum"] == 6
         assert r["ranks"] == [0, 1, 2, 3]
@@ -58,10 +60,72 @@ def test_two_agents_all_reduce(spawn, rendezvous):
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert env["TORCHELASTIC_MAX_RESTARTS"] == "2"
     # One store for the whole job: node rank 0's.
-    assert len({r["env"]["MASTER_PORT"] for r in records}) == 1
+    assert len({r["env"]["MASTER_PORT"] for r in recs}) == 1
     # Each agent ran one node's ranks: {0,1} and {2,3}.
     per_agent = sorted(sorted(r["rank"] for r in json_lines(a.stdout)) for a in agents)
     assert per_agent == [[0, 1], [2, 3]]
+
+
+def ddp_batch(rank):
+    """workers/ddp_steps.py's batch(rank): the input data, repeated here on purpose."""
+    return [[rank + 1, 2, -rank], [1, -rank, 3]], [[rank - 1], [2]]
+
+
+def ddp_reference(world, steps):
+    """The parameters that workers/ddp_steps.py's DDP job must end with, computed exactly with
+    fractions and no torch: DDP averages the ranks' gradients of their batches' mean squared
+    error, i.e. gradient descent (lr 1/32) on the mean over ranks, from rank 0's initial
+    parameters (DDP broadcasts them)."""
+    w = [Fraction(1, 4), Fraction(-1, 2), Fraction(1, 8)]
+    b = Fraction(1, 2)
+    for _ in range(steps):
+        gw, gb = [Fraction(0)] * 3, Fraction(0)
+        for r in range(world):
+            x, y = ddp_batch(r)
+            for xi, (yi,) in zip(x, y):
+                e = sum(wj * xj for wj, xj in zip(w, xi)) + b - yi
+                scale = Fraction(2, len(x) * world)
+                gw = [g + scale * e * xj for g, xj in zip(gw, xi)]
+                gb += scale * e
+        w = [wj - Fraction(1, 32) * g for wj, g in zip(w, gw)]
+        b -= Fraction(1, 32) * gb
+    # Exact in float64 (few-bit dyadic rationals), so the workers' values can be compared bit
+    # for bit whatever order the all-reduce summed in.
+    for v in (*w, b):
+        assert v.denominator & (v.denominator - 1) == 0 and abs(v.numerator) < 2**53, v
+        assert Fraction(float(v)) == v
+    return [float(v) for v in w], float(b)
+
+
+def test_ddp_steps_exact_across_two_agents(spawn, rendezvous, torch_family):
+    # 2 agents x 2 workers of each torch family: torchrun's env contract, init_process_group
+    # ("gloo", env://) as a client of node rank 0's agent store (TORCHELASTIC_USE_AGENT_STORE),
+    # DDP training steps; all four ranks end with the exact reference parameters. (Group
+    # restarts with each family: test_elastic.)
+    agents = [
+        spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+               f"--rdzv-endpoint={rendezvous}", "--rdzv-id=e2e-ddp", "--max-restarts=3",
+               WORKERS / "ddp_steps.py", "--steps=4"], name=f"agent{i}", env=torch_family.env())
+        for i in range(2)
+    ]
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr
+    done = json_lines(agents[0].stdout) + json_lines(agents[1].stdout)
+    assert sorted(r["rank"] for r in done) == [0, 1, 2, 3]
+    weight, bias = ddp_reference(world=4, steps=4)
+    for r in done:
+        assert r["torch"].startswith(torch_family.version + ".")
+        assert r["world_size"] == 4
+        assert r["weight"] == weight and r["bias"] == bias
+        rank, node = r["rank"], r["rank"] // 2
+        assert r["env"] == {
+            "RANK": str(rank), "LOCAL_RANK": str(rank % 2), "WORLD_SIZE": "4",
+            "LOCAL_WORLD_SIZE": "2", "NODE_RANK": str(node), "GROUP_RANK": str(node),
+            "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default", "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": done[0]["env"]["MASTER_PORT"], "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RUN_ID": "e2e-ddp", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "3", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
 
 
 def test_worker_exit_code_is_reported(spawn):

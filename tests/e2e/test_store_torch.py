@@ -2,9 +2,9 @@
 
 `dgt store serve` runs on a free loopback port. The same client script (workers/store_ops.py)
 runs against it and against torch 1.13's own server and must print the same results. Then two
-gloo workers run init_process_group(env://) with TORCHELASTIC_USE_AGENT_STORE=True against dgt's
-store, and the operator commands (`dgt store get|set|add|wait|keys`) are checked, including the
-1.x client against torch's own server.
+gloo workers of each torch family (1.13 and 2.13) run init_process_group(env://) with
+TORCHELASTIC_USE_AGENT_STORE=True against dgt's store, and the operator commands (`dgt store
+get|set|add|wait|keys`) are checked, including the 1.x client against torch's own server.
 """
 import json
 import re
@@ -92,25 +92,37 @@ def test_raw_get_of_missing_key_closes_like_torch(dgt_store, torch_store):
         time.sleep(0.05)
 
 
-def test_init_process_group_with_agent_store(spawn, dgt_store):
+# The keys each family's init_process_group leaves in the agent's store: 1.13 as recorded in
+# shared/fixtures/torch-1.13-tcpstore (prefix /worker/attempt_<restart count>, a store-based
+# barrier); 2.13 puts no attempt prefix on them (it expects a fresh store per restart) and names
+# the device in gloo's prefix.
+AGENT_STORE_KEYS = {
+    "1.13": ["//worker/attempt_0/default_pg/0/0/0", "//worker/attempt_0/default_pg/0/0/1",
+             "//worker/attempt_0/default_pg/0/0/rank_0", "//worker/attempt_0/default_pg/0/0/rank_1",
+             "//worker/attempt_0/default_pg/0/SEQ_NUM_STORE_KEY",
+             "//worker/attempt_0/default_pg/store_based_barrier_key:1", "init/"],
+    "2.13": ["/default_pg/0//cpu//0/0", "/default_pg/0//cpu//0/1", "init/"],
+}
+
+
+def test_init_process_group_with_agent_store(spawn, dgt_store, torch_family):
     port = dgt_store[0]
     workers = []
     for rank in range(2):
-        env = dgt_env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2,
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                      TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT=0,
-                      TORCHELASTIC_RUN_ID="store-e2e")
-        workers.append(spawn([PYTHON, WORKERS / "allreduce_check.py"], name=f"w{rank}", env=env))
+        env = torch_family.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2,
+                               MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                               TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT=0,
+                               TORCHELASTIC_RUN_ID="store-e2e")
+        workers.append(spawn([torch_family.python, WORKERS / "allreduce_check.py"],
+                             name=f"w{rank}", env=env))
     for rank, w in enumerate(workers):
         assert w.wait(timeout=120) == 0, w.stderr
         out = json.loads(w.stdout.strip().splitlines()[-1])
         assert out["rank"] == rank and out["sum"] == 1 and out["ranks"] == [0, 1]
-    # torch 1.13's agent-store keys, as recorded in shared/fixtures/torch-1.13-tcpstore.
+        assert out["torch"].startswith(torch_family.version + ".")
     keys = spawn([DGT, "store", "keys", "--endpoint", f"127.0.0.1:{port}"], name="keys")
     assert keys.wait(timeout=30) == 0, keys.stderr
-    listed = keys.stdout.splitlines()
-    assert "//worker/attempt_0/default_pg/0/0/rank_0" in listed
-    assert "//worker/attempt_0/default_pg/0/0/rank_1" in listed
+    assert sorted(keys.stdout.splitlines()) == AGENT_STORE_KEYS[torch_family.version]
 
 
 def dgt_cli(spawn, *args, name="cli", timeout=30):

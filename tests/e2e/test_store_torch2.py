@@ -5,20 +5,17 @@ The torch 2.x interpreter is the peers venv (DGT_PYTHON2, made by scripts/instal
 workers/store_ops2.py drives every public method of torch 2.13's TCPStore (with the client's
 use_libuv=True and False) against a fresh `dgt store serve` and a fresh torch 2.13 server at once;
 both must print the same results and errors. Then a torch 1.13 client process (Debian's python3,
-DGT_PYTHON) and a torch 2.13 client process share one dgt server. Last, a gloo job under dgt-run
-(2 agents x 2 workers, init_process_group(env://) through the agent store) with each family's
-workers.
+DGT_PYTHON) and a torch 2.13 client process share one dgt server. Jobs of 2.13 workers under
+dgt-run (init_process_group through the agent store, DDP, group restarts, @record) are in
+test_launch, test_supervision and test_elastic (the `torch_family` fixture).
 """
 import json
-import re
-import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, dgt_env, records, wait_for_port
+from conftest import BIN, PYTHON, WORKERS, wait_for_port
 
 DGT = BIN / "dgt"
-
 
 
 def dgt_store(spawn, name):
@@ -111,25 +108,3 @@ def test_torch1_and_torch2_clients_share_one_dgt_server(spawn, python2):
     keys = spawn([DGT, "store", "keys", "--endpoint", f"127.0.0.1:{port}"], name="keys")
     assert keys.wait(timeout=30) == 0, keys.stderr
     assert "init/" in keys.stdout.splitlines() and "/from/v1" in keys.stdout.splitlines()
-
-
-@pytest.mark.parametrize("family", ["1.13", "2.13"])
-def test_two_agents_gloo_allreduce_with_agent_store(spawn, rendezvous, request, family):
-    python = PYTHON if family == "1.13" else request.getfixturevalue("python2")
-    env = dgt_env(DGT_PYTHON=python)
-    agents = [
-        spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
-               f"--rdzv-endpoint={rendezvous}", f"--rdzv-id=torch{family}", "--max-restarts=0",
-               WORKERS / "allreduce_check.py"], name=f"agent{i}", env=env)
-        for i in range(2)
-    ]
-    for a in agents:
-        assert a.wait(timeout=120) == 0, a.stderr
-    out = [r for a in agents for r in records(a.stdout)]
-    assert sorted(r["rank"] for r in out) == [0, 1, 2, 3]
-    for r in out:
-        assert r["torch"].startswith(family)
-        assert r["world_size"] == 4 and r["sum"] == 6 and r["ranks"] == [0, 1, 2, 3]
-        assert r["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
-        assert r["env"]["TORCHELASTIC_RUN_ID"] == f"torch{family}"
-    assert len({r["env"]["MASTER_PORT"] for r in out}) == 1

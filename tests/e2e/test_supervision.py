@@ -140,10 +140,11 @@ def test_group_restart_exhausted(spawn, tmp_path):
     assert (runs[0] / "attempt_1" / "0").is_dir()
 
 
-def test_rank_restart_keeps_the_other_pids(spawn):
+def test_rank_restart_keeps_the_other_pids(spawn, torch_family):
+    # Ranks 0 and 2 wait, as torch TCPStore clients of each family, for the agent's restart key.
     p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=3", "--restart-policy=rank",
                "--max-restarts=1", WORKERS / "flaky.py", "--fail-rank", "1", "--fails", "1",
-               "--wait-restart-key"])
+               "--wait-restart-key"], env=torch_family.env())
     assert p.wait(timeout=90) == 0, p.stderr
     s = starts(p.stdout)
     assert sorted((r, a) for r, a, _ in s) == [(0, 0), (1, 0), (1, 1), (2, 0)]
@@ -176,15 +177,33 @@ def test_rank_policy_summary_names_the_rank_restarted_before_the_failure(spawn):
             "(docs/RECOVERY.md)\n") in err
 
 
-def test_record_error_file_in_summary(spawn):
-    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"])
+def test_record_error_file_in_summary(spawn, tmp_path, torch_family):
+    # torch's @record (each family's own) writes the exception to TORCHELASTIC_ERROR_FILE; the
+    # root-cause summary shows its message and traceback. (TMPDIR: the temporary log directory
+    # is kept for the error file.)
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "record_fail.py"],
+              env=torch_family.env(TMPDIR=tmp_path))
     assert p.wait(timeout=60) == 1, p.stderr
     err = p.stderr
-    root = err.index("Root cause (first failure):")
-    assert "rank 1 (local rank 1)" in err[root:root + 200], err
-    assert "message: ValueError: root cause from rank 1" in err
-    assert "traceback:" in err and 'raise ValueError("root cause from rank 1")' in err
-    assert re.search(r"error file: \S+/attempt_0/1/error\.json", err), err
+    m = re.search(r"^Root cause \(first failure\):\n"
+                  r"  rank 1 \(local rank 1\), host 127\.0\.0\.1 \(node rank 0\), "
+                  r"pid \d+, attempt 0\n"
+                  r"    exit code 1 at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\n"
+                  r"    error file: (" + re.escape(str(tmp_path)) + r"/dgt-run-\w+/attempt_0/1/"
+                  r"error\.json)\n"
+                  r"    message: ValueError: root cause from rank 1\n"
+                  r"    traceback:\n      Traceback \(most recent call last\):\n", err, re.M)
+    assert m, err
+    assert '        File "' + str(WORKERS / "record_fail.py") + '", line 11, in main\n' \
+        '          raise ValueError("root cause from rank 1")\n' \
+        '      ValueError: root cause from rank 1\n' in err, err
+    # The file is torch's own writing: the format dgt reads (agent/error_file.h).
+    with open(m.group(1)) as f:
+        written = json.load(f)
+    assert written["message"]["message"] == "ValueError: root cause from rank 1"
+    assert sorted(written["message"]["extraInfo"]) == ["py_callstack", "timestamp"]
+    assert written["message"]["extraInfo"]["py_callstack"].endswith(
+        "ValueError: root cause from rank 1\n")
 
 
 def env_records(text):
@@ -344,7 +363,7 @@ def test_signal_death_exit_status_and_other_failures(spawn):
     assert others > root and "exit code 4 at " in err[others:], err
 
 
-def static_agents(spawn, script_args, port, max_restarts=0):
+def static_agents(spawn, script_args, port):
     # Node rank 1 first: it waits for node rank 0's store.
     return [spawn([DGT_RUN, "--nnodes=2", "--nproc_per_node=2", f"--node_rank={n}",
                    "--master_addr=127.0.0.1", f"--master_port={port}", "--rdzv_id=static",
@@ -352,6 +371,7 @@ def static_agents(spawn, script_args, port, max_restarts=0):
 
 
 def test_static_backend_two_nodes(spawn):
+    # init_process_group(env://) on the store node rank 0's agent hosts at --master-port.
     port = free_port()
     agents = static_agents(spawn, [WORKERS / "allreduce_check.py"], port)
     for a in agents:
@@ -360,6 +380,7 @@ def test_static_backend_two_nodes(spawn):
             for m in re.findall(r"^\[rank\d\]: (\{.*\})$", a.stdout, re.M)]
     assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
     for r in recs:
+        assert r["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
         assert r["sum"] == 6
         assert r["env"]["MASTER_PORT"] == str(port)
         assert r["env"]["NODE_RANK"] == str(r["rank"] // 2)

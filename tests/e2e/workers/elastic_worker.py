@@ -27,7 +27,8 @@ def main():
     args = ap.parse_args()
     env = {k: os.environ.get(k) for k in (
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR",
-        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")}
+        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_USE_AGENT_STORE")}
     print(json.dumps({"event": "start", "pid": os.getpid(), "env": env}), flush=True)
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -57,7 +58,8 @@ def main():
         if step >= args.steps:
             break
     print(json.dumps({"event": "done", "rank": rank, "world_size": world, "steps": step,
-                      "sum": expected, "env": env}), flush=True)
+                      "sum": expected, "torch": torch.__version__.split("+")[0], "env": env}),
+          flush=True)
     dist.destroy_process_group()
 
 
