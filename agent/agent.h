@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "agent/done_marks.h"
 #include "agent/error_file.h"
@@ -216,7 +217,10 @@ class Agent {
   int next_restart_count_ = 0;  // The attempt being started or running (group policy).
   // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
   std::string log_root_;
-  bool log_root_is_temp_ = false;          // Removed at exit (it holds no -r/-t logs).
+  bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
+  // --duplicate-std{out,err}-filters: the filtered log of each (attempt, is_stderr), opened
+  // when the attempt's first worker starts.
+  std::map<std::pair<int, bool>, std::shared_ptr<FilteredLog>> filtered_logs_;
   std::vector<std::string> tf_addresses_;  // host:port per global rank (tensorflow).
   std::vector<int> tf_reservations_;       // Sockets holding those ports until the start.
   std::vector<Failure> failures_;          // Failures of the last attempt, in time order.
