@@ -566,6 +566,11 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest_
     return Bad(absl::StrCat("unknown flag '", rest[0], "' (see dgt-run --help)"));
   }
   o->command = rest;
+  // torchrun's argparse (2.13 on Python 3.11) also drops a first "--" right after the script:
+  // "train.py -- a" gives the script ['a'], "train.py a -- b" ['a', '--', 'b'].
+  if (!dashdash && o->command.size() > 1 && o->command[1] == "--") {
+    o->command.erase(o->command.begin() + 1);
+  }
   if (o->module && o->no_python) return Bad("-m/--module and --no-python exclude each other");
   if (o->run_path && (o->module || o->no_python)) {
     return Bad("--run-path excludes -m/--module and --no-python");

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
@@ -662,6 +663,19 @@ TEST(LaunchOptionsTest, DoubleDashEndsTheFlags) {
   auto dash = Parse({"--no-python", "--", "-weird", "a"});
   ASSERT_TRUE(dash.options.has_value()) << dash.output;
   EXPECT_EQ(dash.options->command, (std::vector<std::string>{"-weird", "a"}));
+  // As torchrun's argparse: the first "--" also goes when it comes right after the script.
+  for (const auto& [args, command] :
+       std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>{
+           {{kScript, "--", "a"}, {kScript, "a"}},
+           {{kScript, "a", "--", "b"}, {kScript, "a", "--", "b"}},
+           {{kScript, "--", "--", "b"}, {kScript, "--", "b"}},
+           {{"--", kScript, "--"}, {kScript, "--"}},
+           {{kScript, "--"}, {kScript}},
+       }) {
+    auto q = Parse(args);
+    ASSERT_TRUE(q.options.has_value()) << q.output;
+    EXPECT_EQ(q.options->command, command) << absl::StrJoin(args, " ");
+  }
   auto unknown = Parse({"--no-python", "-weird", "a"});
   EXPECT_EQ(unknown.output, "dgt-run: error: unknown flag '-weird' (see dgt-run --help)\n");
 }
