@@ -1164,6 +1164,7 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   extras.role = options_.role;
   extras.distribution = options_.distribution;
   extras.virtual_local_rank = options_.virtual_local_rank;
+  extras.signals_to_handle = options_.signals_to_handle_text;
   if (!log_root_.empty()) {
     std::filesystem::path dir = std::filesystem::path(log_root_) /
                                 absl::StrCat("attempt_", attempt) / absl::StrCat(local_rank);

@@ -389,6 +389,7 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest_
   auto signals = ParseSignalList(raw.signals);
   if (!signals.ok()) return signals.status();
   o->signals_to_handle = *signals;
+  o->signals_to_handle_text = raw.signals;
   if (raw.duplicate_stdout_set) {
     o->duplicate_stdout_filters = SplitDuplicateFilters(raw.duplicate_stdout_filters);
   }

@@ -109,6 +109,9 @@ struct LaunchOptions {
   // torchrun 2.13). SIGUSR1/SIGUSR2, when listed, are forwarded only; the others also stop the
   // job.
   std::vector<int> signals_to_handle;
+  // The flag's text, as given: torchrun 2.13 exports it to its workers as
+  // TORCHELASTIC_SIGNALS_TO_HANDLE (torch.distributed.launcher.api).
+  std::string signals_to_handle_text = kDefaultSignalsToHandle;
   // --event-log-handler (one of kEventLogHandlers) and --logs-specs (a torchrun.logs_specs entry
   // point name; empty when not given): accepted for torchrun 2.13 compatibility, not used.
   std::string event_log_handler = "null";

@@ -40,6 +40,9 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
     env["NCCL_ASYNC_ERROR_HANDLING"] = std::string("1");
   }
   if (!extras.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = extras.error_file;
+  if (!extras.signals_to_handle.empty()) {
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = extras.signals_to_handle;
+  }
   if (extras.virtual_local_rank) {
     env["LOCAL_RANK"] = "0";
     auto visible = base.find("CUDA_VISIBLE_DEVICES");

@@ -38,6 +38,9 @@ struct WorkerEnvExtras {
   // (whitespace stripped), or `local_rank` itself when the base has none. Other variables
   // (OMPI_COMM_WORLD_LOCAL_RANK, the log prefix) keep the real local rank.
   bool virtual_local_rank = false;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals-to-handle's text, which torchrun 2.13 leaves in its
+  // workers' environment); not set when empty.
+  std::string signals_to_handle;
 };
 
 // The environment of local rank `local_rank`: `base` (the agent's environment) overlaid with the

@@ -489,6 +489,7 @@ TEST(LaunchOptionsTest, Defaults) {
   EXPECT_EQ(o.stop_timeout_s, 30);
   // torchrun 2.13's default: SIGUSR1/SIGUSR2 only when listed.
   EXPECT_EQ(o.signals_to_handle, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+  EXPECT_EQ(o.signals_to_handle_text, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   EXPECT_EQ(o.event_log_handler, "null");
   EXPECT_EQ(o.logs_specs, "");
   EXPECT_TRUE(o.duplicate_stdout_filters.empty());

@@ -57,6 +57,9 @@ TEST(WorkerEnvTest, VirtualLocalRank) {
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "6");
   EXPECT_EQ(env["RANK"], "1");
   EXPECT_EQ(env["OMPI_COMM_WORLD_LOCAL_RANK"], "1");  // The real local rank.
+  EXPECT_EQ(env.count("TORCHELASTIC_SIGNALS_TO_HANDLE"), 0u);
+  extras.signals_to_handle = "SIGTERM,SIGUSR1";
+  EXPECT_EQ(BuildWorkerEnv({}, a, 0, extras)["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGUSR1");
   EXPECT_EQ(BuildWorkerEnv({}, a, 2, extras)["CUDA_VISIBLE_DEVICES"], "2");
   EXPECT_EQ(BuildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, a, 0, extras)
                 .at("CUDA_VISIBLE_DEVICES"),

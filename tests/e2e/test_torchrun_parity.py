@@ -159,6 +159,7 @@ def test_torchrun_2_features_in_one_job(tmp_path):
         assert rec["PARITY_INTERPRETER"] == "1"
         assert rec["TORCHELASTIC_RUN_ID"] == "parity"
         assert rec["MASTER_ADDR"] == "127.0.0.1"
+        assert rec["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
         assert f"<trainer:{rank}/{rank}> noise" in r.stdout.splitlines()
     [run_dir] = list(logs.iterdir())
     attempt = run_dir / "attempt_0"

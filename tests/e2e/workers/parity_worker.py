@@ -18,6 +18,7 @@ if __name__ == "__main__":
         "PARITY_INTERPRETER": os.environ.get("PARITY_INTERPRETER"),
         "TORCHELASTIC_RUN_ID": os.environ.get("TORCHELASTIC_RUN_ID"),
         "MASTER_ADDR": os.environ.get("MASTER_ADDR"),
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE"),
     }), flush=True)
     print(f"loss,x={rank}", flush=True)
     print(f"acc {rank}", flush=True)
