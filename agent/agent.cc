@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
 #include "agent/rendezvous_host.h"
 #include "common/host_port.h"
 #include "common/logging.h"
@@ -171,12 +172,23 @@ Agent::~Agent() {
 
 absl::Status Agent::Prepare() {
   if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
+  if (!options_.logs_specs.empty()) {
+    // torchrun loads a Python LogsSpecs class by this name; dgt-run has no Python in-process.
+    spdlog::warn(
+        "dgt-run: --logs-specs={} is ignored: dgt-run's log layout is fixed (--log-dir, -r, -t)",
+        options_.logs_specs);
+  }
   if (options_.rdzv_backend == "static" && options_.max_nodes > 1 &&
       options_.rdzv_endpoint.empty()) {
     return PrepareStatic();
   }
 
   std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
+  std::optional<HostPort> endpoint;
+  if (!options_.rdzv_endpoint.empty()) {
+    DGT_ASSIGN_OR_RETURN(endpoint,
+                         ParseHostPortOrFree(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+  }
   if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
     auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
@@ -184,6 +196,26 @@ absl::Status Agent::Prepare() {
     embedded_rendezvous_ = std::move(*server);
     rdzv_endpoint_ = absl::StrCat("127.0.0.1:", embedded_rendezvous_->port());
     if (options_.run_id == "none") options_.run_id = RandomRunId();
+  } else if (endpoint->port == 0) {
+    // torchrun 2.x's "--rdzv-endpoint HOST:0" (one node; launch_options refuses more): the
+    // rendezvous is embedded on a free port of HOST, which must be this host's.
+    auto ip = ResolveToIp(endpoint->host);
+    if (!ip.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
+    }
+    if (auto s = CheckLocalAddress(*ip); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint=", options_.rdzv_endpoint,
+                                                     ": port 0 asks for a free port here, but ",
+                                                     s.message()));
+    }
+    rendezvous::RendezvousServerOptions server_options;
+    server_options.listen = FormatHostPort(*ip, 0);
+    auto server = rendezvous::RendezvousServer::Start(server_options);
+    if (!server.ok()) return server.status();
+    embedded_rendezvous_ = std::move(*server);
+    rdzv_endpoint_ = FormatHostPort(*ip, static_cast<uint16_t>(embedded_rendezvous_->port()));
+    spdlog::info("dgt-run: --rdzv-endpoint={}: rendezvous on the free port {}",
+                 options_.rdzv_endpoint, rdzv_endpoint_);
   } else {
     auto hp = ParseHostPort(options_.rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
@@ -1023,9 +1055,28 @@ void Agent::BeginRun() {
   // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
   // torchrun does), and named at start. Without them the temporary directory only holds error
   // files and goes away with the agent (the watchdog removes it after a kill -9).
-  bool streams_to_files = false;
+  bool streams_to_files =
+      !options_.duplicate_stdout_filters.empty() || !options_.duplicate_stderr_filters.empty();
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     streams_to_files |= (options_.redirects.For(local) | options_.tee.For(local)) != 0;
+  }
+  for (const bool is_stderr : {false, true}) {
+    if ((is_stderr ? options_.duplicate_stderr_filters : options_.duplicate_stdout_filters)
+            .empty()) {
+      continue;
+    }
+    bool teed = false;
+    for (int local = 0; local < options_.nproc_per_node; ++local) {
+      teed |= (options_.tee.For(local) & (is_stderr ? 2 : 1)) != 0 &&
+              (options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(local));
+    }
+    if (!teed) {
+      spdlog::warn(
+          "dgt-run: --duplicate-{}-filters duplicates tee'd lines (-t/--tee), as torchrun 2.13 "
+          "does, but no local rank shown on the console tees {}: filtered_{}.log stays empty",
+          is_stderr ? "stderr" : "stdout", is_stderr ? "stderr" : "stdout",
+          is_stderr ? "stderr" : "stdout");
+    }
   }
   if (options_.log_dir.empty()) {
     absl::StatusOr<std::string> dir = CreateTempLogDir();
@@ -1115,6 +1166,8 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
   WorkerEnvExtras extras;
   extras.role = options_.role;
   extras.distribution = options_.distribution;
+  extras.virtual_local_rank = options_.virtual_local_rank;
+  extras.signals_to_handle = options_.signals_to_handle_text;
   if (!log_root_.empty()) {
     std::filesystem::path dir = std::filesystem::path(log_root_) /
                                 absl::StrCat("attempt_", attempt) / absl::StrCat(local_rank);
@@ -1137,6 +1190,25 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
       options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(local_rank) > 0;
   spec.stdout_console = shown && (!(redirect & 1) || (tee & 1));
   spec.stderr_console = shown && (!(redirect & 2) || (tee & 2));
+  spec.prefix =
+      LogLinePrefix(options_.log_line_prefix_template, options_.role, spec.rank, local_rank);
+  // torchrun 2.13 duplicates the tee'd streams of the ranks shown on the console (its filtered
+  // log tails the same files as the console does).
+  for (const bool is_stderr : {false, true}) {
+    const std::vector<std::string>& filters =
+        is_stderr ? options_.duplicate_stderr_filters : options_.duplicate_stdout_filters;
+    if (filters.empty() || log_root_.empty()) continue;
+    std::shared_ptr<FilteredLog>& log = filtered_logs_[{attempt, is_stderr}];
+    if (log == nullptr) {
+      const std::filesystem::path path =
+          std::filesystem::path(log_root_) / absl::StrCat("attempt_", attempt) /
+          (is_stderr ? "filtered_stderr.log" : "filtered_stdout.log");
+      DGT_ASSIGN_OR_RETURN(log, FilteredLog::Open(path.string(), filters));
+    }
+    if (shown && (tee & (is_stderr ? 2 : 1)) != 0) {
+      (is_stderr ? spec.stderr_filtered : spec.stdout_filtered) = log;
+    }
+  }
   if (options_.distribution == Distribution::kTensorflow) {
     extras.tf_config =
         BuildTfConfig(tf_addresses_, options_.parameter_server_count, options_.tf_chief, spec.rank);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "agent/done_marks.h"
 #include "agent/error_file.h"
@@ -230,6 +231,9 @@ class Agent {
   // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
   std::string log_root_;
   bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
+  // --duplicate-std{out,err}-filters: the filtered log of each (attempt, is_stderr), opened
+  // when the attempt's first worker starts.
+  std::map<std::pair<int, bool>, std::shared_ptr<FilteredLog>> filtered_logs_;
   // --distribution tensorflow: host:port per global rank of the current round (TF_CONFIG).
   std::vector<std::string> tf_addresses_;
   std::vector<std::string> tf_local_addresses_;  // This node's, by local rank (kept all run).

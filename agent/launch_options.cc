@@ -193,7 +193,7 @@ struct RawFlags {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
-  std::string signals = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  std::string signals = kDefaultSignalsToHandle;
   std::string log_format = "text";
   std::string distribution = "pytorch";
   std::string restart_policy = "group";
@@ -201,6 +201,10 @@ struct RawFlags {
   std::string join_timeout = "600";
   std::string connect_timeout = "30";
   std::string stop_timeout = "30";
+  std::string shutdown_timeout;  // --shutdown-timeout: torchrun 2.13's name of --stop-timeout.
+  std::string numa_binding;      // Empty: not given.
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
   std::string monitor_interval = "0.1";
   std::string max_restarts = "0";
   std::string node_rank;  // Empty: not given (rank 0 for a single node).
@@ -214,6 +218,10 @@ struct RawFlags {
   bool process_count_set = false;
   bool join_timeout_set = false;
   bool master_addr_set = false;
+  bool stop_timeout_set = false;
+  bool shutdown_timeout_set = false;
+  bool duplicate_stdout_set = false;
+  bool duplicate_stderr_set = false;
 };
 
 // Parses the numeric flags (all but --nnodes and --nproc-per-node) into `o`.
@@ -222,7 +230,6 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
        {std::tuple<const char*, const std::string&, absl::Duration, double*>{
             "--rdzv-connect-timeout", raw.connect_timeout, kMinPositiveFlagDuration,
             &o->connect_timeout_s},
-        {"--stop-timeout", raw.stop_timeout, absl::ZeroDuration(), &o->stop_timeout_s},
         {"--monitor-interval", raw.monitor_interval, absl::ZeroDuration(),
          &o->monitor_interval_s}}) {
     auto d = ParseDuration(flag, text, min, kMaxFlagDuration);
@@ -276,7 +283,50 @@ absl::Status Disagree(absl::string_view flag, absl::string_view value, absl::str
                           " is an alias of ", flag, "; give one"));
 }
 
-absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
+// --stop-timeout, its torchrun 2.13 alias --shutdown-timeout, and torchrun's
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT (read only when neither flag is given) set one value.
+absl::Status ResolveStopTimeout(const RawFlags& raw, const char* (*getenv_fn)(const char*),
+                                LaunchOptions* o) {
+  auto parse = [](const char* flag, const std::string& text) {
+    return ParseDuration(flag, text, absl::ZeroDuration(), kMaxFlagDuration);
+  };
+  auto stop = parse("--stop-timeout", raw.stop_timeout);
+  if (!stop.ok()) return stop.status();
+  if (raw.shutdown_timeout_set) {
+    auto shutdown = parse("--shutdown-timeout", raw.shutdown_timeout);
+    if (!shutdown.ok()) return shutdown.status();
+    if (raw.stop_timeout_set && *stop != *shutdown) {
+      return Disagree("--stop-timeout", raw.stop_timeout, "--shutdown-timeout",
+                      raw.shutdown_timeout);
+    }
+    stop = shutdown;
+  } else if (const char* env = getenv_fn("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+             !raw.stop_timeout_set && env != nullptr && *env != '\0') {
+    stop = parse("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", env);
+    if (!stop.ok()) return stop.status();
+  }
+  o->stop_timeout_s = absl::ToDoubleSeconds(*stop);
+  return absl::OkStatus();
+}
+
+// --numa-binding: torchrun 2.13 wraps each worker in numactl bound to the CPUs near its GPU.
+// dgt-run does not bind workers (it would need each CUDA device's PCI address, which only the
+// CUDA runtime knows for sure): a valid mode is refused with the reason, never ignored.
+absl::Status CheckNumaBinding(const std::string& mode) {
+  if (std::find_if(std::begin(kNumaBindingModes), std::end(kNumaBindingModes),
+                   [&](const char* m) { return mode == m; }) == std::end(kNumaBindingModes)) {
+    return Bad(absl::StrCat("--numa-binding must be one of ",
+                            absl::StrJoin(kNumaBindingModes, ", "), " (as torchrun 2.13), got '",
+                            mode, "'"));
+  }
+  return Bad(absl::StrCat(
+      "--numa-binding=", mode,
+      " is not supported on this host: dgt-run does not bind workers to NUMA nodes (torchrun "
+      "2.13 runs each worker under numactl); start the script through numactl yourself "
+      "(--no-python with a wrapper), or leave the flag out"));
+}
+
+absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest_in,
                       const char* (*getenv_fn)(const char*), LaunchOptions* o) {
   if (raw.instance_count_set) {
     LaunchOptions alias;
@@ -325,6 +375,7 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (auto s = ParseRdzvConf(raw.rdzv_conf, o, &conf); !s.ok()) return s;
   if (auto s = ResolveJoinTimeout(raw, conf, o); !s.ok()) return s;
   if (auto s = ParseNumbers(raw, o); !s.ok()) return s;
+  if (auto s = ResolveStopTimeout(raw, getenv_fn, o); !s.ok()) return s;
   if (auto s = ValidateRunId(o->run_id); !s.ok()) return s;
   auto redirects = ParseStreamSpec(raw.redirects, "--redirects");
   if (!redirects.ok()) return redirects.status();
@@ -338,6 +389,23 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   auto signals = ParseSignalList(raw.signals);
   if (!signals.ok()) return signals.status();
   o->signals_to_handle = *signals;
+  o->signals_to_handle_text = raw.signals;
+  if (raw.duplicate_stdout_set) {
+    o->duplicate_stdout_filters = SplitDuplicateFilters(raw.duplicate_stdout_filters);
+  }
+  if (raw.duplicate_stderr_set) {
+    o->duplicate_stderr_filters = SplitDuplicateFilters(raw.duplicate_stderr_filters);
+  }
+  if (std::find_if(std::begin(kEventLogHandlers), std::end(kEventLogHandlers), [&](const char* h) {
+        return o->event_log_handler == h;
+      }) == std::end(kEventLogHandlers)) {
+    return Bad(
+        absl::StrCat("--event-log-handler must be one of ", absl::StrJoin(kEventLogHandlers, ", "),
+                     " (the handlers torchrun 2.13 registers), got '", o->event_log_handler, "'"));
+  }
+  if (!raw.numa_binding.empty()) {
+    if (auto s = CheckNumaBinding(raw.numa_binding); !s.ok()) return s;
+  }
 
   if (raw.log_format == "text") {
     o->log_format = LogFormat::kText;
@@ -421,8 +489,14 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     return s;
   }
   if (!o->rdzv_endpoint.empty()) {
-    auto hp = ParseHostPort(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
+    auto hp = ParseHostPortOrFree(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
+    if (hp->port == 0 && o->max_nodes > 1) {
+      // torchrun 2.x: port 0 picks a free port, which other nodes cannot know.
+      return Bad(absl::StrCat("--rdzv-endpoint=", o->rdzv_endpoint,
+                              ": port 0 (a free port) is for a single node, but --nnodes=",
+                              nnodes_text, "; give the port every node connects to"));
+    }
   } else if (o->max_nodes > 1) {
     if (backend == "static") {
       // torchrun's static backend: node rank 0's agent hosts the store at --master-addr:
@@ -500,17 +574,37 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                               " for ", roles, " parameter server(s)/chief"));
     }
   }
+  // "--" ends the flags, as in torchrun's argparse: what follows is the script, even "-x.py".
+  const bool dashdash = !rest_in.empty() && rest_in[0] == "--";
+  const std::vector<std::string> rest(rest_in.begin() + (dashdash ? 1 : 0), rest_in.end());
   if (rest.empty())
     return Bad(
-        "missing the training script (usage: dgt-run [flags] script.py "
+        "missing the training script (usage: dgt-run [flags] [--] script.py "
         "[script args])");
-  if (rest[0].size() > 1 && rest[0][0] == '-') {
+  if (!dashdash && rest[0].size() > 1 && rest[0][0] == '-') {
     return Bad(absl::StrCat("unknown flag '", rest[0], "' (see dgt-run --help)"));
   }
   o->command = rest;
+  // torchrun's argparse (2.13 on Python 3.11) also drops a first "--" right after the script:
+  // "train.py -- a" gives the script ['a'], "train.py a -- b" ['a', '--', 'b'].
+  if (!dashdash && o->command.size() > 1 && o->command[1] == "--") {
+    o->command.erase(o->command.begin() + 1);
+  }
   if (o->module && o->no_python) return Bad("-m/--module and --no-python exclude each other");
   if (o->run_path && (o->module || o->no_python)) {
     return Bad("--run-path excludes -m/--module and --no-python");
+  }
+  if (o->virtual_local_rank) {
+    // torchrun 2.13 fails a worker whose local rank has no entry in CUDA_VISIBLE_DEVICES when it
+    // starts; here before anything starts.
+    if (const char* visible = getenv_fn("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+      const size_t entries = std::vector<absl::string_view>(absl::StrSplit(visible, ',')).size();
+      if (static_cast<size_t>(o->nproc_per_node) > entries) {
+        return Bad(absl::StrCat("--virtual-local-rank: local rank ", entries,
+                                " has no device in CUDA_VISIBLE_DEVICES='", visible,
+                                "' (--nproc-per-node=", o->nproc_per_node, ")"));
+      }
+    }
   }
   if (!o->no_python && !o->module) {
     std::error_code ec;
@@ -523,6 +617,11 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
     }
   }
   if (const char* py = getenv_fn("DGT_PYTHON"); py != nullptr && *py != '\0') o->python = py;
+  // torchrun's interpreter override wins: it is what a torchrun user sets for this launch.
+  if (const char* py = getenv_fn("PYTHON_EXEC"); py != nullptr && *py != '\0') o->python = py;
+  if (const char* t = getenv_fn("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != nullptr) {
+    o->log_line_prefix_template = t;
+  }
   return absl::OkStatus();
 }
 
@@ -572,6 +671,14 @@ absl::StatusOr<StreamSpec> ParseStreamSpec(absl::string_view text, absl::string_
   return spec;
 }
 
+std::vector<std::string> SplitDuplicateFilters(absl::string_view text) {
+  // ",," is a comma; '\0' cannot be in an argument, so it stands for one while splitting.
+  const std::string escaped = absl::StrReplaceAll(text, {{",,", std::string(1, '\0')}});
+  std::vector<std::string> out = absl::StrSplit(escaped, ',');
+  for (std::string& item : out) std::replace(item.begin(), item.end(), '\0', ',');
+  return out;
+}
+
 absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text) {
   std::vector<int> out;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -604,8 +711,10 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
 
   CLI::App app{
       "dgt-run: launch a distributed training job (torchrun-compatible).\n"
-      "Usage: dgt-run [flags] script.py [script args]\n"
-      "Flags default from PET_<FLAG> environment variables, as in torchrun.",
+      "Usage: dgt-run [flags] [--] script.py [script args]\n"
+      "Flags default from PET_<FLAG> environment variables, as in torchrun. The script runs\n"
+      "with $PYTHON_EXEC, else $DGT_PYTHON, else python3; $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE\n"
+      "(${rank}, ${local_rank}, ${role_name}) replaces the [rank<N>]: prefix of worker lines.",
       "dgt-run"};
   app.prefix_command();
   app.get_formatter()->column_width(46);
@@ -618,6 +727,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     CLI::Option* opt = app.add_option(names, target, help)->group(group)->capture_default_str();
     if (group != "Azure ML aliases") pet.emplace_back(opt, PetName(LongName(names)));
     return opt;
+  };
+  // torchrun 2.13 reads no PET_ variable for --logs-specs and --numa-binding.
+  auto add_no_env = [&](const std::string& names, std::string& target, const std::string& help,
+                        const std::string& group) {
+    return app.add_option(names, target, help)->group(group);
   };
   auto flag = [&](const std::string& names, bool& target, const std::string& help,
                   const std::string& group) {
@@ -639,6 +753,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
        "Append --local_rank=N to the script's arguments", kNodes);
   add("--distribution", raw.distribution,
       "Env contract: pytorch, tensorflow (TF_CONFIG) or mpi (OMPI_COMM_WORLD_*)", kNodes);
+  flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank,
+       "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES set to its own device", kNodes);
+  add_no_env("--numa-binding,--numa_binding", raw.numa_binding,
+             "node, socket, exclusive or core-complex: accepted, then refused (not supported)",
+             kNodes);
 
   const std::string kRdzv = "Rendezvous";
   flag("--standalone", o.standalone, "Single node; rendezvous and store embedded on free ports",
@@ -690,11 +809,18 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--recovery-mode,--recovery_mode", raw.recovery_mode,
       "With --restart-policy rank: replace (restart the failed rank) or shrink (go on without it)",
       kSupervision);
-  add("--stop-timeout,--stop_timeout", raw.stop_timeout,
-      "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)
-      ->type_name("SECONDS");
+  CLI::Option* stop_timeout_opt =
+      add("--stop-timeout,--stop_timeout", raw.stop_timeout,
+          "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)
+          ->type_name("SECONDS");
+  CLI::Option* shutdown_timeout_opt =
+      add("--shutdown-timeout,--shutdown_timeout", raw.shutdown_timeout,
+          "Same as --stop-timeout (torchrun 2.13's name; default $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, "
+          "else 30)",
+          kSupervision)
+          ->type_name("SECONDS");
   add("--signals-to-handle,--signals_to_handle", raw.signals,
-      "Signals forwarded to the workers (SIGUSR1/2 do not stop the job)", kSupervision);
+      "Signals forwarded to the workers; listed SIGUSR1/SIGUSR2 do not stop the job", kSupervision);
   add("--monitor-interval,--monitor_interval", raw.monitor_interval,
       "Accepted; worker exits are events, not polled", kSupervision)
       ->type_name("SECONDS");
@@ -710,7 +836,21 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("-t,--tee", raw.tee, "Streams to files and console: 3 or 0:1,1:2", kLogs);
   add("--local-ranks-filter,--local_ranks_filter", raw.local_ranks_filter,
       "Only these local ranks reach the console, e.g. 0,2", kLogs);
+  CLI::Option* dup_out_opt =
+      add("--duplicate-stdout-filters,--duplicate_stdout_filters", raw.duplicate_stdout_filters,
+          "Tee'd stdout lines containing any of a,b (,, for a comma) also go to "
+          "<attempt dir>/filtered_stdout.log",
+          kLogs);
+  CLI::Option* dup_err_opt =
+      add("--duplicate-stderr-filters,--duplicate_stderr_filters", raw.duplicate_stderr_filters,
+          "The same for stderr (filtered_stderr.log)", kLogs);
   add("--log-format,--log_format", raw.log_format, "Agent log: text or json (JSON lines)", kLogs);
+  add("--event-log-handler,--event_log_handler", o.event_log_handler,
+      "console, dynamic_rendezvous or null: accepted and ignored (the agent log has the events)",
+      kLogs);
+  add_no_env("--logs-specs,--logs_specs", o.logs_specs,
+             "torchrun LogsSpecs entry point: accepted and ignored (dgt's log layout is fixed)",
+             kLogs);
 
   const std::string kAzure = "Azure ML aliases";
   CLI::Option* instances_opt =
@@ -759,6 +899,10 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   raw.process_count_set = per_instance_opt->count() > 0;
   raw.join_timeout_set = join_timeout_opt->count() > 0;
   raw.master_addr_set = master_addr_opt->count() > 0;
+  raw.stop_timeout_set = stop_timeout_opt->count() > 0;
+  raw.shutdown_timeout_set = shutdown_timeout_opt->count() > 0;
+  raw.duplicate_stdout_set = dup_out_opt->count() > 0;
+  raw.duplicate_stderr_set = dup_err_opt->count() > 0;
   absl::Status s;
   // "--flag=" with nothing after '=' makes CLI11 take the next argument as the value (often the
   // script): refuse it, naming the flag.

@@ -34,6 +34,22 @@ absl::StatusOr<StreamSpec> ParseStreamSpec(absl::string_view text, absl::string_
 // Errors: InvalidArgument naming the unknown entry.
 absl::StatusOr<std::vector<int>> ParseSignalList(absl::string_view text);
 
+// torchrun 2.13's default --signals-to-handle (run.py): the signals that stop the job.
+inline constexpr char kDefaultSignalsToHandle[] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+// Splits a --duplicate-stdout-filters value at commas, ",," standing for a literal comma, as
+// torchrun 2.13's comma_separated_list does: "a,b" -> {"a", "b"}; "a,,b" -> {"a,b"};
+// "a,,,b" -> {"a,", "b"}. Empty items are kept ("" -> {""}, "a," -> {"a", ""}), as there: an
+// empty filter matches every line.
+std::vector<std::string> SplitDuplicateFilters(absl::string_view text);
+
+// The --numa-binding modes torchrun 2.13 accepts (torch.numa.binding.AffinityMode).
+inline constexpr const char* kNumaBindingModes[] = {"node", "socket", "exclusive", "core-complex"};
+
+// The event handlers torchrun 2.13's --event-log-handler names (torch.distributed.elastic.events
+// .handlers): dgt-run accepts them and ignores them (its agent log reports the run's events).
+inline constexpr const char* kEventLogHandlers[] = {"console", "dynamic_rendezvous", "null"};
+
 enum class Distribution { kPytorch, kTensorflow, kMpi };
 enum class RestartPolicy { kGroup, kRank };
 // What --restart-policy rank does with a failed rank (docs/RECOVERY.md): start a replacement
@@ -84,18 +100,38 @@ struct LaunchOptions {
   std::string rdzv_tls_cert;
   std::string rdzv_tls_key;
   std::string rdzv_token_file;
-  double stop_timeout_s = 30;          // SIGTERM → SIGKILL grace when stopping workers.
+  // SIGTERM → SIGKILL grace when stopping workers: --stop-timeout, or its torchrun 2.13 alias
+  // --shutdown-timeout, else $TORCH_ELASTIC_SHUTDOWN_TIMEOUT (as torchrun), else 30 s.
+  double stop_timeout_s = 30;
   double monitor_interval_s = 0.1;     // Accepted for torchrun compatibility; exits are events.
   std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.
-  // Signals forwarded to every worker's process group. SIGUSR1/SIGUSR2 are forwarded only;
-  // the others also stop the job.
+  // Signals forwarded to every worker's process group (default kDefaultSignalsToHandle, as
+  // torchrun 2.13). SIGUSR1/SIGUSR2, when listed, are forwarded only; the others also stop the
+  // job.
   std::vector<int> signals_to_handle;
+  // The flag's text, as given: torchrun 2.13 exports it to its workers as
+  // TORCHELASTIC_SIGNALS_TO_HANDLE (torch.distributed.launcher.api).
+  std::string signals_to_handle_text = kDefaultSignalsToHandle;
+  // --event-log-handler (one of kEventLogHandlers) and --logs-specs (a torchrun.logs_specs entry
+  // point name; empty when not given): accepted for torchrun 2.13 compatibility, not used.
+  std::string event_log_handler = "null";
+  std::string logs_specs;
   // Logs: <log_dir>/<run_id>_<unique>/attempt_<n>/<local_rank>/{stdout,stderr}.log and
   // error.json, a new directory per launch (agent/log_dir.h). run_id has no '/' and no "..".
   std::string log_dir;
   StreamSpec redirects;              // Streams written to the files only.
   StreamSpec tee;                    // Streams written to the files and the console.
   std::set<int> local_ranks_filter;  // Local ranks that reach the console; empty = all.
+  // --duplicate-stdout-filters / --duplicate-stderr-filters (torchrun 2.13): lines of the tee'd
+  // (-t) streams of the ranks shown on the console that contain any of these strings are also
+  // written, prefixed as on the console, to <attempt dir>/filtered_stdout.log (filtered_stderr
+  // .log). Empty: no such file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (torchrun 2.13): the console prefix of each worker's
+  // lines, with ${rank}, ${local_rank} and ${role_name} substituted (ExpandLogLinePrefix); empty:
+  // the default "[rank<N>]: ".
+  std::string log_line_prefix_template;
   LogFormat log_format = LogFormat::kText;
   Distribution distribution = Distribution::kPytorch;
   // --distribution tensorflow: parameter servers take the first global ranks, then the chief
@@ -104,7 +140,12 @@ struct LaunchOptions {
   int parameter_server_count = 0;
   bool tf_chief = false;
   bool pass_local_rank_arg = false;  // Append --local_rank=N to the script's arguments.
-  // Interpreter for scripts: $DGT_PYTHON, else "python3" from PATH.
+  // --virtual-local-rank (torchrun 2.13): every worker gets LOCAL_RANK=0 and
+  // CUDA_VISIBLE_DEVICES set to its own device only (entry LOCAL_RANK of the agent's
+  // CUDA_VISIBLE_DEVICES, or LOCAL_RANK itself when that is unset).
+  bool virtual_local_rank = false;
+  // Interpreter for scripts: $PYTHON_EXEC (torchrun's override), else $DGT_PYTHON, else
+  // "python3" from PATH.
   std::string python = "python3";
   // The training script (or program with --no-python, or module with -m) and its arguments.
   std::vector<std::string> command;
@@ -118,9 +159,13 @@ struct ParsedCommandLine {
   std::string output;  // For stdout when exit_code is 0, else for stderr.
 };
 
-// Parses dgt-run's arguments (argv[0] excluded). Usage errors give exit code 2 and a one-line
-// message naming the flag and value, e.g. "--nproc-per-node must be >= 1, got 0".
-// `getenv_fn` supplies DGT_PYTHON, CUDA_VISIBLE_DEVICES and the PET_* defaults (a seam for tests).
+// Parses dgt-run's arguments (argv[0] excluded): every option of torchrun 2.13's parser is
+// accepted in its dash and underscore spellings, and "--" ends the flags (the next argument is
+// the script even if it starts with '-'). Usage errors give exit code 2 and a one-line message
+// naming the flag and value, e.g. "--nproc-per-node must be >= 1, got 0".
+// `getenv_fn` supplies PYTHON_EXEC, DGT_PYTHON, CUDA_VISIBLE_DEVICES,
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and the PET_* defaults
+// (a seam for tests).
 ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                          const char* (*getenv_fn)(const char*) = nullptr);
 

@@ -1,6 +1,8 @@
 #include "agent/worker_env.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -43,6 +45,21 @@ EnvMap BuildWorkerEnv(const EnvMap& base, const NodeAssignment& a, int local_ran
     env["NCCL_ASYNC_ERROR_HANDLING"] = std::string("1");
   }
   if (!extras.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = extras.error_file;
+  if (!extras.signals_to_handle.empty()) {
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = extras.signals_to_handle;
+  }
+  if (extras.virtual_local_rank) {
+    env["LOCAL_RANK"] = "0";
+    auto visible = base.find("CUDA_VISIBLE_DEVICES");
+    if (visible == base.end()) {
+      env["CUDA_VISIBLE_DEVICES"] = absl::StrCat(local_rank);
+    } else {
+      std::vector<absl::string_view> devices = absl::StrSplit(visible->second, ',');
+      if (local_rank < static_cast<int>(devices.size())) {
+        env["CUDA_VISIBLE_DEVICES"] = std::string(absl::StripAsciiWhitespace(devices[local_rank]));
+      }
+    }
+  }
   switch (extras.distribution) {
     case Distribution::kPytorch:
       break;

@@ -33,10 +33,20 @@ struct WorkerEnvExtras {
   Distribution distribution = Distribution::kPytorch;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE; not set when empty.
   std::string tf_config;   // TF_CONFIG (tensorflow only), see BuildTfConfig.
+  // --virtual-local-rank (torchrun 2.13 LocalElasticAgent): LOCAL_RANK=0, and
+  // CUDA_VISIBLE_DEVICES = entry `local_rank` of the base environment's CUDA_VISIBLE_DEVICES
+  // (whitespace stripped), or `local_rank` itself when the base has none. Other variables
+  // (OMPI_COMM_WORLD_LOCAL_RANK, the log prefix) keep the real local rank.
+  bool virtual_local_rank = false;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE (--signals-to-handle's text, which torchrun 2.13 leaves in its
+  // workers' environment); not set when empty.
+  std::string signals_to_handle;
 };
 
 // The environment of local rank `local_rank`: `base` (the agent's environment) overlaid with the
-// contract. OMP_NUM_THREADS=1 is added when unset and more than one worker runs on the node, and
+// contract. With extras.virtual_local_rank, `local_rank` must have an entry in the base's
+// CUDA_VISIBLE_DEVICES (launch_options checks it) or CUDA_VISIBLE_DEVICES is left unchanged.
+// OMP_NUM_THREADS=1 is added when unset and more than one worker runs on the node, and
 // TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and NCCL_ASYNC_ERROR_HANDLING=1 (the name torch < 2.2 reads)
 // when the user set neither, as torchrun does. The pytorch set is always present, with
 // DeepSpeed's launcher names CROSS_RANK (node rank), CROSS_SIZE (node count) and LOCAL_SIZE

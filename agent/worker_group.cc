@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -33,6 +34,27 @@ void WriteAll(int fd, const std::string& data) {
 }
 
 }  // namespace
+
+FilteredLog::FilteredLog(int fd, std::vector<std::string> needles)
+    : fd_(fd), needles_(std::move(needles)) {}
+
+FilteredLog::~FilteredLog() { ::close(fd_); }
+
+absl::StatusOr<std::shared_ptr<FilteredLog>> FilteredLog::Open(const std::string& path,
+                                                               std::vector<std::string> needles) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  return std::shared_ptr<FilteredLog>(new FilteredLog(fd, std::move(needles)));
+}
+
+void FilteredLog::MaybeWrite(absl::string_view prefix, absl::string_view line) {
+  for (const std::string& needle : needles_) {
+    if (absl::StrContains(line, needle)) {
+      WriteAll(fd_, absl::StrCat(prefix, line, "\n"));
+      return;
+    }
+  }
+}
 
 std::string WorkerExit::Describe() const {
   if (signal != 0) {
@@ -66,6 +88,8 @@ struct WorkerGroup::Worker {
   bool err_console = true;
   bool exited = false;
   std::string prefix;
+  std::shared_ptr<FilteredLog> out_filtered;
+  std::shared_ptr<FilteredLog> err_filtered;
   asio::posix::stream_descriptor pidfd;
   asio::posix::stream_descriptor out;
   asio::posix::stream_descriptor err;
@@ -140,7 +164,9 @@ absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
     w->err_file = files[1];
     w->out_console = spec.stdout_console;
     w->err_console = spec.stderr_console;
-    w->prefix = absl::StrCat("[rank", spec.rank, "]: ");
+    w->prefix = spec.prefix.empty() ? absl::StrCat("[rank", spec.rank, "]: ") : spec.prefix;
+    w->out_filtered = spec.stdout_filtered;
+    w->err_filtered = spec.stderr_filtered;
     const int pidfd = launched->exit_fd;
     const int out_pipe[2] = {launched->stdout_fd, -1};
     const int err_pipe[2] = {launched->stderr_fd, -1};
@@ -201,9 +227,11 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
         const int fd = is_stderr ? console_err_ : console_out_;
         const bool console = is_stderr ? w.err_console : w.out_console;
         const int file = is_stderr ? w.err_file : w.out_file;
+        FilteredLog* filtered = (is_stderr ? w.err_filtered : w.out_filtered).get();
         if (ec) {
           if (!partial.empty()) {
             if (console) WriteAll(fd, absl::StrCat(w.prefix, partial, "\n"));
+            if (filtered != nullptr) filtered->MaybeWrite(w.prefix, partial);
             if (file >= 0) WriteAll(file, absl::StrCat(partial, "\n"));
             partial.clear();
           }
@@ -234,6 +262,11 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
           absl::string_view segment(partial.data() + start, end - start);
           // Shown already (previewed below, before its '\r' came) and not grown since.
           const bool shown = start == 0 && st.previewed > 0 && segment.size() == st.previewed;
+          // A '\r' segment is a line too for the filtered log, as torchrun reads its files
+          // with universal newlines.
+          if (filtered != nullptr && (newline || !segment.empty())) {
+            filtered->MaybeWrite(w.prefix, segment);
+          }
           if (newline) {
             absl::StrAppend(&text, w.prefix, segment, "\n");
             if (is_stderr) {
@@ -253,6 +286,7 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
         if (partial.size() > 65536) {  // An endless line: forward it in pieces.
           absl::StrAppend(&text, w.prefix, partial, "\n");
           if (file >= 0) WriteAll(file, partial);
+          if (filtered != nullptr) filtered->MaybeWrite(w.prefix, partial);
           partial.clear();
           st.previewed = 0;
         }

@@ -22,11 +22,37 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "agent/process_launcher.h"
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
+
+// One file collecting, from several workers, the output lines that contain any of `needles`,
+// each with its worker's console prefix: torchrun 2.13's --duplicate-stdout-filters /
+// --duplicate-stderr-filters (<attempt dir>/filtered_stdout.log). Shared by the workers of an
+// attempt; the file is closed when the last holder is gone. Each line is one write(2), so lines
+// of different workers do not interleave.
+class FilteredLog {
+ public:
+  // Creates (truncates) `path`.
+  // Errors: as open(2) (NotFound, PermissionDenied, ...), naming the path.
+  static absl::StatusOr<std::shared_ptr<FilteredLog>> Open(const std::string& path,
+                                                           std::vector<std::string> needles);
+  ~FilteredLog();
+  FilteredLog(const FilteredLog&) = delete;
+  FilteredLog& operator=(const FilteredLog&) = delete;
+
+  // Writes `prefix`, `line` and '\n' when `line` contains any needle (an empty needle matches
+  // every line, as in torchrun).
+  void MaybeWrite(absl::string_view prefix, absl::string_view line);
+
+ private:
+  FilteredLog(int fd, std::vector<std::string> needles);
+  const int fd_;
+  const std::vector<std::string> needles_;
+};
 
 struct WorkerSpec {
   int local_rank = 0;
@@ -38,9 +64,14 @@ struct WorkerSpec {
   // Log files (created, truncated); empty for none. Lines go there without the rank prefix.
   std::string stdout_file;
   std::string stderr_file;
-  // Whether each stream also reaches the agent's console (prefixed "[rankN]: ").
+  // Whether each stream also reaches the agent's console, each line prefixed with `prefix`
+  // (empty: "[rank<rank>]: ").
   bool stdout_console = true;
   bool stderr_console = true;
+  std::string prefix;
+  // Where lines of each stream are duplicated when they match its filters; null for none.
+  std::shared_ptr<FilteredLog> stdout_filtered;
+  std::shared_ptr<FilteredLog> stderr_filtered;
 };
 
 struct WorkerExit {

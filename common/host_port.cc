@@ -69,6 +69,11 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
   return Parse(text, default_port, 1, what);
 }
 
+absl::StatusOr<HostPort> ParseHostPortOrFree(absl::string_view text, int default_port,
+                                             absl::string_view what) {
+  return Parse(text, default_port, 0, what);
+}
+
 absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what) {
   return Parse(text, -1, 0, what);
 }

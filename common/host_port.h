@@ -23,6 +23,11 @@ struct HostPort {
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, int default_port,
                                        absl::string_view what);
 
+// As ParseHostPort, but port 0 is accepted too: torchrun 2.x's "--rdzv-endpoint HOST:0" (a free
+// port, for a single node).
+absl::StatusOr<HostPort> ParseHostPortOrFree(absl::string_view text, int default_port,
+                                             absl::string_view what);
+
 // As ParseHostPort for an address to listen on: the port is required and may be 0 (any free).
 absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what);
 

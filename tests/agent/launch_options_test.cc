@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
@@ -210,16 +211,16 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
       {{"--nproc-per-node=", kScript},
        "dgt-run: error: --nproc-per-node needs a value, got an empty one\n"},
       {{"--standalone", "/tmp"}, "dgt-run: error: training script '/tmp' is a directory\n"},
-      {{"--nnodes=2", "--rdzv-endpoint=h:0", kScript},
-       "dgt-run: error: --rdzv-endpoint: port must be 1..65535, got 'h:0'\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=h:65536", kScript},
+       "dgt-run: error: --rdzv-endpoint: port must be 0..65535, got 'h:65536'\n"},
       {{"--rdzv-backend=c10d", "--nnodes=2", kScript},
        "dgt-run: error: --rdzv-endpoint is required for --nnodes=2 (or use --standalone for one "
        "node)\n"},
       {{"--standalone", "no_such_script.py"},
        "dgt-run: error: training script 'no_such_script.py' does not exist\n"},
       {{"--standalone"},
-       "dgt-run: error: missing the training script (usage: dgt-run [flags] script.py [script "
-       "args])\n"},
+       "dgt-run: error: missing the training script (usage: dgt-run [flags] [--] script.py "
+       "[script args])\n"},
       {{"--rdzv-backend=etcd", kScript},
        "dgt-run: error: --rdzv-backend=etcd is not supported: run dgt-rendezvous and pass its "
        "address with --rdzv-endpoint\n"},
@@ -349,6 +350,29 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "the fewest nodes) for 2 parameter server(s)/chief\n"},
       {{"-m", "--no-python", "x"},
        "dgt-run: error: -m/--module and --no-python exclude each other\n"},
+      // torchrun 2.13's newer flags.
+      {{"--numa-binding=nodes", kScript},
+       "dgt-run: error: --numa-binding must be one of node, socket, exclusive, core-complex (as "
+       "torchrun 2.13), got 'nodes'\n"},
+      {{"--numa_binding", "node", kScript},
+       "dgt-run: error: --numa-binding=node is not supported on this host: dgt-run does not bind "
+       "workers to NUMA nodes (torchrun 2.13 runs each worker under numactl); start the script "
+       "through numactl yourself (--no-python with a wrapper), or leave the flag out\n"},
+      {{"--event-log-handler=file", kScript},
+       "dgt-run: error: --event-log-handler must be one of console, dynamic_rendezvous, null (the "
+       "handlers torchrun 2.13 registers), got 'file'\n"},
+      {{"--shutdown-timeout=-1", kScript},
+       "dgt-run: error: --shutdown-timeout must be a number of seconds from 0 to 31536000 (a "
+       "year), got '-1'\n"},
+      {{"--stop-timeout=5", "--shutdown_timeout=6", kScript},
+       "dgt-run: error: --stop-timeout=5 and --shutdown-timeout=6 disagree: --shutdown-timeout is "
+       "an alias of --stop-timeout; give one\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=10.0.0.1:0", kScript},
+       "dgt-run: error: --rdzv-endpoint=10.0.0.1:0: port 0 (a free port) is for a single node, "
+       "but --nnodes=2; give the port every node connects to\n"},
+      {{"--"},
+       "dgt-run: error: missing the training script (usage: dgt-run [flags] [--] "
+       "script.py [script args])\n"},
   };
   for (const BadCase& c : cases) {
     auto p = Parse(c.args);
@@ -480,8 +504,15 @@ TEST(LaunchOptionsTest, Defaults) {
   EXPECT_EQ(o.restart_policy, RestartPolicy::kGroup);
   EXPECT_EQ(o.recovery_mode, RecoveryMode::kReplace);
   EXPECT_EQ(o.stop_timeout_s, 30);
-  EXPECT_EQ(o.signals_to_handle,
-            (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}));
+  // torchrun 2.13's default: SIGUSR1/SIGUSR2 only when listed.
+  EXPECT_EQ(o.signals_to_handle, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+  EXPECT_EQ(o.signals_to_handle_text, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  EXPECT_EQ(o.event_log_handler, "null");
+  EXPECT_EQ(o.logs_specs, "");
+  EXPECT_TRUE(o.duplicate_stdout_filters.empty());
+  EXPECT_TRUE(o.duplicate_stderr_filters.empty());
+  EXPECT_FALSE(o.virtual_local_rank);
+  EXPECT_EQ(o.log_line_prefix_template, "");
   EXPECT_EQ(o.redirects.For(0), 0);
   EXPECT_EQ(o.tee.For(0), 0);
   EXPECT_FALSE(o.master_port_set);
@@ -561,7 +592,9 @@ TEST(LaunchOptionsTest, HelpExitsZero) {
   // Grouped, with defaults.
   EXPECT_NE(p.output.find("Supervision and restarts:"), std::string::npos);
   EXPECT_NE(p.output.find("Azure ML aliases:"), std::string::npos);
-  EXPECT_NE(p.output.find("TEXT=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"), std::string::npos);
+  EXPECT_NE(
+      p.output.find("--signals-to-handle,--signals_to_handle TEXT=SIGTERM,SIGINT,SIGHUP,SIGQUIT\n"),
+      std::string::npos);
   EXPECT_NE(p.output.find("--rdzv-backend,--rdzv_backend TEXT=static"), std::string::npos);
 }
 
@@ -650,6 +683,139 @@ TEST(LaunchOptionsTest, AcceptedCounterparts) {
   ASSERT_TRUE(fixed.options.has_value()) << fixed.output;
   auto local = Parse({"--local-addr=127.0.0.1", kScript});
   ASSERT_TRUE(local.options.has_value()) << local.output;
+}
+
+// "--" ends dgt-run's flags as it ends torchrun's: the next argument is the script even when it
+// starts with '-', and a later "--" belongs to the script.
+TEST(LaunchOptionsTest, DoubleDashEndsTheFlags) {
+  auto p = Parse({"--nproc-per-node=2", "--", kScript, "--nnodes=3", "--", "x"});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->nproc_per_node, 2);
+  EXPECT_EQ(p.options->min_nodes, 1);
+  EXPECT_EQ(p.options->command, (std::vector<std::string>{kScript, "--nnodes=3", "--", "x"}));
+  // Without "--" such a script is taken for an unknown flag; after it, for the script.
+  auto dash = Parse({"--no-python", "--", "-weird", "a"});
+  ASSERT_TRUE(dash.options.has_value()) << dash.output;
+  EXPECT_EQ(dash.options->command, (std::vector<std::string>{"-weird", "a"}));
+  // As torchrun's argparse: the first "--" also goes when it comes right after the script.
+  for (const auto& [args, command] :
+       std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>>{
+           {{kScript, "--", "a"}, {kScript, "a"}},
+           {{kScript, "a", "--", "b"}, {kScript, "a", "--", "b"}},
+           {{kScript, "--", "--", "b"}, {kScript, "--", "b"}},
+           {{"--", kScript, "--"}, {kScript, "--"}},
+           {{kScript, "--"}, {kScript}},
+       }) {
+    auto q = Parse(args);
+    ASSERT_TRUE(q.options.has_value()) << q.output;
+    EXPECT_EQ(q.options->command, command) << absl::StrJoin(args, " ");
+  }
+  auto unknown = Parse({"--no-python", "-weird", "a"});
+  EXPECT_EQ(unknown.output, "dgt-run: error: unknown flag '-weird' (see dgt-run --help)\n");
+}
+
+TEST(LaunchOptionsTest, ShutdownTimeoutIsStopTimeout) {
+  auto alias = Parse({"--shutdown-timeout=7", kScript});
+  ASSERT_TRUE(alias.options.has_value()) << alias.output;
+  EXPECT_EQ(alias.options->stop_timeout_s, 7);
+  auto agree = Parse({"--shutdown_timeout", "4", "--stop-timeout=4", kScript});
+  ASSERT_TRUE(agree.options.has_value()) << agree.output;
+  EXPECT_EQ(agree.options->stop_timeout_s, 4);
+  // torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT when neither flag is given.
+  auto env = [](const char* name) -> const char* {
+    return std::strcmp(name, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT") == 0 ? "12" : nullptr;
+  };
+  auto from_env = Parse({kScript}, env);
+  ASSERT_TRUE(from_env.options.has_value()) << from_env.output;
+  EXPECT_EQ(from_env.options->stop_timeout_s, 12);
+  auto flag_wins = Parse({"--stop-timeout=3", kScript}, env);
+  ASSERT_TRUE(flag_wins.options.has_value()) << flag_wins.output;
+  EXPECT_EQ(flag_wins.options->stop_timeout_s, 3);
+  auto bad_env = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT") == 0 ? "soon" : nullptr;
+  });
+  EXPECT_EQ(bad_env.exit_code, 2);
+  EXPECT_EQ(bad_env.output,
+            "dgt-run: error: TORCH_ELASTIC_SHUTDOWN_TIMEOUT must be a number of seconds from 0 to "
+            "31536000 (a year), got 'soon'\n");
+  auto pet = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_SHUTDOWN_TIMEOUT") == 0 ? "9" : nullptr;
+  });
+  ASSERT_TRUE(pet.options.has_value()) << pet.output;
+  EXPECT_EQ(pet.options->stop_timeout_s, 9);
+}
+
+TEST(LaunchOptionsTest, DuplicateFiltersSplitAsTorchrun) {
+  EXPECT_EQ(SplitDuplicateFilters("apple,orange"), (std::vector<std::string>{"apple", "orange"}));
+  EXPECT_EQ(SplitDuplicateFilters("a,,b"), (std::vector<std::string>{"a,b"}));
+  EXPECT_EQ(SplitDuplicateFilters("a,,,b"), (std::vector<std::string>{"a,", "b"}));
+  EXPECT_EQ(SplitDuplicateFilters(""), (std::vector<std::string>{""}));
+  EXPECT_EQ(SplitDuplicateFilters("a,"), (std::vector<std::string>{"a", ""}));
+  auto p = Parse(
+      {"--duplicate-stdout-filters", "loss,,x,acc", "--duplicate_stderr_filters=Error", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->duplicate_stdout_filters, (std::vector<std::string>{"loss,x", "acc"}));
+  EXPECT_EQ(p.options->duplicate_stderr_filters, (std::vector<std::string>{"Error"}));
+  auto pet = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_DUPLICATE_STDERR_FILTERS") == 0 ? "warn" : nullptr;
+  });
+  ASSERT_TRUE(pet.options.has_value()) << pet.output;
+  EXPECT_EQ(pet.options->duplicate_stderr_filters, (std::vector<std::string>{"warn"}));
+}
+
+TEST(LaunchOptionsTest, AcceptedTorchrunCompatibilityFlags) {
+  auto p = Parse(
+      {"--event_log_handler=console", "--logs-specs", "my_specs", "--virtual-local-rank", kScript},
+      FourGpus);
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->event_log_handler, "console");
+  EXPECT_EQ(p.options->logs_specs, "my_specs");
+  EXPECT_TRUE(p.options->virtual_local_rank);
+  // torchrun reads no PET_ variable for --logs-specs and --numa-binding.
+  auto pet = Parse({kScript}, [](const char* name) -> const char* {
+    if (std::strcmp(name, "PET_LOGS_SPECS") == 0) return "x";
+    if (std::strcmp(name, "PET_NUMA_BINDING") == 0) return "node";
+    if (std::strcmp(name, "PET_VIRTUAL_LOCAL_RANK") == 0) return "1";
+    return nullptr;
+  });
+  ASSERT_TRUE(pet.options.has_value()) << pet.output;
+  EXPECT_EQ(pet.options->logs_specs, "");
+  EXPECT_TRUE(pet.options->virtual_local_rank);
+}
+
+TEST(LaunchOptionsTest, VirtualLocalRankNeedsADevicePerWorker) {
+  auto p = Parse({"--virtual-local-rank", "--nproc-per-node=5", kScript}, FourGpus);
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --virtual-local-rank: local rank 4 has no device in "
+            "CUDA_VISIBLE_DEVICES='0,1,2,3' (--nproc-per-node=5)\n");
+  // Without CUDA_VISIBLE_DEVICES each worker gets its local rank as its device.
+  auto unset = Parse({"--virtual-local-rank", "--nproc-per-node=5", kScript});
+  ASSERT_TRUE(unset.options.has_value()) << unset.output;
+}
+
+TEST(LaunchOptionsTest, FreePortEndpointForOneNode) {
+  auto p = Parse({"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->rdzv_endpoint, "localhost:0");
+}
+
+TEST(LaunchOptionsTest, PythonExecAndPrefixTemplateFromTheEnvironment) {
+  auto env = [](const char* name) -> const char* {
+    if (std::strcmp(name, "PYTHON_EXEC") == 0) return "/opt/py/bin/python";
+    if (std::strcmp(name, "DGT_PYTHON") == 0) return "/usr/bin/python3";
+    if (std::strcmp(name, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") == 0) return "[${rank}]:";
+    return nullptr;
+  };
+  auto p = Parse({kScript}, env);
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->python, "/opt/py/bin/python");
+  EXPECT_EQ(p.options->log_line_prefix_template, "[${rank}]:");
+  auto dgt = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "DGT_PYTHON") == 0 ? "/usr/bin/python3" : nullptr;
+  });
+  ASSERT_TRUE(dgt.options.has_value()) << dgt.output;
+  EXPECT_EQ(dgt.options->python, "/usr/bin/python3");
 }
 
 }  // namespace

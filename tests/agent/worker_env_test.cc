@@ -47,6 +47,32 @@ TEST(WorkerEnvTest, ContractForSecondNode) {
   EXPECT_EQ(env, expected);
 }
 
+// torchrun 2.13 --virtual-local-rank: LOCAL_RANK=0, the worker's own device only.
+TEST(WorkerEnvTest, VirtualLocalRank) {
+  NodeAssignment a;
+  a.local_world_size = 3;
+  a.world_size = 3;
+  WorkerEnvExtras extras;
+  extras.virtual_local_rank = true;
+  extras.distribution = Distribution::kMpi;
+  EnvMap env = BuildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "4, 6,7"}}, a, 1, extras);
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "6");
+  EXPECT_EQ(env["RANK"], "1");
+  EXPECT_EQ(env["OMPI_COMM_WORLD_LOCAL_RANK"], "1");  // The real local rank.
+  EXPECT_EQ(env.count("TORCHELASTIC_SIGNALS_TO_HANDLE"), 0u);
+  extras.signals_to_handle = "SIGTERM,SIGUSR1";
+  EXPECT_EQ(BuildWorkerEnv({}, a, 0, extras)["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGUSR1");
+  EXPECT_EQ(BuildWorkerEnv({}, a, 2, extras)["CUDA_VISIBLE_DEVICES"], "2");
+  EXPECT_EQ(BuildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b"}}, a, 0, extras)
+                .at("CUDA_VISIBLE_DEVICES"),
+            "GPU-a");
+  // Without the flag both are as the agent has them.
+  EnvMap plain = BuildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "4,6,7"}}, a, 1);
+  EXPECT_EQ(plain["LOCAL_RANK"], "1");
+  EXPECT_EQ(plain["CUDA_VISIBLE_DEVICES"], "4,6,7");
+}
+
 TEST(WorkerEnvTest, AsyncErrorHandlingUnderEitherNameIsTheUsers) {
   NodeAssignment a;
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {

@@ -224,6 +224,58 @@ std::string Drain(int fd) {
   return out;
 }
 
+// torchrun 2.13 --duplicate-stdout-filters: the matching lines of every worker holding the
+// filtered log go there, with the worker's prefix (a template's, when given); '\r' segments
+// count as lines, and so does an unterminated last line.
+TEST(WorkerGroupFakeTest, MatchingLinesAreDuplicatedToTheFilteredLog) {
+  boost::asio::io_context io;
+  FakeProcessLauncher launcher;
+  WorkerGroup group(
+      io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
+  int console[2];
+  ASSERT_EQ(::pipe2(console, O_NONBLOCK | O_CLOEXEC), 0);
+  group.SetConsole(console[1], console[1]);
+  const std::string path = ::testing::TempDir() + "wg_filtered_stdout.log";
+  auto filtered = FilteredLog::Open(path, {"loss", "acc"});
+  ASSERT_TRUE(filtered.ok()) << filtered.status();
+  WorkerSpec a = Fake(0);
+  a.prefix = "<0> ";
+  a.stdout_filtered = *filtered;
+  WorkerSpec b = Fake(1);
+  b.stdout_filtered = *filtered;
+  WorkerSpec c = Fake(2);  // Not tee'd: its lines stay out of the file.
+  ASSERT_TRUE(group.Start({a, b, c}).ok());
+  filtered->reset();  // The workers hold it now.
+  const std::vector<pid_t> pids = launcher.launch_order();
+  launcher.Write(pids[0], 1, "step 1 loss=0.5\nnoise\n");
+  io.run_for(std::chrono::milliseconds(20));
+  launcher.Write(pids[1], 1, "epoch acc 0.9\r");
+  io.run_for(std::chrono::milliseconds(20));
+  launcher.Write(pids[1], 1, "x\n");
+  launcher.Write(pids[1], 2, "loss on stderr\n");  // Another stream, another log.
+  launcher.Write(pids[2], 1, "loss of rank 2\n");
+  launcher.Write(pids[0], 1, "last loss");
+  io.run_for(std::chrono::milliseconds(20));
+  for (pid_t p : pids) launcher.ExitWithCode(p, 0);
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(5));
+  ASSERT_TRUE(group.drained());
+  EXPECT_EQ(ReadFile(path), "<0> step 1 loss=0.5\n[rank1]: epoch acc 0.9\n<0> last loss\n");
+  const std::string shown = Drain(console[0]);
+  EXPECT_NE(shown.find("<0> noise\n"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("[rank2]: loss of rank 2\n"), std::string::npos) << shown;
+  ::close(console[0]);
+  ::close(console[1]);
+}
+
+TEST(FilteredLogTest, OpenNamesThePathOnError) {
+  auto log = FilteredLog::Open("/nonexistent-dir/filtered_stdout.log", {"x"});
+  EXPECT_EQ(log.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(log.status().message().find("open /nonexistent-dir/filtered_stdout.log"),
+            std::string::npos)
+      << log.status();
+}
+
 // A progress bar (tqdm writes "\r" + the bar, and a newline only at the end) shows as it is
 // drawn, prefixed, each state in one piece; not only at the next newline.
 TEST(WorkerGroupFakeTest, CarriageReturnSegmentsReachTheConsoleAsTheyCome) {

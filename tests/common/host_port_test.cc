@@ -45,6 +45,21 @@ TEST(ParseHostPortTest, Errors) {
   EXPECT_EQ(ParseHostPort("h:0", 1, "x").status().message(), "x: port must be 1..65535, got 'h:0'");
 }
 
+// torchrun 2.x's "--rdzv-endpoint HOST:0" (a free port) parses; anything else as ParseHostPort.
+TEST(ParseHostPortTest, OrFreeAcceptsPortZero) {
+  auto free = ParseHostPortOrFree("localhost:0", 29400, "--rdzv-endpoint");
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_EQ(free->host, "localhost");
+  EXPECT_EQ(free->port, 0);
+  auto v6 = ParseHostPortOrFree("[::1]:0", 29400, "x");
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 0);
+  EXPECT_EQ(ParseHostPortOrFree("h", 29400, "x")->port, 29400);
+  EXPECT_EQ(ParseHostPortOrFree("h:-1", 1, "x").status().message(),
+            "x: port must be 0..65535, got 'h:-1'");
+}
+
 TEST(FormatHostPortTest, BracketsIpv6) {
   EXPECT_EQ(FormatHostPort("10.0.0.1", 80), "10.0.0.1:80");
   EXPECT_EQ(FormatHostPort("::1", 80), "[::1]:80");

@@ -16,7 +16,7 @@ SCRIPT = str(WORKERS / "print_env.py")
     (["--bogus", SCRIPT], "dgt-run: error: unknown flag '--bogus' (see dgt-run --help)"),
     (["--nproc-per-node=0", SCRIPT], "dgt-run: error: --nproc-per-node must be >= 1, got 0"),
     (["--nnodes=2", "--rdzv-endpoint=host:99999", SCRIPT],
-     "dgt-run: error: --rdzv-endpoint: port must be 1..65535, got 'host:99999'"),
+     "dgt-run: error: --rdzv-endpoint: port must be 0..65535, got 'host:99999'"),
     (["--nnodes=2", "--rdzv-endpoint=[::1", SCRIPT],
      "dgt-run: error: --rdzv-endpoint: missing ']' after IPv6 address, got '[::1'"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-token-file=/nonexistent", SCRIPT],

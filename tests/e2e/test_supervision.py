@@ -56,8 +56,10 @@ def test_stop_signal_is_forwarded(spawn, tmp_path, sig):
 def test_notify_signal_is_forwarded_without_stopping(spawn, tmp_path, sig):
     ready = tmp_path / "ready"
     ready.mkdir()
-    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
-               "--ready-dir", ready])
+    # Listed explicitly: torchrun 2.13's default (dgt-run's too) is SIGTERM,SIGINT,SIGHUP,SIGQUIT.
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2",
+               "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
+               WORKERS / "signal_worker.py", "--ready-dir", ready])
     pids = ready_pids(ready, 2, p)
     os.kill(p.popen.pid, sig)
     wait_for(lambda: all(f"[rank{r}]: rank {r} got {sig.name}" in p.stdout for r in range(2)),
@@ -69,10 +71,26 @@ def test_notify_signal_is_forwarded_without_stopping(spawn, tmp_path, sig):
     assert p.wait(timeout=20) == 128 + signal.SIGTERM
 
 
-def test_stop_grace_then_sigkill(spawn, tmp_path):
+def test_notify_signal_not_listed_is_not_forwarded(spawn, tmp_path):
+    """torchrun 2.13's default --signals-to-handle leaves SIGUSR1 out: it is not forwarded and
+    has its default effect on dgt-run (the end), and the workers go with it."""
     ready = tmp_path / "ready"
     ready.mkdir()
-    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", "--stop-timeout=1",
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", WORKERS / "signal_worker.py",
+               "--ready-dir", ready])
+    pids = ready_pids(ready, 2, p)
+    os.kill(p.popen.pid, signal.SIGUSR1)
+    assert p.wait(timeout=20) == -signal.SIGUSR1
+    wait_for(lambda: not any(alive(pid) for pid, _ in pids.values()), 10, "the workers to end")
+    assert "got SIGUSR1" not in p.stdout, p.stdout
+
+
+# --shutdown-timeout is torchrun 2.13's name of --stop-timeout.
+@pytest.mark.parametrize("grace_flag", ["--stop-timeout=1", "--shutdown-timeout=1"])
+def test_stop_grace_then_sigkill(spawn, tmp_path, grace_flag):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    p = spawn([DGT_RUN, "--standalone", "--nproc-per-node=2", grace_flag,
                WORKERS / "signal_worker.py", "--ready-dir", ready, "--ignore-term"])
     pids = ready_pids(ready, 2, p)
     start = time.monotonic()
