@@ -8,6 +8,7 @@ on loopback, `--restart-policy rank`, one rank SIGKILLed mid-run.
     averages over 4 ranks before the resume step and over the 3 survivors after it.
 Each test prints the time from the SIGKILL to every rank back at the step reached before it.
 """
+import os
 import subprocess
 import sys
 import time
@@ -52,7 +53,8 @@ print(T.digest(model))
 def reference_digest(python, steps, k, before, after):
     r = subprocess.run([python, "-c", REFERENCE, str(EXAMPLE.parent), str(steps), str(k),
                         ",".join(map(str, before)), ",".join(map(str, after))],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "python")})
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -63,8 +65,8 @@ def job(tmp_path, python2):
 
     def make(run_id, mode):
         j = DgtRunJob(tmp_path, run_id, policy="rank", mode=mode, steps=STEPS,
-                      command=[python2, EXAMPLE, "--steps", STEPS, "--step-ms", 10,
-                               "--op-timeout", 20],
+                      command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
+                               "--op-timeout", "20"],
                       env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
         jobs.append(j)
         return j
