@@ -17,7 +17,7 @@ torch.distributed, for scripts that would otherwise lose every process to a grou
 - every member builds a new default process group for the next generation, bootstrapped under
   `dgt/comm/<group>/g<G>/` on the job's store, with all ranks (replace) or without the failed
   ones (shrink, renumbered in original-rank order);
-- the members agree on the step to resume from (the first survivor's) and that survivor
+- the members agree on the step to resume from (the furthest a survivor reached) and that survivor
   broadcasts the model's tensors and the optimizer state, so a replacement resumes at the
   survivors' step with their exact parameters.
 
@@ -29,10 +29,12 @@ thread is the group's watcher, which sets a flag (and, on NCCL, aborts the group
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
@@ -74,8 +76,10 @@ class RecoveryOptions:
     # Shrink mode: how long to wait for the agent's failure report before falling back to the
     # members that announced themselves (`alive` keys).
     report_timeout: float = 5.0
-    # How often the watcher re-arms its store wait (torch 1.x: polls).
-    watch_period: float = 0.2
+    # How long one store wait of the watcher lasts before it is re-armed (torch 2.x clients log a
+    # warning each time a wait times out, hence long). torch 1.x clients cannot cancel a wait
+    # that timed out, so there the watcher polls every 20 ms and this only bounds each poll run.
+    watch_period: float = 60.0
     # Generations a join or a recovery tries before it gives up (each bounded by op_timeout).
     join_attempts: int = 5
     # Recoveries a Trainer performs before it raises RecoveryError (bounds a failure loop).
@@ -228,8 +232,8 @@ class ElasticGroup:
     """The default torch.distributed process group of one generation of the job, rebuilt in place
     after a failure (the Python counterpart of dgt::worker::ElasticGroup, same store keys).
 
-    `connect` returns a new client of the job's store (called twice: one for the calls, one for
-    the watcher's blocking waits). Every wait is bounded by the options' timeouts."""
+    `connect` returns a new client of the job's store (called once for the calls, and once per
+    generation by its watcher thread). Every wait is bounded by the options' timeouts."""
 
     def __init__(self, env: JobEnv, options: RecoveryOptions, connect: Callable[[], Any],
                  backend=None):
@@ -240,15 +244,14 @@ class ElasticGroup:
             raise ValueError(f"recovery mode must be one of {', '.join(MODES)}, got "
                              f"{self.mode!r} (RecoveryOptions.mode or DGT_RECOVERY_MODE)")
         self.backend = backend or make_backend(options.backend, self.mode)
+        self._connect = connect
         self.store = connect()
-        self._watch_store = connect() if self.mode != "off" else None
         self._poll = _torch_major() < 2  # torch 1.x clients cannot cancel a timed-out WAIT.
         self.device = None  # torch device of the NCCL group (device_id), None on Gloo.
         self.generation = -1
         self.members: List[int] = []
         self.is_replacement = False
-        self._watcher: Optional[threading.Thread] = None
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # The current watcher's.
         self._pending = threading.Event()
         self.noticed_ns = 0
 
@@ -384,35 +387,39 @@ class ElasticGroup:
             time.sleep(min(0.02, timeout_s))
 
     def _start_watcher(self, nxt: int):
-        self._stop.clear()
+        """Watches for generation `nxt` to open, on its own store connection and thread. A
+        stopped watcher is not joined: it ends when its current wait does (watch_period), and its
+        stop event keeps it from touching the newer generation's flag meanwhile."""
+        self._stop_watcher()
+        stop = threading.Event()
+        self._stop = stop
         self._pending.clear()
         self.noticed_ns = 0
         key = keys.open_key(self.options.group, nxt)
 
         def watch():
-            while not self._stop.is_set():
+            store = None
+            while not stop.is_set():
                 try:
-                    seen = self._wait(self._watch_store, key, self.options.watch_period)
+                    if store is None:
+                        store = self._connect()
+                    seen = self._wait(store, key, self.options.watch_period)
                 except Exception as e:  # The store is unreachable: say so, retry later.
                     print(f"dgt.recovery: rank {self.env.rank}: watcher: {e}", file=sys.stderr)
-                    self._stop.wait(self.options.watch_period)
+                    store = None
+                    stop.wait(self.options.watch_period)
                     continue
-                if seen and not self._stop.is_set():
+                if seen and not stop.is_set():
                     self.noticed_ns = time.time_ns()
                     self._pending.set()
                     if self.backend.abort_on_notice:
                         self.backend.abort()
                     return
 
-        self._watcher = threading.Thread(target=watch, name="dgt-recovery-watcher", daemon=True)
-        self._watcher.start()
+        threading.Thread(target=watch, name=f"dgt-recovery-watch-g{nxt}", daemon=True).start()
 
     def _stop_watcher(self):
         self._stop.set()
-        if self._watcher is not None:
-            # Bounded: the watcher's store wait ends within watch_period (+ the cancel).
-            self._watcher.join(timeout=self.options.watch_period + self.options.store_timeout)
-            self._watcher = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -520,22 +527,32 @@ class Trainer:
                 if self.group.pending:
                     self.recover()
                     continue
-                try:
-                    train_step(self._ddp, self.step)
-                except Exception as e:
-                    if not self._is_peer_failure(e):
-                        raise
-                    self.recover(cause=e)
+                failure = self._call(train_step, self._ddp, self.step)
+                if failure is not None:
+                    self.recover(cause=failure)
                     continue
                 self.step += 1
                 self._has_state = True
-            try:  # A member that failed in the last step must not be left alone.
-                self._agree_finished()
+            # A member that failed in the last step must not be left alone.
+            failure = self._call(self._agree_finished)
+            if failure is None:
                 return self.step
-            except Exception as e:
-                if not self._is_peer_failure(e):
-                    raise
-                self.recover(cause=e)
+            self.recover(cause=failure)
+
+    def _call(self, fn, *args) -> Optional[BaseException]:
+        """fn(*args); returns the peer failure it raised (its frames cleared), None when it
+        returned, and raises what is not a peer failure."""
+        try:
+            fn(*args)
+            return None
+        except Exception as e:
+            if not self._is_peer_failure(e):
+                raise
+            # The traceback's frames hold the DDP wrapper, which holds the process group: while
+            # they live, destroying the group cannot close its sockets, and the peers blocked on
+            # this rank would wait for their op_timeout instead of failing at once.
+            traceback.clear_frames(e.__traceback__)
+            return e.with_traceback(None)
 
     def recover(self, cause: Optional[BaseException] = None):
         """Builds the next generation and syncs the state; callers of a custom loop call it when
@@ -544,7 +561,8 @@ class Trainer:
             raise RecoveryError(f"rank {self.env.rank}: {self.recoveries} recoveries done, "
                                 f"max_recoveries={self.options.max_recoveries}") from cause
         noticed = self.group.noticed_ns or time.time_ns()
-        self._ddp = None  # Drop the old group's last user before it is destroyed.
+        self._ddp = None  # Drop the old group's last user before it is destroyed...
+        gc.collect()      # ...including the reference cycles that DDP's hooks make.
         self.optimizer.zero_grad(set_to_none=True)
         self.group.recover()
         self.recoveries += 1
@@ -598,8 +616,8 @@ class Trainer:
         return DDP(self.module, **kwargs)
 
     def _sync_state(self):
-        """Agrees on the resume step and broadcasts the state from the first member holding it.
-        Returns (source RANK or None, resume step)."""
+        """Agrees on the resume step (the furthest step a member holds) and broadcasts the state
+        from the first member at that step. Returns (source RANK or None, resume step)."""
         import torch
         import torch.distributed as dist
         size = self.group.size
@@ -611,7 +629,9 @@ class Trainer:
         holders = [i for i, s in enumerate(steps) if s >= 0]
         if not holders:  # Everyone is new (e.g. all restarted): DDP's own init sync suffices.
             return None, 0
-        src = holders[0]
+        # The member furthest ahead (the first of them): a survivor that completed the step in
+        # flight when the peer died received the full all-reduce, so its state is the run's.
+        src = max(holders, key=lambda i: (steps[i], -i))
         if len(holders) == size and len(set(steps)) == 1:
             return None, steps[0]  # Survivors in lockstep hold equal state (DDP's invariant).
         with torch.no_grad():

@@ -135,7 +135,9 @@ def test_replace_resumes_from_a_survivor_with_exact_parameters(job, python2):
     resume = {int(f["resume"]) for f in synced.values()}
     assert len(resume) == 1
     k = resume.pop()
-    assert pre - 1 <= k <= pre  # The survivors' step: at most the one in flight is lost.
+    # The furthest survivor's step: the step in flight when rank 2 died may be lost, or
+    # completed after the kill by a survivor that had all of rank 2's data.
+    assert pre - 1 <= k <= pre + 1, (pre, k)
     assert synced[2]["replacement"] == "1" and synced[2]["source"] in ("0", "1", "3")
     for r in range(WORLD):
         assert done[r]["steps"] == str(STEPS)
@@ -162,7 +164,7 @@ def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2):
     resume = {int(f["resume"]) for f in synced.values()}
     assert len(resume) == 1
     k = resume.pop()
-    assert pre - 1 <= k <= pre
+    assert pre - 1 <= k <= pre + 1, (pre, k)
     for r in (0, 2, 3):
         assert done[r]["pid"] == str(pids[r])
         assert done[r]["members"] == "0,2,3"
