@@ -45,7 +45,7 @@ def member_key(group: str, rank: int) -> str:
 def comm_prefix(group: str, generation: int) -> str:
     """Where generation `generation`'s process group bootstraps (its own keys, so nothing of an
     older generation can disturb it)."""
-    return f"{COMM_PREFIX}/{group}/g{generation}/"
+    return f"{COMM_PREFIX}/{group}/g{generation}"
 
 
 def _as_int(store, key: str, value) -> int:

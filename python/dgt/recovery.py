@@ -278,7 +278,7 @@ class ElasticGroup:
         generation. Raises RecoveryError when no generation forms in `join_attempts`."""
         everyone = list(range(self.env.world_size))
         if self.mode == "off":
-            prefix = f"{keys.COMM_PREFIX}/{self.options.group}/attempt{self.env.restart_count}/"
+            prefix = f"{keys.COMM_PREFIX}/{self.options.group}/attempt{self.env.restart_count}"
             self._init(prefix, everyone)
             self.generation, self.members = 0, everyone
             return 0
@@ -405,6 +405,8 @@ class ElasticGroup:
                         store = self._connect()
                     seen = self._wait(store, key, self.options.watch_period)
                 except Exception as e:  # The store is unreachable: say so, retry later.
+                    if stop.is_set():
+                        return
                     print(f"dgt.recovery: rank {self.env.rank}: watcher: {e}", file=sys.stderr)
                     store = None
                     stop.wait(self.options.watch_period)
