@@ -193,8 +193,8 @@ TEST(FailurePublisherTest, DestructorDropsQueuedWork) {
                          release.WaitForNotificationWithTimeout(absl::Seconds(10));
                          return absl::UnavailableError("down");
                        });
-    p.Publish("h", 1, 0, "x", [&](absl::StatusOr<int>) { ++calls; });
-    p.Publish("h", 1, 1, "x", [&](absl::StatusOr<int>) { ++calls; });
+    p.Publish("h", 1, 0, "x", [&](const absl::StatusOr<int>&) { ++calls; });
+    p.Publish("h", 1, 1, "x", [&](const absl::StatusOr<int>&) { ++calls; });
     release.Notify();
   }
   EXPECT_LE(calls, 2);  // The first may have finished; nothing runs after destruction.
