@@ -83,7 +83,8 @@ def main():
     def on_recovered(r):                                        # dgt (optional): report
         event("synced", rank=rank, generation=r.generation, resume=r.resume_step,
               members=",".join(map(str, r.members)), source=r.source,
-              replacement=int(r.replacement), noticed_ns=r.noticed_ns, built_ns=r.built_ns,
+              replacement=int(r.replacement), noticed_ns=r.noticed_ns, left_ns=r.left_ns,
+              built_ns=r.built_ns,
               synced_ns=r.synced_ns)
 
     options = dgt.recovery.RecoveryOptions(op_timeout=args.op_timeout)        # dgt

@@ -249,6 +249,7 @@ class ElasticGroup:
         self._poll = _torch_major() < 2  # torch 1.x clients cannot cancel a timed-out WAIT.
         self.device = None  # torch device of the NCCL group (device_id), None on Gloo.
         self.generation = -1
+        self.left_ns = 0  # When the last build destroyed the previous group (time.time_ns()).
         self.members: List[int] = []
         self.is_replacement = False
         self._stop = threading.Event()  # The current watcher's.
@@ -355,6 +356,7 @@ class ElasticGroup:
     def _build(self, target: int, members: List[int]):
         self._stop_watcher()
         self.backend.destroy()
+        self.left_ns = time.time_ns()
         if self.env.rank not in members:
             raise RecoveryError(f"rank {self.env.rank} is not a member of generation {target} "
                                 f"(reported failed)")
@@ -437,6 +439,7 @@ class RecoveryReport:
     source: Optional[int]    # the RANK whose state was broadcast (None: nobody needed it)
     replacement: bool        # this process is a replacement that received the state
     noticed_ns: int          # when this rank learned of the failure (watcher or error)
+    left_ns: int             # the failed group is destroyed; the new one's bootstrap starts
     built_ns: int            # the new process group is up
     synced_ns: int           # the state is synced and the DDP wrapper rebuilt
 
@@ -608,7 +611,8 @@ class Trainer:
             self.last_recovery = RecoveryReport(
                 generation=gen, members=list(self.group.members), resume_step=resume,
                 source=source, replacement=self.group.is_replacement and self.recoveries == 0,
-                noticed_ns=noticed_ns, built_ns=built, synced_ns=synced)
+                noticed_ns=noticed_ns, left_ns=self.group.left_ns, built_ns=built,
+                synced_ns=synced)
             if self.on_recovered is not None:
                 self.on_recovered(self.last_recovery)
 
