@@ -127,7 +127,7 @@ def agents_ok(j):
     assert codes == [0, 0], "\n".join(f"node-{i}: {j.stderr(i)[-3000:]}" for i in range(2))
 
 
-def test_replace_resumes_from_a_survivor_with_exact_parameters(job, python2):
+def test_replace_resumes_from_a_survivor_with_exact_parameters(job, python2, capsys):
     j = job("torch-replace", "replace")
     pids, kill_ns, pre = kill_mid_run(j, 2)
     agents_ok(j)
@@ -158,13 +158,14 @@ def test_replace_resumes_from_a_survivor_with_exact_parameters(job, python2):
     [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
     assert {done[r]["digest"] for r in range(WORLD)} == {expected}
     ms = back_ms(ev, range(WORLD), kill_ns, pre)
-    print(f"\nreplace: SIGKILL of rank 2 at step {pre} -> all 4 ranks back at step {pre}: "
-          f"{ms:.0f} ms (resumed at step {k})")
+    with capsys.disabled():  # Shown in CI logs, too.
+        print(f"\nreplace: SIGKILL of rank 2 at step {pre} -> all 4 ranks back at step {pre}: "
+              f"{ms:.0f} ms (resumed at step {k})")
     err = j.stderr(j.node_of(2))
     assert "published the failure of rank 2: recovery generation 1" in err, err
 
 
-def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2):
+def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, capsys):
     j = job("torch-shrink", "shrink")
     pids, kill_ns, pre = kill_mid_run(j, 1)
     agents_ok(j)
@@ -188,7 +189,8 @@ def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2):
     assert {done[r]["digest"] for r in (0, 2, 3)} == {expected}
     assert expected != four_ranks  # The digest tells the runs apart.
     ms = back_ms(ev, (0, 2, 3), kill_ns, pre)
-    print(f"\nshrink: SIGKILL of rank 1 at step {pre} -> the 3 survivors back at step {pre}: "
-          f"{ms:.0f} ms (resumed at step {k})")
+    with capsys.disabled():
+        print(f"\nshrink: SIGKILL of rank 1 at step {pre} -> the 3 survivors back at step {pre}: "
+              f"{ms:.0f} ms (resumed at step {k})")
     err = j.stderr(j.node_of(1))
     assert "continuing without it (--recovery-mode=shrink, 1 of --max-restarts=1)" in err, err
