@@ -393,9 +393,8 @@ class ElasticGroup:
         stopped watcher is not joined: it ends when its current wait does (watch_period), and its
         stop event keeps it from touching the newer generation's flag meanwhile."""
         self._stop_watcher()
-        stop = threading.Event()
-        self._stop = stop
-        self._pending.clear()
+        stop, pending = threading.Event(), threading.Event()  # This watcher's own.
+        self._stop, self._pending = stop, pending
         self.noticed_ns = 0
         key = keys.open_key(self.options.group, nxt)
 
@@ -415,7 +414,7 @@ class ElasticGroup:
                     continue
                 if seen and not stop.is_set():
                     self.noticed_ns = time.time_ns()
-                    self._pending.set()
+                    pending.set()
                     if self.backend.abort_on_notice:
                         self.backend.abort()
                     return
