@@ -1,13 +1,32 @@
 #include "agent/failure_publisher.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "dgt/store/client.h"
+#include "dgt/store/prefix_store.h"
 #include "dgt/worker/recovery_keys.h"
 
 namespace dgt::agent {
+namespace {
+
+// Publishes into both namespaces of the job's store: the keys as dgt::store clients name them
+// (the C++ worker runtime) and the same keys behind '/', which is how every torch TCPStore client
+// names its keys (the Python package, python/dgt/keys.py). Returns the later generation: the one
+// of the namespace the job's trainers use, since the other one never moves past 1.
+absl::StatusOr<int> PublishInBothNamespaces(store::Store& store, const std::string& group, int rank,
+                                            absl::string_view reason) {
+  DGT_ASSIGN_OR_RETURN(int raw, worker::recovery::PublishRankFailure(store, group, rank, reason));
+  store::PrefixStore torch_view("", store);  // "" + "/" + key.
+  DGT_ASSIGN_OR_RETURN(int torch,
+                       worker::recovery::PublishRankFailure(torch_view, group, rank, reason));
+  return std::max(raw, torch);
+}
+
+}  // namespace
 
 FailurePublisher::Connector FailurePublisher::ClientConnector() {
   return [](const std::string& host, int port,
@@ -93,7 +112,7 @@ absl::StatusOr<int> FailurePublisher::PublishOne(const Item& item) {
       if (absl::Status s = Connect(item.host, item.port); !s.ok()) return s;
     }
     absl::StatusOr<int> generation =
-        worker::recovery::PublishRankFailure(*store_, options_.group, item.rank, item.reason);
+        PublishInBothNamespaces(*store_, options_.group, item.rank, item.reason);
     if (generation.ok()) return generation;
     store_.reset();
     if (attempt == 1) {

@@ -1,6 +1,8 @@
 // FailurePublisher: tells a job's surviving workers that a rank died, by publishing the failure
 // into the job's store with dgt::worker::recovery::PublishRankFailure (keys under
-// dgt/recovery/<group>/, docs/RECOVERY.md). Used by the agent's `--restart-policy rank`.
+// dgt/recovery/<group>/, docs/RECOVERY.md), twice: as dgt::store clients name the keys (the C++
+// worker runtime) and behind '/', as torch TCPStore clients name them (the dgt Python package).
+// Used by the agent's `--restart-policy rank`.
 //
 // The store client blocks, and the agent runs one event loop, so publications run on the
 // publisher's own thread, one at a time in submission order; each one's result is handed to its

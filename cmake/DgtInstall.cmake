@@ -36,3 +36,11 @@ configure_file(${CMAKE_SOURCE_DIR}/cmake/dgt-store.pc.in ${CMAKE_BINARY_DIR}/dgt
 install(FILES ${CMAKE_BINARY_DIR}/dgt-store.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 configure_file(${CMAKE_SOURCE_DIR}/cmake/dgt-worker.pc.in ${CMAKE_BINARY_DIR}/dgt-worker.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/dgt-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The pure-Python package python/dgt (dgt.recovery for PyTorch trainers) into
+# <prefix>/lib/python3/dist-packages, where Debian's python3 finds it under /usr; elsewhere add
+# that directory to PYTHONPATH, or `pip install ./python` instead.
+set(DGT_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING
+    "Where `cmake --install` puts the dgt Python package, relative to the prefix")
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/dgt DESTINATION ${DGT_PYTHON_INSTALL_DIR}
+        FILES_MATCHING PATTERN "*.py")

@@ -113,6 +113,29 @@ TEST(FailurePublisherTest, OpensTheNextGenerationAndListsTheRank) {
   EXPECT_EQ(connects, std::vector<std::string>{"10.0.0.1:29500 5s"});
 }
 
+// torch TCPStore clients (the dgt Python package) see every key behind '/': the failure is
+// published there too, from the generation their member key names.
+TEST(FailurePublisherTest, AlsoPublishesTheKeysTorchClientsSee) {
+  store::MemoryStore mem;
+  FailurePublisher p({},
+                     [&](const std::string&, int,
+                         absl::Duration) -> absl::StatusOr<std::unique_ptr<store::Store>> {
+                       return std::make_unique<Borrowed>(&mem);
+                     });
+  // A Python trainer's rank 2 last joined generation 5 (torch client: "/" + key).
+  ASSERT_TRUE(mem.Set("/" + recovery::MemberKey("world", 2), "5").ok());
+  ASSERT_TRUE(mem.Set("/" + recovery::GenerationKey("world"), "5").ok());
+  auto g = PublishAndWait(p, "10.0.0.1", 29500, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, 6);  // The torch namespace's generation, the later one.
+  EXPECT_EQ(*mem.Get("/" + recovery::GenerationKey("world")), "6");
+  EXPECT_EQ(*mem.Get("/" + recovery::FailedKey("world", 6)), "2,");
+  EXPECT_EQ(*mem.Get("/" + recovery::OpenKey("world", 6)), "SIGKILL");
+  // The C++ runtime's namespace got it too (no member key there: generation 0 -> 1).
+  EXPECT_EQ(*mem.Get(recovery::FailedKey("world", 1)), "2,");
+  EXPECT_EQ(*mem.Get(recovery::OpenKey("world", 1)), "SIGKILL");
+}
+
 TEST(FailurePublisherTest, PrepareConnectsAheadAndPublishReusesIt) {
   store::MemoryStore mem;
   Event connected;
@@ -170,8 +193,8 @@ TEST(FailurePublisherTest, DestructorDropsQueuedWork) {
                          release.WaitForNotificationWithTimeout(absl::Seconds(10));
                          return absl::UnavailableError("down");
                        });
-    p.Publish("h", 1, 0, "x", [&](absl::StatusOr<int>) { ++calls; });
-    p.Publish("h", 1, 1, "x", [&](absl::StatusOr<int>) { ++calls; });
+    p.Publish("h", 1, 0, "x", [&](const absl::StatusOr<int>&) { ++calls; });
+    p.Publish("h", 1, 1, "x", [&](const absl::StatusOr<int>&) { ++calls; });
     release.Notify();
   }
   EXPECT_LE(calls, 2);  // The first may have finished; nothing runs after destruction.

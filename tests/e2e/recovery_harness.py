@@ -193,7 +193,8 @@ class DgtRunJob:
     deadline; close() kills whatever is left (agents and their workers' sessions)."""
 
     def __init__(self, out_dir, run_id, policy="rank", mode="replace", nodes=2, nproc=2,
-                 steps=300, step_ms=10, max_restarts=1, stop_timeout=5, extra=()):
+                 steps=300, step_ms=10, max_restarts=1, stop_timeout=5, extra=(), command=None,
+                 env=None):
         self.out_dir = Path(out_dir)
         self.run_id = run_id
         self.nodes = nodes
@@ -201,6 +202,7 @@ class DgtRunJob:
         self.world = nodes * nproc
         self.steps = steps
         self.step_ms = step_ms
+        self.env = dict(env or {})
         self.rdzv = self._popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"],
                                 "rendezvous")
         deadline = time.monotonic() + 10
@@ -221,8 +223,10 @@ class DgtRunJob:
         if policy == "rank":
             args.append(f"--recovery-mode={mode}")
         args += list(extra)
-        args += ["--no-python", str(BIN / "allreduce_trainer"), "--steps", str(steps),
-                 "--step-ms", str(step_ms), "--init-timeout", "30"]
+        # `command`: another worker command line (default: the C++ example trainer).
+        args += ["--no-python"] + (list(command) if command else [
+            str(BIN / "allreduce_trainer"), "--steps", str(steps), "--step-ms", str(step_ms),
+            "--init-timeout", "30"])
         self.agents = [self._popen(args[:1] + [f"--node-id=node-{i}"] + args[1:], f"node-{i}")
                        for i in range(nodes)]
 
@@ -231,6 +235,7 @@ class DgtRunJob:
         err = open(self.out_dir / f"{name}.err", "wb")
         env = dict(os.environ)
         env.pop("DGT_RECOVERY_MODE", None)
+        env.update(self.env)
         p = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                              start_new_session=True)
         out.close()

@@ -19,6 +19,9 @@ source "$src/tests/install/lib.sh"
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 test -f "$tmp/prefix/include/dgt/worker/elastic_group.h"
 test -f "$tmp/prefix/lib/pkgconfig/dgt-worker.pc"
+# The Python package: importable from the prefix (its modules import torch only when used).
+PYTHONPATH="$tmp/prefix/lib/python3/dist-packages" python3 -c \
+  'import dgt.keys, dgt.recovery; assert dgt.keys.open_key("world", 1) == "dgt/recovery/world/g1/open"'
 if grep -rhE '#include "(store|common|worker_runtime)/' "$tmp/prefix/include"; then
   echo "FAIL: an installed header includes a private one" >&2; exit 1
 fi
