@@ -355,7 +355,7 @@ absl::Status Agent::PrepareStatic() {
 absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t gen,
                                                                       absl::Duration timeout) {
   return RendezvousSession::Open(
-      rdzv_endpoint_, timeout, rdzv_tls_, rdzv_token_,
+      rdzv_endpoint_, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
       [this, gen](const rdzv_v1::ServiceMessage& m) {
         asio::post(io_, [this, gen, m] {
           if (gen == session_gen_) OnServiceMessage(m);

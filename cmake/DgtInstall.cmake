@@ -8,10 +8,15 @@ set_target_properties(dgt_common PROPERTIES EXPORT_NAME common)
 set_target_properties(dgt_store PROPERTIES EXPORT_NAME store)
 target_include_directories(dgt_store PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 
-set_target_properties(dgt_worker PROPERTIES EXPORT_NAME worker)
-target_include_directories(dgt_worker PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+# dgt::worker links dgt::net_discovery and dgt::recovery_keys, whose headers are among
+# dgt/worker/*.h: they are installed with it.
+foreach(_lib worker net_discovery recovery_keys)
+  set_target_properties(dgt_${_lib} PROPERTIES EXPORT_NAME ${_lib})
+  target_include_directories(dgt_${_lib} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+endforeach()
 
-install(TARGETS dgt_store dgt_worker dgt_common EXPORT dgtTargets
+install(TARGETS dgt_store dgt_worker dgt_net_discovery dgt_recovery_keys dgt_common
+        EXPORT dgtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # Only the public headers: store/include/dgt/store/*.h (they include no private header).
