@@ -19,6 +19,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/store_keys.h"
 #include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
@@ -1290,7 +1291,7 @@ void Agent::PublishRestart(int rank, int generation) {
   // Clients put '/' in front of user keys, so a torch TCPStore client reads this as
   // store.get("dgt/restart/<rank>").
   std::string frame(1, '\0');  // 1.x SET.
-  AppendField(&frame, absl::StrCat("/dgt/restart/", rank));
+  AppendField(&frame, keys::RestartWireKey(rank));
   AppendField(&frame, absl::StrCat(generation));
   auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
   setter->Run(assignment_.master_addr, assignment_.master_port);
