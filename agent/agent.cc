@@ -1012,6 +1012,7 @@ void Agent::ResetRestartTracker() {
   restart_options.node_count = assignment_.node_count;
   restart_options.shrink = options_.restart_policy == RestartPolicy::kRank &&
                            options_.recovery_mode == RecoveryMode::kShrink;
+  restart_options.backend = static_ ? RestartBackend::kStatic : RestartBackend::kRendezvous;
   restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
 }
 
@@ -1393,32 +1394,29 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
           PublishFailure(e, /*restart=*/false, d.restart_count);
           break;
         case RestartTracker::Action::kRestartGroup:
-          if (static_) {
-            // No rendezvous: the local node restarts alone.
-            spdlog::warn(
-                "dgt-run: rank {} (local rank {}) {}; restarting every worker "
-                "(restart {} of --max-restarts={})",
-                e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
-            state_ = State::kRestarting;
-            next_restart_count_ = d.restart_count;
-            workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-            break;
-          }
-          [[fallthrough]];
+          // Static backend, one node: no rendezvous, the local node restarts alone.
+          spdlog::warn(
+              "dgt-run: rank {} (local rank {}) {}; restarting every worker "
+              "(restart {} of --max-restarts={})",
+              e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
+          state_ = State::kRestarting;
+          next_restart_count_ = d.restart_count;
+          workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+          break;
+        case RestartTracker::Action::kReportToRendezvous:
+          // Group restarts are new rendezvous rounds for every node: stop this node's
+          // workers and report; the service answers with a restart round or the run's end.
+          first_failure_ = e;
+          spdlog::error(
+              "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
+              "and reporting to the rendezvous",
+              e.rank, e.local_rank, e.Describe());
+          StopWorkers();
+          break;
         case RestartTracker::Action::kFail:
           first_failure_ = e;
-          if (d.action == RestartTracker::Action::kRestartGroup ||
-              (!static_ && options_.restart_policy == RestartPolicy::kGroup)) {
-            // Group restarts are new rendezvous rounds for every node: stop this node's
-            // workers and report; the service answers with a restart round or the run's end.
-            spdlog::error(
-                "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
-                "and reporting to the rendezvous",
-                e.rank, e.local_rank, e.Describe());
-          } else {
-            spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
-                          e.rank, e.local_rank, e.Describe(), d.reason);
-          }
+          spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
+                        e.rank, e.local_rank, e.Describe(), d.reason);
           StopWorkers();
           break;
         case RestartTracker::Action::kIgnore:
