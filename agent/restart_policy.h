@@ -17,7 +17,9 @@
 //   is a new round the service decides for every node, counting group restarts itself against
 //   the --max-restarts each agent sends in its JoinRequest; the agent stops its workers and
 //   reports. With the static backend there is no one to start a round for the other nodes, so a
-//   group restarts only when it is the whole job (--nnodes=1).
+//   group restarts only when it is the whole job (--nnodes=1); dgt-run already refuses
+//   --max-restarts > 0 with the static multi-node form (exit 2, docs/EXIT_CODES.md), the table
+//   says the same for any other caller.
 // - rank: only the failed process is restarted, with the same RANK; its own restart count
 //   (generation) goes up by one; every restart of any of this agent's ranks counts against
 //   --max-restarts (the budget is per agent, i.e. per node; docs/RECOVERY.md).
