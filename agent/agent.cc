@@ -20,6 +20,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/store_keys.h"
 #include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
@@ -390,7 +391,7 @@ absl::Status Agent::PrepareStatic() {
 absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t gen,
                                                                       absl::Duration timeout) {
   return RendezvousSession::Open(
-      rdzv_endpoint_, timeout, rdzv_tls_, rdzv_token_,
+      rdzv_endpoint_, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
       [this, gen](const rdzv_v1::ServiceMessage& m) {
         asio::post(io_, [this, gen, m] {
           if (gen == session_gen_) OnServiceMessage(m);
@@ -1046,6 +1047,7 @@ void Agent::ResetRestartTracker() {
   restart_options.node_count = assignment_.node_count;
   restart_options.shrink = options_.restart_policy == RestartPolicy::kRank &&
                            options_.recovery_mode == RecoveryMode::kShrink;
+  restart_options.backend = static_ ? RestartBackend::kStatic : RestartBackend::kRendezvous;
   restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
 }
 
@@ -1460,7 +1462,7 @@ void Agent::PublishRestart(int rank, int generation) {
   // Clients put '/' in front of user keys, so a torch TCPStore client reads this as
   // store.get("dgt/restart/<rank>").
   std::string frame(1, '\0');  // 1.x SET.
-  AppendField(&frame, absl::StrCat("/dgt/restart/", rank));
+  AppendField(&frame, keys::RestartWireKey(rank));
   AppendField(&frame, absl::StrCat(generation));
   auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
   setter->Run(assignment_.master_addr, assignment_.master_port);
@@ -1562,32 +1564,29 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
           PublishFailure(e, /*restart=*/false, d.restart_count);
           break;
         case RestartTracker::Action::kRestartGroup:
-          if (static_) {
-            // No rendezvous: the local node restarts alone.
-            spdlog::warn(
-                "dgt-run: rank {} (local rank {}) {}; restarting every worker "
-                "(restart {} of --max-restarts={})",
-                e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
-            state_ = State::kRestarting;
-            next_restart_count_ = d.restart_count;
-            workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-            break;
-          }
-          [[fallthrough]];
+          // Static backend, one node: no rendezvous, the local node restarts alone.
+          spdlog::warn(
+              "dgt-run: rank {} (local rank {}) {}; restarting every worker "
+              "(restart {} of --max-restarts={})",
+              e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
+          state_ = State::kRestarting;
+          next_restart_count_ = d.restart_count;
+          workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+          break;
+        case RestartTracker::Action::kReportToRendezvous:
+          // Group restarts are new rendezvous rounds for every node: stop this node's
+          // workers and report; the service answers with a restart round or the run's end.
+          first_failure_ = e;
+          spdlog::error(
+              "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
+              "and reporting to the rendezvous",
+              e.rank, e.local_rank, e.Describe());
+          StopWorkers();
+          break;
         case RestartTracker::Action::kFail:
           first_failure_ = e;
-          if (d.action == RestartTracker::Action::kRestartGroup ||
-              (!static_ && options_.restart_policy == RestartPolicy::kGroup)) {
-            // Group restarts are new rendezvous rounds for every node: stop this node's
-            // workers and report; the service answers with a restart round or the run's end.
-            spdlog::error(
-                "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
-                "and reporting to the rendezvous",
-                e.rank, e.local_rank, e.Describe());
-          } else {
-            spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
-                          e.rank, e.local_rank, e.Describe(), d.reason);
-          }
+          spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
+                        e.rank, e.local_rank, e.Describe(), d.reason);
           StopWorkers();
           break;
         case RestartTracker::Action::kIgnore:

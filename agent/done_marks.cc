@@ -5,16 +5,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/exit_codes.h"
+#include "common/store_keys.h"
 
 namespace dgt::agent {
-
-std::string DoneKey(int64_t round, int node_rank) {
-  return absl::StrCat("dgt/done/", round, "/", node_rank);
-}
-
-std::string SeenKey(int64_t round, int node_rank) {
-  return absl::StrCat("dgt/done/", round, "/seen/", node_rank);
-}
 
 bool DoneMarks::AllDone() const {
   for (const auto& s : status) {
@@ -53,7 +46,7 @@ absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int 
   marks.status.resize(node_count);
   marks.seen.resize(node_count, false);
   for (int r = 0; r < node_count; ++r) {
-    const std::string key = DoneKey(round, r);
+    const std::string key = keys::DoneMarkKey(round, r);
     absl::StatusOr<bool> present = store.Check({key});
     if (!present.ok()) return present.status();
     if (*present) {
@@ -66,7 +59,7 @@ absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int 
       }
       marks.status[r] = status;
     }
-    absl::StatusOr<bool> seen = store.Check({SeenKey(round, r)});
+    absl::StatusOr<bool> seen = store.Check({keys::DoneSeenKey(round, r)});
     if (!seen.ok()) return seen.status();
     marks.seen[r] = *seen;
   }
@@ -74,11 +67,11 @@ absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int 
 }
 
 absl::Status WriteDoneMark(store::Store& store, int64_t round, int node_rank, int exit_status) {
-  return store.Set(DoneKey(round, node_rank), absl::StrCat(exit_status));
+  return store.Set(keys::DoneMarkKey(round, node_rank), absl::StrCat(exit_status));
 }
 
 absl::Status WriteSeenMark(store::Store& store, int64_t round, int node_rank) {
-  return store.Set(SeenKey(round, node_rank), "1");
+  return store.Set(keys::DoneSeenKey(round, node_rank), "1");
 }
 
 RoundStoreTasks::RoundStoreTasks(FailurePublisher::Connector connect, absl::Duration timeout)

@@ -3,7 +3,7 @@
 // is there, and the nodes can learn the run's outcome from the marks when the rendezvous service
 // is gone (docs/RENDEZVOUS.md, "Losing the service").
 //
-// Keys (the one place that names them):
+// Keys (common/store_keys.h, keys::DoneMarkKey and keys::DoneSeenKey):
 //   dgt/done/<round>/<node_rank>       = the exit status of that node's workers ("0": succeeded)
 //   dgt/done/<round>/seen/<node_rank>  = "1" once that node learned the outcome from the marks
 //
@@ -30,9 +30,6 @@
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
-
-std::string DoneKey(int64_t round, int node_rank);
-std::string SeenKey(int64_t round, int node_rank);
 
 struct DoneMarks {
   // By node rank: that node's exit status, or nullopt while its workers are not done.

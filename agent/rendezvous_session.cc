@@ -8,23 +8,13 @@
 namespace dgt::agent {
 
 absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
-    const std::string& endpoint, absl::Duration connect_timeout, const rendezvous::TlsFiles& tls,
-    const std::string& token, MessageCallback on_message, ClosedCallback on_closed) {
-  auto credentials = rendezvous::MakeChannelCredentials(tls);
-  if (!credentials.ok()) return credentials.status();
+    const std::string& endpoint, absl::Duration connect_timeout,
+    const rendezvous::ClientOptions& client, MessageCallback on_message, ClosedCallback on_closed) {
+  auto channel = rendezvous::CreateClientChannel(endpoint, client);
+  if (!channel.ok()) return channel.status();
   std::unique_ptr<RendezvousSession> s(new RendezvousSession());
-  if (!token.empty()) {
-    s->context_.AddMetadata(rendezvous::kAuthorizationKey, rendezvous::BearerValue(token));
-  }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  // Retry refused connections quickly while the service is starting.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  s->channel_ = grpc::CreateCustomChannel(endpoint, *credentials, args);
+  rendezvous::AuthorizeCall(client, &s->context_);
+  s->channel_ = *std::move(channel);
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(connect_timeout);
   if (!s->channel_->WaitForConnected(deadline)) {
     // A call that does not wait for the channel fails at once with its last transport error:
@@ -32,20 +22,21 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
     grpc::ClientContext probe;
     probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     rdzv_v1::GetStatusResponse ignored;
-    grpc::Status why = rdzv_v1::Rendezvous::NewStub(s->channel_)
+    grpc::Status why = rendezvous::NewRendezvousStub(s->channel_)
                            ->GetStatus(&probe, rdzv_v1::GetStatusRequest(), &ignored);
     spdlog::debug("dgt-run: rendezvous channel to {} did not connect: {}", endpoint,
                   why.error_message());
     std::string message =
-        DescribeConnectFailure(endpoint, connect_timeout, why.error_message(), !tls.empty());
+        DescribeConnectFailure(endpoint, connect_timeout, why.error_message(), !client.tls.empty());
     // Something answered but the TLS settings disagree: retrying the node will not help
     // (docs/EXIT_CODES.md: not admitted), unlike a service that is down.
-    if (ClassifyConnectFailure(why.error_message(), !tls.empty()) != ConnectFailure::kUnreachable) {
+    if (ClassifyConnectFailure(why.error_message(), !client.tls.empty()) !=
+        ConnectFailure::kUnreachable) {
       return absl::UnauthenticatedError(message);
     }
     return absl::DeadlineExceededError(message);
   }
-  s->stub_ = rdzv_v1::Rendezvous::NewStub(s->channel_);
+  s->stub_ = rendezvous::NewRendezvousStub(s->channel_);
   s->on_message_ = std::move(on_message);
   s->on_closed_ = std::move(on_closed);
   s->stream_ = s->stub_->Session(&s->context_);

@@ -16,7 +16,7 @@
 #include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "rendezvous/credentials.h"
+#include "rendezvous/client.h"
 
 namespace dgt::agent {
 
@@ -29,13 +29,14 @@ class RendezvousSession {
   using ClosedCallback = std::function<void(const grpc::Status&)>;
 
   // Connects to `endpoint` ("host:port"), retrying until `connect_timeout` passes, then opens the
-  // Session stream. Keepalive pings every second declare a silent service dead after 3 s.
-  // Errors: DeadlineExceeded when the service was not reachable in time.
-  // `tls` (empty: plaintext) and `token` (empty: none) as the service requires.
-  // Errors also: InvalidArgument for unreadable TLS files.
+  // Session stream. `client` carries TLS, token and keepalive (rendezvous/client.h; with its
+  // defaults a silent service is declared dead after 3 s).
+  // Errors: DeadlineExceeded when the service was not reachable in time; Unauthenticated when
+  // something answered but the TLS settings disagree; InvalidArgument for unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<RendezvousSession>> Open(
-      const std::string& endpoint, absl::Duration connect_timeout, const rendezvous::TlsFiles& tls,
-      const std::string& token, MessageCallback on_message, ClosedCallback on_closed);
+      const std::string& endpoint, absl::Duration connect_timeout,
+      const rendezvous::ClientOptions& client, MessageCallback on_message,
+      ClosedCallback on_closed);
 
   ~RendezvousSession();
 
@@ -50,9 +51,10 @@ class RendezvousSession {
   void ReadLoop();
 
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<rdzv_v1::Rendezvous::Stub> stub_;
+  std::unique_ptr<rdzv_v1::Rendezvous::StubInterface> stub_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<rdzv_v1::AgentMessage, rdzv_v1::ServiceMessage>> stream_;
+  std::unique_ptr<grpc::ClientReaderWriterInterface<rdzv_v1::AgentMessage, rdzv_v1::ServiceMessage>>
+      stream_;
   MessageCallback on_message_;
   ClosedCallback on_closed_;
   dgt::Mutex write_mu_;

@@ -21,6 +21,17 @@ RestartTracker::Decision RestartTracker::Record(int rank, Decision d) {
   return d;
 }
 
+RestartTracker::Action RestartTracker::Decide(RestartPolicy policy, bool shrink,
+                                              RestartBackend backend, int node_count,
+                                              bool restarts_left) {
+  if (policy == RestartPolicy::kGroup) {
+    if (backend == RestartBackend::kRendezvous) return Action::kReportToRendezvous;
+    return restarts_left && node_count == 1 ? Action::kRestartGroup : Action::kFail;
+  }
+  if (!restarts_left) return Action::kFail;
+  return shrink ? Action::kDropRank : Action::kRestartRank;
+}
+
 RestartTracker::Decision RestartTracker::OnFailure(int rank, int attempt) {
   Decision d;
   if (attempt < this->attempt(rank)) {
@@ -29,37 +40,40 @@ RestartTracker::Decision RestartTracker::OnFailure(int rank, int attempt) {
     d.reason = absl::StrCat("rank ", rank, " of attempt ", attempt, " is already replaced");
     return Record(rank, d);
   }
-  if (restarts_ >= options_.max_restarts) {
-    d.action = Action::kFail;
-    d.restart_count = attempt;
-    d.reason = absl::StrCat("--max-restarts=", options_.max_restarts, " exhausted");
-    return Record(rank, d);
+  const bool restarts_left = restarts_ < options_.max_restarts;
+  d.action = Decide(options_.policy, options_.shrink, options_.backend, options_.node_count,
+                    restarts_left);
+  d.restart_count = attempt;
+  switch (d.action) {
+    case Action::kReportToRendezvous:
+      d.reason = "group restarts are rounds of the rendezvous service";
+      break;
+    case Action::kFail:
+      d.reason = restarts_left
+                     ? absl::StrCat(
+                           "the static backend restarts a group only with --nnodes=1, "
+                           "this job has ",
+                           options_.node_count, " nodes")
+                     : absl::StrCat("--max-restarts=", options_.max_restarts, " exhausted");
+      break;
+    case Action::kRestartGroup:
+      ++restarts_;
+      group_attempt_ = attempt + 1;
+      d.restart_count = group_attempt_;
+      break;
+    case Action::kRestartRank:
+      ++restarts_;
+      rank_attempt_[rank] = attempt + 1;
+      d.restart_count = attempt + 1;
+      break;
+    case Action::kDropRank:
+      ++restarts_;
+      rank_attempt_[rank] = attempt + 1;
+      d.reason = absl::StrCat("rank ", rank, " dropped (--recovery-mode=shrink)");
+      break;
+    case Action::kIgnore:
+      break;
   }
-  if (options_.policy == RestartPolicy::kGroup) {
-    if (options_.node_count > 1) {
-      // TODO(issue 4): ask the rendezvous for a new round so that every node restarts its
-      // workers with TORCHELASTIC_RESTART_COUNT + 1.
-      d.action = Action::kFail;
-      d.restart_count = attempt;
-      d.reason = "group restarts across several nodes are not supported yet";
-      return Record(rank, d);
-    }
-    ++restarts_;
-    group_attempt_ = attempt + 1;
-    d.action = Action::kRestartGroup;
-    d.restart_count = group_attempt_;
-    return Record(rank, d);
-  }
-  ++restarts_;
-  rank_attempt_[rank] = attempt + 1;
-  if (options_.shrink) {
-    d.action = Action::kDropRank;
-    d.restart_count = attempt;
-    d.reason = absl::StrCat("rank ", rank, " dropped (--recovery-mode=shrink)");
-    return Record(rank, d);
-  }
-  d.action = Action::kRestartRank;
-  d.restart_count = attempt + 1;
   return Record(rank, d);
 }
 

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "agent/exit_codes.h"
 #include "common/logging.h"
+#include "common/store_keys.h"
 
 namespace dgt::agent {
 namespace {
@@ -258,10 +259,6 @@ std::string StaticCoordinator::ClaimToken() {
   return absl::StrCat(host, ":", ::getpid(), ":", absl::ToUnixNanos(absl::Now()));
 }
 
-std::string StaticCoordinator::Key(const std::string& suffix) const {
-  return absl::StrCat("dgt/static/", options_.run_id, "/", suffix);
-}
-
 void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected,
                               const FailureCallback& on_failure) {
   watch_ = std::make_shared<StoreConnection>(io_, options_.master_addr, options_.master_port);
@@ -282,13 +279,13 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
   control_->Connect(options_.connect_timeout, [this, both](const absl::Status& s) {
     // Node rank 0 tells a node that never came from one that came but did not finish.
     if (!s.ok() || options_.node_rank == 0) {
-      if (s.ok()) control_->Set(Key(absl::StrCat("joined/", options_.node_rank)), "1");
+      if (s.ok()) control_->Set(keys::StaticJoinedKey(options_.run_id, options_.node_rank), "1");
       both(s);
       return;
     }
     // Claims this node rank: a second agent given the same --node-rank (or one restarted while
     // the run goes on) would otherwise run the same ranks twice, unnoticed.
-    const std::string key = Key(absl::StrCat("joined/", options_.node_rank));
+    const std::string key = keys::StaticJoinedKey(options_.run_id, options_.node_rank);
     const std::string token = ClaimToken();
     control_->CompareSet(key, "", token, [this, both, token](absl::StatusOr<std::string> held) {
       if (!held.ok()) {
@@ -317,7 +314,7 @@ void StaticCoordinator::Start(const std::function<void(absl::Status)>& connected
 
 void StaticCoordinator::Heartbeat() {
   if (closing_) return;
-  control_->Set(Key(absl::StrCat("alive/", options_.node_rank)), absl::StrCat(++beats_));
+  control_->Set(keys::StaticAliveKey(options_.run_id, options_.node_rank), absl::StrCat(++beats_));
   heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(options_.heartbeat_period));
   heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) Heartbeat();
@@ -337,7 +334,7 @@ void StaticCoordinator::CheckPeers(int next) {
   }
   // Errors: the monitor's connection to this node's own store broke, which happens only when
   // this agent ends; nothing left to watch.
-  const std::string alive = Key(absl::StrCat("alive/", next));
+  const std::string alive = keys::StaticAliveKey(options_.run_id, next);
   monitor_->Check({alive}, [this, next, alive](absl::StatusOr<bool> seen) {
     if (!seen.ok() || closing_) return;
     if (!*seen) {
@@ -360,15 +357,16 @@ void StaticCoordinator::CheckPeers(int next) {
         return;
       }
       // Silent for long enough: an agent that reported done stops beating when it exits.
-      monitor_->Check({Key(absl::StrCat("done/", next))}, [this, next](absl::StatusOr<bool> d) {
-        if (!d.ok() || closing_) return;
-        if (*d) {
-          peers_[next].done = true;
-          CheckPeers(next + 1);
-          return;
-        }
-        PeerLost(next);
-      });
+      monitor_->Check({keys::StaticDoneKey(options_.run_id, next)},
+                      [this, next](absl::StatusOr<bool> d) {
+                        if (!d.ok() || closing_) return;
+                        if (*d) {
+                          peers_[next].done = true;
+                          CheckPeers(next + 1);
+                          return;
+                        }
+                        PeerLost(next);
+                      });
     });
   });
 }
@@ -385,21 +383,22 @@ void StaticCoordinator::PeerLost(int rank) {
   spdlog::error("dgt-run: {}", message);
   // Every other node stops its workers too. On the monitor: the control connection may have a
   // WAIT outstanding.
-  monitor_->Set(Key("failed"), absl::StrCat(kExitRendezvousUnavailable, " ", message));
+  monitor_->Set(keys::StaticFailedKey(options_.run_id),
+                absl::StrCat(kExitRendezvousUnavailable, " ", message));
   on_failure_(kExitRendezvousUnavailable, message);
   // A pending Report no longer waits for the others: the run has failed.
   monitor_->Flush([this] { Complete(absl::OkStatus()); });
 }
 
 void StaticCoordinator::Watch(const std::shared_ptr<StoreConnection>& conn) {
-  conn->Wait({Key("failed")}, [this, conn](const absl::Status& ws) {
+  conn->Wait({keys::StaticFailedKey(options_.run_id)}, [this, conn](const absl::Status& ws) {
     if (!ws.ok()) {
       OnWatchLost(std::string(ws.message()));
       return;
     }
     // Node rank 0 waiting for the others reads every node's status itself (naming the node).
     if (options_.node_rank == 0 && (pending_done_ || peer_lost_)) return;
-    conn->Get(Key("failed"), [this](absl::StatusOr<std::string> v) {
+    conn->Get(keys::StaticFailedKey(options_.run_id), [this](absl::StatusOr<std::string> v) {
       int status = 1;
       std::string message = "a worker failed on another node";
       if (v.ok()) {
@@ -453,7 +452,7 @@ void StaticCoordinator::Reconnect(const std::string& broke, absl::Time deadline)
         }
         // The same store still holds this node's joined key; one node rank 0 started afresh does
         // not.
-        raw->Check({Key(absl::StrCat("joined/", options_.node_rank))},
+        raw->Check({keys::StaticJoinedKey(options_.run_id, options_.node_rank)},
                    [this, raw, broke, deadline](absl::StatusOr<bool> same) {
                      if (closing_ || lost_ || watch_.get() != raw) return;
                      if (!same.ok() && absl::Now() < deadline) {
@@ -502,22 +501,24 @@ void StaticCoordinator::ReportStopped(const std::string& signal_name,
 
 void StaticCoordinator::Publish(const std::string& failed, const std::string& done_value,
                                 std::function<void(absl::Status)> done) {
-  if (!failed.empty()) control_->Set(Key("failed"), failed);
-  control_->Set(Key(absl::StrCat("done/", options_.node_rank)), done_value);
+  if (!failed.empty()) control_->Set(keys::StaticFailedKey(options_.run_id), failed);
+  control_->Set(keys::StaticDoneKey(options_.run_id, options_.node_rank), done_value);
   if (options_.node_rank != 0 || interrupted_ || peer_lost_) {
     control_->Flush([done = std::move(done)] { done(absl::OkStatus()); });
     return;
   }
   pending_done_ = std::move(done);
-  std::vector<std::string> keys;
-  keys.reserve(options_.node_count);
-  for (int n = 0; n < options_.node_count; ++n) keys.push_back(Key(absl::StrCat("done/", n)));
+  std::vector<std::string> done_keys;
+  done_keys.reserve(options_.node_count);
+  for (int n = 0; n < options_.node_count; ++n) {
+    done_keys.push_back(keys::StaticDoneKey(options_.run_id, n));
+  }
   finish_timer_.expires_after(absl::ToChronoMilliseconds(options_.finish_timeout));
   finish_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || !pending_done_) return;
     DescribeMissing();
   });
-  control_->Wait(keys, [this](const absl::Status& s) {
+  control_->Wait(done_keys, [this](const absl::Status& s) {
     if (!s.ok()) return;  // The connection ended (closing): the timer or Interrupt decides.
     CheckOthersSucceeded(0);
   });
@@ -531,7 +532,8 @@ void StaticCoordinator::CheckOthersSucceeded(int next) {
     return;
   }
   // Every done key exists (the WAIT said so): GET is safe on a 1.x server.
-  control_->Get(Key(absl::StrCat("done/", next)), [this, next](absl::StatusOr<std::string> v) {
+  control_->Get(keys::StaticDoneKey(options_.run_id, next), [this,
+                                                             next](absl::StatusOr<std::string> v) {
     if (!pending_done_) return;
     int status = 0;
     if (!v.ok()) {
@@ -547,25 +549,27 @@ void StaticCoordinator::CheckOthersSucceeded(int next) {
     const std::string what =
         absl::StrCat("node rank ", next, " did not succeed (exit status ", *v, ")");
     // Its failure message: the failed key was set before its done key, on the same connection.
-    control_->Check({Key("failed")}, [this, status, what](absl::StatusOr<bool> has) {
+    control_->Check({keys::StaticFailedKey(options_.run_id)}, [this, status,
+                                                               what](absl::StatusOr<bool> has) {
       if (!pending_done_) return;
       if (!has.ok() || !*has) {
         on_failure_(status, what);
         Complete(absl::OkStatus());
         return;
       }
-      control_->Get(Key("failed"), [this, status, what](absl::StatusOr<std::string> f) {
-        if (!pending_done_) return;
-        std::string message = what;
-        if (f.ok()) {
-          size_t space = f->find(' ');
-          if (space != std::string::npos) {
-            absl::StrAppend(&message, "; reported failure: ", f->substr(space + 1));
-          }
-        }
-        on_failure_(status, message);
-        Complete(absl::OkStatus());
-      });
+      control_->Get(keys::StaticFailedKey(options_.run_id),
+                    [this, status, what](absl::StatusOr<std::string> f) {
+                      if (!pending_done_) return;
+                      std::string message = what;
+                      if (f.ok()) {
+                        size_t space = f->find(' ');
+                        if (space != std::string::npos) {
+                          absl::StrAppend(&message, "; reported failure: ", f->substr(space + 1));
+                        }
+                      }
+                      on_failure_(status, message);
+                      Complete(absl::OkStatus());
+                    });
     });
   });
 }
@@ -623,20 +627,20 @@ void StaticCoordinator::DescribeMissing() {
       return;
     }
     const int n = probe->next++;
-    probe_->Check(
-        {Key(absl::StrCat("done/", n))}, [this, probe, n, self](absl::StatusOr<bool> reported) {
-          if (!reported.ok()) return;  // The probe's deadline decides.
-          if (*reported) {
-            (*self)();
-            return;
-          }
-          probe_->Check({Key(absl::StrCat("joined/", n))},
-                        [probe, n, self](absl::StatusOr<bool> joined) {
-                          if (!joined.ok()) return;
-                          (*joined ? probe->not_reported : probe->never_joined).push_back(n);
-                          (*self)();
-                        });
-        });
+    probe_->Check({keys::StaticDoneKey(options_.run_id, n)}, [this, probe, n,
+                                                              self](absl::StatusOr<bool> reported) {
+      if (!reported.ok()) return;  // The probe's deadline decides.
+      if (*reported) {
+        (*self)();
+        return;
+      }
+      probe_->Check({keys::StaticJoinedKey(options_.run_id, n)},
+                    [probe, n, self](absl::StatusOr<bool> joined) {
+                      if (!joined.ok()) return;
+                      (*joined ? probe->not_reported : probe->never_joined).push_back(n);
+                      (*self)();
+                    });
+    });
   };
   probe_->Connect(kProbeTimeout, [step](const absl::Status& s) {
     if (s.ok()) (*step)();

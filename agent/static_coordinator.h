@@ -1,7 +1,8 @@
 // StaticCoordinator: the `--rdzv-backend=static` multi-node job without a rendezvous service, as
 // torchrun's static backend: every node knows --nnodes, --node-rank and
 // --master-addr:--master-port; node rank 0's agent hosts the job's store there. Agents coordinate
-// through that store (torch 1.x TCPStore frames, so any TCPStore-compatible server would do):
+// through that store (torch 1.x TCPStore frames, so any TCPStore-compatible server would do), under
+// the keys common/store_keys.h defines (keys::Static*Key):
 //   dgt/static/<run_id>/failed           "<exit status> <message>", set by the first node whose
 //                                        workers failed; every agent WAITs on it and stops its
 //                                        workers when it appears.
@@ -140,7 +141,6 @@ class StaticCoordinator {
  private:
   // "<hostname>:<pid>:<unix ns>": identifies this agent's claim of its node rank.
   static std::string ClaimToken();
-  std::string Key(const std::string& suffix) const;
   // Runs the pending Report's `done` once (no-op when none is pending).
   void Complete(absl::Status status);
   // After the finish timeout: asks the store which nodes never joined or reported.

@@ -8,11 +8,9 @@
 #include "absl/time/clock.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
-#include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
-#include "rendezvous/credentials.h"
+#include "rendezvous/client.h"
 
 namespace dgt::cli {
 namespace {
@@ -51,13 +49,8 @@ int RunStatus(const StatusFlags& f) {
     std::fprintf(stderr, "dgt status: error: %s\n", std::string(bad.message()).c_str());
     return 2;
   }
-  auto credentials = dgt::rendezvous::MakeChannelCredentials({f.tls_cert, f.tls_key, f.tls_ca});
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "dgt status: error: %s\n",
-                 std::string(credentials.status().message()).c_str());
-    return 2;
-  }
-  grpc::ClientContext ctx;
+  dgt::rendezvous::ClientOptions client;
+  client.tls = {f.tls_cert, f.tls_key, f.tls_ca};
   if (!f.token_file.empty()) {
     auto token = dgt::rendezvous::ReadTokenFile(f.token_file);
     if (!token.ok()) {
@@ -65,11 +58,18 @@ int RunStatus(const StatusFlags& f) {
                    std::string(token.status().message()).c_str());
       return 2;
     }
-    ctx.AddMetadata(dgt::rendezvous::kAuthorizationKey, dgt::rendezvous::BearerValue(*token));
+    client.token = *std::move(token);
   }
+  auto channel = dgt::rendezvous::CreateClientChannel(FormatHostPort(hp->host, hp->port), client);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "dgt status: error: %s\n",
+                 std::string(channel.status().message()).c_str());
+    return 2;
+  }
+  grpc::ClientContext ctx;
+  dgt::rendezvous::AuthorizeCall(client, &ctx);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + *timeout));
-  auto channel = grpc::CreateChannel(FormatHostPort(hp->host, hp->port), *credentials);
-  auto stub = v1::Rendezvous::NewStub(channel);
+  auto stub = dgt::rendezvous::NewRendezvousStub(*channel);
   v1::GetStatusRequest request;
   request.set_run_id(f.run_id);
   v1::GetStatusResponse response;

@@ -4,6 +4,8 @@
 #   this helper.
 # dgt_cc_binary(NAME name SRCS ... DEPS ...)
 # dgt_cc_test(NAME name SRCS ... DEPS ...)   GoogleTest binary registered with CTest.
+# Paths are the project's (PROJECT_SOURCE_DIR / PROJECT_BINARY_DIR), never CMAKE_SOURCE_DIR, so
+# that dgt also builds inside another project (add_subdirectory, FetchContent).
 
 # Our code: all warnings on. -Wno-unused-parameter: interface implementations and gRPC
 # overrides keep their parameter names for documentation. Under clang, the thread-safety
@@ -25,7 +27,7 @@ function(dgt_cc_library)
   add_library(dgt::${A_NAME} ALIAS dgt_${A_NAME})
   target_compile_options(dgt_${A_NAME} PRIVATE ${DGT_WARNINGS})
   target_include_directories(dgt_${A_NAME} PUBLIC
-    $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}>)
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   if(A_PUBLIC_INCLUDE)
     target_include_directories(dgt_${A_NAME} PUBLIC $<BUILD_INTERFACE:${A_PUBLIC_INCLUDE}>)
   endif()
@@ -42,11 +44,11 @@ endfunction()
 function(dgt_cc_test)
   cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${A_NAME} ${A_SRCS})
-  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   target_compile_options(${A_NAME} PRIVATE ${DGT_WARNINGS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   # Tests find source files through DGT_SOURCE_DIR, whatever directory ctest runs them from.
-  target_compile_definitions(${A_NAME} PRIVATE DGT_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  add_test(NAME ${A_NAME} COMMAND ${A_NAME} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  target_compile_definitions(${A_NAME} PRIVATE DGT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(${A_NAME} PROPERTIES LABELS unit TIMEOUT 120)
 endfunction()

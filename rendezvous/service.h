@@ -20,6 +20,7 @@
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/credentials.h"
+#include "rendezvous/keepalive.h"
 #include "rendezvous/metrics_http.h"
 #include "rendezvous/round_state.h"
 
@@ -70,13 +71,6 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
-};
-
-// gRPC channel/server keepalive settings shared by agents and the service: a silent peer is
-// declared dead after keepalive_time + keepalive_timeout.
-struct KeepaliveOptions {
-  int keepalive_time_ms = 1000;
-  int keepalive_timeout_ms = 2000;
 };
 
 struct RendezvousServerOptions {

@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "common/store_keys.h"
 #include "dgt/store/prefix_store.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
@@ -32,7 +33,7 @@
 namespace dgt::worker {
 
 std::string CommKeyPrefix(absl::string_view group, int generation) {
-  return absl::StrCat("dgt/comm/", group, "/g", generation);
+  return keys::CommPrefix(group, generation);
 }
 
 namespace {

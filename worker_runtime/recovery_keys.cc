@@ -5,11 +5,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/store_keys.h"
 
 namespace dgt::worker::recovery {
 namespace {
-
-std::string Base(absl::string_view group) { return absl::StrCat("dgt/recovery/", group, "/"); }
 
 // COMPARE_SET from -> from+1; returns the generation to use from now on.
 absl::StatusOr<int> Advance(store::Store& store, absl::string_view group, int from) {
@@ -27,18 +26,19 @@ absl::StatusOr<int> Advance(store::Store& store, absl::string_view group, int fr
 
 }  // namespace
 
-std::string GenerationKey(absl::string_view group) { return Base(group) + "generation"; }
+// The shapes are common/store_keys.h's (the one place that defines dgt's keys).
+std::string GenerationKey(absl::string_view group) { return keys::RecoveryGenerationKey(group); }
 std::string OpenKey(absl::string_view group, int generation) {
-  return absl::StrCat(Base(group), "g", generation, "/open");
+  return keys::RecoveryOpenKey(group, generation);
 }
 std::string FailedKey(absl::string_view group, int generation) {
-  return absl::StrCat(Base(group), "g", generation, "/failed");
+  return keys::RecoveryFailedKey(group, generation);
 }
 std::string AliveKey(absl::string_view group, int generation, int rank) {
-  return absl::StrCat(Base(group), "g", generation, "/alive/", rank);
+  return keys::RecoveryAliveKey(group, generation, rank);
 }
 std::string MemberKey(absl::string_view group, int rank) {
-  return absl::StrCat(Base(group), "member/", rank);
+  return keys::RecoveryMemberKey(group, rank);
 }
 
 absl::StatusOr<int> OpenNextGeneration(store::Store& store, absl::string_view group, int from,

@@ -12,9 +12,12 @@
 namespace dgt::agent {
 namespace {
 
-TEST(DoneMarksTest, KeysLiveUnderOneNamespace) {
-  EXPECT_EQ(DoneKey(3, 1), "dgt/done/3/1");
-  EXPECT_EQ(SeenKey(3, 1), "dgt/done/3/seen/1");
+TEST(DoneMarksTest, MarksAreWrittenUnderTheDoneKeys) {
+  store::MemoryStore s;
+  ASSERT_TRUE(WriteDoneMark(s, 3, 1, 7).ok());
+  ASSERT_TRUE(WriteSeenMark(s, 3, 1).ok());
+  EXPECT_EQ(*s.Get("dgt/done/3/1"), "7");
+  EXPECT_EQ(*s.Get("dgt/done/3/seen/1"), "1");
 }
 
 TEST(DoneMarksTest, OutcomeIsKnownOnlyOnceEveryNodeIsDone) {
@@ -61,7 +64,7 @@ TEST(DoneMarksTest, AFailedNodeIsNamed) {
   auto worker = ReadDoneMarks(s, 0, 2);
   ASSERT_TRUE(worker.ok());
   EXPECT_EQ(worker->FirstWorkerFailure(), 0);
-  ASSERT_TRUE(s.Set(DoneKey(0, 0), "x").ok());
+  ASSERT_TRUE(s.Set("dgt/done/0/0", "x").ok());
   auto bad = ReadDoneMarks(s, 0, 2);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(), "done mark dgt/done/0/0 must be an exit status, got 'x'");

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Runs clang-tidy over C++ files in parallel, skipping files whose last run was clean and whose
+input has not changed since (as ccache does for compiles).
+
+A file's input is its preprocessed text with comments kept (so a NOLINT counts), made by the
+compile command of the build's compile_commands.json, together with clang-tidy's version, the
+.clang-tidy configuration and the compile command itself. Only clean results are remembered:
+a file with findings runs again next time. The cache lives in $DGT_TIDY_CACHE (default
+~/.cache/dgt-clang-tidy); DGT_TIDY_CACHE=off turns it off.
+
+Usage: clang_tidy_cached.py BUILD_DIR JOBS FILE...   (FILE relative to the project root)
+Prints each file's findings together; exits 1 when any file has findings, 2 on a usage error.
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+CLANG_TIDY = os.environ.get("CLANG_TIDY", "clang-tidy")
+
+
+def preprocess_command(entry):
+    """The compile command with -E -C instead of -c/-o: the preprocessed text, comments kept."""
+    args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    out = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == "-o":
+            skip = True
+            continue
+        if a == "-c":
+            continue
+        out.append(a)
+    return out + ["-E", "-C"]
+
+
+def cache_key(entry, config):
+    pre = subprocess.run(preprocess_command(entry), cwd=entry["directory"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+    if pre.returncode != 0:
+        return None  # Let clang-tidy report what is wrong.
+    h = hashlib.sha256()
+    h.update(config)
+    h.update(entry.get("command", " ".join(entry.get("arguments", []))).encode())
+    h.update(pre.stdout)
+    return h.hexdigest()
+
+
+def lint(path, entry, build, config, cache_dir):
+    key = cache_key(entry, config) if cache_dir else None
+    if key and os.path.exists(os.path.join(cache_dir, key)):
+        return path, True, "", True
+    run = subprocess.run([CLANG_TIDY, "-p", build, "--quiet", path], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, check=False)
+    clean = run.returncode == 0
+    if clean and key:
+        with open(os.path.join(cache_dir, key), "w", encoding="utf-8") as f:
+            f.write(path + "\n")
+    return path, clean, run.stdout, False
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    build, jobs, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    root = os.getcwd()
+    with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
+        entries = {e["file"]: e for e in json.load(f)}
+    version = subprocess.run([CLANG_TIDY, "--version"], stdout=subprocess.PIPE, check=True).stdout
+    with open(os.path.join(root, ".clang-tidy"), "rb") as f:
+        config = version + f.read()
+    cache_dir = os.environ.get("DGT_TIDY_CACHE",
+                               os.path.join(os.path.expanduser("~"), ".cache", "dgt-clang-tidy"))
+    if cache_dir == "off":
+        cache_dir = None
+    else:
+        os.makedirs(cache_dir, exist_ok=True)
+    missing = [p for p in files if os.path.join(root, p) not in entries]
+    if missing:
+        print(f"clang-tidy: not in {build}/compile_commands.json: {' '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    failed = cached = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(lint, p, entries[os.path.join(root, p)], build, config, cache_dir)
+                   for p in files]
+        for fut in concurrent.futures.as_completed(futures):
+            path, clean, output, hit = fut.result()
+            cached += hit
+            if not clean:
+                failed += 1
+                print(f"clang-tidy: {path}:\n{output}", flush=True)
+    print(f"clang-tidy: {len(files)} file(s), {cached} unchanged since a clean run, "
+          f"{failed} with findings")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
