@@ -78,7 +78,10 @@ bool ReadFull(int fd, void* buffer, size_t size) {
       }
     }
   }
-  for (int i = 0; i < count; ++i) ::kill(-groups[i], SIGKILL);
+  for (int i = 0; i < count; ++i) {
+    // As ForkExecLauncher::SignalGroup: a worker not yet in its own session is killed itself.
+    if (::kill(-groups[i], SIGKILL) != 0 && errno == ESRCH) ::kill(groups[i], SIGKILL);
+  }
   if (cleanup_dir[0] == '/') {
     // execv is async-signal-safe; a recursive removal by hand would need opendir (malloc).
     char rm[] = "/bin/rm";

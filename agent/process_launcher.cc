@@ -80,7 +80,11 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     return ErrnoToStatus(e, "fork");
   }
   if (pid == 0) {
-    ::setpgid(0, 0);
+    // Each worker leads a new session (and so a new process group), as torchrun 2.x starts its
+    // workers (subprocess start_new_session=True). With the kernel's autogroup scheduling, one
+    // session shares one CPU share: workers left in dgt-run's session split a single share among
+    // them (two torch imports took 2x as long as under torchrun on a busy machine).
+    ::setsid();
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != agent_pid) ::_exit(126);  // The agent died before prctl took effect.
     ::dup2(out_pipe[1], STDOUT_FILENO);
@@ -107,13 +111,14 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     }
     ::_exit(127);
   }
-  ::setpgid(pid, pid);  // Also in the parent, so a signal sent at once reaches the group.
+  // No setpgid() here: it would make the child a group leader before its setsid(), which then
+  // fails. A signal sent before the child's setsid() reaches it through SignalGroup's fallback.
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     int e = errno;
-    ::kill(-pid, SIGKILL);
+    SignalGroup(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
@@ -127,7 +132,12 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   return p;
 }
 
-void ForkExecLauncher::SignalGroup(pid_t pgid, int sig) { ::kill(-pgid, sig); }
+void ForkExecLauncher::SignalGroup(pid_t pgid, int sig) {
+  // ESRCH: the worker has not run its setsid() yet, so its group does not exist; the worker
+  // itself gets the signal (blocked until it reset its handlers, then acted on), and it has
+  // no children yet.
+  if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);
+}
 
 int ForkExecLauncher::Reap(pid_t pid) {
   int status = 0;

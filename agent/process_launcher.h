@@ -1,7 +1,7 @@
 // ProcessLauncher: how a WorkerGroup starts, signals and reaps worker processes — the seam that
 // lets unit tests drive the group with a fake (tests/agent/fake_process_launcher.h).
-// ForkExecLauncher is the real one: fork/exec, each worker the leader of a new process group,
-// PR_SET_PDEATHSIG, a pidfd as the exit event.
+// ForkExecLauncher is the real one: fork/exec, each worker the leader of a new session and
+// process group (as torchrun 2.x), PR_SET_PDEATHSIG, a pidfd as the exit event.
 //
 // Thread-compatible.
 #ifndef DGT_AGENT_PROCESS_LAUNCHER_H_

@@ -316,9 +316,9 @@ void StaticCoordinator::Heartbeat() {
   if (closing_) return;
   control_->Set(keys::StaticAliveKey(options_.run_id, options_.node_rank), absl::StrCat(++beats_));
   heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(options_.heartbeat_period));
-  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+  heartbeat_timer_.async_wait(Guarded([this](boost::system::error_code ec) {
     if (!ec) Heartbeat();
-  });
+  }));
 }
 
 void StaticCoordinator::CheckPeers(int next) {
@@ -327,9 +327,9 @@ void StaticCoordinator::CheckPeers(int next) {
   if (next >= options_.node_count) {
     // One pass over the peers done: the next one after a period (no busy polling).
     heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(options_.heartbeat_period));
-    heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+    heartbeat_timer_.async_wait(Guarded([this](boost::system::error_code ec) {
       if (!ec) CheckPeers(1);
-    });
+    }));
     return;
   }
   // Errors: the monitor's connection to this node's own store broke, which happens only when
@@ -425,12 +425,12 @@ void StaticCoordinator::OnWatchLost(const std::string& why) {
   // a connect or a check that hangs (a host that stopped answering).
   reconnect_timer_.expires_after(
       absl::ToChronoMilliseconds(options_.reconnect_timeout + kReconnectBackstop));
-  reconnect_timer_.async_wait([this, broke](boost::system::error_code ec) {
+  reconnect_timer_.async_wait(Guarded([this, broke](boost::system::error_code ec) {
     if (ec || closing_ || lost_) return;
     if (watch_) watch_->Close();
     Lost(absl::StrCat(broke, " and did not answer again within ",
                       absl::FormatDuration(options_.reconnect_timeout + kReconnectBackstop)));
-  });
+  }));
   Reconnect(broke, absl::Now() + options_.reconnect_timeout);
 }
 
@@ -514,10 +514,10 @@ void StaticCoordinator::Publish(const std::string& failed, const std::string& do
     done_keys.push_back(keys::StaticDoneKey(options_.run_id, n));
   }
   finish_timer_.expires_after(absl::ToChronoMilliseconds(options_.finish_timeout));
-  finish_timer_.async_wait([this](boost::system::error_code ec) {
+  finish_timer_.async_wait(Guarded([this](boost::system::error_code ec) {
     if (ec || !pending_done_) return;
     DescribeMissing();
-  });
+  }));
   control_->Wait(done_keys, [this](const absl::Status& s) {
     if (!s.ok()) return;  // The connection ended (closing): the timer or Interrupt decides.
     CheckOthersSucceeded(0);
@@ -597,10 +597,10 @@ void StaticCoordinator::DescribeMissing() {
                    " (--join-timeout)");
   // Bounded: the probe gets kProbeTimeout, then the run fails with the general message.
   finish_timer_.expires_after(absl::ToChronoMilliseconds(kProbeTimeout));
-  finish_timer_.async_wait([this, within](boost::system::error_code ec) {
+  finish_timer_.async_wait(Guarded([this, within](boost::system::error_code ec) {
     if (ec) return;
     Complete(absl::DeadlineExceededError(absl::StrCat("not every node reported", within)));
-  });
+  }));
   struct Probe {
     int next = 0;
     std::vector<int> never_joined;

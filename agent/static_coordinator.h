@@ -181,6 +181,18 @@ class StaticCoordinator {
   boost::asio::steady_timer finish_timer_;
   boost::asio::steady_timer reconnect_timer_;
   boost::asio::steady_timer heartbeat_timer_;
+  // Expires with this coordinator: a timer handler whose wait completed before the destructor's
+  // cancel() is already queued on the io_context and runs afterwards, so every timer handler is
+  // wrapped by Guarded() and does nothing once this is gone (ASan: heap-use-after-free in
+  // Heartbeat() when a finished peer's coordinator was destroyed mid-period).
+  std::shared_ptr<char> life_ = std::make_shared<char>();
+  template <typename F>
+  auto Guarded(F handler) {
+    return [life = std::weak_ptr<char>(life_),
+            handler = std::move(handler)](boost::system::error_code ec) mutable {
+      if (!life.expired()) handler(ec);
+    };
+  }
   std::vector<Peer> peers_;
   uint64_t beats_ = 0;
   bool peer_lost_ = false;

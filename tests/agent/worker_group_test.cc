@@ -3,6 +3,7 @@
 #include "agent/worker_group.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -71,6 +72,28 @@ TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
   // A last line without newline is completed when the pipe closes.
   EXPECT_EQ(ReadFile(spec.stdout_file), "out1\nout2\n");
   EXPECT_EQ(ReadFile(spec.stderr_file), "err1\n");
+}
+
+// Each worker leads its own session and process group, as torchrun 2.x's workers
+// (start_new_session=True): with autogroup scheduling, workers sharing the agent's session would
+// share one CPU share.
+TEST(WorkerGroupTest, EachWorkerLeadsItsOwnSessionAndProcessGroup) {
+  boost::asio::io_context io;
+  WorkerGroup group(io, [](const WorkerExit&) {});
+  WorkerSpec spec = Shell("echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)");
+  spec.stdout_file = ::testing::TempDir() + "wg_session.log";
+  spec.stdout_console = false;
+  ASSERT_TRUE(group.Start({spec}).ok());
+  group.OnDrained([&] { io.stop(); });
+  io.run_for(std::chrono::seconds(10));
+  ASSERT_TRUE(group.drained());
+  std::istringstream fields(ReadFile(spec.stdout_file));
+  pid_t pid = 0, pgid = 0, sid = 0;
+  fields >> pid >> pgid >> sid;
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(pgid, pid);
+  EXPECT_EQ(sid, pid);
+  EXPECT_NE(sid, ::getsid(0));
 }
 
 TEST(WorkerGroupTest, StopSendsTheSignalThenSigkillAfterGrace) {
