@@ -7,8 +7,6 @@ cross-group Gloo process group of each quorum is built through one group's agent
 import json
 import os
 import re
-import signal
-import time
 from fractions import Fraction
 
 import pytest
@@ -69,13 +67,14 @@ def lighthouse(spawn, python2):
     yield f"http://127.0.0.1:{found[0]}"
 
 
-def start_groups(spawn, python2, lighthouse, steps, step_sleep, max_restarts=0):
-    """One `dgt-run --standalone --nproc-per-node=1` per replica group (0 and 1)."""
+def start_groups(spawn, python2, lighthouse, steps, max_restarts=0, kill=(0, 0)):
+    """One `dgt-run --standalone --nproc-per-node=1` per replica group (0 and 1); kill = (group,
+    step): that group's first worker SIGKILLs itself after committing that step."""
     return [
         spawn([BIN / "dgt-run", "--standalone", "--nproc-per-node=1",
                f"--max-restarts={max_restarts}", WORKERS / "torchft_ddp.py",
-               f"--steps={steps}", f"--step-sleep={step_sleep}", "--timeout=20",
-               "--hostname=127.0.0.1"],
+               f"--steps={steps}", "--timeout=20", "--hostname=127.0.0.1",
+               f"--kill-self-at-step={kill[1] if g == kill[0] else 0}"],
               name=f"group{g}",
               env=dgt_env(DGT_PYTHON=python2, TORCHFT_LIGHTHOUSE=lighthouse,
                           REPLICA_GROUP_ID=g, NUM_REPLICA_GROUPS=2))
@@ -90,7 +89,7 @@ def done_record(agent):
 
 
 def test_two_replica_groups_commit_the_same_steps(spawn, python2, lighthouse):
-    groups = start_groups(spawn, python2, lighthouse, steps=5, step_sleep=0)
+    groups = start_groups(spawn, python2, lighthouse, steps=5)
     for a in groups:
         assert a.wait(timeout=90) == 0, a.stderr[-3000:] + a.stdout[-3000:]
     weight, bias = reference(groups=2, steps=5)
@@ -110,37 +109,33 @@ def test_two_replica_groups_commit_the_same_steps(spawn, python2, lighthouse):
 
 
 def test_killed_group_restarts_and_heals_from_its_peer(spawn, python2, lighthouse):
-    # Group 0's worker is SIGKILLed after its 3rd committed step; its dgt-run starts it again
+    # Group 0's worker is SIGKILLed after its 3rd committed step (by itself, between two steps:
+    # see --kill-self-at-step); its dgt-run starts it again
     # (--max-restarts=1); the new process joins the next quorum through the Lighthouse, fetches
     # the current model and optimizer state from group 1 (torchft's live HTTP transfer) and
     # both groups go on to step 8. min_replica_size is 2, so no step commits without both groups
     # and the result is exactly the fault-free one.
     steps, kill_at = 8, 3
-    groups = start_groups(spawn, python2, lighthouse, steps=steps, step_sleep=0.3, max_restarts=1)
-
-    def reached_kill_step():
-        return any(r["event"] == "step" and r["step"] >= kill_at
-                   for r in records(groups[0].stdout))
-
-    wait_for(reached_kill_step, 90, f"group 0 to commit step {kill_at}")
-    first = [r for r in records(groups[0].stdout) if r["event"] == "start"]
-    assert len(first) == 1
-    os.kill(first[0]["pid"], signal.SIGKILL)
-    killed_at = max(r["step"] for r in records(groups[0].stdout) if r["event"] == "step")
-    assert killed_at < steps
+    groups = start_groups(spawn, python2, lighthouse, steps=steps, max_restarts=1,
+                          kill=(0, kill_at))
     for a in groups:
         assert a.wait(timeout=120) == 0, a.stderr[-3000:] + a.stdout[-3000:]
+    assert re.search(r"rank 0 \(local rank 0\) was killed by signal 9 \(SIGKILL\)",
+                     groups[0].stderr), groups[0].stderr[-3000:]
+    starts = [r for r in records(groups[0].stdout) if r["event"] == "start"]
+    assert [s["restart_count"] for s in starts] == [0, 1]
+    first_steps = [r["step"] for r in records(groups[0].stdout)
+                   if r["event"] == "step" and r["pid"] == starts[0]["pid"]]
+    assert first_steps == [1, 2, 3]
     weight, bias = reference(groups=2, steps=steps)
     killed, healthy = done_record(groups[0]), done_record(groups[1])
     for r in (killed, healthy):
         assert r["step"] == steps
         assert r["weight"] == weight and r["bias"] == bias
     assert killed["weight"] == healthy["weight"] and killed["bias"] == healthy["bias"]
-    starts = [r for r in records(groups[0].stdout) if r["event"] == "start"]
-    assert [s["restart_count"] for s in starts] == [0, 1]
     assert killed["restart_count"] == 1 and healthy["restart_count"] == 0
     # The replacement healed once, at a step the healthy group had reached (at least the one
     # committed before the kill), and committed only the remaining steps itself.
-    assert len(killed["heals"]) == 1 and killed_at <= killed["heals"][0] < steps
+    assert len(killed["heals"]) == 1 and kill_at <= killed["heals"][0] < steps
     assert killed["commits"] == steps - killed["heals"][0]
     assert healthy["heals"] in ([], [0]) and healthy["commits"] == steps

@@ -109,8 +109,10 @@ def env_with(**extra):
     return env
 
 
-def trainer_args(args, mode, ckpt_dir=None):
-    a = [TRAINER, f"--mode={mode}", f"--steps={args.steps}", f"--hidden={args.hidden}",
+def trainer_args(args, mode, ckpt_dir=None, steps=None):
+    # Rows with a kill are stopped by the driver once every rank is back; their step budget only
+    # keeps the survivors training (torchft's healthy group must still be there to heal from).
+    a = [TRAINER, f"--mode={mode}", f"--steps={steps or args.kill_step * 20}", f"--hidden={args.hidden}",
          f"--layers={args.layers}", f"--batch={args.batch}", f"--ckpt-every={args.ckpt_every}"]
     return a + ([f"--ckpt-dir={ckpt_dir}"] if ckpt_dir else [])
 
@@ -122,7 +124,8 @@ def start_row(row, args, out_dir):
     world = 2
     if row == "plain":
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
-                             *trainer_args(args, "ddp")], out_dir, env_with())], None, {0, 1}
+                             *trainer_args(args, "ddp", steps=args.plain_steps)],
+                       out_dir, env_with())], None, {0, 1}
     if row == "torchrun":
         # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: see the module docstring.
         env = env_with() if args.torchrun_shared_store else env_with(
@@ -263,9 +266,8 @@ def timeline(ev, t_kill, pre, expected):
             out[name] = None
         elif which == "first":
             out[name] = (min(per_rank.values()) - t_kill) / 1e6
-        else:
-            out[name] = ((max(per_rank.values()) - t_kill) / 1e6
-                         if len(per_rank) == len(expected) or kind != "start" else None)
+        else:  # the last of the ranks that pass through it (replacements, or re-entries)
+            out[name] = (max(per_rank.values()) - t_kill) / 1e6
     backs = {}
     for k, f in ev:
         if k == "step" and f["t_ns"] > t_kill and int(f["step"]) >= pre and f["rank"] in expected:
@@ -283,7 +285,7 @@ def fmt(v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {ROWS}")
-    ap.add_argument("--steps", type=int, default=45, help="steps per run")
+    ap.add_argument("--plain-steps", type=int, default=45, help="steps of the plain row")
     ap.add_argument("--kill-step", type=int, default=25,
                     help="SIGKILL rank 1 once it has completed this step")
     ap.add_argument("--ckpt-every", type=int, default=10)

@@ -8,8 +8,10 @@ under every anchor, with what each anchor asks of a training script:
                   torchrun user keeps one; run by torchrun --max-restarts and dgt-run's group
                   restart alike.
   --mode torchft  torchft 0.2.0: Manager (per-step quorum through TORCHFT_LIGHTHOUSE), its
-                  reconfigurable ProcessGroupGloo, DistributedDataParallel and Optimizer; a
-                  restarted replica group heals from a live peer, so no checkpoint is read.
+                  reconfigurable ProcessGroupGloo and Optimizer, the gradients averaged with one
+                  manager.allreduce (--torchft-ddp: torchft's DistributedDataParallel, which
+                  fails the survivors when a peer dies mid all-reduce); a restarted replica
+                  group heals from a live peer, so no checkpoint is read.
   --mode nvrx     nvidia-resiliency-ext's in-process restart (inprocess.Wrapper around the
                   training function): the survivors re-enter it in the same process with a new
                   process group (the model stays in memory); rank 0 hosts the Wrapper's store.
@@ -128,17 +130,39 @@ def run_torchft(args):
                       load_state_dict=load_state_dict, state_dict=state_dict,
                       replica_id=f"bench_{group}", hostname="127.0.0.1", timeout=timeout,
                       quorum_timeout=timeout, connect_timeout=timeout)
-    ddp = DistributedDataParallel(manager, model)
     opt = Optimizer(manager, optimizer)
+    if args.torchft_ddp:
+        # torchft's DDP wrapper: its comm hook fails the survivors with an AssertionError when a
+        # peer dies inside the all-reduce (torchft 0.2.0; docs/RECOVERY.md).
+        net = DistributedDataParallel(manager, model)
+    else:
+        net = model
+    params = [p for p in model.parameters()]
+
+    def average_gradients():
+        # One all-reduce of the flattened gradients (as one DDP bucket would); a failure is
+        # reported to the Manager by wait(), which makes should_commit() false.
+        flat = torch.cat([p.grad.flatten() for p in params])
+        manager.allreduce(flat).wait()
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
+
     event("ready", rank=rank)
     loaded = False
     deadline = time.monotonic() + 20 * args.timeout
     while manager.current_step() < args.steps and time.monotonic() < deadline:
         step = manager.current_step()
-        train_step(args, ddp, opt, step, rank)
+        opt.zero_grad()  # starts the step's quorum
+        x, y = batch(args, step, rank)
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        if not args.torchft_ddp:
+            average_gradients()
+        opt.step()  # steps the optimizer only if should_commit()
         if not loaded:  # the first step's quorum is when a restarted group heals
             loaded = True
-            event("loaded", rank=rank, step=step)
+            event("loaded", rank=rank, step=manager.current_step() - 1)
         if manager.current_step() > step:
             event("step", rank=rank, step=manager.current_step())
     manager.shutdown(wait=False)
@@ -163,7 +187,7 @@ def run_nvrx(args):
         progress_watchdog_interval=timedelta_s(0.1), soft_timeout=timedelta_s(20),
         hard_timeout=timedelta_s(25), barrier_timeout=timedelta_s(40),
         completion_timeout=timedelta_s(40))
-    def train(call_wrapper=None):
+    def train(call_wrapper: inprocess.CallWrapper = None):  # the annotation makes NVRx pass it
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         if not base_store:
             base_store.append(dist.TCPStore(os.environ["MASTER_ADDR"],
@@ -208,7 +232,15 @@ def run_dgt(args):
         train_step(args, ddp, optimizer, step, rank)
         event("step", rank=rank, step=step + 1)
 
-    with dgt.recovery.Trainer(model, optimizer) as t:
+    def on_recovered(r):  # survivors and replacement: state synced at r.resume_step
+        event("ready", rank=rank)
+        event("loaded", rank=rank, step=r.resume_step)
+
+    try:
+        trainer = dgt.recovery.Trainer(model, optimizer, on_recovered=on_recovered)
+    except TypeError:  # a dgt.recovery without the callback: the replacement's events only
+        trainer = dgt.recovery.Trainer(model, optimizer)
+    with trainer as t:
         event("ready", rank=rank)
         event("loaded", rank=rank, step=t.step)
         t.run(body, args.steps)
@@ -224,6 +256,9 @@ def main():
     ap.add_argument("--ckpt-dir", default="", help="--mode ddp: where rank 0 keeps ckpt.pt")
     ap.add_argument("--ckpt-every", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=30.0, help="torchft timeouts, seconds")
+    ap.add_argument("--torchft-ddp", action="store_true",
+                    help="--mode torchft: torchft's DistributedDataParallel instead of one "
+                         "manager.allreduce of the gradients after backward()")
     ap.add_argument("--nvrx-last-call", type=float, default=1.0,
                     help="NVRx Wrapper last_call_wait, seconds (its default is 1)")
     args = ap.parse_args()

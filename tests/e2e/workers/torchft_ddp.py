@@ -19,11 +19,13 @@ Prints JSON lines: {"event": "start", "pid", "replica_group", "rank", "restart_c
 {"event": "step", "step", "pid"} after each committed step, and at the end {"event": "done",
 "replica_group", "step", "weight", "bias", "commits", "heals" (the steps at which it took a
 peer's state), "restart_count", "env"}.
---step-sleep slows every step so that a test can kill a worker in the middle of the run.
+--kill-self-at-step N makes the first incarnation SIGKILL itself
+right after committing step N.
 """
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -51,7 +53,8 @@ def emit(**record):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5, help="committed steps to reach")
-    ap.add_argument("--step-sleep", type=float, default=0.0, help="seconds slept per step")
+    ap.add_argument("--kill-self-at-step", type=int, default=0,
+                    help="first incarnation only: SIGKILL itself once this step is committed")
     ap.add_argument("--hostname", default=socket.gethostname(),
                     help="address at which the other groups reach this group's Manager server")
     ap.add_argument("--timeout", type=float, default=30.0,
@@ -112,8 +115,11 @@ def main() -> int:
         if manager.current_step() > step:
             commits += 1
             emit(event="step", step=manager.current_step(), pid=os.getpid())
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+            if restart_count == 0 and manager.current_step() == args.kill_self_at_step:
+                # Between two steps, so the peer never waits on this process inside an
+                # all-reduce: torchft 0.2.0's DistributedDataParallel fails the survivor there
+                # (AssertionError in its comm hook, docs/RECOVERY.md).
+                os.kill(os.getpid(), signal.SIGKILL)
     emit(event="done", replica_group=group, step=manager.current_step(),
          weight=model.weight.detach().flatten().tolist(), bias=model.bias.item(),
          commits=commits, heals=heals, restart_count=restart_count,
