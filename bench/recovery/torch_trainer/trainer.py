@@ -44,7 +44,7 @@ event("start", rank=RANK, pid=os.getpid(),
 
 import torch  # noqa: E402
 
-event("imported", rank=RANK)
+event("imported", rank=RANK, torch=torch.__version__, python=sys.executable)
 
 
 def make_model(args):
