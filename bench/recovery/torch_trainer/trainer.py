@@ -236,11 +236,7 @@ def run_dgt(args):
         event("ready", rank=rank)
         event("loaded", rank=rank, step=r.resume_step)
 
-    try:
-        trainer = dgt.recovery.Trainer(model, optimizer, on_recovered=on_recovered)
-    except TypeError:  # a dgt.recovery without the callback: the replacement's events only
-        trainer = dgt.recovery.Trainer(model, optimizer)
-    with trainer as t:
+    with dgt.recovery.Trainer(model, optimizer, on_recovered=on_recovered) as t:
         event("ready", rank=rank)
         event("loaded", rank=rank, step=t.step)
         t.run(body, args.steps)
