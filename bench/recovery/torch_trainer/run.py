@@ -9,9 +9,9 @@ Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
                checkpoint every --ckpt-every steps, reloaded at start), with
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: with torch 2.13's default (the rendezvous
                store shared with the workers, one server for every round, no per-attempt prefix)
-               the restarted ranks read the previous attempt's Gloo addresses and init fails
-               ("Gloo connectFullMesh failed ... Connection refused"; --torchrun-shared-store
-               shows it)
+               the restarted ranks may read the previous attempt's Gloo addresses, and init then
+               fails ("Gloo connectFullMesh failed ... Connection refused"; 2 of 5 runs here;
+               --torchrun-shared-store keeps the default)
   dgt-group    dgt-run --standalone --max-restarts=1 (group restart, same checkpoint)
   torchft      torchft_lighthouse + one dgt-run --standalone --nproc-per-node=1 per replica group
                (2 groups), per-step quorum; the killed group is restarted by its dgt-run and heals
