@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Recovery anchors on one real PyTorch DDP trainer (bench/recovery/torch_trainer/trainer.py):
+the time from SIGKILL of one rank to every rank back at the step reached before the kill, with a
+timeline per milestone, and each anchor's cost per healthy step against a plain DDP loop.
+
+Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
+  plain        dgt-run --standalone, --mode ddp without checkpoints, no fault: the baseline step
+  torchrun     python -m torch.distributed.run --standalone --max-restarts=1 (group restart,
+               checkpoint every --ckpt-every steps, reloaded at start), with
+               TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: with torch 2.13's default (the rendezvous
+               store shared with the workers, one server for every round, no per-attempt prefix)
+               the restarted ranks may read the previous attempt's Gloo addresses, and init then
+               fails ("Gloo connectFullMesh failed ... Connection refused"; 2 of 5 runs here;
+               --torchrun-shared-store keeps the default)
+  dgt-group    dgt-run --standalone --max-restarts=1 (group restart, same checkpoint)
+  torchft      torchft_lighthouse + one dgt-run --standalone --nproc-per-node=1 per replica group
+               (2 groups), per-step quorum; the killed group is restarted by its dgt-run and heals
+               from the live peer
+  nvrx-inproc  nvidia-resiliency-ext in-process restart (inprocess.Wrapper), 2 bare processes: the
+               survivor re-enters the wrapped function with a new process group; nothing starts
+               the killed rank again, so "every rank" is the survivors
+  nvrx-ft      ft_launcher --standalone --max-restarts=1 (NVRx's torchrun-based launcher)
+  dgt-inplace  dgt-run --standalone --restart-policy=rank (dgt.recovery.Trainer, python/dgt);
+               skipped with the reason when `import dgt.recovery` fails
+Milestones, ms after the SIGKILL (latest rank unless named "first"): a replacement process
+started (first), every replacement started, torch imported, process group ready, state loaded
+(checkpoint / heal / in-place sync), back at the pre-failure step. The cost per healthy step is
+the mean step interval before the kill (checkpoints included) against the plain rows' mean.
+
+Caveat for a loaded machine: the kernel's autogroup scheduling (sched_autogroup_enabled=1 on
+Debian) shares CPU fairly between sessions. torchrun and ft_launcher start each worker in its
+own session (setsid), dgt-run keeps its workers in its own session (own process groups only),
+so when other sessions load the machine, dgt-run's workers get one session's share between
+them: two concurrent `import torch` took ~7-8 s under dgt-run (and as two bare processes of one
+session) against ~4 s under torchrun here, with the same CPU time (1.1 s each). On an idle or
+dedicated machine there is no difference.
+The default --kill-step (45) lies between two checkpoints (every 10), so a group restart redoes
+5 steps.
+
+    source scripts/python-env.sh
+    bench/recovery/torch_trainer/run.py [--rows torchrun,dgt-group,...] [--kill-step 45]
+Each row is bounded (--row-timeout, 90 s); the whole run is about 3-4 min here.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "trainer.py"
+PY2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
+BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
+EVENT = re.compile(r"EVENT (\w+) (.*)$")
+ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace")
+# The plain baseline runs first and last: the mean of both is the reference step, and their
+# difference shows how much the machine's load moved during the run.
+DEFAULT_ROWS = ROWS + ("plain",)
+MILESTONES = (("first replacement started", "start", "first"),
+              ("every replacement started", "start", "all"),
+              ("torch imported", "imported", "all"),
+              ("process group ready", "ready", "all"),
+              ("state loaded", "loaded", "all"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launch:
+    """One launcher process (its own session), output to a file that is parsed for EVENT lines."""
+
+    def __init__(self, name, args, out_dir, env):
+        self.name = name
+        self.path = out_dir / f"{name}.log"
+        self._f = open(self.path, "wb")
+        self.popen = subprocess.Popen([str(a) for a in args], stdout=self._f,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env, cwd=REPO, start_new_session=True)
+
+    def text(self):
+        return self.path.read_text(errors="replace")
+
+    def events(self):
+        out = []
+        for line in self.text().splitlines():
+            m = EVENT.search(line)
+            if m:
+                f = dict(kv.split("=", 1) for kv in m.group(2).split() if "=" in kv)
+                out.append((m.group(1), f))
+        return out
+
+    def stop(self, timeout=10):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        self._f.close()
+
+
+def env_with(**extra):
+    env = dict(os.environ)
+    env["DGT_PYTHON"] = PY2
+    # ft_launcher runs its workers with the `python3` of PATH: the venv's, as for the others.
+    env["PATH"] = os.pathsep.join([str(Path(PY2).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"),
+                                                      env.get("PYTHONPATH", "")]))
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def trainer_args(args, mode, ckpt_dir=None, steps=None):
+    # Rows with a kill are stopped by the driver once every rank is back; their step budget only
+    # keeps the survivors training (torchft's healthy group must still be there to heal from).
+    a = [TRAINER, f"--mode={mode}", f"--steps={steps or 1_000_000}", f"--hidden={args.hidden}",
+         f"--layers={args.layers}", f"--batch={args.batch}", f"--ckpt-every={args.ckpt_every}"]
+    return a + ([f"--ckpt-dir={ckpt_dir}"] if ckpt_dir else [])
+
+
+def start_row(row, args, out_dir):
+    """Starts the row's processes; returns (launches, kill_rank, surviving ranks expected back)."""
+    ckpt = out_dir / "ckpt"
+    ckpt.mkdir()
+    world = 2
+    if row == "plain":
+        return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
+                             *trainer_args(args, "ddp", steps=args.plain_steps)],
+                       out_dir, env_with())], None, {0, 1}
+    if row == "torchrun":
+        # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: see the module docstring.
+        env = env_with() if args.torchrun_shared_store else env_with(
+            TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+        return [Launch(row, [PY2, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node=2", "--max-restarts=1", "--monitor-interval=0.1",
+                             *trainer_args(args, "ddp", ckpt)], out_dir, env)], 1, {0, 1}
+    if row == "dgt-group":
+        return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
+                             "--max-restarts=1", *trainer_args(args, "ddp", ckpt)],
+                       out_dir, env_with())], 1, {0, 1}
+    if row == "dgt-inplace":
+        return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
+                             "--restart-policy=rank", "--max-restarts=1",
+                             *trainer_args(args, "dgt")], out_dir, env_with())], 1, {0, 1}
+    if row == "nvrx-ft":
+        return [Launch(row, [Path(PY2).parent / "ft_launcher", "--standalone",
+                             "--nproc-per-node=2", "--max-restarts=1", "--monitor-interval=0.1",
+                             *trainer_args(args, "ddp", ckpt)], out_dir, env_with())], 1, {0, 1}
+    if row == "nvrx-inproc":
+        port = free_port()
+        return [Launch(f"{row}{r}", [PY2, "-u", *trainer_args(args, "nvrx")], out_dir,
+                       env_with(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world,
+                                MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                for r in range(world)], 1, {0}
+    if row == "torchft":
+        port = free_port()
+        lh = Launch("lighthouse", [Path(PY2).parent / "torchft_lighthouse", "--bind",
+                                   f"127.0.0.1:{port}", "--min_replicas", "1",
+                                   "--join_timeout_ms", "1000", "--heartbeat_timeout_ms", "1000"],
+                    out_dir, env_with())
+        groups = [Launch(f"{row}{g}", [BIN / "dgt-run", "--standalone", "--nproc-per-node=1",
+                                       "--max-restarts=1", *trainer_args(args, "torchft")],
+                         out_dir, env_with(TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}",
+                                           REPLICA_GROUP_ID=g, NUM_REPLICA_GROUPS=world))
+                  for g in range(world)]
+        return [lh, *groups], 1, {0, 1}
+    raise ValueError(row)
+
+
+def all_events(launches):
+    ev = []
+    for la in launches:
+        ev += [(k, {**f, "t_ns": int(f["t_ns"]), "rank": int(f.get("rank", -1))})
+               for k, f in la.events() if "t_ns" in f]
+    return ev
+
+
+def wait_until(pred, timeout, what, launches):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        if all(la.popen.poll() is not None for la in launches):
+            v = pred()  # the last lines may have come with the exit
+            if v:
+                return v
+            raise TimeoutError(f"every process exited before {what}")
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def step_times(ev, rank, before_ns=None):
+    return [f["t_ns"] for k, f in ev
+            if k == "step" and f["rank"] == rank and (before_ns is None or f["t_ns"] < before_ns)]
+
+
+def run_row(row, args, out_dir):
+    launches, kill_rank, expected = start_row(row, args, out_dir)
+    result = {"row": row}
+    try:
+        if row == "dgt-inplace":
+            skipped = wait_until(lambda: [f for k, f in all_events(launches) if k == "skipped"]
+                                 or [f for k, f in all_events(launches) if k == "step"],
+                                 args.row_timeout, "dgt-inplace to start", launches)
+            if "why" in skipped[0]:
+                result["skipped"] = skipped[0]["why"].replace("_", " ")
+                return result
+        if kill_rank is None:
+            deadline = time.monotonic() + args.row_timeout
+            while (time.monotonic() < deadline
+                   and any(la.popen.poll() is None for la in launches)):
+                time.sleep(0.05)
+            ev = all_events(launches)
+        else:
+            def at_kill_step():
+                ev = all_events(launches)
+                mine = [f for k, f in ev if k == "step" and f["rank"] == kill_rank]
+                return ev if mine and int(mine[-1]["step"]) >= args.kill_step else None
+
+            ev = wait_until(at_kill_step, args.row_timeout, f"rank {kill_rank} at step "
+                            f"{args.kill_step}", launches)
+            pid = int([f for k, f in ev if k == "start" and f["rank"] == kill_rank][-1]["pid"])
+            t_kill = time.time_ns()
+            os.kill(pid, signal.SIGKILL)
+            ev = all_events(launches)
+            pre = max(int(f["step"]) for k, f in ev if k == "step" and f["t_ns"] < t_kill)
+            result.update(t_kill=t_kill, pre_step=pre)
+
+            def back():
+                ev = all_events(launches)
+                got = {f["rank"] for k, f in ev
+                       if k == "step" and f["t_ns"] > t_kill and int(f["step"]) >= pre}
+                return ev if expected <= got else None
+
+            ev = wait_until(back, args.row_timeout, f"{row}: every rank back at step {pre}",
+                            launches)
+            result["timeline"] = timeline(ev, t_kill, pre, expected)
+        wrong = {f.get("torch") for k, f in ev if k == "imported"} - {None}
+        wrong = {v for v in wrong if not v.startswith("2.")}
+        if wrong:
+            result["error"] = f"workers ran torch {sorted(wrong)}, not the venv's 2.x"
+            return result
+        # Healthy-step cost: mean step interval over the steps before the kill (or all of them),
+        # skipping the first 5 (warm-up).
+        intervals = []
+        for r in expected:
+            ts = step_times(ev, r, result.get("t_kill"))[5:]
+            intervals += [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+        result["step_ms"] = statistics.mean(intervals) if intervals else float("nan")
+        result["step_median_ms"] = statistics.median(intervals) if intervals else float("nan")
+        return result
+    except TimeoutError as e:
+        tail = "\n".join(la.name + ": " + la.text()[-1500:] for la in launches)
+        result["error"] = f"{e}\n{tail}"
+        return result
+    finally:
+        for la in launches:
+            la.stop()
+
+
+def timeline(ev, t_kill, pre, expected):
+    """ms after the kill at which each milestone was reached (latest of the expected ranks; the
+    first for "first replacement started"); None when the row does not pass through it."""
+    out = {}
+    for name, kind, which in MILESTONES:
+        per_rank = {}
+        for k, f in ev:
+            if k == kind and f["t_ns"] > t_kill and f["rank"] in expected:
+                per_rank.setdefault(f["rank"], f["t_ns"])
+        if not per_rank:
+            out[name] = None
+        elif which == "first":
+            out[name] = (min(per_rank.values()) - t_kill) / 1e6
+        else:  # the last of the ranks that pass through it (replacements, or re-entries)
+            out[name] = (max(per_rank.values()) - t_kill) / 1e6
+    backs = {}
+    for k, f in ev:
+        if k == "step" and f["t_ns"] > t_kill and int(f["step"]) >= pre and f["rank"] in expected:
+            backs.setdefault(f["rank"], f["t_ns"])
+    out["back at pre-failure step"] = (max(backs.values()) - t_kill) / 1e6
+    loaded = [int(f["step"]) for k, f in ev if k == "loaded" and f["t_ns"] > t_kill]
+    out["resumed from step"] = min(loaded) if loaded else None
+    return out
+
+
+def fmt(v):
+    return "-" if v is None else f"{v:.0f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                    help=f"comma-separated, of {ROWS} (a row may repeat)")
+    ap.add_argument("--plain-steps", type=int, default=60, help="steps of the plain row")
+    ap.add_argument("--kill-step", type=int, default=45,
+                    help="SIGKILL rank 1 once it has completed this step")
+    ap.add_argument("--ckpt-every", type=int, default=10)
+    ap.add_argument("--hidden", type=int, default=896)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--row-timeout", type=float, default=90.0)
+    ap.add_argument("--keep", action="store_true", help="keep the logs' directory")
+    ap.add_argument("--torchrun-shared-store", action="store_true",
+                    help="run the torchrun row with its default shared rendezvous store")
+    args = ap.parse_args()
+    rows = args.rows.split(",")
+    for r in rows:
+        if r not in ROWS:
+            ap.error(f"--rows: unknown row {r!r}; rows are {','.join(ROWS)}")
+    out = Path(tempfile.mkdtemp(prefix="dgt-recovery-torch-"))
+    results = []
+    t0 = time.monotonic()
+    for i, row in enumerate(rows):
+        d = out / f"{i}-{row}"
+        d.mkdir()
+        r = run_row(row, args, d)
+        results.append(r)
+        status = r.get("error", r.get("skipped", "ok")).splitlines()[0]
+        print(f"# {row}: {status} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    plains = [r["step_ms"] for r in results if r["row"] == "plain" and "step_ms" in r]
+    plain = statistics.mean(plains) if plains else None
+    names = [m[0] for m in MILESTONES] + ["back at pre-failure step"]
+    print(f"\nRecovery from SIGKILL of rank 1 at step {args.kill_step}, 2 ranks, Gloo/CPU, "
+          f"MLP {args.layers}x{args.hidden}, batch {args.batch}, checkpoint every "
+          f"{args.ckpt_every} steps (torchrun, dgt-group, nvrx-ft)")
+    print("ms after the SIGKILL:")
+    print(f"{'milestone':28}" + "".join(f"{r['row']:>13}" for r in results))
+    for n in names + ["resumed from step"]:
+        cells = []
+        for r in results:
+            tl = r.get("timeline")
+            cells.append(fmt(tl.get(n)) if tl else ("skip" if "skipped" in r else
+                                                    ("fail" if "error" in r else "-")))
+        print(f"{n:28}" + "".join(f"{c:>13}" for c in cells))
+    print(f"{'healthy step, mean ms':28}"
+          + "".join(f"{r.get('step_ms', float('nan')):>13.1f}" for r in results))
+    print(f"{'healthy step, median ms':28}"
+          + "".join(f"{r.get('step_median_ms', float('nan')):>13.1f}" for r in results))
+    if plain:
+        print(f"{'cost per step vs plain':28}" + "".join(
+            f"{(r['step_ms'] - plain) / plain * 100:>12.1f}%" if "step_ms" in r else f"{'-':>13}"
+            for r in results))
+    for r in results:
+        if "skipped" in r:
+            print(f"{r['row']}: skipped: {r['skipped']}")
+        if "error" in r:
+            print(f"{r['row']}: FAILED: {r['error']}")
+    print(f"logs: {out}" if args.keep else "")
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
