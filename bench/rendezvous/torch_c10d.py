@@ -73,6 +73,10 @@ def run(n, bound):
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     with lock:
+        if errors and all(e.startswith("RendezvousTimeoutError") for e in errors):
+            print(f"torch {torch.__version__} c10d, {n} agents: EXCEEDS THE BOUND: {len(errors)} "
+                  f"agents reached the join timeout ({bound:g} s), {len(done)} had a rank")
+            give_up()
         if errors:
             print(f"torch {torch.__version__} c10d, {n} agents: FAILED: {len(errors)} agents "
                   f"raised, first: {errors[0]}")
