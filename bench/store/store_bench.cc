@@ -35,6 +35,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -142,8 +144,9 @@ void Served(int fd) {
 
 double Percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + i, v.end());
+  const size_t last = v.size() - 1;
+  size_t i = std::min(last, static_cast<size_t>(std::lround(p * static_cast<double>(last))));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
   return v[i];
 }
 
@@ -170,15 +173,15 @@ double CpuUs(int pid) {
     if (i == 14) utime = std::atol(field.c_str());
     if (i == 15) stime = std::atol(field.c_str());
   }
-  return (utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // CPU time (user + system) this process has used, in microseconds.
 double SelfCpuUs() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + ru.ru_utime.tv_usec +
-         ru.ru_stime.tv_usec;
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 void RaiseFileLimit() {
@@ -308,8 +311,9 @@ int RunOps(const Flags& f) {
   const double self_after = SelfCpuUs();
   // Server CPU per operation: what the server would need per op with the machine to itself. The
   // generator's own CPU per operation bounds what any server can show on a shared machine.
-  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / std::max(1L, done);
-  double gen_cpu_us = (self_after - self_before) / std::max(1L, done);
+  const auto ops = static_cast<double>(std::max(1L, done));
+  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / ops;
+  double gen_cpu_us = (self_after - self_before) / ops;
   // With --pipeline K a round trip carries K operations; latency is per round trip.
   std::string op_name = f.pipeline > 1 ? f.op + "-pipelined-" + std::to_string(f.pipeline) : f.op;
   std::printf(
@@ -317,8 +321,8 @@ int RunOps(const Flags& f) {
       "\"seconds\": %.3f, "
       "\"ops_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.2f, "
       "\"gen_cpu_us_per_op\": %.2f}\n",
-      f.protocol, op_name.c_str(), f.conns, done, secs, done / secs, Percentile(lat_us, 0.50),
-      Percentile(lat_us, 0.99), server_cpu_us, gen_cpu_us);
+      f.protocol, op_name.c_str(), f.conns, done, secs, static_cast<double>(done) / secs,
+      Percentile(lat_us, 0.50), Percentile(lat_us, 0.99), server_cpu_us, gen_cpu_us);
   for (Conn& c : conns) ::close(c.fd);
   ::close(setup);
   ::close(ep);
