@@ -293,13 +293,19 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
                        *trainer], f"node-{i}", env)
         agents = procs[-nodes:]
 
+        def last_error():
+            errors = []
+            for i in range(nodes):
+                errors += [ln.strip() for ln in (Path(out_dir) / f"node-{i}.err").read_text(
+                    errors="replace").splitlines() if "Error" in ln and "hostname" not in ln]
+            return errors[-1] if errors else "none logged"
+
         def agents_alive():
             bad = [i for i, a in enumerate(agents) if a.poll() not in (None, 0)]
             if bad:
                 i = bad[0]
-                raise RuntimeError(f"{launcher} {family}: agent {i} exited {agents[i].poll()}: " +
-                                   (Path(out_dir) / f"node-{i}.err").read_text(
-                                       errors="replace")[-3000:])
+                raise RuntimeError(f"{launcher} {family}: agent {i} exited {agents[i].poll()}; "
+                                   f"last error: {last_error()} (logs: {out_dir})")
 
         # Every rank joined and did a step.
         deadline = time.monotonic() + 180
@@ -330,13 +336,8 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
                 break
             agents_alive()
             if time.monotonic() > deadline:
-                errors = []
-                for i in range(nodes):
-                    errors += [ln.strip() for ln in (Path(out_dir) / f"node-{i}.err").read_text(
-                        errors="replace").splitlines() if "Error" in ln and "hostname" not in ln]
                 raise RuntimeError(f"{launcher} {family}: 90 s after the kill only ranks "
-                                   f"{sorted(back)} were back; last error: "
-                                   f"{errors[-1] if errors else 'none logged'}")
+                                   f"{sorted(back)} were back; last error: {last_error()}")
             time.sleep(0.02)
         for a in agents:
             rc = a.wait(timeout=180)
