@@ -305,7 +305,7 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
             if bad:
                 i = bad[0]
                 raise RuntimeError(f"{launcher} {family}: agent {i} exited {agents[i].poll()}; "
-                                   f"last error: {last_error()} (logs: {out_dir})")
+                                   f"last error: {last_error()}")
 
         # Every rank joined and did a step.
         deadline = time.monotonic() + 180
