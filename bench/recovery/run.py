@@ -19,20 +19,42 @@ after the kill, latest rank, median over the rounds.
   --launcher harness: tests/e2e/recovery_harness.py plays the agent against `dgt store serve`
       and restarts at once (no agent, no rendezvous).
     bench/recovery/run.py [--launcher dgt-run|harness] [--rounds 5] [--kill-after 0.5]
+The torch anchors (--torch-rounds, default 1; 0 skips them): the same layout (2 agents x 2 ranks,
+rank 2 SIGKILLed --kill-after s after every rank joined) with a PyTorch trainer
+(bench/recovery/torch_trainer.py: Gloo all-reduce per step, nothing checkpointed) under torchrun
+1.13 (/usr/bin/torchrun) and torchrun 2.13 (DGT_PYTHON2 -m torch.distributed.run), c10d
+rendezvous, --max-restarts=3 --monitor-interval=0.1: torchrun's only recovery, a group restart;
+torchrun 2.13 once more with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (its opt-out of sharing the
+rendezvous store with the workers: by default 2.13 keeps one worker store for every round, and
+the restarted workers' Gloo bootstrap then fails here); and, like for like, the same trainer under `dgt-run --restart-policy group` with each family's
+workers. Measured from the trainers' CLOCK_REALTIME events: back in a collective (every rank's
+new process completed its first all-reduce) and back at the pre-failure step. The verdict compares
+dgt's in-place recovery with the newest anchor's (torchrun 2.13's) group restart.
 With --launcher dgt-run the medians of the milestones in BOUNDS are checked against their bounds
 (printed with the timeline): one past its bound prints "REGRESSION: ..." naming the policy, the
 milestone, the median and the bound, and the bench exits 1 (--no-check: report only).
 """
 import argparse
+import os
 import re
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from recovery_harness import DgtRunJob, Job  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(HERE.parent))
+import netns  # noqa: E402
+from recovery_harness import BIN, DgtRunJob, Job  # noqa: E402
+
+TORCH_TRAINER = HERE / "torch_trainer.py"
+PY2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
+PY1 = "/usr/bin/python3"
 
 # Median ms after the SIGKILL, per milestone, for every policy (--launcher dgt-run). Measured on
 # the 2-core shared dev machine (docs/PERFORMANCE.md): communicator built ~10-25 ms, back in a
@@ -198,6 +220,237 @@ def one_dgt_run(mode, out_dir, nodes, nproc, steps, kill_after):
         job.close()
 
 
+# ---- torch anchors: a PyTorch trainer under torchrun 1.13 / 2.13 and under dgt-run (group) ----
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_events(d):
+    """[(kind, {field: value})] from every process's events file in d."""
+    out = []
+    for f in Path(d).glob("*.events"):
+        for line in f.read_text(errors="replace").splitlines():
+            kind, *fields = line.split()
+            out.append((kind, dict(x.split("=", 1) for x in fields)))
+    return out
+
+
+def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, nproc=2):
+    """One round: `launcher` (torchrun or dgt-run) with `family`'s torch workers; SIGKILL of rank
+    nodes*nproc//2 kill_after s after every rank joined. Returns ms after the kill:
+    {"new process started", "back in a collective", "back at the pre-failure step"}."""
+    world = nodes * nproc
+    victim_rank = world // 2
+    py = PY1 if family == "1.13" else PY2
+    ev_dir = Path(out_dir) / "events"
+    ev_dir.mkdir()
+    trainer = [str(TORCH_TRAINER), "--events-dir", str(ev_dir), "--steps", str(steps),
+               "--step-ms", "10"]
+    procs = []
+
+    def popen(args, name, env=None):
+        out = open(Path(out_dir) / f"{name}.out", "wb")
+        err = open(Path(out_dir) / f"{name}.err", "wb")
+        p = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                             start_new_session=True)
+        out.close()
+        err.close()
+        procs.append(p)
+        return p
+
+    try:
+        if launcher == "torchrun":
+            port = free_port()
+            for i in range(nodes):
+                if family == "1.13":  # Python 3.11 needs -r 1 -t 1 (REFERENCE.md §8).
+                    head = ["/usr/bin/torchrun", "-r", "1", "-t", "1"]
+                else:
+                    head = [PY2, "-m", "torch.distributed.run"]
+                env = dict(os.environ)
+                if family == "2.13-unshared":
+                    # torch 2.x's opt-out of sharing the rendezvous TCPStore with the workers
+                    # (dynamic_rendezvous.py): a fresh store per round, hosted by worker rank 0.
+                    env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+                popen(head + [f"--log_dir={out_dir}/logs{i}", f"--nnodes={nodes}",
+                              f"--nproc_per_node={nproc}", "--rdzv_backend=c10d",
+                              f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=bench",
+                              "--max_restarts=3", "--monitor_interval=0.1", *trainer],
+                      f"node-{i}", env)
+        else:
+            out = Path(out_dir) / "rendezvous.out"
+            rdzv = popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"], "rendezvous")
+            deadline = time.monotonic() + 10
+            port = None
+            while port is None:
+                m = re.search(r"listening on port (\d+)", out.read_text(errors="replace"))
+                if m:
+                    port = int(m.group(1))
+                    break
+                assert rdzv.poll() is None and time.monotonic() < deadline, "dgt-rendezvous"
+                time.sleep(0.02)
+            env = dict(os.environ, DGT_PYTHON=py)
+            for i in range(nodes):
+                popen([str(BIN / "dgt-run"), f"--node-id=node-{i}", f"--nnodes={nodes}",
+                       f"--nproc-per-node={nproc}", f"--rdzv-endpoint=127.0.0.1:{port}",
+                       "--rdzv-id=bench", "--rdzv-conf=last_call_timeout=1",
+                       "--stop-timeout=5", "--restart-policy=group", "--max-restarts=3",
+                       *trainer], f"node-{i}", env)
+        agents = procs[-nodes:]
+
+        def last_error():
+            errors = []
+            for i in range(nodes):
+                errors += [ln.strip() for ln in (Path(out_dir) / f"node-{i}.err").read_text(
+                    errors="replace").splitlines() if "Error" in ln and "hostname" not in ln]
+            return errors[-1] if errors else "none logged"
+
+        def agents_alive():
+            bad = [i for i, a in enumerate(agents) if a.poll() not in (None, 0)]
+            if bad:
+                i = bad[0]
+                raise RuntimeError(f"{launcher} {family}: agent {i} exited {agents[i].poll()}; "
+                                   f"last error: {last_error()}")
+
+        # Every rank joined and did a step.
+        deadline = time.monotonic() + 180
+        while True:
+            ev = read_events(ev_dir)
+            joined = {f["rank"]: f for k, f in ev if k == "joined"}
+            stepped = {f["rank"] for k, f in ev if k == "step"}
+            if len(joined) == world and len(stepped) == world:
+                break
+            agents_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{launcher} {family}: ranks joined: {sorted(joined)}")
+            time.sleep(0.05)
+        time.sleep(kill_after)
+        victim = int(joined[str(victim_rank)]["pid"])
+        kill_ns = time.time_ns()
+        os.kill(victim, signal.SIGKILL)
+        # Every rank back: a process started after the kill completed a step.
+        deadline = time.monotonic() + 90
+        while True:
+            ev = read_events(ev_dir)
+            new = {f["pid"] for k, f in ev if k == "start" and int(f["main_ns"]) > kill_ns}
+            back = {}
+            for k, f in ev:
+                if k == "step" and f["pid"] in new:
+                    back.setdefault(f["rank"], []).append((int(f["step"]), int(f["t_ns"])))
+            if len(back) == world:
+                break
+            agents_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{launcher} {family}: 90 s after the kill only ranks "
+                                   f"{sorted(back)} were back; last error: {last_error()}")
+            time.sleep(0.02)
+        for a in agents:
+            rc = a.wait(timeout=180)
+            if rc != 0:
+                agents_alive()
+        ev = read_events(ev_dir)
+        new = {f["pid"] for k, f in ev if k == "start" and int(f["main_ns"]) > kill_ns}
+        high = max(int(f["step"]) for k, f in ev
+                   if k == "step" and f["pid"] not in new and int(f["t_ns"]) < kill_ns)
+        first_back, at_high = {}, {}
+        for k, f in ev:
+            if k == "step" and f["pid"] in new:
+                t = int(f["t_ns"])
+                first_back[f["rank"]] = min(first_back.get(f["rank"], t), t)
+                if int(f["step"]) >= high:
+                    at_high[f["rank"]] = min(at_high.get(f["rank"], t), t)
+        if len(at_high) != world:
+            raise RuntimeError(f"{launcher} {family}: not every rank got back to step {high}")
+        started = min(int(f["main_ns"]) for k, f in ev if k == "start" and f["pid"] in new)
+        return {"new process started": (started - kill_ns) / 1e6,
+                "back in a collective": (max(first_back.values()) - kill_ns) / 1e6,
+                "back at the pre-failure step": (max(at_high.values()) - kill_ns) / 1e6}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+
+
+def torch_anchors(rounds, steps, kill_after, d):
+    """{(launcher, family): [round results]}, interleaved per round."""
+    res = {}
+    for i in range(rounds):
+        for launcher, family in (("torchrun", "1.13"), ("torchrun", "2.13"),
+                                 ("torchrun", "2.13-unshared"), ("dgt-run", "1.13"),
+                                 ("dgt-run", "2.13")):
+            sub = Path(d) / f"torch-{launcher}-{family}-{i}"
+            sub.mkdir()
+            try:
+                r = torch_anchor_round(launcher, family, sub, steps, kill_after)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:  # Reported, not fatal.
+                r = {"failed": str(e).strip().splitlines()[0][:300]}
+            res.setdefault((launcher, family), []).append(r)
+    return res
+
+
+def print_anchors(anchors, res, prefail):
+    """The torch anchors' table, and the verdict per target against the newest anchor."""
+    names = ["new process started", "back in a collective", "back at the pre-failure step"]
+    rounds = len(next(iter(anchors.values())))
+    print()
+    print(f"torch anchors: PyTorch trainer (bench/recovery/torch_trainer.py), 2 agents x 2 ranks, "
+          f"SIGKILL of rank 2, group restart; median of {rounds} round(s), ms after the kill")
+    print("| launcher (workers) | " + " | ".join(names) + " |")
+    print("| --- |" + " --- |" * len(names))
+
+    def med(v, n):
+        ok = [r[n] for r in v if "failed" not in r]
+        return statistics.median(ok) if ok else None
+
+    for (launcher, family), v in anchors.items():
+        label = (f"torchrun {family}" if launcher == "torchrun" else
+                 f"dgt-run --restart-policy group ({family} workers)")
+        label = label.replace("2.13-unshared", "2.13 with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
+        failed = [r["failed"] for r in v if "failed" in r]
+        cells = [f"{med(v, n):.0f}" if med(v, n) is not None else "-" for n in names]
+        note = f" (did not recover in {len(failed)} of {len(v)}: {failed[0]})" if failed else ""
+        print(f"| {label}{note} | " + " | ".join(cells) + " |")
+    newest = anchors[("torchrun", "2.13")]
+    newest_name = "torchrun 2.13"
+    if med(newest, "back in a collective") is None and ("torchrun", "2.13-unshared") in anchors:
+        # The default did not recover: compare with its documented opt-out, which does.
+        newest = anchors[("torchrun", "2.13-unshared")]
+        newest_name = "torchrun 2.13 (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; the default did not recover)"
+    in_place = statistics.median(res["in-place"])
+    in_place_pf = statistics.median(prefail["in-place"])
+    t_back = med(newest, "back in a collective")
+    t_pf = med(newest, "back at the pre-failure step")
+    print()
+    print(f"verdict per target (newest anchor: {newest_name}, group restart of the PyTorch trainer;")
+    print("dgt: in-place recovery of the C++ allreduce_trainer under dgt-run, medians):")
+    print(f"  in-place under 1 s: {in_place:.0f} ms ({'met' if in_place < 1000 else 'NOT MET'})")
+    if t_back is None:
+        print("  >= 5x faster than torchrun 2.13: not measurable, torchrun 2.13 did not recover "
+              "in any round (dgt did)")
+    else:
+        print(f"  >= 5x faster than {newest_name.split(' (')[0]}, back in a collective: {t_back:.0f} / "
+              f"{in_place:.0f} = {t_back / in_place:.1f}x "
+              f"({'met' if t_back >= 5 * in_place else 'NOT MET'})")
+        print(f"  >= 5x faster than {newest_name.split(' (')[0]}, back at the pre-failure step: "
+              f"{t_pf:.0f} / "
+              f"{in_place_pf:.0f} = {t_pf / in_place_pf:.1f}x "
+              f"({'met' if t_pf >= 5 * in_place_pf else 'NOT MET'})")
+    rows = []
+    for n in names:
+        rows.append((n, med(anchors[("dgt-run", "2.13")], n), med(newest, n)))
+    behind = [f"{n} ({d:.0f} vs {t:.0f} ms)" if d is not None else f"{n} (dgt-run failed)"
+              for n, d, t in rows if d is None or (t is not None and not d < t)]
+    print(f"  dgt-run ahead of {newest_name.split(' (')[0]} on every row, same trainer and group "
+          "restart: " +
+          ("yes" if not behind else "NO, behind on " + ", ".join(behind)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -208,9 +461,12 @@ def main():
     ap.add_argument("--nproc", type=int, default=2, help="ranks per agent (--launcher dgt-run)")
     ap.add_argument("--kill-after", type=float, default=0.5,
                     help="seconds after every rank joined to SIGKILL one (--launcher dgt-run)")
+    ap.add_argument("--torch-rounds", type=int, default=1,
+                    help="rounds of the torch anchors (--launcher dgt-run; 0 skips them)")
     ap.add_argument("--no-check", action="store_true",
                     help="report only: do not fail when a milestone's median passes its bound")
     a = ap.parse_args()
+    netns.enter()
     if a.launcher == "dgt-run":
         a.world = a.nodes * a.nproc
     modes = ["in-place", "group"] + (["shrink"] if a.launcher == "dgt-run" else [])
@@ -232,6 +488,9 @@ def main():
                     ms, redone = one(mode, sub, a.world, a.steps)
                 res[mode].append(ms)
                 lost[mode].append(redone)
+        anchors = {}
+        if a.launcher == "dgt-run" and a.torch_rounds > 0:
+            anchors = torch_anchors(a.torch_rounds, a.steps, a.kill_after, d)
     layout = f" ({a.nodes} agents x {a.nproc})" if a.launcher == "dgt-run" else ""
     print(f"recovery bench: launcher={a.launcher}{layout} world={a.world} rounds={a.rounds} "
           "(ms from SIGKILL to all ranks back in a collective)")
@@ -286,6 +545,8 @@ def main():
             for mode in modes:
                 if not any(n in tl for tl in steps[mode]):
                     regressions.append(f"REGRESSION: {mode}: '{n}' was never reached")
+        if anchors:
+            print_anchors(anchors, res, prefail)
         if regressions:
             print()
             for line in regressions:

@@ -2,36 +2,133 @@
 # Rendezvous benchmark: starts dgt-rendezvous on a free loopback port, runs N simulated agents
 # against it (bench/rendezvous/rendezvous_bench.cc), prints the figures and the service's peak RSS.
 # Usage: bench/rendezvous/run.sh [build_dir] [agents...]   (default: build 1000 10000)
-# CHANNELS=N sets the TCP connections the agents share (default 100). Then runs the torch 1.13
-# c10d anchor (bench/rendezvous/torch_c10d.py; SKIP_TORCH=1 skips it).
+# CHANNELS=N sets the TCP connections the agents share (default 100). Then, in the same run, the
+# anchors (bench/rendezvous/torch_c10d.py; SKIP_TORCH=1 skips them): torch 1.13's c10d rendezvous
+# (DGT_PYTHON, default /usr/bin/python3) with TORCH1_AGENTS (default "10 50 100") agents, and
+# torch 2.13's (DGT_PYTHON2, default /opt/dgt/peers-venv/bin/python) with TORCH2_AGENTS (default
+# "10 100 1000 10000"); each family stops at the first N that does not complete within
+# TORCH_BOUND seconds (default 100) and prints it. Last, a summary per N and the verdict per
+# target (docs/PERFORMANCE.md). Runs in a loopback-only network namespace (bench/netns.sh;
+# DGT_BENCH_NETNS=0 to run without).
 set -euo pipefail
+source "$(dirname "$0")/../netns.sh"
 cd "$(dirname "$0")/../.."
+ulimit -n "$(ulimit -Hn)"
 BUILD=${1:-build}
 shift || true
 COUNTS=("$@")
 [ ${#COUNTS[@]} -gt 0 ] || COUNTS=(1000 10000)
-for n in "${COUNTS[@]}"; do
-  out=$(mktemp)
-  # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
-  "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 >"$out" 2>/dev/null &
-  pid=$!
-  for _ in $(seq 50); do grep -q "listening on port" "$out" && break; sleep 0.1; done
-  port=$(grep -o 'port [0-9]*' "$out" | awk '{print $2}')
-  echo "== $n agents"
-  timeout 200 "$BUILD/bin/rendezvous_bench" --endpoint "127.0.0.1:$port" --agents "$n" \
-    --channels "${CHANNELS:-100}" --timeout-s 150 || echo "(benchmark failed for $n agents)"
-  echo "service peak RSS: $(grep VmHWM /proc/$pid/status | awk '{print $2, $3}')"
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  rm -f "$out"
-done
-# The anchor, in the same run: torch 1.13's c10d rendezvous with as many agents as it completes
-# within the bound (TORCH_AGENTS, default "10 50 100"; each N gives up after 100 s).
-if [ "${SKIP_TORCH:-0}" != 1 ]; then
-  echo "== torch 1.13 c10d rendezvous"
-  # One process per N: torch 1.13 aborts the whole process when a store connection fails.
-  for n in ${TORCH_AGENTS:-10 50 100}; do
-    timeout 150 "${DGT_PYTHON:-/usr/bin/python3}" bench/rendezvous/torch_c10d.py \
-      --agents "$n" --bound 100 2>&1 | grep -v '^agent [0-9]*: ' ||
-      echo "(torch c10d with $n agents did not complete)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+dgt_runs() {
+  for n in "${COUNTS[@]}"; do
+    local out pid port
+    out=$(mktemp)
+    # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
+    "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 >"$out" 2>/dev/null &
+    pid=$!
+    for _ in $(seq 50); do grep -q "listening on port" "$out" && break; sleep 0.1; done
+    port=$(grep -o 'port [0-9]*' "$out" | awk '{print $2}')
+    echo "== $n agents"
+    timeout 200 "$BUILD/bin/rendezvous_bench" --endpoint "127.0.0.1:$port" --agents "$n" \
+      --channels "${CHANNELS:-100}" --timeout-s 150 || echo "(benchmark failed for $n agents)"
+    echo "service peak RSS: $(grep VmHWM /proc/$pid/status | awk '{print $2, $3}')"
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    rm -f "$out"
   done
-fi
+}
+
+# The anchors, in the same run: torch's c10d rendezvous with as many agents as it completes
+# within the bound, one process per N (torch 1.13 aborts the whole process when a store connection
+# fails); the first N that does not complete ends that family's list.
+torch_runs() {
+  local bound=${TORCH_BOUND:-100}
+  for family in 1.13 2.13; do
+    local py counts
+    if [ "$family" = 1.13 ]; then
+      py=${DGT_PYTHON:-/usr/bin/python3}; counts=${TORCH1_AGENTS:-10 50 100}
+    else
+      py=${DGT_PYTHON2:-/opt/dgt/peers-venv/bin/python}; counts=${TORCH2_AGENTS:-10 100 1000 10000}
+    fi
+    echo "== torch $family c10d rendezvous ($py; bound $bound s per N)"
+    for n in $counts; do
+      local rc
+      set +o pipefail
+      timeout $((bound + 60)) "$py" bench/rendezvous/torch_c10d.py --agents "$n" --bound "$bound" \
+        2>&1 | { grep -v -e '^agent [0-9]*: ' -e 'hostname of the client socket cannot be retrieved' || true; }
+      rc=${PIPESTATUS[0]}
+      set -o pipefail
+      if [ "$rc" != 0 ]; then
+        [ "$rc" = 124 ] && echo "torch $family c10d, $n agents: EXCEEDS THE BOUND (killed after $((bound + 60)) s)"
+        [ "$rc" != 3 ] && [ "$rc" != 124 ] && echo "torch $family c10d, $n agents: FAILED: exited $rc"
+        echo "torch $family c10d: larger N not tried"
+        break
+      fi
+    done
+  done
+}
+
+dgt_runs 2>&1 | tee -a "$log"
+if [ "${SKIP_TORCH:-0}" != 1 ]; then torch_runs 2>&1 | tee -a "$log"; fi
+
+"${DGT_PYTHON:-/usr/bin/python3}" - "$log" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+dgt = {}
+for block in re.split(r"^== (?=\d+ agents)", text, flags=re.M)[1:]:
+    n = int(block.split()[0])
+    r = {}
+    m = re.search(r"last join -> every assignment delivered: ([\d.]+) ms", block)
+    if m:
+        r["assign_ms"] = float(m.group(1))
+    m = re.search(r"agent lost -> survivor has its new round: p50 ([\d.]+) ms, p99 ([\d.]+) ms", block)
+    if m:
+        r["lost_p99_ms"] = float(m.group(2))
+    m = re.search(r"service peak RSS: (\d+) kB", block)
+    if m:
+        r["rss_mib"] = int(m.group(1)) / 1024
+    dgt[n] = r
+torch = {"1.13": {}, "2.13": {}}
+for m in re.finditer(r"^torch (\d+\.\d+)\S* c10d, (\d+) agents: (.*)$", text, flags=re.M):
+    fam, n, rest = m.group(1), int(m.group(2)), m.group(3)
+    t = re.search(r"every rank assigned: (\d+) ms", rest)
+    torch[fam][n] = float(t.group(1)) if t else rest.split(":")[0]  # "EXCEEDS THE BOUND"/"FAILED"
+ns = sorted(set(dgt) | set(torch["1.13"]) | set(torch["2.13"]))
+def cell(v):
+    return "-" if v is None else (f"{v:.0f} ms" if isinstance(v, float) else v)
+print("\nsummary: last join -> every assignment delivered, per N (one run each)")
+print(f"{'agents':>7} | {'dgt':>10} | {'torch 1.13 c10d':>18} | {'torch 2.13 c10d':>18}")
+for n in ns:
+    d = dgt.get(n, {}).get("assign_ms")
+    print(f"{n:7} | {cell(d):>10} | {cell(torch['1.13'].get(n)):>18} | "
+          f"{cell(torch['2.13'].get(n)):>18}")
+print("\nverdict per target (newest anchor: torch 2.13 c10d):")
+big = dgt.get(10000, {})
+if "assign_ms" in big:
+    print(f"  10,000 nodes assigned in under 2 s: {big['assign_ms']:.0f} ms "
+          f"({'met' if big['assign_ms'] < 2000 else 'NOT MET'})")
+if "rss_mib" in big:
+    mb = big["rss_mib"] * 1.048576
+    print(f"  under 200 MB at 10,000: {big['rss_mib']:.0f} MiB = {mb:.0f} MB "
+          f"({'met' if mb < 200 else 'NOT MET'})")
+lost = [(n, r["lost_p99_ms"]) for n, r in sorted(dgt.items()) if "lost_p99_ms" in r]
+if lost:
+    worst = max(v for _, v in lost)
+    print("  killed agent noticed by all survivors in under 1 s: p99 " +
+          ", ".join(f"{v:.0f} ms at {n}" for n, v in lost) +
+          f" ({'met' if worst < 1000 else 'NOT MET'})")
+rows = []
+for n in ns:
+    d, t = dgt.get(n, {}).get("assign_ms"), torch["2.13"].get(n)
+    if d is None or t is None:
+        continue
+    rows.append((n, d, t))
+behind = [f"{n} ({d:.0f} ms vs {t:.0f} ms)" for n, d, t in rows if isinstance(t, float) and d >= t]
+compared = ", ".join(f"{n}: dgt {d:.0f} ms vs {cell(t)}" for n, d, t in rows)
+if rows:
+    print(f"  dgt ahead of torch 2.13 on every N both ran ({compared}): " +
+          ("yes" if not behind else "NO, behind on " + ", ".join(behind)))
+else:
+    print("  dgt ahead of torch 2.13: no N measured for both (run dgt at the N torch completed)")
+PY

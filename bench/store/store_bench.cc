@@ -1,13 +1,18 @@
-// Load generator for TCPStore servers (dgt's and torch 1.13's): speaks the torch 1.x wire
-// protocol, which both servers accept, so the same client program measures both. Loopback only;
-// every mode is bounded in operations and in time. Prints one JSON object per run on stdout.
+// Load generator for TCPStore servers (dgt's, torch 1.13's and torch 2.13's libuv server): speaks
+// the torch 1.x wire protocol (--protocol 1, default; dgt and torch 1.13 accept it) or the
+// torch 2.x one (--protocol 2: each connection opens with VALIDATE, then 2.x opcodes; dgt and
+// torch 2.x accept it), so the same client program measures every server. Loopback only; every mode
+// is bounded in operations and in time. Prints one JSON object per run on stdout.
 //
-//   store_bench --port P --mode ops --op set|get|add|cas --conns N [--seconds S] [--max-ops M]
+//   store_bench --port P [--protocol 1|2] --mode ops --op set|get|add|cas --conns N [--seconds S]
+//               [--max-ops M]
 //               [--server-pid PID]   (adds the server's CPU time per operation)
 //               [--pipeline K]       (set only: K SETs and one CHECK per round trip)
 //   store_bench --port P --mode fanout --waiters N [--rounds R]
 //   store_bench --port P --mode idle --conns N --server-pid PID
 //
+// Every connection of ops and fanout makes one GETNUMKEYS round trip before the timed part, so
+// accepting it is not timed.
 // ops:    N connections, one request outstanding each (closed loop), for S seconds or M ops.
 //         set = SET then CHECK of the same key (SET has no reply, so a set is confirmed by the
 //         round trip); get = GET of a preloaded key; add = ADD 1 on one of 16 counters;
@@ -30,6 +35,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +63,7 @@ struct Flags {
   int rounds = 20;
   int server_pid = 0;
   int pipeline = 1;  // set only: K SETs then one CHECK per round trip (counts K operations).
+  int protocol = 1;  // torch wire protocol family: 1 (torch 1.x) or 2 (torch >= 2.2).
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -69,8 +77,19 @@ void AppendStr(std::string* s, const std::string& v) {
   s->append(v);
 }
 
-// torch 1.x opcodes (REFERENCE.md §4).
-constexpr char kSet = 0, kCas = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kNumKeys = 6;
+// Opcodes of the two families (REFERENCE.md §4): torch 1.x numbers them from SET = 0; torch 2.x
+// inserted VALIDATE = 0 in front, shifting the rest by one. Set once in main() from --protocol.
+struct Opcodes {
+  char set = 0, cas = 1, get = 2, add = 3, check = 4, wait = 5, num_keys = 6;
+  bool validate = false;  // 2.x: every connection opens with VALIDATE (no reply).
+};
+Opcodes g_op;
+
+void UseProtocol(int family) {
+  if (family == 2) g_op = Opcodes{1, 2, 3, 4, 5, 6, 7, true};
+}
+
+void SendAll(int fd, const std::string& b);
 
 int Connect(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -89,6 +108,11 @@ int Connect(int port) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   timeval tv{10, 0};  // Blocking reads never hang a run.
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (g_op.validate) {
+    // VALIDATE (opcode 0) with the u32 magic 0x3C85F7CE, little-endian; the server does not reply.
+    static const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
+    SendAll(fd, kValidate);
+  }
   return fd;
 }
 
@@ -110,10 +134,19 @@ void RecvExact(int fd, size_t n) {
   }
 }
 
+// One GETNUMKEYS round trip: returns once the server has accepted the connection and served a
+// request on it, so that accepting (torch 2.13's libuv server also resolves each new peer's name
+// on its loop thread) is not counted in the timed part of a run.
+void Served(int fd) {
+  SendAll(fd, std::string(1, g_op.num_keys));
+  RecvExact(fd, 8);
+}
+
 double Percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  std::nth_element(v.begin(), v.begin() + i, v.end());
+  const size_t last = v.size() - 1;
+  size_t i = std::min(last, static_cast<size_t>(std::lround(p * static_cast<double>(last))));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
   return v[i];
 }
 
@@ -140,15 +173,15 @@ double CpuUs(int pid) {
     if (i == 14) utime = std::atol(field.c_str());
     if (i == 15) stime = std::atol(field.c_str());
   }
-  return (utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // CPU time (user + system) this process has used, in microseconds.
 double SelfCpuUs() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
-  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 + ru.ru_utime.tv_usec +
-         ru.ru_stime.tv_usec;
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 void RaiseFileLimit() {
@@ -173,11 +206,11 @@ int RunOps(const Flags& f) {
   int setup = Connect(f.port);
   std::string pre;
   for (int i = 0; i < f.conns; ++i) {
-    pre += kSet;
+    pre += g_op.set;
     AppendStr(&pre, "bench/k" + std::to_string(i));
     AppendStr(&pre, value);
   }
-  pre += kNumKeys;
+  pre += g_op.num_keys;
   SendAll(setup, pre);
   RecvExact(setup, 8);
 
@@ -186,28 +219,29 @@ int RunOps(const Flags& f) {
   for (int i = 0; i < f.conns; ++i) {
     Conn& c = conns[i];
     c.fd = Connect(f.port);
+    Served(c.fd);
     std::string key = "bench/k" + std::to_string(i);
     if (f.op == "set") {
       for (int k = 0; k < f.pipeline; ++k) {
-        c.request += kSet;
+        c.request += g_op.set;
         AppendStr(&c.request, key);
         AppendStr(&c.request, value);
       }
-      c.request += kCheck;
+      c.request += g_op.check;
       AppendU64(&c.request, 1);
       AppendStr(&c.request, key);
       c.reply_len = 1;
     } else if (f.op == "get") {
-      c.request += kGet;
+      c.request += g_op.get;
       AppendStr(&c.request, key);
       c.reply_len = 8 + value.size();
     } else if (f.op == "add") {
-      c.request += kAdd;
+      c.request += g_op.add;
       AppendStr(&c.request, "bench/ctr" + std::to_string(i % 16));
       AppendU64(&c.request, 1);
       c.reply_len = 8;
     } else if (f.op == "cas") {
-      c.request += kCas;
+      c.request += g_op.cas;
       AppendStr(&c.request, key);
       AppendStr(&c.request, value);
       AppendStr(&c.request, value);
@@ -277,16 +311,18 @@ int RunOps(const Flags& f) {
   const double self_after = SelfCpuUs();
   // Server CPU per operation: what the server would need per op with the machine to itself. The
   // generator's own CPU per operation bounds what any server can show on a shared machine.
-  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / std::max(1L, done);
-  double gen_cpu_us = (self_after - self_before) / std::max(1L, done);
+  const auto ops = static_cast<double>(std::max(1L, done));
+  double server_cpu_us = cpu_before < 0 ? -1 : (cpu_after - cpu_before) / ops;
+  double gen_cpu_us = (self_after - self_before) / ops;
   // With --pipeline K a round trip carries K operations; latency is per round trip.
   std::string op_name = f.pipeline > 1 ? f.op + "-pipelined-" + std::to_string(f.pipeline) : f.op;
   std::printf(
-      "{\"mode\": \"ops\", \"op\": \"%s\", \"conns\": %d, \"ops\": %ld, \"seconds\": %.3f, "
+      "{\"mode\": \"ops\", \"protocol\": %d, \"op\": \"%s\", \"conns\": %d, \"ops\": %ld, "
+      "\"seconds\": %.3f, "
       "\"ops_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"server_cpu_us_per_op\": %.2f, "
       "\"gen_cpu_us_per_op\": %.2f}\n",
-      op_name.c_str(), f.conns, done, secs, done / secs, Percentile(lat_us, 0.50),
-      Percentile(lat_us, 0.99), server_cpu_us, gen_cpu_us);
+      f.protocol, op_name.c_str(), f.conns, done, secs, static_cast<double>(done) / secs,
+      Percentile(lat_us, 0.50), Percentile(lat_us, 0.99), server_cpu_us, gen_cpu_us);
   for (Conn& c : conns) ::close(c.fd);
   ::close(setup);
   ::close(ep);
@@ -295,8 +331,12 @@ int RunOps(const Flags& f) {
 
 int RunFanout(const Flags& f) {
   std::vector<int> waiters(f.waiters);
-  for (int& fd : waiters) fd = Connect(f.port);
+  for (int& fd : waiters) {
+    fd = Connect(f.port);
+    Served(fd);
+  }
   int setter = Connect(f.port);
+  Served(setter);
   int ep = ::epoll_create1(EPOLL_CLOEXEC);
   for (int i = 0; i < f.waiters; ++i) {
     epoll_event ev{};
@@ -309,7 +349,7 @@ int RunFanout(const Flags& f) {
   for (int round = 0; round < f.rounds; ++round) {
     std::string key = "fan/" + std::to_string(round);
     std::string wait;
-    wait += kWait;
+    wait += g_op.wait;
     AppendU64(&wait, 1);
     AppendStr(&wait, key);
     for (int fd : waiters) SendAll(fd, wait);
@@ -317,7 +357,7 @@ int RunFanout(const Flags& f) {
     // but torch's server gives no way to ask, so give it time.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::string set;
-    set += kSet;
+    set += g_op.set;
     AppendStr(&set, key);
     AppendStr(&set, "1");
     auto t0 = Clock::now();
@@ -343,9 +383,9 @@ int RunFanout(const Flags& f) {
     last_us.push_back(last);
   }
   std::printf(
-      "{\"mode\": \"fanout\", \"waiters\": %d, \"rounds\": %d, \"p50_us\": %.1f, "
+      "{\"mode\": \"fanout\", \"protocol\": %d, \"waiters\": %d, \"rounds\": %d, \"p50_us\": %.1f, "
       "\"p99_us\": %.1f, \"last_waiter_p50_us\": %.1f, \"last_waiter_max_us\": %.1f}\n",
-      f.waiters, f.rounds, Percentile(lat_us, 0.50), Percentile(lat_us, 0.99),
+      f.protocol, f.waiters, f.rounds, Percentile(lat_us, 0.50), Percentile(lat_us, 0.99),
       Percentile(last_us, 0.50), *std::max_element(last_us.begin(), last_us.end()));
   for (int fd : waiters) ::close(fd);
   ::close(setter);
@@ -358,7 +398,7 @@ int RunIdle(const Flags& f) {
     std::fprintf(stderr, "store_bench: --mode idle needs --server-pid\n");
     return 2;
   }
-  std::string numkeys(1, kNumKeys);
+  std::string numkeys(1, g_op.num_keys);
   // Warm the server with a few connections first, so one-time allocations are not counted.
   for (int i = 0; i < 16; ++i) {
     int fd = Connect(f.port);
@@ -388,11 +428,12 @@ int RunIdle(const Flags& f) {
     ++answered;
   }
   std::printf(
-      "{\"mode\": \"idle\", \"conns\": %d, \"held\": %zu, \"open_seconds\": %.2f, "
+      "{\"mode\": \"idle\", \"protocol\": %d, \"conns\": %d, \"held\": %zu, \"open_seconds\": "
+      "%.2f, "
       "\"rss_before_kib\": %ld, \"rss_after_kib\": %ld, \"kib_per_conn\": %.2f, "
       "\"sample_answered\": %d}\n",
-      f.conns, fds.size(), open_s, before, after, static_cast<double>(after - before) / f.conns,
-      answered);
+      f.protocol, f.conns, fds.size(), open_s, before, after,
+      static_cast<double>(after - before) / f.conns, answered);
   for (int fd : fds) ::close(fd);
   return 0;
 }
@@ -423,6 +464,8 @@ int main(int argc, char** argv) {
       f.server_pid = std::atoi(v.c_str());
     else if (k == "--pipeline")
       f.pipeline = std::atoi(v.c_str());
+    else if (k == "--protocol")
+      f.protocol = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "store_bench: unknown flag %s\n", k.c_str());
       return 2;
@@ -432,6 +475,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "store_bench: --port is required\n");
     return 2;
   }
+  if (f.protocol != 1 && f.protocol != 2) {
+    std::fprintf(stderr, "store_bench: --protocol must be 1 or 2, got %d\n", f.protocol);
+    return 2;
+  }
+  UseProtocol(f.protocol);
   RaiseFileLimit();
   if (f.mode == "ops") return RunOps(f);
   if (f.mode == "fanout") return RunFanout(f);
