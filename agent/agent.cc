@@ -836,6 +836,9 @@ std::string Agent::HostLostMessage(const grpc::Status& status) const {
 
 void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
+  // Stopping for an outside signal: the service is not needed any more (the other nodes, or the
+  // agent hosting it, may be going away for the same signal), and the end is 128+N.
+  if (stop_signal_ != 0) return;
   switch (state_) {
     case State::kJoining:
       if (IsRefusal(status)) {
@@ -887,6 +890,12 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
 
 void Agent::LeaveRun(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
+  if (stop_signal_ != 0) {
+    // An outside signal stops this node already; its status (128+N) is the one to report.
+    spdlog::info("dgt-run: {}; this node is stopping anyway ({})", message,
+                 SignalName(stop_signal_));
+    return;
+  }
   const bool workers_running = workers_ && (workers_->alive() > 0 || pending_restarts_ > 0) &&
                                (state_ == State::kRunning || state_ == State::kRestarting ||
                                 state_ == State::kStopping || state_ == State::kRerounding);
