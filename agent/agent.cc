@@ -836,6 +836,9 @@ std::string Agent::HostLostMessage(const grpc::Status& status) const {
 
 void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
+  // Stopping for an outside signal: the service is not needed any more (the other nodes, or the
+  // agent hosting it, may be going away for the same signal), and the end is 128+N.
+  if (stop_signal_ != 0) return;
   switch (state_) {
     case State::kJoining:
       if (IsRefusal(status)) {
@@ -887,6 +890,12 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
 
 void Agent::LeaveRun(int exit_status, const std::string& message) {
   if (state_ == State::kDone) return;
+  if (stop_signal_ != 0) {
+    // An outside signal stops this node already; its status (128+N) is the one to report.
+    spdlog::info("dgt-run: {}; this node is stopping anyway ({})", message,
+                 SignalName(stop_signal_));
+    return;
+  }
   const bool workers_running = workers_ && (workers_->alive() > 0 || pending_restarts_ > 0) &&
                                (state_ == State::kRunning || state_ == State::kRestarting ||
                                 state_ == State::kStopping || state_ == State::kRerounding);
@@ -915,6 +924,7 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
     OnRejoined();  // The service took this node back into its round: nothing restarts.
     return;
   }
+  if (StoppingForSignal("a new round", a.reason())) return;
   switch (state_) {
     case State::kJoining:
       join_timer_.cancel();
@@ -1020,8 +1030,19 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   }
 }
 
+bool Agent::StoppingForSignal(std::string_view what, std::string_view reason) const {
+  if (stop_signal_ == 0 || state_ == State::kDone) return false;
+  // A signal from outside (scancel, a pod deletion) ends this agent with 128+N once its workers
+  // are gone, as torchrun: nothing the service says afterwards (the other nodes, signalled too,
+  // are lost) puts it back into waiting for a round.
+  spdlog::info("dgt-run: ignoring {} from the rendezvous ({}): this node is stopping ({})", what,
+               reason, SignalName(stop_signal_));
+  return true;
+}
+
 void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
   if (state_ == State::kDone || state_ == State::kJoining) return;
+  if (StoppingForSignal("a stop of this node's workers", stop.reason())) return;
   spdlog::warn("dgt-run: the rendezvous stopped this node's workers: {}", stop.reason());
   first_failure_.reset();
   failures_.clear();
@@ -1706,6 +1727,13 @@ void Agent::AfterWorkersExited() {
       }
       return;
     }
+    if (stop_signal_ != 0) {
+      // No report: the session ends with this agent, and the service treats the node as lost
+      // (the others go on in a new round if enough nodes remain). A signal from outside decides
+      // this node's status over whatever the service said while its workers stopped.
+      Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+      return;
+    }
     if (leave_) {
       MarkDone(leave_->first);
       FinishLinger(leave_->first, leave_->second);
@@ -1726,13 +1754,6 @@ void Agent::AfterWorkersExited() {
     rdzv_v1::AgentMessage message;
     rdzv_v1::NodeReport* report = message.mutable_report();
     report->set_round(round_);
-    if (stop_signal_ != 0) {
-      // No report: the session ends with this agent, and the service treats the node as lost
-      // (the others go on in a new round if enough nodes remain).
-      const char* name = sigabbrev_np(stop_signal_);
-      Finish(128 + stop_signal_, absl::StrCat("stopped by SIG", name ? name : "?"));
-      return;
-    }
     if (first_failure_) {
       report->set_succeeded(false);
       report->set_message(absl::StrCat("rank ", first_failure_->rank, " (local rank ",
@@ -1798,7 +1819,9 @@ void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
       if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
       return;
     case State::kAwaitingOutcome:
-      if (finished.succeeded()) {
+      if (stop_signal_ != 0) {
+        Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+      } else if (finished.succeeded()) {
         Finish(0, "");
       } else if (first_failure_ && finished.has_failure() &&
                  finished.failure().node_id() != options_.node_id) {

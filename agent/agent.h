@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -112,6 +113,9 @@ class Agent {
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
   void OnStopWorkers(const rdzv_v1::StopWorkers& stop);
+  // True (and logs that `what`, sent for `reason`, is ignored) once an outside signal stops this
+  // agent: it then ends with 128+N after its workers are gone, whatever the service sends.
+  bool StoppingForSignal(std::string_view what, std::string_view reason) const;
   // This node is no longer part of the run (refused by the service, or the service is lost for
   // good): stops its workers, then exits with `exit_status` and `message`.
   void LeaveRun(int exit_status, const std::string& message);
