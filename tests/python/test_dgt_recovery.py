@@ -129,7 +129,15 @@ class ElasticGroupTest(unittest.TestCase):
         for g in self.groups:
             g._stop_watcher()
 
-    def group(self, rank, world=4, mode="replace", restart=0, backend=None, **opts):
+    def group(self, rank, world=4, mode="replace", restart=0, backend=None, alive_in=(0, 1, 2),
+              **opts):
+        """A group of `rank`; the other ranks count as announced in the generations `alive_in`
+        (a generation forms only once all its members announced themselves)."""
+        for gen in alive_in:
+            for r in range(world):
+                if r != rank:
+                    self.master.set(keys.alive_key("world", gen, r), "1")
+        opts.setdefault("formation_timeout", 5.0)
         options = recovery.RecoveryOptions(mode=mode, report_timeout=0.3, watch_period=0.2,
                                            **opts)
         g = recovery.ElasticGroup(env(rank, world, self.port, restart), options,
@@ -180,7 +188,7 @@ class ElasticGroupTest(unittest.TestCase):
         self.assertEqual(self.master.get("dgt/comm/world/g1/probe"), b"2/3")
 
     def test_shrink_without_a_report_keeps_who_announced_itself(self):
-        g = self.group(0, world=3, mode="shrink")
+        g = self.group(0, world=3, mode="shrink", alive_in=(0,))
         g.join()
         self.master.set(keys.alive_key("world", 1, 2), "1")  # Rank 2 made it; rank 1 did not.
         self.assertEqual(g.recover(), 1)
@@ -281,7 +289,10 @@ class NcclBackendTest(unittest.TestCase):
         master = master_store()
         port = master.port
         d = FakeDist()
-        options = recovery.RecoveryOptions(mode="shrink", backend="nccl", report_timeout=1)
+        options = recovery.RecoveryOptions(mode="shrink", backend="nccl", report_timeout=1,
+                                           formation_timeout=5)
+        for r in range(3):
+            master.set(keys.alive_key("world", 0, r), "1")
         g = recovery.ElasticGroup(env(3, 4, port), options, lambda: client(port),
                                   recovery.make_backend("nccl", "shrink", dist=d))
         try:
@@ -300,15 +311,28 @@ class NcclBackendTest(unittest.TestCase):
 class PeerFailureTest(unittest.TestCase):
     def test_classification(self):
         t = recovery.Trainer.__new__(recovery.Trainer)
-        t.group = SimpleNamespace(mode="replace", pending=False)
+        published = []
+        t.group = SimpleNamespace(mode="replace", generation=0,
+                                  failure_published=lambda s: published.append(s) or bool(
+                                      t.published))
+        t.env = SimpleNamespace(rank=0)
+        t.options = recovery.RecoveryOptions(report_timeout=0.25)
+        t.published = False
+        gloo = RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer")
         self.assertTrue(t.is_peer_failure(dist.DistBackendError("anything")))
-        self.assertTrue(t.is_peer_failure(RuntimeError("[gloo/transport/tcp/pair.cc:598] "
-                                                       "Connection closed by peer")))
+        self.assertEqual(published, [])  # Recognised by type, no store look-up.
+        # A message like a collective's is not enough: a failure must be published too.
+        self.assertFalse(t.is_peer_failure(gloo))
+        self.assertFalse(t.is_peer_failure(RuntimeError("request to feature server timed out")))
+        self.assertEqual(published, [0.25, 0.25])
         self.assertFalse(t.is_peer_failure(RuntimeError("mat1 and mat2 shapes cannot be "
                                                         "multiplied")))
         self.assertFalse(t.is_peer_failure(ValueError("gloo")))
-        t.group.pending = True  # A failure was published: any RuntimeError is its symptom.
-        self.assertTrue(t.is_peer_failure(RuntimeError("mat1 and mat2")))
+        self.assertTrue(t._classify(RuntimeError("anything"), in_collective=True))
+        self.assertFalse(t._classify(ValueError("anything"), in_collective=True))
+        t.published = True  # A failure was published: the collective-like error is its symptom.
+        self.assertTrue(t.is_peer_failure(gloo))
+        self.assertFalse(t.is_peer_failure(RuntimeError("mat1 and mat2")))
         t.group.mode = "off"
         self.assertFalse(t.is_peer_failure(dist.DistBackendError("x")))
 
