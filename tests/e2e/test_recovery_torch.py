@@ -194,3 +194,49 @@ def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, ca
               f"{ms:.0f} ms (resumed at step {k})")
     err = j.stderr(j.node_of(1))
     assert "continuing without it (--recovery-mode=shrink, 1 of --max-restarts=1)" in err, err
+
+
+def test_replace_two_ranks_at_once_with_replacements_slower_than_op_timeout(tmp_path, python2,
+                                                                            capsys):
+    """QA repro: ranks 1 and 2 (one on each node) SIGKILLed within 50 ms, op_timeout (2 s)
+    shorter than a replacement's start (Python + torch import, 3-10 s here). Every rank must
+    form the same generation once both replacements arrive, not give up on its own timeout."""
+    j = DgtRunJob(tmp_path, "torch-replace-two", policy="rank", mode="replace", steps=STEPS,
+                  max_restarts=3,
+                  command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
+                           "--op-timeout", "2"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        assert sorted(pids) == list(range(WORLD))
+        assert j.node_of(1) != j.node_of(2)
+        j.wait_events(lambda ev: any(r == 1 and k == "step" and int(f["step"]) >= 20
+                                     for r, k, f in ev), 60, "rank 1 at step 20")
+        kill_ns = j.kill_pid(pids[1])
+        j.kill_pid(pids[2])
+        assert time.time_ns() - kill_ns < 50_000_000
+        agents_ok(j)
+        ev = j.events()
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        for r in (0, 3):
+            assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
+            assert done[r]["recoveries"] == "1"
+        for r in (1, 2):
+            assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
+        for r in range(WORLD):
+            assert done[r]["steps"] == str(STEPS)
+            assert done[r]["members"] == "0,1,2,3"
+            assert done[r]["generation"] == "1"
+        assert len([1 for _, k, _ in ev if k == "joined"]) == 6  # Only ranks 1 and 2 twice.
+        [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        synced = last(ev, "synced")
+        back = (max(int(f["synced_ns"]) for f in synced.values()) - kill_ns) / 1e6
+        with capsys.disabled():
+            print(f"\nreplace, ranks 1 and 2 killed at once: all 4 ranks synced in generation 1 "
+                  f"{back:.0f} ms after the kill")
+        for i in range(2):
+            assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
+    finally:
+        j.close()
