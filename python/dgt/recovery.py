@@ -356,6 +356,12 @@ class ElasticGroup:
         group, rank = self.options.group, self.env.rank
         deadline = time.monotonic() + self.options.formation_timeout
         failures, last = 0, None
+        # Leave the old group first: destroying it closes its sockets, which fails the members
+        # still blocked in a collective on this rank, so they come to the new generation at
+        # once instead of at their op_timeout.
+        self._stop_watcher()
+        self.backend.destroy()
+        self.left_ns = time.time_ns()
         while True:
             current = keys.read_int(self.store, keys.generation_key(group))
             if current > target:
@@ -378,6 +384,8 @@ class ElasticGroup:
                 raise
             except Exception as e:  # The bootstrap timed out or a member vanished meanwhile.
                 failures, last = failures + 1, e
+                self._stop_watcher()
+                self.backend.destroy()  # Whatever the failed bootstrap left.
                 print(f"dgt.recovery: rank {rank}: generation {target} did not form "
                       f"({str(e).splitlines()[0][:200]}); trying the next", file=sys.stderr)
                 if failures >= max(1, self.options.join_attempts):
@@ -434,8 +442,6 @@ class ElasticGroup:
 
     def _build(self, target: int, members: List[int]):
         self._stop_watcher()
-        self.backend.destroy()
-        self.left_ns = time.time_ns()
         if self.env.rank not in members:
             raise RecoveryError(f"rank {self.env.rank} is not a member of generation {target} "
                                 f"(reported failed)")

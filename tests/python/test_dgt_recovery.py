@@ -523,7 +523,8 @@ class OneRankTest(unittest.TestCase):
 
     @unittest.skipUnless(os.access("/usr/bin/python3", os.X_OK), "no /usr/bin/python3")
     def test_torch_1_13_joins_watches_and_recovers(self):
-        probe = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import importlib.metadata as m; "
+                                "print(m.version('torch'))"],
                                capture_output=True, text=True, timeout=60)
         if probe.returncode != 0 or not probe.stdout.startswith("1."):
             self.skipTest(f"/usr/bin/python3 has no torch 1.x ({probe.stdout.strip()})")
