@@ -49,9 +49,9 @@ _PEER_FAILURE_MARKERS = ("gloo", "nccl", "connection closed", "connection reset"
 
 
 class RecoveryError(RuntimeError):
-    """Recovery could not be completed: the next generation did not form within its attempts,
-    this rank was reported failed (shrink), no member holds state, or the recovery budget
-    (`RecoveryOptions.max_recoveries`) is spent."""
+    """Recovery could not be completed: the next generation did not form (formation_timeout
+    passed, or join_attempts bootstraps failed), this rank was reported failed (shrink), no
+    member holds state, or the recovery budget (`RecoveryOptions.max_recoveries`) is spent."""
 
 
 @dataclasses.dataclass

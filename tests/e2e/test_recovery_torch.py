@@ -5,8 +5,9 @@ on loopback, `--restart-policy rank`.
     replacements' start; the agents restart them, they take the survivors' state and all 4
     ranks finish in generation 1 with bit-identical parameters equal to a one-process reference
     of the same steps; the survivors keep their PIDs;
-  - shrink: rank 1 SIGKILLed, no restart; the 3 survivors finish, with parameters equal to the reference that
-    averages over 4 ranks before the resume step and over the 3 survivors after it.
+  - shrink: rank 1 SIGKILLed, no restart; the 3 survivors finish, with parameters equal to
+    the reference that averages over 4 ranks before the resume step and over the 3 survivors
+    after it.
 Each test prints the time from the SIGKILL to every rank back at the step reached before it.
 """
 import os
