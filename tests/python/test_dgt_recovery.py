@@ -392,7 +392,7 @@ class NcclBackendTest(unittest.TestCase):
         port = master.port
         d = FakeDist()
         options = recovery.RecoveryOptions(mode="shrink", backend="nccl", report_timeout=1,
-                                           formation_timeout=5)
+                                           formation_timeout=5, watch_period=0.2)
         for r in range(3):
             master.set(keys.alive_key("world", 0, r), "1")
         g = recovery.ElasticGroup(env(3, 4, port), options, lambda: client(port),
@@ -589,3 +589,11 @@ class TwoProcessRecoveryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def tearDownModule():
+    """Stopped watchers end within their watch_period (0.2 s here); a daemon thread still inside
+    a TCPStore wait while the interpreter exits aborts it (exit code 134), so wait for them."""
+    for t in threading.enumerate():
+        if t.name.startswith("dgt-recovery-watch-"):
+            t.join(timeout=5)
