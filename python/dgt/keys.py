@@ -56,9 +56,30 @@ def _as_int(store, key: str, value) -> int:
         raise RuntimeError(f"store key {key} holds {text!r}, not a generation number") from None
 
 
+# Never written by anyone: the expected value of exists()'s COMPARE_SET.
+_ABSENT = "\x00dgt-absent\x00"
+
+
+def exists(store, keys_) -> bool:
+    """True when every key of `keys_` (a list of str) exists. Uses the store's CHECK where the
+    client has it (torch >= 2.0); torch 1.13's TCPStore binding has no check(), so there each key
+    is probed with COMPARE_SET(key, sentinel, sentinel), which never creates a key and answers
+    the sentinel when the key is missing (c10d TCPStore compareSet semantics, which the dgt store
+    implements) and the key's value otherwise."""
+    check = getattr(store, "check", None)
+    if check is not None:
+        return bool(check(list(keys_)))
+    for key in keys_:
+        value = store.compare_set(key, _ABSENT, _ABSENT)
+        text = value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else value
+        if text == _ABSENT:
+            return False
+    return True
+
+
 def read_int(store, key: str, default: int = 0) -> int:
     """The integer under `key`, or `default` when the key does not exist."""
-    if not store.check([key]):
+    if not exists(store, [key]):
         return default
     return _as_int(store, key, store.get(key))
 
@@ -100,7 +121,7 @@ def parse_failed(value) -> set:
 def wait_key(store, key: str, timeout_s: float) -> bool:
     """True once `key` exists, False when `timeout_s` seconds passed first. A store that is
     unreachable raises (torch's DistError / RuntimeError)."""
-    if store.check([key]):
+    if exists(store, [key]):
         return True
     try:
         store.wait([key], timedelta(seconds=timeout_s))

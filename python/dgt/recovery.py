@@ -49,9 +49,9 @@ _PEER_FAILURE_MARKERS = ("gloo", "nccl", "connection closed", "connection reset"
 
 
 class RecoveryError(RuntimeError):
-    """Recovery could not be completed: the next generation did not form within its attempts,
-    this rank was reported failed (shrink), no member holds state, or the recovery budget
-    (`RecoveryOptions.max_recoveries`) is spent."""
+    """Recovery could not be completed: the next generation did not form (formation_timeout
+    passed, or join_attempts bootstraps failed), this rank was reported failed (shrink), no
+    member holds state, or the recovery budget (`RecoveryOptions.max_recoveries`) is spent."""
 
 
 @dataclasses.dataclass
@@ -80,8 +80,13 @@ class RecoveryOptions:
     # warning each time a wait times out, hence long). torch 1.x clients cannot cancel a wait
     # that timed out, so there the watcher polls every 20 ms and this only bounds each poll run.
     watch_period: float = 60.0
-    # Generations a join or a recovery tries before it gives up (each bounded by op_timeout).
+    # Bootstraps a join or a recovery tries before it gives up: a generation whose members all
+    # announced themselves but whose process group did not form (each bounded by op_timeout).
     join_attempts: int = 5
+    # Overall deadline of forming one generation (join or recovery): how long the members wait
+    # for each other (a replacement's start and `import torch` included) and for the generations
+    # that further failures open meanwhile. RecoveryError when it passes.
+    formation_timeout: float = 600.0
     # Recoveries a Trainer performs before it raises RecoveryError (bounds a failure loop).
     max_recoveries: int = 100
 
@@ -284,7 +289,7 @@ class ElasticGroup:
             self.generation, self.members = 0, everyone
             return 0
         group, rank = self.options.group, self.env.rank
-        if self.store.check([keys.member_key(group, rank)]):
+        if keys.exists(self.store, [keys.member_key(group, rank)]):
             previous = keys.read_int(self.store, keys.member_key(group, rank))
             self.is_replacement = True
             target = keys.open_next_generation(
@@ -323,40 +328,120 @@ class ElasticGroup:
         self.backend.destroy()
 
     # -- internals ------------------------------------------------------------------------------
-    def _shrink_members(self, target: int) -> List[int]:
+    def _shrink_members(self, target: int, base: Optional[List[int]] = None) -> List[int]:
+        """`base` (default: the current members) minus the ranks reported failed in `target`."""
         group = self.options.group
+        base = self.members if base is None else base
         key = keys.failed_key(group, target)
         if self._wait(self.store, key, self.options.report_timeout):
             failed = keys.parse_failed(self.store.get(key))
         else:  # No report: the members are those that announced themselves by now.
-            failed = {m for m in self.members
-                      if not self.store.check([keys.alive_key(group, target, m)])}
+            failed = {m for m in base
+                      if not keys.exists(self.store, [keys.alive_key(group, target, m)])}
             print(f"dgt.recovery: rank {self.env.rank}: no failure report for generation "
                   f"{target} in {self.options.report_timeout} s; shrinking by who joined",
                   file=sys.stderr)
-        return [m for m in self.members if m not in failed]
+        return [m for m in base if m not in failed]
 
     def _build_with_retries(self, target: int, members: List[int]) -> int:
-        last = None
-        for _ in range(max(1, self.options.join_attempts)):
+        """Forms a generation with `members` and returns it. Every rank converges on the same
+        one: the generation to form is the store's generation counter whenever it is ahead of
+        `target` (the agent moves it when a rank dies, also during formation; a rank that moves
+        it itself does so by COMPARE_SET from the generation that failed, so racing ranks land
+        on the same value). Each rank records the generation in its `member` key (the agent
+        opens the next one from it when the rank dies) and announces itself (`alive`), then
+        waits until every member announced itself in that generation or the counter moves on;
+        only then does it bootstrap the process group (op_timeout). Bounded by
+        formation_timeout overall and by join_attempts failed bootstraps."""
+        group, rank = self.options.group, self.env.rank
+        deadline = time.monotonic() + self.options.formation_timeout
+        failures, last = 0, None
+        # Leave the old group first: destroying it closes its sockets, which fails the members
+        # still blocked in a collective on this rank, so they come to the new generation at
+        # once instead of at their op_timeout.
+        self._stop_watcher()
+        self.backend.destroy()
+        self.left_ns = time.time_ns()
+        while True:
+            current = keys.read_int(self.store, keys.generation_key(group))
+            if current > target:
+                if self.mode == "shrink":
+                    members = self._shrink_members(current, members)
+                target = current
+            if self.mode == "shrink":
+                members = [m for m in members if m not in self._failed(target)]
+            if rank not in members:
+                raise RecoveryError(f"rank {rank} is not a member of generation {target} "
+                                    f"(reported failed)")
+            self.store.set(keys.member_key(group, rank), str(target))
+            self.store.set(keys.alive_key(group, target, rank), "1")
+            if not self._await_members(target, members, deadline):
+                continue  # The counter moved on (or a member was reported failed): follow it.
             try:
                 self._build(target, members)
                 return target
             except RecoveryError:
                 raise
             except Exception as e:  # The bootstrap timed out or a member vanished meanwhile.
-                last = e
-                print(f"dgt.recovery: rank {self.env.rank}: generation {target} did not form "
+                failures, last = failures + 1, e
+                self._stop_watcher()
+                self.backend.destroy()  # Whatever the failed bootstrap left.
+                print(f"dgt.recovery: rank {rank}: generation {target} did not form "
                       f"({str(e).splitlines()[0][:200]}); trying the next", file=sys.stderr)
-                target = keys.open_next_generation(self.store, self.options.group, target,
-                                                   f"rank {self.env.rank} retried")
-        raise RecoveryError(f"rank {self.env.rank}: no generation formed in "
-                            f"{self.options.join_attempts} attempts (last: {last})")
+                if failures >= max(1, self.options.join_attempts):
+                    raise RecoveryError(f"rank {rank}: no generation formed in {failures} "
+                                        f"bootstraps (last: {last})") from None
+                target = keys.open_next_generation(self.store, group, target,
+                                                   f"rank {rank} retried")
+
+    def _failed(self, target: int) -> set:
+        key = keys.failed_key(self.options.group, target)
+        return keys.parse_failed(self.store.get(key)) if keys.exists(self.store, [key]) else set()
+
+    def _await_members(self, target: int, members: List[int], deadline: float) -> bool:
+        """Waits until every member announced itself in `target` (True), or the generation
+        counter moved beyond `target` or (shrink) a member was reported failed (False). Raises
+        RecoveryError naming the missing ranks when `deadline` (time.monotonic()) passes."""
+        group = self.options.group
+        alive = [keys.alive_key(group, target, m) for m in members]
+        logged = False
+        started = time.monotonic()
+        while True:
+            if keys.exists(self.store, alive):
+                return True
+            if keys.read_int(self.store, keys.generation_key(group)) > target:
+                return False
+            if self.mode == "shrink" and self._failed(target) & set(members):
+                return False
+            now = time.monotonic()
+            missing = [m for m in members
+                       if not keys.exists(self.store, [keys.alive_key(group, target, m)])]
+            if now >= deadline:
+                raise RecoveryError(
+                    f"rank {self.env.rank}: generation {target} did not form within "
+                    f"formation_timeout={self.options.formation_timeout} s: ranks {missing} "
+                    f"never joined it")
+            if not logged and now - started >= min(self.options.op_timeout, 10.0):
+                logged = True
+                print(f"dgt.recovery: rank {self.env.rank}: generation {target}: waiting for "
+                      f"ranks {missing} (at most {deadline - now:.0f} s more)", file=sys.stderr)
+            time.sleep(min(0.05, max(0.0, deadline - now)))
+
+    def failure_published(self, timeout_s: float) -> bool:
+        """True when a failure of the current generation is in the store (the watcher saw the
+        next generation open, or the generation counter is beyond the current generation),
+        waiting up to `timeout_s` seconds for it."""
+        key = keys.generation_key(self.options.group)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.pending or keys.read_int(self.store, key) > self.generation:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
     def _build(self, target: int, members: List[int]):
         self._stop_watcher()
-        self.backend.destroy()
-        self.left_ns = time.time_ns()
         if self.env.rank not in members:
             raise RecoveryError(f"rank {self.env.rank} is not a member of generation {target} "
                                 f"(reported failed)")
@@ -382,7 +467,7 @@ class ElasticGroup:
             return keys.wait_key(store, key, timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
-            if store.check([key]):
+            if keys.exists(store, [key]):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -538,19 +623,20 @@ class Trainer:
                 self.step += 1
                 self._has_state = True
             # A member that failed in the last step must not be left alone.
-            failure = self._call(self._agree_finished)
+            failure = self._call(self._agree_finished, in_collective=True)
             if failure is None:
                 return self.step
             self.recover(cause=failure)
 
-    def _call(self, fn, *args) -> Optional[BaseException]:
+    def _call(self, fn, *args, in_collective: bool = False) -> Optional[BaseException]:
         """fn(*args); returns the peer failure it raised (its frames cleared), None when it
-        returned, and raises what is not a peer failure."""
+        returned, and raises what is not a peer failure. `in_collective`: fn is one of the
+        Trainer's own collectives."""
         try:
             fn(*args)
             return None
         except Exception as e:
-            if not self._is_peer_failure(e):
+            if not self._classify(e, in_collective):
                 raise
             # The traceback's frames hold the DDP wrapper, which holds the process group: while
             # they live, destroying the group cannot close its sockets, and the peers blocked on
@@ -573,20 +659,46 @@ class Trainer:
         self._after_build(noticed_ns=noticed)
 
     def is_peer_failure(self, e: BaseException) -> bool:
-        return self._is_peer_failure(e)
+        """Whether `e` is a peer failure (see _peer_failure_reason); logs the verdict."""
+        return self._classify(e, in_collective=False)
 
     # -- internals ------------------------------------------------------------------------------
-    def _is_peer_failure(self, e: BaseException) -> bool:
-        if self.group is None or self.group.mode == "off":
+    def _classify(self, e: BaseException, in_collective: bool) -> bool:
+        reason = self._peer_failure_reason(e, in_collective)
+        what = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        rank = self.env.rank if getattr(self, "env", None) is not None else "?"
+        if reason is None:
+            print(f"dgt.recovery: rank {rank}: caught {what}; not a peer failure, raising it",
+                  file=sys.stderr)
             return False
+        print(f"dgt.recovery: rank {rank}: caught {what}; a peer failure ({reason}), recovering",
+              file=sys.stderr)
+        return True
+
+    def _peer_failure_reason(self, e: BaseException, in_collective: bool) -> Optional[str]:
+        """Why `e` is a peer failure, or None when it is not (docs/RECOVERY.md: only failures of
+        the collective are): a torch.distributed backend or network error (DistBackendError,
+        DistNetworkError, torch >= 2.1); a RuntimeError raised inside one of the Trainer's own
+        collectives; or a RuntimeError that reads like a collective's (torch 1.13 raises plain
+        RuntimeErrors) while a failure of this generation is published in the store, waiting up
+        to report_timeout seconds for it. Anything else, whatever its message, is the user's."""
+        if self.group is None or self.group.mode == "off" or isinstance(e, RecoveryError):
+            return None
         import torch.distributed as dist
-        dist_error = getattr(dist, "DistError", None)
-        if dist_error is not None and isinstance(e, dist_error):
-            return True
-        if not isinstance(e, RuntimeError) or isinstance(e, RecoveryError):
-            return False
+        for name in ("DistBackendError", "DistNetworkError"):
+            cls = getattr(dist, name, None)
+            if cls is not None and isinstance(e, cls):
+                return f"torch.distributed.{name}"
+        if not isinstance(e, RuntimeError):
+            return None
+        if in_collective:
+            return "raised by a collective of the Trainer"
         text = str(e).lower()
-        return self.group.pending or any(m in text for m in _PEER_FAILURE_MARKERS)
+        if not any(m in text for m in _PEER_FAILURE_MARKERS):
+            return None
+        if self.group.failure_published(self.options.report_timeout):
+            return f"generation {self.group.generation} has a failure published in the store"
+        return None
 
     def _agree_finished(self):
         import torch

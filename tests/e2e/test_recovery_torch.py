@@ -1,11 +1,13 @@
 """In-place recovery of a real PyTorch DDP trainer (torch 2.x, Gloo, CPU) with the `dgt` Python
 package: a dgt-rendezvous and 2 dgt-run agents x 2 ranks of examples/pytorch_ddp_recovery/train.py
-on loopback, `--restart-policy rank`, one rank SIGKILLed mid-run.
-  - replace: the agent restarts that rank, it takes the survivors' state and all 4 ranks finish
-    with bit-identical parameters equal to a one-process reference of the same steps; the
-    survivors keep their PIDs;
-  - shrink: no restart; the 3 survivors finish, with parameters equal to the reference that
-    averages over 4 ranks before the resume step and over the 3 survivors after it.
+on loopback, `--restart-policy rank`.
+  - replace: ranks 1 and 2 (one per node) SIGKILLed at once, op_timeout shorter than the
+    replacements' start; the agents restart them, they take the survivors' state and all 4
+    ranks finish in generation 1 with bit-identical parameters equal to a one-process reference
+    of the same steps; the survivors keep their PIDs;
+  - shrink: rank 1 SIGKILLed, no restart; the 3 survivors finish, with parameters equal to
+    the reference that averages over 4 ranks before the resume step and over the 3 survivors
+    after it.
 Each test prints the time from the SIGKILL to every rank back at the step reached before it.
 """
 import os
@@ -127,44 +129,6 @@ def agents_ok(j):
     assert codes == [0, 0], "\n".join(f"node-{i}: {j.stderr(i)[-3000:]}" for i in range(2))
 
 
-def test_replace_resumes_from_a_survivor_with_exact_parameters(job, python2, capsys):
-    j = job("torch-replace", "replace")
-    pids, kill_ns, pre = kill_mid_run(j, 2)
-    agents_ok(j)
-    ev = j.events()
-    done = last(ev, "done")
-    assert sorted(done) == [0, 1, 2, 3]
-    for r in (0, 1, 3):
-        assert done[r]["pid"] == str(pids[r])  # The survivors' own processes finished.
-        assert done[r]["recoveries"] == "1"
-    assert done[2]["pid"] != str(pids[2]) and done[2]["recoveries"] == "0"
-    joined2 = [f for r, k, f in ev if r == 2 and k == "joined"]
-    assert len(joined2) == 2 and joined2[1]["replacement"] == "1"
-    assert joined2[1]["generation"] == "1"
-    assert len([1 for _, k, _ in ev if k == "joined"]) == 5  # Nobody else started twice.
-    synced = last(ev, "synced")
-    assert sorted(synced) == [0, 1, 2, 3]
-    resume = {int(f["resume"]) for f in synced.values()}
-    assert len(resume) == 1
-    k = resume.pop()
-    # The furthest survivor's step: the step in flight when rank 2 died may be lost, or
-    # completed after the kill by a survivor that had all of rank 2's data.
-    assert pre - 1 <= k <= pre + 1, (pre, k)
-    assert synced[2]["replacement"] == "1" and synced[2]["source"] in ("0", "1", "3")
-    for r in range(WORLD):
-        assert done[r]["steps"] == str(STEPS)
-        assert done[r]["members"] == "0,1,2,3"
-        assert done[r]["generation"] == "1"
-    [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
-    assert {done[r]["digest"] for r in range(WORLD)} == {expected}
-    ms = back_ms(ev, range(WORLD), kill_ns, pre)
-    with capsys.disabled():  # Shown in CI logs, too.
-        print(f"\nreplace: SIGKILL of rank 2 at step {pre} -> all 4 ranks back at step {pre}: "
-              f"{ms:.0f} ms (resumed at step {k})")
-    err = j.stderr(j.node_of(2))
-    assert "published the failure of rank 2: recovery generation 1" in err, err
-
-
 def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, capsys):
     j = job("torch-shrink", "shrink")
     pids, kill_ns, pre = kill_mid_run(j, 1)
@@ -194,3 +158,66 @@ def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, ca
               f"{ms:.0f} ms (resumed at step {k})")
     err = j.stderr(j.node_of(1))
     assert "continuing without it (--recovery-mode=shrink, 1 of --max-restarts=1)" in err, err
+
+
+def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
+        tmp_path, python2, capsys):
+    """Ranks 1 and 2 (one on each node) SIGKILLed within 50 ms, op_timeout (2 s) shorter than a
+    replacement's start (Python + torch import, 3-10 s here; QA's repro of survivors that gave
+    up on their own timeouts and never met the replacements). Every rank forms generation 1
+    once both replacements arrive; they take a survivor's state; the survivors keep their PIDs;
+    all end with the parameters of a one-process reference."""
+    j = DgtRunJob(tmp_path, "torch-replace-two", policy="rank", mode="replace", steps=STEPS,
+                  max_restarts=3,
+                  command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
+                           "--op-timeout", "2"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        assert sorted(pids) == list(range(WORLD))
+        assert j.node_of(1) != j.node_of(2)
+        j.wait_events(lambda ev: any(r == 1 and k == "step" and int(f["step"]) >= 20
+                                     for r, k, f in ev), 60, "rank 1 at step 20")
+        kill_ns = j.kill_pid(pids[1])
+        j.kill_pid(pids[2])
+        assert time.time_ns() - kill_ns < 50_000_000
+        time.sleep(0.2)  # Events printed before the kill may still be on their way.
+        pre = max(int(f["step"]) for r, k, f in j.events()
+                  if k == "step" and int(f["t_ns"]) < kill_ns)
+        agents_ok(j)
+        ev = j.events()
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        for r in (0, 3):
+            assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
+            assert done[r]["recoveries"] == "1"
+        for r in (1, 2):
+            assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
+        for r in range(WORLD):
+            assert done[r]["steps"] == str(STEPS)
+            assert done[r]["members"] == "0,1,2,3"
+            assert done[r]["generation"] == "1"
+        assert len([1 for _, k, _ in ev if k == "joined"]) == 6  # Only ranks 1 and 2 twice.
+        [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        synced = last(ev, "synced")
+        assert sorted(synced) == [0, 1, 2, 3]
+        resume = {int(f["resume"]) for f in synced.values()}
+        assert len(resume) == 1
+        k = resume.pop()
+        # The furthest survivor's step: the step in flight at the kill may be lost, or
+        # completed after it by a survivor that had all the dead ranks' data.
+        assert pre - 1 <= k <= pre + 1, (pre, k)
+        for r in (1, 2):
+            assert synced[r]["replacement"] == "1" and synced[r]["source"] in ("0", "3")
+        ms = back_ms(ev, range(WORLD), kill_ns, pre)
+        with capsys.disabled():  # Shown in CI logs, too.
+            print(f"\nreplace: SIGKILL of ranks 1 and 2 at step {pre} -> all 4 ranks back at "
+                  f"step {pre}: {ms:.0f} ms (resumed at step {k})")
+        for r in (1, 2):
+            err = j.stderr(j.node_of(r))
+            assert f"published the failure of rank {r}: recovery generation 1" in err, err
+        for i in range(2):
+            assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
+    finally:
+        j.close()

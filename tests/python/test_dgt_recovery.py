@@ -129,7 +129,15 @@ class ElasticGroupTest(unittest.TestCase):
         for g in self.groups:
             g._stop_watcher()
 
-    def group(self, rank, world=4, mode="replace", restart=0, backend=None, **opts):
+    def group(self, rank, world=4, mode="replace", restart=0, backend=None, alive_in=(0, 1, 2),
+              **opts):
+        """A group of `rank`; the other ranks count as announced in the generations `alive_in`
+        (a generation forms only once all its members announced themselves)."""
+        for gen in alive_in:
+            for r in range(world):
+                if r != rank:
+                    self.master.set(keys.alive_key("world", gen, r), "1")
+        opts.setdefault("formation_timeout", 5.0)
         options = recovery.RecoveryOptions(mode=mode, report_timeout=0.3, watch_period=0.2,
                                            **opts)
         g = recovery.ElasticGroup(env(rank, world, self.port, restart), options,
@@ -180,7 +188,7 @@ class ElasticGroupTest(unittest.TestCase):
         self.assertEqual(self.master.get("dgt/comm/world/g1/probe"), b"2/3")
 
     def test_shrink_without_a_report_keeps_who_announced_itself(self):
-        g = self.group(0, world=3, mode="shrink")
+        g = self.group(0, world=3, mode="shrink", alive_in=(0,))
         g.join()
         self.master.set(keys.alive_key("world", 1, 2), "1")  # Rank 2 made it; rank 1 did not.
         self.assertEqual(g.recover(), 1)
@@ -221,6 +229,108 @@ class ElasticGroupTest(unittest.TestCase):
         self.assertEqual(self.master.get("dgt/comm/world/attempt2/probe"), b"0/4")
         with self.assertRaisesRegex(recovery.RecoveryError, "recovery is off"):
             g.recover()
+
+
+class BarrierBackend(RecordingBackend):
+    """A bootstrap like Gloo's: every member writes its key under the generation's prefix and
+    waits for all the others, failing after `timeout_s` (the process group timeout)."""
+
+    def init(self, store, rank, size, timeout_s, device=None):
+        store.set(f"in/{rank}", "1")
+        store.wait([f"in/{r}" for r in range(size)], timedelta(seconds=timeout_s))
+        self.calls.append(("init", rank, size))
+
+
+class FormationTest(unittest.TestCase):
+    """Generations that form only once slow replacements arrive, and a failure during formation
+    (QA: replace mode never settled when replacements took longer than op_timeout to start or
+    two ranks died at once)."""
+
+    def setUp(self):
+        self.master = master_store()
+        self.port = self.master.port
+        self.groups = []
+
+    def tearDown(self):
+        for g in self.groups:
+            g._stop_watcher()
+
+    def group(self, rank, restart=0):
+        options = recovery.RecoveryOptions(mode="replace", op_timeout=0.4, watch_period=0.2,
+                                           join_attempts=3, formation_timeout=20)
+        g = recovery.ElasticGroup(env(rank, 4, self.port, restart), options,
+                                  lambda: client(self.port), BarrierBackend())
+        self.groups.append(g)
+        return g
+
+    def in_threads(self, calls):
+        """Runs each (delay_s, fn) in its own thread; returns each fn's result or exception."""
+        results = [None] * len(calls)
+
+        def run(i, delay, fn):
+            time.sleep(delay)
+            try:
+                results[i] = fn()
+            except Exception as e:  # noqa: BLE001 - the test compares it.
+                results[i] = e
+
+        threads = [threading.Thread(target=run, args=(i, d, f)) for i, (d, f) in enumerate(calls)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        self.assertFalse(any(t.is_alive() for t in threads))
+        return results
+
+    def start_world(self):
+        gs = [self.group(r) for r in range(4)]
+        self.assertEqual(self.in_threads([(0, g.join) for g in gs]), [0, 0, 0, 0])
+        return gs
+
+    def test_two_ranks_dead_and_replacements_slower_than_op_timeout(self):
+        gs = self.start_world()
+        keys.publish_rank_failure(client(self.port), "world", 1, "SIGKILL")
+        keys.publish_rank_failure(client(self.port), "world", 2, "SIGKILL")
+        r1, r2 = self.group(1, restart=1), self.group(2, restart=1)
+        # The replacements start 6 and 8 op_timeouts (and 2 join_attempts' worth) later.
+        got = self.in_threads([(0, gs[0].recover), (0, gs[3].recover), (2.4, r1.join),
+                               (3.2, r2.join)])
+        self.assertEqual(got, [1, 1, 1, 1])
+        for g in (gs[0], gs[3], r1, r2):
+            self.assertEqual(g.members, [0, 1, 2, 3])
+            self.assertEqual(g.generation, 1)
+        self.assertEqual(self.master.get(keys.generation_key("world")), b"1")
+
+    def test_a_failure_during_formation_moves_everyone_to_the_same_next_generation(self):
+        gs = self.start_world()
+        keys.publish_rank_failure(client(self.port), "world", 1, "SIGKILL")
+        first = self.group(1, restart=1)
+
+        def first_replacement_dies():
+            # It announces itself in generation 1 but dies before the others arrive...
+            self.master.set(keys.member_key("world", 1), "1")
+            self.master.set(keys.alive_key("world", 1, 1), "1")
+            first._stop_watcher()
+            # ...so the agent publishes its failure from generation 1: generation 2 opens.
+            return keys.publish_rank_failure(client(self.port), "world", 1, "SIGKILL again")
+
+        second = self.group(1, restart=2)
+        got = self.in_threads([(0, gs[0].recover), (0.3, gs[2].recover), (0.6, gs[3].recover),
+                               (0.2, first_replacement_dies), (1.5, second.join)])
+        self.assertEqual(got, [2, 2, 2, 2, 2])
+        for g in (gs[0], gs[2], gs[3], second):
+            self.assertEqual((g.generation, g.members), (2, [0, 1, 2, 3]))
+
+    def test_formation_is_bounded_and_names_the_missing_ranks(self):
+        gs = self.start_world()
+        keys.publish_rank_failure(client(self.port), "world", 2, "SIGKILL")
+        gs[0].options.formation_timeout = 0.5
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(recovery.RecoveryError,
+                                    r"rank 0: generation 1 did not form within "
+                                    r"formation_timeout=0.5 s: ranks \[1, 2, 3\] never joined"):
+            gs[0].recover()
+        self.assertLess(time.monotonic() - t0, 3)
 
 
 class FakeDist:
@@ -281,7 +391,10 @@ class NcclBackendTest(unittest.TestCase):
         master = master_store()
         port = master.port
         d = FakeDist()
-        options = recovery.RecoveryOptions(mode="shrink", backend="nccl", report_timeout=1)
+        options = recovery.RecoveryOptions(mode="shrink", backend="nccl", report_timeout=1,
+                                           formation_timeout=5, watch_period=0.2)
+        for r in range(3):
+            master.set(keys.alive_key("world", 0, r), "1")
         g = recovery.ElasticGroup(env(3, 4, port), options, lambda: client(port),
                                   recovery.make_backend("nccl", "shrink", dist=d))
         try:
@@ -300,15 +413,28 @@ class NcclBackendTest(unittest.TestCase):
 class PeerFailureTest(unittest.TestCase):
     def test_classification(self):
         t = recovery.Trainer.__new__(recovery.Trainer)
-        t.group = SimpleNamespace(mode="replace", pending=False)
+        published = []
+        t.group = SimpleNamespace(mode="replace", generation=0,
+                                  failure_published=lambda s: published.append(s) or bool(
+                                      t.published))
+        t.env = SimpleNamespace(rank=0)
+        t.options = recovery.RecoveryOptions(report_timeout=0.25)
+        t.published = False
+        gloo = RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer")
         self.assertTrue(t.is_peer_failure(dist.DistBackendError("anything")))
-        self.assertTrue(t.is_peer_failure(RuntimeError("[gloo/transport/tcp/pair.cc:598] "
-                                                       "Connection closed by peer")))
+        self.assertEqual(published, [])  # Recognised by type, no store look-up.
+        # A message like a collective's is not enough: a failure must be published too.
+        self.assertFalse(t.is_peer_failure(gloo))
+        self.assertFalse(t.is_peer_failure(RuntimeError("request to feature server timed out")))
+        self.assertEqual(published, [0.25, 0.25])
         self.assertFalse(t.is_peer_failure(RuntimeError("mat1 and mat2 shapes cannot be "
                                                         "multiplied")))
         self.assertFalse(t.is_peer_failure(ValueError("gloo")))
-        t.group.pending = True  # A failure was published: any RuntimeError is its symptom.
-        self.assertTrue(t.is_peer_failure(RuntimeError("mat1 and mat2")))
+        self.assertTrue(t._classify(RuntimeError("anything"), in_collective=True))
+        self.assertFalse(t._classify(ValueError("anything"), in_collective=True))
+        t.published = True  # A failure was published: the collective-like error is its symptom.
+        self.assertTrue(t.is_peer_failure(gloo))
+        self.assertFalse(t.is_peer_failure(RuntimeError("mat1 and mat2")))
         t.group.mode = "off"
         self.assertFalse(t.is_peer_failure(dist.DistBackendError("x")))
 
@@ -339,6 +465,72 @@ with dgt.recovery.Trainer(model, opt, options=dgt.recovery.RecoveryOptions(op_ti
           ",".join(repr(v) for p in model.parameters() for v in p.detach().flatten().tolist())),
           flush=True)
 """
+
+
+ONE_RANK = r"""
+import os, sys, time, datetime, torch
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import dgt.recovery
+from dgt import keys
+case = sys.argv[2]
+# The job's store: the test's (argv[3]) or, without one, this process's own.
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+master = dist.TCPStore("127.0.0.1", port, is_master=port == 0, wait_for_workers=False,
+                       timeout=datetime.timedelta(seconds=10))
+os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=str(master.port), DGT_RECOVERY_MODE="replace")
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+raised = []
+def step(ddp, s):
+    opt.zero_grad()
+    ddp(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    if case == "user-error" and s == 2 and not raised:
+        raised.append(s)
+        raise RuntimeError("request to feature server timed out")
+    if case == "torch1" and s == 2 and not raised:
+        raised.append(s)  # What a peer's failure looks like to this rank: generation 1 opens.
+        keys.open_next_generation(master, "world", 0, "a peer died")
+        time.sleep(0.5)
+options = dgt.recovery.RecoveryOptions(report_timeout=0.5, op_timeout=10)
+with dgt.recovery.Trainer(model, opt, options=options) as t:
+    t.run(step, 5)
+print(f"DONE step={t.step} recoveries={t.recoveries} generation={t.group.generation} "
+      f"exists={keys.exists(master, [keys.member_key('world', 0)])},"
+      f"{keys.exists(master, ['nope'])}", flush=True)
+"""
+
+
+def run_one_rank(python, case, *port):
+    return subprocess.run([python, "-c", ONE_RANK, str(REPO / "python"), case, *map(str, port)],
+                          capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+class OneRankTest(unittest.TestCase):
+    def test_a_user_error_that_reads_like_a_timeout_propagates(self):
+        master = master_store()  # Outlives the rank, as the agent's store does.
+        r = run_one_rank(sys.executable, "user-error", master.port)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertNotIn("DONE", r.stdout)
+        self.assertIn("Traceback (most recent call last)", r.stderr)
+        self.assertIn("RuntimeError: request to feature server timed out", r.stderr)
+        self.assertIn("dgt.recovery: rank 0: caught RuntimeError: request to feature server "
+                      "timed out; not a peer failure, raising it", r.stderr)
+
+    @unittest.skipUnless(os.access("/usr/bin/python3", os.X_OK), "no /usr/bin/python3")
+    def test_torch_1_13_joins_watches_and_recovers(self):
+        probe = subprocess.run(["/usr/bin/python3", "-c", "import importlib.metadata as m; "
+                                "print(m.version('torch'))"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0 or not probe.stdout.startswith("1."):
+            self.skipTest(f"/usr/bin/python3 has no torch 1.x ({probe.stdout.strip()})")
+        r = run_one_rank("/usr/bin/python3", "torch1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("DONE step=5 recoveries=1 generation=1 exists=True,False", r.stdout)
 
 
 class TwoProcessRecoveryTest(unittest.TestCase):
@@ -397,3 +589,11 @@ class TwoProcessRecoveryTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def tearDownModule():
+    """Stopped watchers end within their watch_period (0.2 s here); a daemon thread still inside
+    a TCPStore wait while the interpreter exits aborts it (exit code 134), so wait for them."""
+    for t in threading.enumerate():
+        if t.name.startswith("dgt-recovery-watch-"):
+            t.join(timeout=5)
