@@ -1323,7 +1323,17 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
   if (!step.ok() && step.status().code() == absl::StatusCode::kFailedPrecondition) {
     // Nodes given different role flags: this node is not admitted to the others' cluster.
     spawning_ = false;
-    Finish(kExitNotAdmitted, std::string(step.status().message()));
+    std::string message(step.status().message());
+    if (assignment_.node_rank != 0) {
+      Finish(kExitNotAdmitted, message);
+      return;
+    }
+    // Node rank 0 serves the round's store: it stays 1 s more, so that the other nodes (who poll
+    // every 100 ms) read the roles that differ and refuse too, rather than find the store gone.
+    tf_timer_.expires_after(std::chrono::seconds(1));
+    tf_timer_.async_wait([this, message](boost::system::error_code ec) {
+      if (!ec && state_ != State::kDone) Finish(kExitNotAdmitted, message);
+    });
     return;
   }
   if (absl::Now() >= tf_deadline_) {
