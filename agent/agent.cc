@@ -1303,19 +1303,22 @@ void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
   const int64_t round = std::max<int64_t>(round_, 0);
   const int node_rank = assignment_.node_rank;
   const int node_count = assignment_.node_count;
-  const int nproc = options_.nproc_per_node;
+  const TfRoleConfig roles{options_.parameter_server_count, options_.tf_chief,
+                           options_.worker_count, options_.nproc_per_node};
   tf_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                 [this, group, restart_count, round, node_rank, node_count, nproc,
+                 [this, group, restart_count, round, node_rank, node_count, roles,
                   own = tf_local_addresses_](absl::StatusOr<store::Store*> store) {
                    absl::StatusOr<TfExchangeStep> step =
                        store.ok()
-                           ? ExchangeTfAddresses(**store, round, node_rank, node_count, nproc, own)
+                           ? ExchangeTfAddresses(**store, round, node_rank, node_count, roles, own)
                            : absl::StatusOr<TfExchangeStep>(store.status());
                    asio::post(io_, [this, group, restart_count, step] {
                      OnTfExchange(group, restart_count, step);
                    });
-                   // A bad value is another node's, not a broken connection.
-                   return step.ok() || step.status().code() == absl::StatusCode::kInvalidArgument;
+                   // A bad value or different roles are another node's, not a broken
+                   // connection.
+                   return step.ok() || step.status().code() == absl::StatusCode::kInvalidArgument ||
+                          step.status().code() == absl::StatusCode::kFailedPrecondition;
                  });
 }
 
@@ -1338,6 +1341,22 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
     Finish(1, absl::StrCat("cannot build TF_CONFIG: ", step.status().message()));
     return;
   }
+  if (!step.ok() && step.status().code() == absl::StatusCode::kFailedPrecondition) {
+    // Nodes given different role flags: this node is not admitted to the others' cluster.
+    spawning_ = false;
+    std::string message(step.status().message());
+    if (assignment_.node_rank != 0) {
+      Finish(kExitNotAdmitted, message);
+      return;
+    }
+    // Node rank 0 serves the round's store: it stays 1 s more, so that the other nodes (who poll
+    // every 100 ms) read the roles that differ and refuse too, rather than find the store gone.
+    tf_timer_.expires_after(std::chrono::seconds(1));
+    tf_timer_.async_wait([this, message](boost::system::error_code ec) {
+      if (!ec && state_ != State::kDone) Finish(kExitNotAdmitted, message);
+    });
+    return;
+  }
   if (absl::Now() >= tf_deadline_) {
     spawning_ = false;
     Finish(kExitJoinTimeout,
@@ -1346,7 +1365,8 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
                               " did not publish their TensorFlow addresses in the round's "
                               "store at ",
                               assignment_.master_addr, ":", assignment_.master_port, " within ",
-                              options_.join_timeout_s, " s (", options_.join_timeout_flag, ")")
+                              options_.join_timeout_s, " s (", options_.join_timeout_flag,
+                              "): is every node started with --distribution tensorflow?")
                : absl::StrCat("TF_CONFIG: cannot exchange the TensorFlow addresses within ",
                               options_.join_timeout_s, " s (", options_.join_timeout_flag,
                               "): ", step.status().message()));

@@ -607,13 +607,17 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest_
     }
   }
   if (!o->no_python && !o->module) {
+    // "dgt-run -- -- train.py a": torchrun 2.13's argparse takes the second "--" for the script
+    // and runs "python -u -- train.py a", where "--" ends Python's own flags: train.py runs with
+    // ['a']. The same argv here; the file checked is the one Python opens.
+    const bool python_dashdash = !o->run_path && o->command.size() > 1 && o->command[0] == "--";
+    const std::string& script = o->command[python_dashdash ? 1 : 0];
     std::error_code ec;
-    if (std::filesystem::is_directory(o->command[0], ec)) {
-      return Bad(absl::StrCat("training script '", o->command[0], "' is a directory"));
+    if (std::filesystem::is_directory(script, ec)) {
+      return Bad(absl::StrCat("training script '", script, "' is a directory"));
     }
-    if (!std::filesystem::is_regular_file(o->command[0], ec)) {
-      return absl::NotFoundError(
-          absl::StrCat("training script '", o->command[0], "' does not exist"));
+    if (!std::filesystem::is_regular_file(script, ec)) {
+      return absl::NotFoundError(absl::StrCat("training script '", script, "' does not exist"));
     }
   }
   if (const char* py = getenv_fn("DGT_PYTHON"); py != nullptr && *py != '\0') o->python = py;
@@ -733,10 +737,15 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                         const std::string& group) {
     return app.add_option(names, target, help)->group(group);
   };
+  // Long names ("--standalone", "--no_python") of the flags that take no value.
+  std::vector<std::string> store_true_names;
   auto flag = [&](const std::string& names, bool& target, const std::string& help,
                   const std::string& group) {
     CLI::Option* opt = app.add_flag(names, target, help)->group(group);
     pet.emplace_back(opt, PetName(LongName(names)));
+    for (absl::string_view name : absl::StrSplit(names, ',')) {
+      if (absl::StartsWith(name, "--")) store_true_names.emplace_back(name);
+    }
     return opt;
   };
 
@@ -873,10 +882,16 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   ParsedCommandLine result;
   try {
     app.parse(reversed);
+    // A PET_* default gives way to an explicit flag of the same setting (its alias included), as
+    // torchrun's PET_* defaults do; only two explicit flags can disagree.
+    const bool stop_given = stop_timeout_opt->count() > 0;
+    const bool shutdown_given = shutdown_timeout_opt->count() > 0;
     for (auto& [opt, env] : pet) {
       const char* value = getenv_fn(env.c_str());
       const bool alias_given = (opt == nnodes_opt && instances_opt->count() > 0) ||
-                               (opt == nproc_opt && per_instance_opt->count() > 0);
+                               (opt == nproc_opt && per_instance_opt->count() > 0) ||
+                               (opt == stop_timeout_opt && shutdown_given) ||
+                               (opt == shutdown_timeout_opt && stop_given);
       if (opt->count() == 0 && !alias_given && value != nullptr && *value != '\0') {
         opt->add_result(std::string(value));
         opt->run_callback();
@@ -913,6 +928,17 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       result.exit_code = 2;
       result.output = absl::StrCat("dgt-run: error: ", a.substr(0, a.size() - 1),
                                    " needs a value, got an empty one\n");
+      return result;
+    }
+    // "--virtual-local-rank=1": torchrun 2.13's store_true flags refuse any value (argparse's
+    // "ignored explicit argument"); CLI11 would take it as a boolean.
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos && std::find(store_true_names.begin(), store_true_names.end(),
+                                             a.substr(0, eq)) != store_true_names.end()) {
+      result.exit_code = 2;
+      result.output = absl::StrCat("dgt-run: error: ", a.substr(0, eq),
+                                   " takes no value (a switch, as in torchrun 2.13), got '",
+                                   a.substr(eq + 1), "'\n");
       return result;
     }
   }

@@ -1,12 +1,71 @@
 #include "agent/tf_cluster.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
 namespace dgt::agent {
 
 std::string TfAddressesKey(int64_t round, int node_rank) {
   return absl::StrCat("dgt/tf/", round, "/", node_rank);
+}
+
+std::string TfRolesKey(int64_t round, int node_rank) {
+  return absl::StrCat(TfAddressesKey(round, node_rank), "/roles");
+}
+
+std::string EncodeTfRoles(const TfRoleConfig& roles) {
+  return nlohmann::json{{"parameter_server_count", roles.parameter_server_count},
+                        {"tf_chief", roles.tf_chief},
+                        {"worker_count", roles.worker_count},
+                        {"nproc_per_node", roles.nproc_per_node}}
+      .dump();
+}
+
+absl::Status CheckTfRoles(absl::string_view theirs, int node_rank, const TfRoleConfig& own,
+                          int own_node_rank) {
+  const nlohmann::json parsed = nlohmann::json::parse(theirs, nullptr, /*allow_exceptions=*/false);
+  auto number = [&](const char* key) -> std::optional<int> {
+    if (!parsed.is_object() || !parsed.contains(key) || !parsed[key].is_number_integer()) {
+      return std::nullopt;
+    }
+    return parsed[key].get<int>();
+  };
+  const std::optional<int> ps = number("parameter_server_count");
+  const std::optional<int> workers = number("worker_count");
+  const std::optional<int> nproc = number("nproc_per_node");
+  if (!ps || !workers || !nproc || !parsed.contains("tf_chief") ||
+      !parsed["tf_chief"].is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TF_CONFIG roles of node rank ", node_rank,
+        " must be a JSON object with parameter_server_count, tf_chief, worker_count and "
+        "nproc_per_node, got '",
+        theirs, "'"));
+  }
+  const TfRoleConfig other{*ps, parsed["tf_chief"].get<bool>(), *workers, *nproc};
+  if (other == own) return absl::OkStatus();
+  auto describe = [&](const TfRoleConfig& r) {
+    std::vector<std::string> parts;
+    if (own.parameter_server_count != other.parameter_server_count) {
+      parts.push_back(absl::StrCat("--parameter-server-count=", r.parameter_server_count));
+    }
+    if (own.tf_chief != other.tf_chief)
+      parts.push_back(r.tf_chief ? "--tf-chief" : "no --tf-chief");
+    if (own.worker_count != other.worker_count) {
+      parts.push_back(absl::StrCat("--worker-count=", r.worker_count));
+    }
+    if (own.nproc_per_node != other.nproc_per_node) {
+      parts.push_back(absl::StrCat("--nproc-per-node=", r.nproc_per_node));
+    }
+    return absl::StrJoin(parts, " ");
+  };
+  return absl::FailedPreconditionError(absl::StrCat(
+      "TF_CONFIG: node rank ", node_rank, " was started with ", describe(other),
+      ", this node (node rank ", own_node_rank, ") with ", describe(own),
+      "; the nodes would build different TensorFlow clusters: give every node the same "
+      "--parameter-server-count, --tf-chief, --worker-count and --nproc-per-node"));
 }
 
 std::string EncodeTfAddresses(const std::vector<std::string>& addresses) {
@@ -37,8 +96,13 @@ absl::StatusOr<std::vector<std::string>> DecodeTfAddresses(absl::string_view val
 
 absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t round,
                                                    int node_rank, int node_count,
-                                                   int nproc_per_node,
+                                                   const TfRoleConfig& roles,
                                                    const std::vector<std::string>& own) {
+  const int nproc_per_node = roles.nproc_per_node;
+  // The roles first: a node whose addresses are there has its roles there too.
+  if (absl::Status s = store.Set(TfRolesKey(round, node_rank), EncodeTfRoles(roles)); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = store.Set(TfAddressesKey(round, node_rank), EncodeTfAddresses(own));
       !s.ok()) {
     return s;
@@ -53,8 +117,15 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
     if (!*present) step.missing.push_back(r);
   }
   if (!step.missing.empty()) return step;
+  for (int r = 0; r < node_count; ++r) keys.push_back(TfRolesKey(round, r));
   absl::StatusOr<std::vector<std::string>> values = store.MultiGet(keys);
   if (!values.ok()) return values.status();
+  for (int r = 0; r < node_count; ++r) {
+    if (r == node_rank) continue;
+    if (absl::Status s = CheckTfRoles((*values)[node_count + r], r, roles, node_rank); !s.ok()) {
+      return s;
+    }
+  }
   step.addresses.reserve(static_cast<size_t>(node_count) * nproc_per_node);
   for (int r = 0; r < node_count; ++r) {
     absl::StatusOr<std::vector<std::string>> node =

@@ -13,7 +13,12 @@
 // Key (the one place that names it):
 //   dgt/tf/<round>/<node_rank> = JSON array of that node's addresses by local rank,
 //                                e.g. ["10.0.0.2:41001","10.0.0.2:41002"]
-// The static backend has a single round: 0.
+//   dgt/tf/<round>/<node_rank>/roles = JSON object of that node's role flags, set before the
+//                                addresses, e.g. {"nproc_per_node":2,"parameter_server_count":1,
+//                                "tf_chief":true,"worker_count":0}
+// The static backend has a single round: 0. Every node compares each other node's roles with its
+// own: nodes given different --parameter-server-count, --tf-chief, --worker-count or
+// --nproc-per-node would build different clusters, so each refuses to start its workers.
 //
 // Thread-safety: plain functions over a store::Store, as thread-safe as the Store. The store
 // client blocks; the agent calls them on a RoundStoreTasks thread (agent/done_marks.h).
@@ -24,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dgt/store/store.h"
@@ -31,6 +37,27 @@
 namespace dgt::agent {
 
 std::string TfAddressesKey(int64_t round, int node_rank);
+std::string TfRolesKey(int64_t round, int node_rank);
+
+// The flags that shape the cluster (BuildTfConfig); every node of a job must give the same.
+struct TfRoleConfig {
+  int parameter_server_count = 0;  // --parameter-server-count
+  bool tf_chief = false;           // --tf-chief
+  int worker_count = 0;            // --worker-count (0: all but ps/chief)
+  int nproc_per_node = 1;          // --nproc-per-node
+  friend bool operator==(const TfRoleConfig&, const TfRoleConfig&) = default;
+};
+
+// The value published for `roles`: a compact JSON object (keys as in the header comment).
+std::string EncodeTfRoles(const TfRoleConfig& roles);
+
+// `theirs` (the roles value node `node_rank` published) against this node's `own` roles.
+// InvalidArgument, naming the node and the value, when it is not such an object;
+// FailedPrecondition naming each flag that differs with both values, e.g. "TF_CONFIG: node rank 1
+// was started with --parameter-server-count=0, this node (node rank 0) with
+// --parameter-server-count=1; ...".
+absl::Status CheckTfRoles(absl::string_view theirs, int node_rank, const TfRoleConfig& own,
+                          int own_node_rank);
 
 // The value published for `addresses`: a compact JSON array of strings.
 std::string EncodeTfAddresses(const std::vector<std::string>& addresses);
@@ -49,14 +76,15 @@ struct TfExchangeStep {
   std::vector<int> missing;
 };
 
-// Publishes `own` (this node's addresses, one per local worker) for `node_rank`, then reads which
-// of node ranks 0..node_count-1 have published: one SET, one CHECK per node rank, and one
-// MULTI_GET once all are there. Repeating the step is harmless (the SET writes the same value).
-// Errors: those of the store; InvalidArgument for a value that another node published and that
-// is not `nproc_per_node` addresses.
+// Publishes `roles` and `own` (this node's addresses, one per local worker) for `node_rank`, then
+// reads which of node ranks 0..node_count-1 have published: two SETs, one CHECK per node rank, and
+// one MULTI_GET once all are there. Repeating the step is harmless (the SETs write the same
+// values). Errors: those of the store; InvalidArgument for a value that another node published
+// and that is not `roles.nproc_per_node` addresses (or not a roles object); FailedPrecondition
+// (CheckTfRoles) for another node whose roles differ from `roles`.
 absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t round,
                                                    int node_rank, int node_count,
-                                                   int nproc_per_node,
+                                                   const TfRoleConfig& roles,
                                                    const std::vector<std::string>& own);
 
 }  // namespace dgt::agent

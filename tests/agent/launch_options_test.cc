@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -710,6 +711,19 @@ TEST(LaunchOptionsTest, DoubleDashEndsTheFlags) {
     ASSERT_TRUE(q.options.has_value()) << q.output;
     EXPECT_EQ(q.options->command, command) << absl::StrJoin(args, " ");
   }
+  // "-- -- script a": torchrun 2.13's argparse makes "--" the script and runs
+  // "python -u -- script a", so the script runs with ['a']; the same argv here.
+  auto script_dashdash = Parse({"--", "--", kScript, "a"});
+  ASSERT_TRUE(script_dashdash.options.has_value()) << script_dashdash.output;
+  EXPECT_EQ(script_dashdash.options->command, (std::vector<std::string>{"--", kScript, "a"}));
+  auto missing_after = Parse({"--", "--", "no_such_script.py"});
+  EXPECT_EQ(missing_after.exit_code, 2);
+  EXPECT_EQ(missing_after.output,
+            "dgt-run: error: training script 'no_such_script.py' does not exist\n");
+  // "-- -- --": Python would open a file named "--", as torchrun 2.13's worker does.
+  auto third = Parse({"--", "--", "--", kScript});
+  EXPECT_EQ(third.exit_code, 2);
+  EXPECT_EQ(third.output, "dgt-run: error: training script '--' does not exist\n");
   auto unknown = Parse({"--no-python", "-weird", "a"});
   EXPECT_EQ(unknown.output, "dgt-run: error: unknown flag '-weird' (see dgt-run --help)\n");
 }
@@ -743,6 +757,52 @@ TEST(LaunchOptionsTest, ShutdownTimeoutIsStopTimeout) {
   });
   ASSERT_TRUE(pet.options.has_value()) << pet.output;
   EXPECT_EQ(pet.options->stop_timeout_s, 9);
+  // A PET_* default gives way to an explicit flag of the same setting, as torchrun's do.
+  auto pet_shutdown = [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_SHUTDOWN_TIMEOUT") == 0 ? "5" : nullptr;
+  };
+  auto explicit_stop = Parse({"--stop-timeout", "6", kScript}, pet_shutdown);
+  ASSERT_TRUE(explicit_stop.options.has_value()) << explicit_stop.output;
+  EXPECT_EQ(explicit_stop.options->stop_timeout_s, 6);
+  auto pet_stop = [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_STOP_TIMEOUT") == 0 ? "5" : nullptr;
+  };
+  auto explicit_shutdown = Parse({"--shutdown-timeout=8", kScript}, pet_stop);
+  ASSERT_TRUE(explicit_shutdown.options.has_value()) << explicit_shutdown.output;
+  EXPECT_EQ(explicit_shutdown.options->stop_timeout_s, 8);
+  // Two explicit flags that disagree stay an error.
+  auto both = Parse({"--stop-timeout=6", "--shutdown-timeout=8", kScript}, pet_shutdown);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_EQ(both.output,
+            "dgt-run: error: --stop-timeout=6 and --shutdown-timeout=8 disagree: "
+            "--shutdown-timeout is an alias of --stop-timeout; give one\n");
+}
+
+// torchrun 2.13's store_true flags refuse a value (argparse: "ignored explicit argument"); so do
+// all of dgt-run's switches.
+TEST(LaunchOptionsTest, SwitchGivenAValueIsRefused) {
+  for (const auto& [arg, name, value] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--virtual-local-rank=1", "--virtual-local-rank", "1"},
+           {"--virtual_local_rank=0", "--virtual_local_rank", "0"},
+           {"--virtual-local-rank=false", "--virtual-local-rank", "false"},
+           {"--standalone=true", "--standalone", "true"},
+           {"--no-python=1", "--no-python", "1"},
+           {"--module=0", "--module", "0"},
+           {"--run-path=1", "--run-path", "1"},
+           {"--pass-local-rank-arg=1", "--pass-local-rank-arg", "1"},
+           {"--tf-chief=1", "--tf-chief", "1"},
+       }) {
+    auto p = Parse({arg, kScript});
+    EXPECT_EQ(p.exit_code, 2) << arg;
+    EXPECT_EQ(p.output,
+              absl::StrCat("dgt-run: error: ", name,
+                           " takes no value (a switch, as in torchrun 2.13), got '", value, "'\n"));
+  }
+  // After the script, the same text belongs to the script.
+  auto script_arg = Parse({kScript, "--standalone=1"});
+  ASSERT_TRUE(script_arg.options.has_value()) << script_arg.output;
+  EXPECT_EQ(script_arg.options->command, (std::vector<std::string>{kScript, "--standalone=1"}));
 }
 
 TEST(LaunchOptionsTest, DuplicateFiltersSplitAsTorchrun) {

@@ -152,4 +152,27 @@ def test_a_node_missing_from_the_exchange_ends_the_agent_with_75(spawn):
     assert p.stdout == ""
     assert p.stderr.strip().splitlines()[-1] == (
         "dgt-run: error: TF_CONFIG: node rank(s) 1 did not publish their TensorFlow addresses in "
-        f"the round's store at 127.0.0.1:{port} within 2 s (--join-timeout)")
+        f"the round's store at 127.0.0.1:{port} within 2 s (--join-timeout): is every node "
+        "started with --distribution tensorflow?")
+
+
+def test_nodes_with_different_roles_are_refused_on_both(spawn):
+    # Node rank 0 with a ps and a chief, node rank 1 with a chief only: they would build different
+    # clusters ({ps,chief,worker x2} and {chief,worker x3}); both refuse with 77, no worker starts.
+    port = free_port()
+    common = ["--nnodes=2", "--rdzv-backend=static", "--master-addr=127.0.0.1",
+              f"--master-port={port}", "--join-timeout=20", "--nproc-per-node=2",
+              "--distribution", "tensorflow", "--tf-chief", "--no-python", "/bin/echo", "started"]
+    nodes = [spawn([DGT_RUN, "--node-rank=0", "--parameter-server-count", "1", *common],
+                   name="node-0"),
+             spawn([DGT_RUN, "--node-rank=1", *common], name="node-1")]
+    values = {0: "--parameter-server-count=1", 1: "--parameter-server-count=0"}
+    for rank, n in enumerate(nodes):
+        assert n.wait(timeout=40) == 77, n.stderr
+        assert "started" not in n.stdout
+        other = 1 - rank
+        assert n.stderr.strip().splitlines()[-1] == (
+            f"dgt-run: error: TF_CONFIG: node rank {other} was started with {values[other]}, "
+            f"this node (node rank {rank}) with {values[rank]}; the nodes would build different "
+            "TensorFlow clusters: give every node the same --parameter-server-count, --tf-chief, "
+            "--worker-count and --nproc-per-node")
