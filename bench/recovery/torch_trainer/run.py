@@ -100,12 +100,39 @@ class Launch:
                 out.append((m.group(1), f))
         return out
 
+    def descendants(self):
+        """Every process below the launcher (via /proc/<pid>/task/<tid>/children), collected
+        before anything is killed: torchrun 2.x and ft_launcher start each worker in its own
+        session, so killing the launcher's process group alone left its workers running (and
+        spinning at --steps=1000000) for hours after the bench."""
+        found, todo = [], [self.popen.pid]
+        while todo:
+            pid = todo.pop()
+            for tasks in Path(f"/proc/{pid}/task").glob("*/children"):
+                try:
+                    kids = [int(c) for c in tasks.read_text().split()]
+                except OSError:
+                    continue
+                found += kids
+                todo += kids
+        return found
+
     def stop(self, timeout=10):
         if self.popen.poll() is None:
+            below = self.descendants()
             try:
                 os.killpg(self.popen.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for pid in below:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         try:
             self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
