@@ -52,7 +52,7 @@ absl::Status CheckTfRoles(absl::string_view theirs, int node_rank, const TfRoleC
       parts.push_back(absl::StrCat("--parameter-server-count=", r.parameter_server_count));
     }
     if (own.tf_chief != other.tf_chief)
-      parts.push_back(r.tf_chief ? "--tf-chief" : "no --tf-chief");
+      parts.emplace_back(r.tf_chief ? "--tf-chief" : "no --tf-chief");
     if (own.worker_count != other.worker_count) {
       parts.push_back(absl::StrCat("--worker-count=", r.worker_count));
     }
