@@ -50,7 +50,7 @@ bool RunGeneration(dgt::worker::NcclApi& api, dgt::store::Store& store, int rank
     return false;
   }
   std::vector<int64_t> v(1024, rank + 1);
-  std::vector<float> f(1024, 0.5f * (rank + 1));
+  std::vector<float> f(1024, 0.5f * static_cast<float>(rank + 1));
   t = absl::Now();
   absl::Status s = (*comm)->AllReduce(absl::MakeSpan(v), dgt::worker::ReduceOp::kSum);
   if (s.ok()) s = (*comm)->AllReduce(absl::MakeSpan(f), dgt::worker::ReduceOp::kSum);
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   dgt::store::MemoryStore store;
   std::vector<int> ok(n, 0);
   std::vector<std::thread> threads;
+  threads.reserve(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<dgt::worker::Communicator> comm;

@@ -21,6 +21,7 @@ std::vector<int> NcclRootRanks(int size, int version, const NcclOptions& options
   int roots = std::clamp((size + per - 1) / per, 1, std::max(1, options.max_roots));
   roots = std::min(roots, size);
   std::vector<int> out;
+  out.reserve(roots);
   for (int i = 0; i < roots; ++i) out.push_back(static_cast<int>(int64_t{i} * size / roots));
   return out;
 }
