@@ -2,9 +2,10 @@
 # Lints dgt's C++ sources: clang-format (check only) over every tracked file (product code, tests,
 # benchmarks, examples), and clang-tidy over every product .cc file (agent, cli, common,
 # rendezvous, store, worker_runtime) that the build compiles, in parallel (one clang-tidy per
-# core; CI's lint stage), skipping files unchanged since a clean run (scripts/clang_tidy_cached.py). --changed limits clang-tidy to the .cc files the last commit changed
-# (HEAD~1..HEAD), for a quick local check. Tests and benchmarks are formatted but not held to
-# clang-tidy's performance checks (loops over a handful of test threads are not hot paths).
+# core; CI's lint stage), skipping files unchanged since a clean run
+# (scripts/clang_tidy_cached.py). --changed limits clang-tidy to the .cc files the last commit
+# changed (HEAD~1..HEAD), for a quick local check. Tests and benchmarks are formatted but not held
+# to clang-tidy's performance checks (loops over a handful of test threads are not hot paths).
 # Usage: scripts/lint.sh [--changed] [BUILD_DIR]   (BUILD_DIR, default build, has
 #        compile_commands.json). DGT_LINT_JOBS sets the parallelism (default: nproc).
 # Exits non-zero on any finding.
@@ -27,7 +28,8 @@ tidy_pattern='^(agent|cli|common|rendezvous|store|worker_runtime)/.*\.cc$'
 if [ $changed_only -eq 0 ]; then
   mapfile -t candidates < <(git ls-files | grep -E "$tidy_pattern" || true)
 elif git rev-parse --verify -q HEAD~1 >/dev/null; then
-  mapfile -t candidates < <(git diff --name-only --diff-filter=d HEAD~1 HEAD | grep -E "$tidy_pattern" || true)
+  mapfile -t candidates < <(git diff --name-only --diff-filter=d HEAD~1 HEAD |
+    grep -E "$tidy_pattern" || true)
 else
   candidates=()
 fi

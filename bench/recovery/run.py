@@ -50,7 +50,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "e2e"))
 sys.path.insert(0, str(HERE.parent))
 import netns  # noqa: E402
-from recovery_harness import BIN, DgtRunJob, Job  # noqa: E402
+from recovery_harness import (BIN, DgtRunJob, Job, kill_session, last, popen_logged,  # noqa: E402
+                              rendezvous_endpoint)
 
 TORCH_TRAINER = HERE / "torch_trainer.py"
 PY2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
@@ -194,10 +195,7 @@ def one_dgt_run(mode, out_dir, nodes, nproc, steps, kill_after):
         t1 = job.back_time(t0, count=members)
         codes = job.wait(timeout=120)
         assert codes == [0] * nodes, [job.stderr(i)[-2000:] for i in range(nodes)]
-        done = {}
-        for r, k, f in job.events():
-            if k == "done":
-                done[r] = f
+        done = last(job.events(), "done")
         assert len(done) == members, done
         assert len({f["total"] for f in done.values()}) == 1, done  # Exact: checked per step.
         redone = 0
@@ -252,12 +250,7 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
     procs = []
 
     def popen(args, name, env=None):
-        out = open(Path(out_dir) / f"{name}.out", "wb")
-        err = open(Path(out_dir) / f"{name}.err", "wb")
-        p = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
-        out.close()
-        err.close()
+        p = popen_logged(args, out_dir, name, env)
         procs.append(p)
         return p
 
@@ -280,21 +273,12 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
                               "--max_restarts=3", "--monitor_interval=0.1", *trainer],
                       f"node-{i}", env)
         else:
-            out = Path(out_dir) / "rendezvous.out"
             rdzv = popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"], "rendezvous")
-            deadline = time.monotonic() + 10
-            port = None
-            while port is None:
-                m = re.search(r"listening on port (\d+)", out.read_text(errors="replace"))
-                if m:
-                    port = int(m.group(1))
-                    break
-                assert rdzv.poll() is None and time.monotonic() < deadline, "dgt-rendezvous"
-                time.sleep(0.02)
+            endpoint = rendezvous_endpoint(rdzv, out_dir)
             env = dict(os.environ, DGT_PYTHON=py)
             for i in range(nodes):
                 popen([str(BIN / "dgt-run"), f"--node-id=node-{i}", f"--nnodes={nodes}",
-                       f"--nproc-per-node={nproc}", f"--rdzv-endpoint=127.0.0.1:{port}",
+                       f"--nproc-per-node={nproc}", f"--rdzv-endpoint={endpoint}",
                        "--rdzv-id=bench", "--rdzv-conf=last_call_timeout=1",
                        "--stop-timeout=5", "--restart-policy=group", "--max-restarts=3",
                        *trainer], f"node-{i}", env)
@@ -369,12 +353,7 @@ def torch_anchor_round(launcher, family, out_dir, steps, kill_after, nodes=2, np
                 "back at the pre-failure step": (max(at_high.values()) - kill_ns) / 1e6}
     finally:
         for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=10)
+            kill_session(p)
 
 
 def torch_anchors(rounds, steps, kill_after, d):

@@ -8,12 +8,14 @@ process a test starts has a deadline and is killed at the end of the test.
 import json
 import os
 import re
-import signal
 import subprocess
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
+
+from recovery_harness import DgtRunJob, kill_session
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
@@ -57,12 +59,7 @@ class Proc:
         return self.err_path.read_text(errors="replace")
 
     def kill(self):
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.popen.wait(timeout=10)
+        kill_session(self.popen)
         self._out.close()
         self._err.close()
 
@@ -193,3 +190,47 @@ def wait_for_port(proc, pattern, what, timeout=60):
         assert proc.popen.poll() is None, f"{what} exited: {proc.stderr}"
         time.sleep(0.05)
     pytest.fail(f"{what} did not report its port within {timeout} s")
+
+
+@pytest.fixture
+def dgt_run_job(tmp_path):
+    """make(run_id, **kw) starts recovery_harness.DgtRunJob(tmp_path, run_id, **kw) (a
+    dgt-rendezvous and its dgt-run agents); every job made is closed at the end of the test."""
+    jobs = []
+
+    def make(run_id, **kw):
+        j = DgtRunJob(tmp_path, run_id, **kw)
+        jobs.append(j)
+        return j
+
+    yield make
+    for j in jobs:
+        j.close()
+
+
+def exact_descent(batches, steps):
+    """The parameters (weights [w0, w1, w2], bias) that the test workers' linear model ends with
+    after `steps` steps of gradient descent (lr 1/32) from w = [1/4, -1/2, 1/8], b = 1/2 on the
+    mean over the members of their batches' mean squared error, i.e. what DDP's averaged
+    gradients compute; exact, with fractions and no torch. batches(step) gives one (x, y) per
+    member: x rows of 3 inputs, y one target per row.
+
+    Asserts that the result is exact in float64 (few-bit dyadic rationals), so the workers'
+    values compare bit for bit whatever order the all-reduce summed in."""
+    w = [Fraction(1, 4), Fraction(-1, 2), Fraction(1, 8)]
+    b = Fraction(1, 2)
+    for step in range(steps):
+        members = batches(step)
+        gw, gb = [Fraction(0)] * 3, Fraction(0)
+        for x, y in members:
+            for xi, yi in zip(x, y):
+                e = sum(wj * xj for wj, xj in zip(w, xi)) + b - yi
+                scale = Fraction(2, len(x) * len(members))
+                gw = [g + scale * e * xj for g, xj in zip(gw, xi)]
+                gb += scale * e
+        w = [wj - Fraction(1, 32) * g for wj, g in zip(w, gw)]
+        b -= Fraction(1, 32) * gb
+    for v in (*w, b):
+        assert v.denominator & (v.denominator - 1) == 0 and abs(v.numerator) < 2**53, v
+        assert Fraction(float(v)) == v
+    return [float(v) for v in w], float(b)

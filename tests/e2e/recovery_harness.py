@@ -20,6 +20,45 @@ BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"^EVENT (\w+) (.*)$")
 
 
+def popen_logged(args, out_dir, name, env=None):
+    """Starts `args` in a session of its own (kill_session reaches its children), stdin from
+    /dev/null, stdout and stderr into out_dir/<name>.out and .err (files, so nothing blocks on a
+    full pipe)."""
+    out = open(Path(out_dir) / f"{name}.out", "wb")
+    err = open(Path(out_dir) / f"{name}.err", "wb")
+    try:
+        return subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    finally:
+        out.close()
+        err.close()
+
+
+def kill_session(popen):
+    """SIGKILLs the process group of `popen` (started with start_new_session) if it still runs,
+    and reaps it (10 s at most)."""
+    if popen.poll() is None:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        popen.wait(timeout=10)
+
+
+def rendezvous_endpoint(proc, out_dir, timeout=10):
+    """The "127.0.0.1:PORT" that dgt-rendezvous `proc`, started by popen_logged(..., out_dir,
+    "rendezvous"), reports listening on, within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = re.search(r"listening on port (\d+)",
+                      (Path(out_dir) / "rendezvous.out").read_text(errors="replace"))
+        if m:
+            return f"127.0.0.1:{m.group(1)}"
+        assert proc.poll() is None, (Path(out_dir) / "rendezvous.err").read_text(errors="replace")
+        assert time.monotonic() < deadline, "dgt-rendezvous did not report its port"
+        time.sleep(0.02)
+
+
 def parse_events(text):
     """[(kind, {key: value})] from a trainer's stdout."""
     out = []
@@ -38,11 +77,7 @@ class Worker:
         name = f"rank{rank}.attempt{restart_count}"
         self.out_path = Path(out_dir) / f"{name}.out"
         self.err_path = Path(out_dir) / f"{name}.err"
-        self._out = open(self.out_path, "wb")
-        self._err = open(self.err_path, "wb")
-        self.popen = subprocess.Popen(args, stdout=self._out, stderr=self._err,
-                                      stdin=subprocess.DEVNULL, env=env,
-                                      start_new_session=True)
+        self.popen = popen_logged(args, out_dir, name, env)
         self.pid = self.popen.pid
 
     def events(self):
@@ -57,14 +92,7 @@ class Worker:
         self.popen.wait(timeout=10)
 
     def close(self):
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.popen.wait(timeout=10)
-        self._out.close()
-        self._err.close()
+        kill_session(self.popen)
 
 
 class Job:
@@ -205,17 +233,7 @@ class DgtRunJob:
         self.env = dict(env or {})
         self.rdzv = self._popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"],
                                 "rendezvous")
-        deadline = time.monotonic() + 10
-        port = None
-        while port is None:
-            m = re.search(r"listening on port (\d+)", self._read("rendezvous.out"))
-            if m:
-                port = int(m.group(1))
-                break
-            assert self.rdzv.poll() is None, self._read("rendezvous.err")
-            assert time.monotonic() < deadline, "dgt-rendezvous did not report its port"
-            time.sleep(0.02)
-        self.endpoint = f"127.0.0.1:{port}"
+        self.endpoint = rendezvous_endpoint(self.rdzv, self.out_dir)
         args = [str(BIN / "dgt-run"), f"--nnodes={nodes}", f"--nproc-per-node={nproc}",
                 f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={run_id}",
                 "--rdzv-conf=last_call_timeout=1", f"--stop-timeout={stop_timeout}",
@@ -231,16 +249,10 @@ class DgtRunJob:
                        for i in range(nodes)]
 
     def _popen(self, args, name):
-        out = open(self.out_dir / f"{name}.out", "wb")
-        err = open(self.out_dir / f"{name}.err", "wb")
         env = dict(os.environ)
         env.pop("DGT_RECOVERY_MODE", None)
         env.update(self.env)
-        p = subprocess.Popen(args, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
-        out.close()
-        err.close()
-        return p
+        return popen_logged(args, self.out_dir, name, env)
 
     def _read(self, name):
         return (self.out_dir / name).read_text(errors="replace")
@@ -319,9 +331,21 @@ class DgtRunJob:
 
     def close(self):
         for p in self.agents + [self.rdzv]:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=10)
+            kill_session(p)
+
+
+def last(ev, kind):
+    """{rank: fields of its last `kind` event} from DgtRunJob.events()."""
+    out = {}
+    for r, k, f in ev:
+        if k == kind:
+            out[r] = f
+    return out
+
+
+def agents_ok(j, timeout=120):
+    """Asserts that every agent of DgtRunJob `j` exits 0 within `timeout` s (the message: the end
+    of each agent's log)."""
+    codes = j.wait(timeout=timeout)
+    assert codes == [0] * j.nodes, "\n".join(f"node-{i}: {j.stderr(i)[-3000:]}"
+                                            for i in range(j.nodes))

@@ -3,9 +3,8 @@ subject, 2.13 too: the `torch_family` fixture), the agent-hosted store."""
 import json
 import re
 import time
-from fractions import Fraction
 
-from conftest import BIN, REPO, WORKERS
+from conftest import BIN, REPO, WORKERS, exact_descent
 
 
 def json_lines(text):
@@ -72,29 +71,11 @@ def ddp_batch(rank):
 
 
 def ddp_reference(world, steps):
-    """The parameters that workers/ddp_steps.py's DDP job must end with, computed exactly with
-    fractions and no torch: DDP averages the ranks' gradients of their batches' mean squared
-    error, i.e. gradient descent (lr 1/32) on the mean over ranks, from rank 0's initial
+    """The parameters that workers/ddp_steps.py's DDP job must end with (conftest.exact_descent):
+    every step, the mean over ranks of their batches' mean squared error, from rank 0's initial
     parameters (DDP broadcasts them)."""
-    w = [Fraction(1, 4), Fraction(-1, 2), Fraction(1, 8)]
-    b = Fraction(1, 2)
-    for _ in range(steps):
-        gw, gb = [Fraction(0)] * 3, Fraction(0)
-        for r in range(world):
-            x, y = ddp_batch(r)
-            for xi, (yi,) in zip(x, y):
-                e = sum(wj * xj for wj, xj in zip(w, xi)) + b - yi
-                scale = Fraction(2, len(x) * world)
-                gw = [g + scale * e * xj for g, xj in zip(gw, xi)]
-                gb += scale * e
-        w = [wj - Fraction(1, 32) * g for wj, g in zip(w, gw)]
-        b -= Fraction(1, 32) * gb
-    # Exact in float64 (few-bit dyadic rationals), so the workers' values can be compared bit
-    # for bit whatever order the all-reduce summed in.
-    for v in (*w, b):
-        assert v.denominator & (v.denominator - 1) == 0 and abs(v.numerator) < 2**53, v
-        assert Fraction(float(v)) == v
-    return [float(v) for v in w], float(b)
+    batches = [(x, [t for (t,) in y]) for x, y in map(ddp_batch, range(world))]
+    return exact_descent(lambda step: batches, steps)
 
 
 def test_ddp_steps_exact_across_two_agents(spawn, rendezvous, torch_family):

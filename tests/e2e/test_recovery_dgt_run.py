@@ -14,33 +14,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recovery_harness import DgtRunJob, full_total  # noqa: E402
+from recovery_harness import agents_ok, full_total, last  # noqa: E402
 
 WORLD = 4
 STEPS = 300
 
 
 @pytest.fixture
-def job(tmp_path):
-    jobs = []
-
-    def make(run_id, **kw):
-        j = DgtRunJob(tmp_path, run_id, steps=STEPS, **kw)
-        jobs.append(j)
-        return j
-
-    yield make
-    for j in jobs:
-        j.close()
-
-
-def last(ev, kind):
-    """{rank: fields of its last `kind` event}."""
-    out = {}
-    for r, k, f in ev:
-        if k == kind:
-            out[r] = f
-    return out
+def job(dgt_run_job):
+    return lambda run_id, **kw: dgt_run_job(run_id, steps=STEPS, **kw)
 
 
 def kill_mid_run(j, rank):
@@ -51,11 +33,6 @@ def kill_mid_run(j, rank):
     assert not [1 for _, k, _ in j.events() if k == "done"], "the job ended before the kill"
     j.kill_pid(pids[rank])
     return pids
-
-
-def agents_ok(j):
-    codes = j.wait(timeout=120)
-    assert codes == [0, 0], "\n".join(f"node-{i}: {j.stderr(i)[-3000:]}" for i in range(2))
 
 
 def test_rank_policy_restarts_only_the_dead_rank(job):

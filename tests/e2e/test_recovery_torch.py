@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recovery_harness import DgtRunJob  # noqa: E402
+from recovery_harness import DgtRunJob, agents_ok, last  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pytorch_ddp_recovery" / "train.py"
@@ -70,28 +70,13 @@ def reference_digests(python, *runs):
 
 
 @pytest.fixture
-def job(tmp_path, python2):
-    jobs = []
-
+def job(dgt_run_job, python2):
     def make(run_id, mode):
-        j = DgtRunJob(tmp_path, run_id, policy="rank", mode=mode, steps=STEPS,
-                      command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
-                               "--op-timeout", "20"],
-                      env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
-        jobs.append(j)
-        return j
-
-    yield make
-    for j in jobs:
-        j.close()
-
-
-def last(ev, kind):
-    out = {}
-    for r, k, f in ev:
-        if k == kind:
-            out[r] = f
-    return out
+        return dgt_run_job(run_id, policy="rank", mode=mode, steps=STEPS,
+                           command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms",
+                                    "10", "--op-timeout", "20"],
+                           env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    return make
 
 
 def kill_mid_run(j, rank, at_step=40):
@@ -122,11 +107,6 @@ def back_ms(ev, ranks, kill_ns, pre):
         assert t, f"rank {rank} never got back to step {pre}"
         back.append(min(t))
     return (max(back) - kill_ns) / 1e6
-
-
-def agents_ok(j):
-    codes = j.wait(timeout=120)
-    assert codes == [0, 0], "\n".join(f"node-{i}: {j.stderr(i)[-3000:]}" for i in range(2))
 
 
 def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, capsys):

@@ -4,47 +4,24 @@ DistributedDataParallel and Optimizer on Gloo (the peers venv's torch 2.13). The
 group keeps its keys in that group's dgt agent store (MASTER_ADDR:MASTER_PORT), and the
 cross-group Gloo process group of each quorum is built through one group's agent store.
 """
-import json
 import os
 import re
-from fractions import Fraction
 
 import pytest
 
-from conftest import BIN, WORKERS, dgt_env, wait_for
+from conftest import BIN, WORKERS, dgt_env, exact_descent, records, wait_for
 
 LIGHTHOUSE = "torchft_lighthouse"
 
 
-def records(text):
-    """The worker's JSON lines from one dgt-run's console output ("[rank0]: {...}")."""
-    return [json.loads(m) for m in re.findall(r"^\[rank\d+\]: (\{.*\})$", text, re.M)]
-
-
 def reference(groups, steps):
-    """The parameters after `steps` committed steps, computed with fractions and no torch: each
-    step is gradient descent (lr 1/32) on the mean over the groups of their batches' mean squared
-    error, from the worker's fixed initial parameters (tests/e2e/workers/torchft_ddp.py)."""
-    w = [Fraction(1, 4), Fraction(-1, 2), Fraction(1, 8)]
-    b = Fraction(1, 2)
-    for step in range(steps):
-        gw, gb = [Fraction(0)] * 3, Fraction(0)
-        for g in range(groups):
-            x = [[g + 1, step % 3, -1], [1, -g, (step + g) % 2]]
-            y = [g - step % 2, 1]
-            for xi, yi in zip(x, y):
-                e = sum(wj * xj for wj, xj in zip(w, xi)) + b - yi
-                scale = Fraction(2, len(x) * groups)
-                gw = [gj + scale * e * xj for gj, xj in zip(gw, xi)]
-                gb += scale * e
-        w = [wj - Fraction(1, 32) * gj for wj, gj in zip(w, gw)]
-        b -= Fraction(1, 32) * gb
-    # Few-bit dyadic rationals: float64 holds them exactly, so the workers' values compare bit
-    # for bit whatever order Gloo summed in.
-    for v in (*w, b):
-        assert v.denominator & (v.denominator - 1) == 0 and abs(v.numerator) < 2**53, v
-        assert Fraction(float(v)) == v
-    return [float(v) for v in w], float(b)
+    """The parameters after `steps` committed steps (conftest.exact_descent): each step is the
+    mean over the groups of their batches' mean squared error, from the worker's fixed initial
+    parameters (tests/e2e/workers/torchft_ddp.py)."""
+    def batches(step):
+        return [([[g + 1, step % 3, -1], [1, -g, (step + g) % 2]], [g - step % 2, 1])
+                for g in range(groups)]
+    return exact_descent(batches, steps)
 
 
 @pytest.fixture
