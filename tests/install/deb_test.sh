@@ -52,6 +52,11 @@ entry_owners=$(awk '{print $2}' <<<"$listing" | sort -u)
 depends=$(dpkg-deb -f "$deb" Depends | tr ',|' '\n\n' | sed 's/^ *//; s/ .*//')
 root=$tmp/root
 dpkg-deb -x "$deb" "$root"
+dpkg-deb -e "$deb" "$tmp/control"
+for script in postinst prerm postrm; do
+  [[ $(stat -c %a "$tmp/control/$script") == 755 ]] || fail "maintainer script $script not 0755"
+  sh -n "$tmp/control/$script" || fail "maintainer script $script: syntax"
+done
 mapfile -t binaries < <(find "$root/usr/bin" -type f -printf '%f\n' | sort)
 [[ ${#binaries[@]} -ge 3 ]] || fail "binaries: ${binaries[*]}"
 # Every library a binary names (NEEDED) comes from a package that Depends lists, or that provides
