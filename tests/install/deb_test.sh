@@ -8,6 +8,7 @@
 #   - every unit starts a binary of the package, passes `systemd-analyze verify` (paths moved to the
 #     extracted tree) and its `systemd-analyze security --offline=true` exposure is at or under the
 #     bound recorded in docs/OPERATIONS.md's table;
+#   - `cmake --install --prefix` installs the same files, its units starting that prefix's binaries;
 #   - the Python package and the pkg-config files work from the extracted tree.
 # Usage: deb_test.sh SOURCE_DIR BUILD_DIR VERSION WITH_MAN(ON|OFF) WITH_NCCL(ON|OFF)
 set -euo pipefail
@@ -125,6 +126,21 @@ for unit in "${units[@]}"; do
   awk -v s="$score" -v b="$bound" 'BEGIN { exit !(s <= b) }' ||
     fail "$unit exposure $score is above the recorded $bound"
   echo "$unit: exposure $score (recorded bound $bound)"
+done
+
+# `cmake --install` to another prefix installs the same files, its units naming that prefix's bin/.
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log" >&2; fail "cmake --install"; }
+deb_files=$(cd "$root/usr" && find . -type f | LC_ALL=C sort)
+prefix_files=$(cd "$tmp/prefix" && find . -type f | LC_ALL=C sort)
+if [[ $prefix_files != "$deb_files" ]]; then
+  diff <(echo "$deb_files") <(echo "$prefix_files") >&2 || true
+  fail "cmake --install --prefix installs other files than the .deb's /usr (- .deb, + prefix)"
+fi
+for unit in "${units[@]}"; do
+  exec_start=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$tmp/prefix/lib/systemd/system/$unit")
+  [[ $exec_start == "$tmp/prefix/bin/"* && -x $exec_start ]] ||
+    fail "$unit installed to $tmp/prefix: ExecStart=$exec_start"
 done
 
 # The Python package and the pkg-config files, from the extracted tree.
