@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/flag_parse.h"
 #include "common/version.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/worker/nccl_api.h"
@@ -76,9 +77,9 @@ int main(int argc, char** argv) {
       "dgt-nccl-check: runs dgt's NCCL path on this machine's GPUs (one rank per GPU): init, a "
       "checked all-reduce, abort, re-init at the next generation, a second checked all-reduce",
       "dgt-nccl-check"};
-  int max_ranks = 0;
-  app.add_option("MAX_RANKS", max_ranks, "Use at most this many GPUs (0 = all)")
-      ->check(CLI::NonNegativeNumber)
+  std::string max_ranks_text = "0";
+  app.add_option("MAX_RANKS", max_ranks_text, "Use at most this many GPUs (0 = all)")
+      ->type_name("INT")
       ->capture_default_str();
   app.set_version_flag("--version", absl::StrCat("dgt-nccl-check ", dgt::kVersion));
   try {
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "dgt-nccl-check: error: %s\n", e.what());
+    return 2;
+  }
+  auto max_ranks = dgt::ParseInt64("MAX_RANKS", max_ranks_text, 0, 4096);
+  if (!max_ranks.ok()) {
+    std::fprintf(stderr, "dgt-nccl-check: error: %s\n",
+                 std::string(max_ranks.status().message()).c_str());
     return 2;
   }
   const absl::Time start = absl::Now();
@@ -106,7 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int n = *count;
-  if (max_ranks > 0) n = std::min(n, max_ranks);
+  if (*max_ranks > 0) n = std::min(n, static_cast<int>(*max_ranks));
   Print(absl::StrCat("nccl_version=", (*api)->Version(), " gpus=", *count, " ranks=", n));
   dgt::store::MemoryStore store;
   std::vector<int> ok(n, 0);
