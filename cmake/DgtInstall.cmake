@@ -25,7 +25,75 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/store/include/dgt DESTINATION ${CMAKE_IN
 # worker_runtime/include/dgt/worker/*.h (the NCCL headers of dgt::worker_nccl are not installed).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker_runtime/include/dgt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
-install(TARGETS dgt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# Every binary made for users: dgt, dgt-run, dgt-rendezvous, and dgt-agent and dgt-nccl-check
+# where this build makes them (examples and benchmarks are not installed).
+set(DGT_INSTALLED_BINARIES dgt dgt-run dgt-rendezvous)
+foreach(_bin dgt-agent dgt-nccl-check)
+  if(TARGET ${_bin})
+    list(APPEND DGT_INSTALLED_BINARIES ${_bin})
+  endif()
+endforeach()
+install(TARGETS ${DGT_INSTALLED_BINARIES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# systemd units deploy/*.service.in, with @DGT_BINDIR@ replaced at install time by the binary
+# directory of the prefix installed to (so `cmake --install --prefix /opt/dgt` and the .deb's /usr
+# both get units that start the installed binaries), into <prefix>/lib/systemd/system; the
+# `dgt` system user (sysusers.d) and /var/lib/dgt, /var/log/dgt (tmpfiles.d) into <prefix>/lib.
+# systemd reads all three under /usr and /usr/local (systemd.unit(5), sysusers.d(5)).
+file(GLOB DGT_UNIT_TEMPLATES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/*.service.in)
+foreach(_unit_in ${DGT_UNIT_TEMPLATES})
+  get_filename_component(_unit ${_unit_in} NAME_WLE)
+  # One staging file per destination, so concurrent installs to different prefixes do not race.
+  install(CODE "
+    string(MD5 _dgt_dest \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}\")
+    set(DGT_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+    configure_file(\"${_unit_in}\" \"${PROJECT_BINARY_DIR}/units/\${_dgt_dest}/${_unit}\" @ONLY)
+    file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\" TYPE FILE
+         FILES \"${PROJECT_BINARY_DIR}/units/\${_dgt_dest}/${_unit}\")
+    file(REMOVE_RECURSE \"${PROJECT_BINARY_DIR}/units/\${_dgt_dest}\")")
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/sysusers.d/dgt.conf DESTINATION lib/sysusers.d)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/tmpfiles.d/dgt.conf DESTINATION lib/tmpfiles.d)
+# Example configuration files (copied to /etc by the operator: docs/OPERATIONS.md).
+file(GLOB DGT_EXAMPLE_CONFIGS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/*.default
+     ${PROJECT_SOURCE_DIR}/deploy/*.yaml)
+install(FILES ${DGT_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+
+# Man pages from each binary's --help and --version (help2man, when installed; the binaries run
+# from the build tree through PATH so the pages name them without a directory), gzipped as
+# Debian's policy wants them. Not in sanitizer builds (nobody packages those).
+find_program(DGT_HELP2MAN help2man)
+find_program(DGT_GZIP gzip)
+if(DGT_HELP2MAN AND DGT_GZIP AND NOT CMAKE_CROSSCOMPILING AND DGT_SANITIZE STREQUAL "")
+  set(DGT_MAN_PAGES ON)
+else()
+  set(DGT_MAN_PAGES OFF)
+  message(STATUS "help2man or gzip not found: no man pages")
+endif()
+set(_dgt_man_name_dgt "tools of the dgt launcher: store, status, doctor, recovery")
+set(_dgt_man_name_dgt-run "launch a distributed training job (torchrun-compatible)")
+set(_dgt_man_name_dgt-rendezvous "elastic rendezvous service for dgt agents")
+set(_dgt_man_name_dgt-agent "dgt node daemon")
+set(_dgt_man_name_dgt-nccl-check "run dgt's NCCL path on this machine's GPUs")
+if(DGT_MAN_PAGES)
+  set(_dgt_man_pages)
+  foreach(_bin ${DGT_INSTALLED_BINARIES})
+    set(_page ${PROJECT_BINARY_DIR}/man/${_bin}.1)
+    add_custom_command(OUTPUT ${_page}.gz
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man
+      COMMAND ${CMAKE_COMMAND} -E env "PATH=$<TARGET_FILE_DIR:${_bin}>:/usr/bin:/bin"
+              ${DGT_HELP2MAN} --no-info --no-discard-stderr --section=1
+              "--name=${_dgt_man_name_${_bin}}" --output=${_page} ${_bin}
+      COMMAND ${DGT_GZIP} -9nf ${_page}
+      DEPENDS ${_bin}
+      COMMENT "help2man ${_bin}"
+      VERBATIM)
+    list(APPEND _dgt_man_pages ${_page}.gz)
+  endforeach()
+  add_custom_target(dgt_man_pages ALL DEPENDS ${_dgt_man_pages})
+  install(FILES ${_dgt_man_pages} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+endif()
 
 set(_dgt_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/dgt)
 install(EXPORT dgtTargets NAMESPACE dgt:: DESTINATION ${_dgt_cmake_dir})
@@ -48,4 +116,6 @@ install(FILES ${PROJECT_BINARY_DIR}/dgt-worker.pc DESTINATION ${CMAKE_INSTALL_LI
 set(DGT_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING
     "Where `cmake --install` puts the dgt Python package, relative to the prefix")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/dgt DESTINATION ${DGT_PYTHON_INSTALL_DIR}
-        FILES_MATCHING PATTERN "*.py")
+        FILES_MATCHING PATTERN "*.py" PATTERN __pycache__ EXCLUDE)
+
+include(DgtPackage)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, then builds and tests dgt in every configuration CI checks:
-#   release  full suite: unit tests, then end-to-end tests (real processes, Debian's PyTorch)
+#   release  full suite: unit tests, then end-to-end tests (real processes, Debian's PyTorch),
+#            then the .deb's checks (ctest -L install)
 #   asan     unit and integration tests under AddressSanitizer + UBSan + LeakSanitizer (clang)
 #   tsan     unit and integration tests under ThreadSanitizer, with -Wthread-safety (clang)
 #   lint     clang-format and clang-tidy over the files changed by the last commit
@@ -29,6 +30,7 @@ for stage in $stages; do
       scripts/build.sh
       (cd build && ctest --output-on-failure -j "$(nproc)" -L unit)
       (cd build && ctest --output-on-failure -L e2e)
+      (cd build && ctest --output-on-failure -L install)
       ;;
     asan|tsan)
       [ -f "build-$stage/build.ninja" ] || cmake --preset "$stage" >/dev/null

@@ -2,17 +2,21 @@
 // this process, bootstrapped through an in-process store): init at generation 0, an all-reduce
 // with a checked result, abort, re-init at generation 1, a second checked all-reduce. Prints one
 // "gpu-check: key=value ..." line per step (docs/PERFORMANCE.md, "GPU check").
-// Exit status: 0 PASS, 1 a step failed, 2 no NCCL library or no GPU here.
+// Usage: dgt-nccl-check [MAX_RANKS]   (--help, --version)
+// Exit status: 0 PASS, 1 a step failed, 2 no NCCL library or no GPU here, or a bad argument.
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/flag_parse.h"
+#include "common/version.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/worker/nccl_api.h"
 #include "dgt/worker/nccl_communicator.h"
@@ -69,6 +73,33 @@ bool RunGeneration(dgt::worker::NcclApi& api, dgt::store::Store& store, int rank
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{
+      "dgt-nccl-check: runs dgt's NCCL path on this machine's GPUs (one rank per GPU): init, a "
+      "checked all-reduce, abort, re-init at the next generation, a second checked all-reduce",
+      "dgt-nccl-check"};
+  std::string max_ranks_text = "0";
+  app.add_option("MAX_RANKS", max_ranks_text, "Use at most this many GPUs (0 = all)")
+      ->type_name("INT")
+      ->capture_default_str();
+  app.set_version_flag("--version", absl::StrCat("dgt-nccl-check ", dgt::kVersion));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::printf("dgt-nccl-check %s\n", dgt::kVersion);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "dgt-nccl-check: error: %s\n", e.what());
+    return 2;
+  }
+  auto max_ranks = dgt::ParseInt64("MAX_RANKS", max_ranks_text, 0, 4096);
+  if (!max_ranks.ok()) {
+    std::fprintf(stderr, "dgt-nccl-check: error: %s\n",
+                 std::string(max_ranks.status().message()).c_str());
+    return 2;
+  }
   const absl::Time start = absl::Now();
   auto api = dgt::worker::LoadRealNcclApi();
   if (!api.ok()) {
@@ -82,7 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int n = *count;
-  if (argc > 1) n = std::min(n, std::max(1, std::atoi(argv[1])));
+  if (*max_ranks > 0) n = std::min(n, static_cast<int>(*max_ranks));
   Print(absl::StrCat("nccl_version=", (*api)->Version(), " gpus=", *count, " ranks=", n));
   dgt::store::MemoryStore store;
   std::vector<int> ok(n, 0);
