@@ -19,6 +19,11 @@ packages=(
   # Tests
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
   iproute2 iptables procps psmisc openssl python3-venv
+  # etcd v3 (docs/ETCD.md): the server and etcdctl the tests start and query, and the v3 .proto
+  # files the client is generated from (golang-etcd-server-dev; it pulls in the gogo and
+  # googleapis protos they import: golang-github-gogo-protobuf-dev,
+  # golang-github-grpc-ecosystem-grpc-gateway-dev)
+  etcd-server etcd-client golang-etcd-server-dev
 )
 
 install_debian_packages() {
