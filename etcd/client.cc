@@ -176,10 +176,11 @@ class Client::Impl {
   explicit Impl(ClientOptions options) : options_(std::move(options)) {
     grpc::ChannelArguments args;
     // A restarted member is found again within a second, not after gRPC's default backoff (up
-    // to 120 s).
+    // to 120 s). gRPC takes the "min reconnect backoff" as the timeout of one connection
+    // attempt (TCP and HTTP/2 handshake): 5 s, so a loaded host still connects.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
     // A member that vanished without closing the connection (partition) ends its watch streams
     // after at most 10 + 5 s. etcd accepts pings every 5 s or slower (--grpc-keepalive-min-time).
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -199,6 +200,18 @@ class Client::Impl {
   }
 
   const ClientOptions& options() const { return options_; }
+
+  // Waits until `m`'s channel is connected, up to `deadline`; else says why in `why`. A sync gRPC
+  // channel makes progress on a connection only while some call on it is polling; a call that
+  // fails fast (the channel still in TRANSIENT_FAILURE from an earlier refusal) polls nothing,
+  // so without this wait a member that came up is found only by gRPC's 5 s backup poller.
+  static bool Connect(Member& m, absl::Time deadline, std::string* why) {
+    if (m.channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY) return true;
+    if (m.channel->WaitForConnected(absl::ToChronoTime(deadline))) return true;
+    *why = "not connected in time";
+    return false;
+  }
+
   int size() const { return static_cast<int>(members_.size()); }
   Member& member(int i) { return *members_[i]; }
   int current() const { return current_.load(); }
@@ -216,7 +229,15 @@ class Client::Impl {
         const absl::Time now = absl::Now();
         if (now >= deadline) return Unavailable(what, errors);
         Member& m = *members_[idx];
+        if (std::string why;
+            !Connect(m, std::min(deadline, now + options_.connect_timeout), &why)) {
+          errors[idx] = why;
+          continue;
+        }
         grpc::ClientContext context;
+        // As etcd's own client: a member that knows of no leader refuses at once (UNAVAILABLE,
+        // "no leader") instead of holding the request, so the call moves to another member.
+        context.AddMetadata("hasleader", "true");
         context.set_deadline(
             absl::ToChronoTime(std::min(deadline, now + options_.attempt_timeout)));
         const grpc::Status s = attempt(m, &context);
@@ -274,13 +295,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
     }
   }
   if (options.call_timeout <= absl::ZeroDuration() ||
-      options.attempt_timeout <= absl::ZeroDuration() || options.backoff <= absl::ZeroDuration() ||
+      options.attempt_timeout <= absl::ZeroDuration() ||
+      options.connect_timeout <= absl::ZeroDuration() || options.backoff <= absl::ZeroDuration() ||
       options.max_backoff < options.backoff) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "etcd client: call_timeout, attempt_timeout and backoff must be > 0 and max_backoff >= "
-        "backoff, got ",
+        "etcd client: call_timeout, attempt_timeout, connect_timeout and backoff must be > 0 and "
+        "max_backoff >= backoff, got ",
         absl::FormatDuration(options.call_timeout), ", ",
-        absl::FormatDuration(options.attempt_timeout), ", ", absl::FormatDuration(options.backoff),
+        absl::FormatDuration(options.attempt_timeout), ", ",
+        absl::FormatDuration(options.connect_timeout), ", ", absl::FormatDuration(options.backoff),
         ", ", absl::FormatDuration(options.max_backoff)));
   }
   return std::unique_ptr<Client>(new Client(std::make_shared<Impl>(std::move(options))));
@@ -418,9 +441,6 @@ absl::StatusOr<int64_t> Client::LeaseKeepAliveOnce(int64_t lease_id) {
   req.set_id(lease_id);
   pb::LeaseKeepAliveResponse resp;
   absl::Status s = impl_->Call("lease keepalive", true, [&](Member& m, grpc::ClientContext* ctx) {
-    // As etcd's own client: a member cut off from the leader refuses the stream instead of
-    // answering for a lease it cannot renew.
-    ctx->AddMetadata("hasleader", "true");
     auto stream = m.lease->LeaseKeepAlive(ctx);
     const bool ok = stream->Write(req) && stream->Read(&resp);
     ctx->TryCancel();
@@ -465,8 +485,12 @@ absl::StatusOr<MemberStatus> Client::GetMemberStatus(absl::string_view endpoint)
   for (int i = 0; i < impl_->size(); ++i) {
     Member& m = impl_->member(i);
     if (m.address != endpoint) continue;
+    const absl::Time deadline = absl::Now() + impl_->options().attempt_timeout;
+    if (std::string why; !Impl::Connect(m, deadline, &why)) {
+      return absl::UnavailableError(absl::StrCat("etcd member status at ", endpoint, ": ", why));
+    }
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + impl_->options().attempt_timeout));
+    ctx.set_deadline(absl::ToChronoTime(deadline));
     pb::StatusResponse resp;
     grpc::Status s = m.maintenance->Status(&ctx, pb::StatusRequest(), &resp);
     if (!s.ok()) return ToAbsl(s, absl::StrCat("etcd member status at ", endpoint));
@@ -521,7 +545,11 @@ class Watcher::Impl {
         if (stopping_) return;
         context_ = &ctx;
       }
-      const bool healthy = RunStream(client_->member(idx), &ctx);
+      std::string why;
+      const bool healthy =
+          Client::Impl::Connect(client_->member(idx),
+                                absl::Now() + client_->options().connect_timeout, &why) &&
+          RunStream(client_->member(idx), &ctx);
       {
         MutexLock lock(&mu_);
         context_ = nullptr;

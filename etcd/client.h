@@ -5,17 +5,22 @@
 // Endpoints and failover: the client holds one channel per endpoint and sends each call to its
 // current endpoint; when that attempt fails with UNAVAILABLE (member down, no leader, leader
 // changed) it moves to the next endpoint and tries again, pausing between full passes over the
-// endpoints (ClientOptions::backoff), until the call's deadline. Reads (Range, LeaseKeepAliveOnce,
-// LeaseTimeToLive, MemberStatus) also move on when one attempt runs past
+// endpoints (ClientOptions::backoff), until the call's deadline. Reads (Range,
+// LeaseKeepAliveOnce, LeaseTimeToLive) also move on when one attempt runs past
 // ClientOptions::attempt_timeout. Writes (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke) are not
 // repeated after an attempt timed out (the member may have applied it): they return
-// DEADLINE_EXCEEDED naming the endpoint. A write repeated after an UNAVAILABLE that came after
-// sending (a member killed mid-call) may have been applied twice: a Txn whose compare guards
-// its own effect then reports succeeded = false, so callers that must know read back.
+// DEADLINE_EXCEEDED naming the endpoint. That happens when the leader dies: a member that has
+// not yet noticed forwards the write to the dead leader and never answers it (etcd's Go client
+// sees the same). A write repeated after an UNAVAILABLE that came after sending (a member killed
+// mid-call) may have been applied twice. So a Txn guards its effect with its own compare, and
+// its caller, on DEADLINE_EXCEEDED or a failed compare after a retry, reads back whether its
+// write is there. Every call carries etcd's "hasleader" metadata: a member that knows of no
+// leader (an election, a partition) answers UNAVAILABLE at once and the call moves on.
 //
 // Errors (absl::Status): every call is bounded by ClientOptions::call_timeout; when it passes with
 // only UNAVAILABLE answers the call returns UNAVAILABLE naming each endpoint tried and its last
-// error ("etcd unavailable after 2s: 127.0.0.1:2379: connection refused; ..."). Errors etcd
+// error ("etcd put: no member answered within 2s (127.0.0.1:2379: failed to connect to all
+// addresses; ...)"). Errors etcd
 // itself returns keep their gRPC code (e.g. NOT_FOUND for an unknown lease, INVALID_ARGUMENT for
 // an empty key, OUT_OF_RANGE for a compacted revision).
 //
@@ -44,6 +49,10 @@ struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(5);
   // Deadline of one attempt on one endpoint (at most what is left of call_timeout).
   absl::Duration attempt_timeout = absl::Seconds(2);
+  // How long one attempt waits for a member's connection to be (re)established before moving
+  // on to the next member: what a member that is down costs a call (at most what is left of
+  // call_timeout).
+  absl::Duration connect_timeout = absl::Milliseconds(500);
   // Pause after each full pass over the endpoints that met only UNAVAILABLE (doubled each pass up
   // to max_backoff); a Watch also pauses this long between reconnections.
   absl::Duration backoff = absl::Milliseconds(50);

@@ -51,7 +51,9 @@ std::string PeerUrl(int port) { return absl::StrCat("http://127.0.0.1:", port); 
 }  // namespace
 
 std::string EtcdCluster::FindEtcd() {
-  if (const char* env = std::getenv("DGT_ETCD_BIN"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("DGT_ETCD_BIN"); env != nullptr && *env != '\0') {
+    return access(env, X_OK) == 0 ? env : "";
+  }
   if (const char* path = std::getenv("PATH"); path != nullptr) {
     for (absl::string_view dir : absl::StrSplit(path, ':')) {
       if (dir.empty()) continue;
@@ -178,7 +180,8 @@ absl::StatusOr<int> EtcdCluster::Leader(absl::Duration timeout) {
   auto client = Client::Create(options);
   if (!client.ok()) return client.status();
   const absl::Time deadline = absl::Now() + timeout;
-  std::string last = "no member answered";
+  std::string last = "none";
+  std::string named = "no member asked";
   while (absl::Now() < deadline) {
     std::map<uint64_t, int> member_index;
     std::vector<uint64_t> leaders;
@@ -197,7 +200,7 @@ absl::StatusOr<int> EtcdCluster::Leader(absl::Duration timeout) {
         !leaders.empty() && leaders[0] != 0 &&
         std::all_of(leaders.begin(), leaders.end(), [&](uint64_t l) { return l == leaders[0]; });
     if (agree && member_index.count(leaders[0]) > 0) return member_index[leaders[0]];
-    if (!leaders.empty()) last = absl::StrCat("leaders named: ", absl::StrJoin(leaders, ","));
+    if (!leaders.empty()) named = absl::StrCat("leaders named: ", absl::StrJoin(leaders, ","));
     absl::SleepFor(absl::Milliseconds(50));
   }
   std::vector<std::string> logs;

@@ -21,7 +21,8 @@ namespace dgt::etcd::testing {
 
 class EtcdCluster {
  public:
-  // The etcd binary: $DGT_ETCD_BIN, else `etcd` on PATH, else /usr/bin/etcd; "" when none.
+  // The etcd binary: $DGT_ETCD_BIN when set ("" when that is not executable), else `etcd` on
+  // PATH, else /usr/bin/etcd; "" when none.
   static std::string FindEtcd();
 
   EtcdCluster() = default;
