@@ -501,6 +501,100 @@ absl::StatusOr<MemberStatus> Client::GetMemberStatus(absl::string_view endpoint)
       absl::StrCat("etcd member status: '", endpoint, "' is not one of the client's endpoints"));
 }
 
+// The keeper's thread: a renewal every ttl/3 until stopped or the lease is lost.
+class LeaseKeeper::Impl {
+ public:
+  Impl(std::unique_ptr<Client> client, int64_t lease_id, int64_t ttl_seconds,
+       std::function<void(const absl::Status&)> on_lost)
+      : client_(std::move(client)),
+        lease_id_(lease_id),
+        ttl_(absl::Seconds(ttl_seconds)),
+        on_lost_(std::move(on_lost)) {}
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  void Stop() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      cv_.SignalAll();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  absl::Status status() const {
+    MutexLock lock(&mu_);
+    return status_;
+  }
+  int64_t renewals() const { return renewals_.load(); }
+
+ private:
+  void Run() {
+    absl::Time renewed = absl::Now();
+    while (true) {
+      {
+        MutexLock lock(&mu_);
+        const absl::Time next = std::min(renewed + ttl_ / 3, absl::Now() + ttl_ / 3);
+        while (!stopping_ && !cv_.WaitWithDeadline(&mu_, next)) {
+        }
+        if (stopping_) return;
+      }
+      absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease_id_);
+      if (ttl.ok()) {
+        renewed = absl::Now();
+        renewals_.fetch_add(1);
+        continue;
+      }
+      absl::Status lost;
+      if (ttl.status().code() == absl::StatusCode::kNotFound) {
+        lost = ttl.status();
+      } else if (absl::Now() - renewed >= ttl_) {
+        lost = absl::DeadlineExceededError(absl::StrCat(
+            "etcd lease ", lease_id_, " not renewed within its ttl of ", absl::FormatDuration(ttl_),
+            " (last error: ", ttl.status().ToString(), ")"));
+      } else {
+        continue;  // Retried until the TTL since the last renewal has passed.
+      }
+      {
+        MutexLock lock(&mu_);
+        status_ = lost;
+      }
+      if (on_lost_) on_lost_(lost);
+      return;
+    }
+  }
+
+  const std::unique_ptr<Client> client_;  // Shares the channels of the client that made it.
+  const int64_t lease_id_;
+  const absl::Duration ttl_;
+  const std::function<void(const absl::Status&)> on_lost_;
+  std::atomic<int64_t> renewals_{0};
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<LeaseKeeper>> Client::KeepAlive(
+    int64_t lease_id, int64_t ttl_seconds, std::function<void(const absl::Status&)> on_lost) {
+  if (ttl_seconds <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd lease keepalive: ttl must be > 0 seconds, got ", ttl_seconds));
+  }
+  auto impl = std::make_unique<LeaseKeeper::Impl>(std::unique_ptr<Client>(new Client(impl_)),
+                                                  lease_id, ttl_seconds, std::move(on_lost));
+  impl->Start();
+  return std::unique_ptr<LeaseKeeper>(new LeaseKeeper(std::move(impl)));
+}
+
+LeaseKeeper::LeaseKeeper(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LeaseKeeper::~LeaseKeeper() { impl_->Stop(); }
+absl::Status LeaseKeeper::status() const { return impl_->status(); }
+int64_t LeaseKeeper::renewals() const { return impl_->renewals(); }
+
 // The watch's thread: one stream at a time, reconnecting to the next member when one ends.
 class Watcher::Impl {
  public:

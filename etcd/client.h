@@ -138,6 +138,7 @@ struct MemberStatus {
   std::string version;  // etcd's version, e.g. "3.4.23".
 };
 
+class LeaseKeeper;
 class Watcher;
 
 class Client {
@@ -194,6 +195,16 @@ class Client {
       std::function<void(const std::vector<Event>&)> on_events,
       std::function<void(const absl::Status&)> on_error = {});
 
+  // Keeps `lease_id` (granted with `ttl_seconds`) alive from a thread of its own: renews it every
+  // ttl/3 (LeaseKeepAliveOnce, each bounded by call_timeout), retrying failed renewals until the
+  // TTL since the last successful one has passed. The lease is lost (status() and `on_lost`, called
+  // once on the keeper's thread) with NOT_FOUND when etcd says it expired or was revoked, and with
+  // DEADLINE_EXCEEDED when no renewal succeeded within the TTL (etcd unreachable: the lease may
+  // have expired there). Destroying the keeper stops renewing (it does not revoke). Errors here:
+  // INVALID_ARGUMENT for ttl_seconds <= 0.
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> KeepAlive(
+      int64_t lease_id, int64_t ttl_seconds, std::function<void(const absl::Status&)> on_lost = {});
+
   const ClientOptions& options() const;
 
   class Impl;  // Defined in client.cc.
@@ -201,6 +212,28 @@ class Client {
  private:
   explicit Client(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
+};
+
+// A lease kept alive (Client::KeepAlive). The client may be destroyed before it. Thread-safe.
+class LeaseKeeper {
+ public:
+  // Stops renewing and joins the keeper's thread: returns within the client's call_timeout (a
+  // renewal in flight finishes first).
+  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  // OK while the lease is kept; the loss (see Client::KeepAlive) once lost.
+  absl::Status status() const;
+  // Successful renewals so far.
+  int64_t renewals() const;
+
+  class Impl;
+
+ private:
+  friend class Client;
+  explicit LeaseKeeper(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // A running watch (Client::Watch). The client may be destroyed before it. Thread-safe.

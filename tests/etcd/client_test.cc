@@ -216,6 +216,52 @@ TEST_F(EtcdClientTest, LeaseExpiryRemovesKeyAndKeepAliveKeepsIt) {
   EXPECT_EQ(client->LeaseGrant(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(EtcdClientTest, LeaseKeeperKeepsLeaseUntilDestroyedAndReportsRevocation) {
+  auto client = NewClient(cluster_.endpoints());
+  ASSERT_NE(client, nullptr);
+  auto lease = client->LeaseGrant(1);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(client->Put("keeper/k", "v", lease->id).ok());
+  {
+    auto keeper = client->KeepAlive(lease->id, lease->ttl_seconds);
+    ASSERT_TRUE(keeper.ok()) << keeper.status();
+    absl::SleepFor(absl::Seconds(2.5));
+    EXPECT_EQ(client->Get("keeper/k")->value, "v");
+    EXPECT_TRUE((*keeper)->status().ok()) << (*keeper)->status();
+    EXPECT_GE((*keeper)->renewals(), 4);
+  }
+  // No longer renewed: gone within the TTL and etcd's expiry check (500 ms), bounded here by 4 s.
+  const absl::Time stopped = absl::Now();
+  while (client->Get("keeper/k").ok() && absl::Now() - stopped < absl::Seconds(4)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(client->Get("keeper/k").status().code(), absl::StatusCode::kNotFound);
+
+  // A revoked lease is reported lost (NOT_FOUND), once.
+  auto revoked = client->LeaseGrant(2);
+  ASSERT_TRUE(revoked.ok());
+  Mutex mu;
+  CondVar cv;
+  std::vector<absl::Status> losses;
+  auto keeper = client->KeepAlive(revoked->id, revoked->ttl_seconds, [&](const absl::Status& s) {
+    MutexLock lock(&mu);
+    losses.push_back(s);
+    cv.SignalAll();
+  });
+  ASSERT_TRUE(keeper.ok());
+  ASSERT_TRUE(client->LeaseRevoke(revoked->id).ok());
+  {
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    MutexLock lock(&mu);
+    while (losses.empty() && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+    ASSERT_EQ(losses.size(), 1u);
+    EXPECT_EQ(losses[0].code(), absl::StatusCode::kNotFound) << losses[0];
+  }
+  EXPECT_EQ((*keeper)->status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->KeepAlive(revoked->id, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(EtcdClientTest, WatchDeliversExactEventsFromARevision) {
   auto client = NewClient(cluster_.endpoints());
   ASSERT_NE(client, nullptr);
