@@ -50,6 +50,7 @@ class EventLog {
 // "PUT key=value @rev" / "DELETE key @rev": one line per event, so a mismatch reads plainly.
 std::vector<std::string> Describe(const std::vector<Event>& events) {
   std::vector<std::string> out;
+  out.reserve(events.size());
   for (const Event& e : events) {
     out.push_back(e.type == Event::Type::kPut
                       ? absl::StrCat("PUT ", e.kv.key, "=", e.kv.value, " @", e.kv.mod_revision)

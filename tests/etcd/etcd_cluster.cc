@@ -128,6 +128,7 @@ absl::Status EtcdCluster::Spawn(int i) {
   };
   const std::string log = absl::StrCat(dir_, "/m", i, ".log");
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = getpid();
