@@ -239,7 +239,9 @@ class LeaseKeeper {
 // A running watch (Client::Watch). The client may be destroyed before it. Thread-safe.
 class Watcher {
  public:
-  ~Watcher();  // Cancels the stream and joins the watch's thread (bounded: no blocking call).
+  // Cancels the stream and joins the watch's thread: returns within connect_timeout (a
+  // reconnection in progress finishes waiting first) once any on_events call returns.
+  ~Watcher();
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
 
