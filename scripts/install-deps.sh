@@ -22,6 +22,11 @@ packages=(
   # Packaging: man pages (help2man), the .deb (cpack needs file and dpkg-shlibdeps), its test
   # (systemd-analyze, systemd-sysusers, systemd-tmpfiles; readelf)
   help2man file dpkg-dev systemd binutils
+  # etcd v3 (docs/ETCD.md): the server and etcdctl the tests start and query, and the v3 .proto
+  # files the client is generated from (golang-etcd-server-dev; it pulls in the gogo and
+  # googleapis protos they import: golang-github-gogo-protobuf-dev,
+  # golang-github-grpc-ecosystem-grpc-gateway-dev)
+  etcd-server etcd-client golang-etcd-server-dev
 )
 
 install_debian_packages() {
