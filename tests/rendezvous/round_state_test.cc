@@ -102,6 +102,40 @@ const Outgoing* For(const std::vector<Outgoing>& out, SessionId s) {
   return nullptr;
 }
 
+TEST(TypesTest, SameRoundComparesEveryFieldButReasonAndHost) {
+  Assignment held;
+  held.run_id = "job";
+  held.round = 3;
+  held.node_rank = 1;
+  held.node_count = 2;
+  held.world_size = 4;
+  held.first_global_rank = 2;
+  held.master_addr = "10.0.0.1";
+  held.master_port = 29500;
+  held.restart_count = 1;
+  held.reason = "initial";
+  held.host_node_id = "n1";
+  Assignment rejoined = held;
+  rejoined.reason = "rejoined";
+  rejoined.host_node_id = "";
+  EXPECT_TRUE(SameRound(rejoined, held));
+  const std::vector<void (*)(Assignment&)> changes = {
+      [](Assignment& a) { a.run_id = "other"; },  [](Assignment& a) { ++a.round; },
+      [](Assignment& a) { ++a.node_rank; },       [](Assignment& a) { ++a.node_count; },
+      [](Assignment& a) { ++a.world_size; },      [](Assignment& a) { ++a.first_global_rank; },
+      [](Assignment& a) { a.master_addr = "x"; }, [](Assignment& a) { ++a.master_port; },
+      [](Assignment& a) { ++a.restart_count; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    Assignment changed = held;
+    changes[i](changed);
+    EXPECT_FALSE(SameRound(changed, held)) << "change " << i;
+  }
+  EXPECT_STREQ(RunStateName(RunState::kGathering), "gathering");
+  EXPECT_STREQ(RunStateName(RunState::kRunning), "running");
+  EXPECT_STREQ(RunStateName(RunState::kClosed), "closed");
+}
+
 TEST(RoundStateTest, ClosesAtMaxWithSortedNodeRanks) {
   Harness h;
   auto first = h.Join(1, Join("node-b", 2, 2));
