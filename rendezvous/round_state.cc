@@ -41,7 +41,7 @@ std::map<std::string, int> RoundStateMachine::RunsByState() const {
 }
 
 Outgoing RoundStateMachine::ErrorFor(SessionId session, absl::StatusCode code,
-                                     std::string message) {
+                                     absl::string_view message) {
   return Outgoing{session, Refusal{absl::Status(code, message)}, /*close=*/true};
 }
 

@@ -48,6 +48,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rendezvous/run_state_backend.h"
 #include "rendezvous/types.h"
@@ -161,7 +162,7 @@ class RoundStateMachine {
   void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
   // Ends the run with the earliest of its reported failures.
   void FinishWithEarliestFailure(Run& run, absl::Time now, std::vector<Outgoing>& out);
-  static Outgoing ErrorFor(SessionId session, absl::StatusCode code, std::string message);
+  static Outgoing ErrorFor(SessionId session, absl::StatusCode code, absl::string_view message);
   // The run, staged for a change that the end of the event commits.
   Run* Touch(const std::string& run_id);
   // A new run, staged likewise.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +36,7 @@ JoinRequest Join(const std::string& node_id, int min_nodes, int max_nodes, int n
 // Collects what each session received, as a fake agent would.
 class Harness {
  public:
-  explicit Harness(RoundStateOptions options = {}) : m(options) {}
+  explicit Harness(RoundStateOptions options = {}) : m(std::move(options)) {}
 
   void Apply(const std::vector<Outgoing>& out) {
     for (const Outgoing& o : out) {

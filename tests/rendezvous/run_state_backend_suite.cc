@@ -73,7 +73,7 @@ RunRecord SampleRun(const std::string& run_id) {
   run.scale_up_deadline = kT0 + absl::Seconds(3);
   WorkerFailure failure{3, 1, 134, 0, "n2", kT0 - absl::Milliseconds(250)};
   run.failures.push_back(failure);
-  run.failure_messages.push_back("rank 3 exited with code 134");
+  run.failure_messages.emplace_back("rank 3 exited with code 134");
   run.failure_deadline = kT0 + absl::Seconds(4);
   run.recovering = true;
   run.expected_members = 2;
