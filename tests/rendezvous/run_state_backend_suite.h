@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -27,6 +28,9 @@ struct BackendFactory {
   // expiry test waits out the ttl in real time.
   bool leases_on_own_clock = false;
 };
+
+// gtest names the parameter by its backend in failure messages.
+inline void PrintTo(const BackendFactory& factory, std::ostream* os) { *os << factory.name; }
 
 class RunStateBackendSuite : public ::testing::TestWithParam<BackendFactory> {
  protected:
