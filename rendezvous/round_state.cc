@@ -114,8 +114,8 @@ std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const JoinReq
 std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinRequest& join,
                                                   absl::Time now) {
   std::vector<Outgoing> out;
-  auto invalid = [&](std::string message) {
-    out.push_back(ErrorFor(session, kInvalidArgument, std::move(message)));
+  auto invalid = [&](absl::string_view message) {
+    out.push_back(ErrorFor(session, kInvalidArgument, message));
     return out;
   };
   if (sessions_.contains(session)) {
@@ -178,7 +178,7 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
           absl::StrCat("run '", run.run_id, "' is closed (", run.outcome, "); use a new run id")));
       return out;
     }
-    if (std::string why = Mismatch(run, join); !why.empty()) return invalid(std::move(why));
+    if (std::string why = Mismatch(run, join); !why.empty()) return invalid(why);
   }
 
   auto existing = run.nodes.find(join.node_id);
@@ -243,8 +243,8 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
   std::vector<Outgoing> out;
   const Assignment& a = *join.rejoin;
   const std::string& node_id = join.node_id;
-  auto refuse = [&](absl::StatusCode code, std::string message) {
-    out.push_back(ErrorFor(session, code, std::move(message)));
+  auto refuse = [&](absl::StatusCode code, absl::string_view message) {
+    out.push_back(ErrorFor(session, code, message));
     return out;
   };
   if (a.run_id != join.run_id || a.round < 0 || a.node_count < 1 || a.node_count > join.max_nodes ||
@@ -272,7 +272,7 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
           OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
       fresh.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
     } else if (std::string why = Mismatch(*it, join); !why.empty()) {
-      return refuse(kInvalidArgument, std::move(why));
+      return refuse(kInvalidArgument, why);
     }
     RunRecord& run = *it;
     run.state = RunState::kRunning;
@@ -299,7 +299,7 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
                                                     run.outcome, "); use a new run id"));
   }
   if (std::string why = Mismatch(run, join); !why.empty()) {
-    return refuse(kInvalidArgument, std::move(why));
+    return refuse(kInvalidArgument, why);
   }
   const bool same_round = run.state == RunState::kRunning && a.round == run.round &&
                           a.restart_count == run.restart_count && a.world_size == run.world_size &&
