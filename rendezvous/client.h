@@ -1,7 +1,11 @@
 // What a client of the rendezvous service (dgt-run's agent, `dgt status`) needs to reach it: one
 // place that turns TLS files, a bearer token and keepalive settings into a gRPC channel, call
 // metadata and a stub. The agent's Session stream (agent/rendezvous_session.h) and the CLI's
-// GetStatus call both go through here, so the two cannot drift apart.
+// GetStatus call both go through here, so the two cannot drift apart. Clients read and write the
+// stream's messages as the domain types (rendezvous/types.h) with the conversions of
+// rendezvous/proto_convert.h, included here: FromProto(v1::ServiceMessage) for what the service
+// says, ToProto(AgentMessage) for what the agent sends (a JoinRequest's `rejoin` is the domain
+// Assignment it holds).
 //
 // Links gRPC and the generated protos, never the service (rendezvous/service.h) or its metrics
 // HTTP server. Thread-compatible free functions; the channel and stub they return are
@@ -18,6 +22,8 @@
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/keepalive.h"
+#include "rendezvous/proto_convert.h"  // IWYU pragma: export
+#include "rendezvous/types.h"          // IWYU pragma: export
 
 namespace dgt::rendezvous {
 

@@ -1,152 +1,174 @@
 #include "rendezvous/round_state.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace dgt::rendezvous {
 namespace {
 
-// google.rpc.Code values carried in v1::Error.
-constexpr int kInvalidArgument = 3;
-constexpr int kAlreadyExists = 6;
-constexpr int kResourceExhausted = 8;
-constexpr int kFailedPrecondition = 9;
-constexpr int kAborted = 10;
+constexpr absl::StatusCode kInvalidArgument = absl::StatusCode::kInvalidArgument;
+constexpr absl::StatusCode kAlreadyExists = absl::StatusCode::kAlreadyExists;
+constexpr absl::StatusCode kResourceExhausted = absl::StatusCode::kResourceExhausted;
+constexpr absl::StatusCode kFailedPrecondition = absl::StatusCode::kFailedPrecondition;
+constexpr absl::StatusCode kAborted = absl::StatusCode::kAborted;
 
 std::string NnodesText(int32_t min_nodes, int32_t max_nodes) {
   return min_nodes == max_nodes ? absl::StrCat(min_nodes) : absl::StrCat(min_nodes, ":", max_nodes);
 }
 
-const char* StateName(RoundStateMachine::RunState s) {
-  switch (s) {
-    case RoundStateMachine::RunState::kGathering:
-      return "gathering";
-    case RoundStateMachine::RunState::kRunning:
-      return "running";
-    case RoundStateMachine::RunState::kClosed:
-      return "closed";
-  }
-  return "?";
+const char* StateName(RunState s) { return RunStateName(s); }
+
+// A join's timeout: the service default when the join leaves it at zero.
+absl::Duration OrDefault(absl::Duration requested, absl::Duration fallback) {
+  return requested > absl::ZeroDuration() ? requested : fallback;
 }
 
 }  // namespace
 
-RoundStateMachine::RoundStateMachine(RoundStateOptions options) : options_(std::move(options)) {}
+RoundStateMachine::RoundStateMachine(RoundStateOptions options)
+    : options_(std::move(options)),
+      owned_backend_(options_.backend == nullptr ? std::make_unique<InMemoryRunStateBackend>()
+                                                 : nullptr),
+      backend_(options_.backend == nullptr ? owned_backend_.get() : options_.backend) {}
 
 std::map<std::string, int> RoundStateMachine::RunsByState() const {
   std::map<std::string, int> out = {{"gathering", 0}, {"running", 0}, {"closed", 0}};
-  for (const auto& [id, run] : runs_) ++out[StateName(run.state)];
+  backend_->ForEach([&](const RunRecord& run) { ++out[StateName(run.state)]; });
   return out;
 }
 
-Outgoing RoundStateMachine::ErrorFor(SessionId session, int code, std::string message) {
-  Outgoing o;
-  o.session = session;
-  o.message.mutable_error()->set_code(code);
-  o.message.mutable_error()->set_message(std::move(message));
-  o.close = true;
-  return o;
+Outgoing RoundStateMachine::ErrorFor(SessionId session, absl::StatusCode code,
+                                     absl::string_view message) {
+  return Outgoing{session, Refusal{absl::Status(code, message)}, /*close=*/true};
 }
 
-RoundStateMachine::Node* RoundStateMachine::NodeOf(SessionId session, Run** run) {
+RunRecord* RoundStateMachine::Touch(const std::string& run_id) {
+  RunRecord* run = backend_->Mutable(run_id);
+  if (run != nullptr && std::find(touched_.begin(), touched_.end(), run_id) == touched_.end()) {
+    touched_.push_back(run_id);
+  }
+  return run;
+}
+
+RunRecord& RoundStateMachine::CreateRun(const std::string& run_id) {
+  absl::StatusOr<RunRecord*> run = backend_->Create(run_id);
+  // The callers create only a run they found absent, under the caller's serialisation.
+  if (!run.ok()) return *Touch(run_id);
+  touched_.push_back(run_id);
+  return **run;
+}
+
+void RoundStateMachine::DeleteRun(const std::string& run_id) {
+  (void)backend_->Delete(run_id);
+  touched_.erase(std::remove(touched_.begin(), touched_.end(), run_id), touched_.end());
+}
+
+void RoundStateMachine::CommitTouched() {
+  // In memory a commit cannot fail; a backend whose commit aborts (another replica won) drops
+  // the stage and refreshes its view, and the round state redone from it is the next event's.
+  for (const std::string& run_id : touched_) (void)backend_->Commit(run_id);
+  touched_.clear();
+}
+
+NodeRecord* RoundStateMachine::NodeOf(SessionId session, RunRecord** run) {
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return nullptr;
-  auto r = runs_.find(s->second.run_id);
-  if (r == runs_.end()) return nullptr;
-  auto n = r->second.nodes.find(s->second.node_id);
-  if (n == r->second.nodes.end() || n->second.session != session) return nullptr;
-  *run = &r->second;
+  RunRecord* r = Touch(s->second.run_id);
+  if (r == nullptr) return nullptr;
+  auto n = r->nodes.find(s->second.node_id);
+  if (n == r->nodes.end() || n->second.session != session) return nullptr;
+  *run = r;
   return &n->second;
 }
 
-int32_t RoundStateMachine::ConnectedCount(const Run& run) const { return run.connected; }
+int32_t RoundStateMachine::ConnectedCount(const RunRecord& run) const { return run.connected; }
 
-int32_t RoundStateMachine::MemberCount(const Run& run) const { return run.members; }
+int32_t RoundStateMachine::MemberCount(const RunRecord& run) const { return run.members; }
 
-void RoundStateMachine::EraseNode(Run& run, std::map<std::string, Node>::iterator it) {
-  const Node& n = it->second;
+void RoundStateMachine::EraseNode(RunRecord& run, std::map<std::string, NodeRecord>::iterator it) {
+  const NodeRecord& n = it->second;
   run.connected -= n.session != 0 ? 1 : 0;
   run.members -= n.node_rank >= 0 ? 1 : 0;
   run.succeeded -= n.node_rank >= 0 && n.succeeded ? 1 : 0;
   run.nodes.erase(it);
 }
 
-void RoundStateMachine::DetachSession(Run& run, Node& node) {
+void RoundStateMachine::DetachSession(RunRecord& run, NodeRecord& node) {
   if (node.session == 0) return;
   node.session = 0;
   --run.connected;
 }
 
-std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const v1::JoinRequest& join,
+std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const JoinRequest& join,
                                                 absl::Time now) {
   std::vector<Outgoing> out = JoinImpl(session, join, now);
+  CommitTouched();
   ++counters_.joins;
   if (!sessions_.contains(session)) ++counters_.refused_joins;
   return out;
 }
 
-std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::JoinRequest& join,
+std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinRequest& join,
                                                   absl::Time now) {
   std::vector<Outgoing> out;
-  auto invalid = [&](std::string message) {
-    out.push_back(ErrorFor(session, kInvalidArgument, std::move(message)));
+  auto invalid = [&](absl::string_view message) {
+    out.push_back(ErrorFor(session, kInvalidArgument, message));
     return out;
   };
   if (sessions_.contains(session)) {
     return invalid("this session already joined a run; open a new session per run");
   }
-  if (join.run_id().empty()) return invalid("run_id must not be empty");
-  if (join.node_id().empty()) return invalid("node_id must not be empty");
-  for (const std::string* field : {&join.run_id(), &join.node_id(), &join.address()}) {
+  if (join.run_id.empty()) return invalid("run_id must not be empty");
+  if (join.node_id.empty()) return invalid("node_id must not be empty");
+  for (const std::string* field : {&join.run_id, &join.node_id, &join.address}) {
     if (field->size() > options_.max_id_bytes) {
       return invalid(absl::StrCat("run_id, node_id and address must be at most ",
                                   options_.max_id_bytes, " bytes, got ", field->size()));
     }
   }
-  if (join.min_nodes() < 1 || join.max_nodes() < join.min_nodes()) {
+  if (join.min_nodes < 1 || join.max_nodes < join.min_nodes) {
     return invalid(absl::StrCat("--nnodes must be MIN:MAX with 0 < MIN <= MAX, got ",
-                                join.min_nodes(), ":", join.max_nodes()));
+                                join.min_nodes, ":", join.max_nodes));
   }
-  if (join.max_nodes() > options_.max_nodes_per_run) {
+  if (join.max_nodes > options_.max_nodes_per_run) {
     return invalid(absl::StrCat("--nnodes MAX must be at most ", options_.max_nodes_per_run,
-                                ", got ", join.max_nodes()));
+                                ", got ", join.max_nodes));
   }
-  if (join.nproc_per_node() < 1) {
-    return invalid(absl::StrCat("--nproc-per-node must be >= 1, got ", join.nproc_per_node()));
+  if (join.nproc_per_node < 1) {
+    return invalid(absl::StrCat("--nproc-per-node must be >= 1, got ", join.nproc_per_node));
   }
-  if (join.address().empty()) return invalid("address must not be empty");
-  if (join.store_port() < 1 || join.store_port() > 65535) {
-    return invalid(absl::StrCat("store_port must be 1..65535, got ", join.store_port()));
+  if (join.address.empty()) return invalid("address must not be empty");
+  if (join.store_port < 1 || join.store_port > 65535) {
+    return invalid(absl::StrCat("store_port must be 1..65535, got ", join.store_port));
   }
-  if (join.last_call_timeout_s() < 0 || join.join_timeout_s() < 0) {
+  if (join.last_call_timeout < absl::ZeroDuration() || join.join_timeout < absl::ZeroDuration()) {
     return invalid("last_call_timeout and join_timeout must be >= 0 s");
   }
-  if (join.max_restarts() < 0) {
-    return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts()));
+  if (join.max_restarts < 0) {
+    return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts));
   }
 
-  if (join.has_rejoin()) return RejoinImpl(session, join, now);
-  if (auto closed = runs_.find(join.run_id()); closed != runs_.end() &&
-                                               closed->second.state == RunState::kClosed &&
-                                               closed->second.connected == 0) {
+  if (join.rejoin.has_value()) return RejoinImpl(session, join, now);
+  if (const RunRecord* closed = backend_->Find(join.run_id);
+      closed != nullptr && closed->state == RunState::kClosed && closed->connected == 0) {
     // Every agent of the finished run has left: the id is free for a new run (two jobs in a row
     // with torchrun's default id "none", or a job's fixed id, on a long-lived service).
-    runs_.erase(closed);
+    DeleteRun(join.run_id);
   }
-  auto [it, created] = runs_.try_emplace(join.run_id());
-  Run& run = it->second;
+  RunRecord* found = Touch(join.run_id);
+  const bool created = found == nullptr;
+  RunRecord& run = created ? CreateRun(join.run_id) : *found;
   if (created) {
-    run.run_id = join.run_id();
-    run.min_nodes = join.min_nodes();
-    run.max_nodes = join.max_nodes();
-    run.nproc_per_node = join.nproc_per_node();
-    run.max_restarts = join.max_restarts();
-    run.last_call_timeout = join.last_call_timeout_s() > 0
-                                ? absl::Seconds(join.last_call_timeout_s())
-                                : options_.default_last_call_timeout;
-    run.join_timeout = join.join_timeout_s() > 0 ? absl::Seconds(join.join_timeout_s())
-                                                 : options_.default_join_timeout;
+    run.run_id = join.run_id;
+    run.min_nodes = join.min_nodes;
+    run.max_nodes = join.max_nodes;
+    run.nproc_per_node = join.nproc_per_node;
+    run.max_restarts = join.max_restarts;
+    run.last_call_timeout = OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
+    run.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
   } else {
     if (run.state == RunState::kClosed) {
       // Agents of the finished run are still connected (they are being told its outcome): a
@@ -156,10 +178,10 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
           absl::StrCat("run '", run.run_id, "' is closed (", run.outcome, "); use a new run id")));
       return out;
     }
-    if (std::string why = Mismatch(run, join); !why.empty()) return invalid(std::move(why));
+    if (std::string why = Mismatch(run, join); !why.empty()) return invalid(why);
   }
 
-  auto existing = run.nodes.find(join.node_id());
+  auto existing = run.nodes.find(join.node_id);
   if (existing == run.nodes.end() &&
       // int64: MAX plus a large waiting allowance must not wrap around.
       int64_t{run.connected} >=
@@ -172,14 +194,14 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     return out;
   }
   if (existing != run.nodes.end()) {
-    const Node& old = existing->second;
+    const NodeRecord& old = existing->second;
     if (old.session != 0) {
       // Never replace a connected agent: both would run the same ranks. An agent that died has
       // no session any more (its stream ends with the process, or by keepalive within 3 s), so
       // a restarted agent with the same node id gets in once the old one is gone.
       out.push_back(ErrorFor(
           session, kAlreadyExists,
-          absl::StrCat("node id '", join.node_id(), "' is already in run '", run.run_id, "' from ",
+          absl::StrCat("node id '", join.node_id, "' is already in run '", run.run_id, "' from ",
                        old.address,
                        " (its agent is connected); a second agent with the same --node-id is "
                        "refused")));
@@ -189,12 +211,12 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
     EraseNode(run, existing);
   }
 
-  Node node;
-  node.node_id = join.node_id();
+  NodeRecord node;
+  node.node_id = join.node_id;
   node.session = session;
-  node.address = join.address();
-  node.nproc = join.nproc_per_node();
-  node.store_port = join.store_port();
+  node.address = join.address;
+  node.nproc = join.nproc_per_node;
+  node.store_port = join.store_port;
   node.last_contact = now;
   run.nodes.emplace(node.node_id, node);
   ++run.connected;
@@ -204,98 +226,89 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const v1::J
   return out;
 }
 
-std::string RoundStateMachine::Mismatch(const Run& run, const v1::JoinRequest& join) {
-  if (run.min_nodes == join.min_nodes() && run.max_nodes == join.max_nodes() &&
-      run.nproc_per_node == join.nproc_per_node()) {
+std::string RoundStateMachine::Mismatch(const RunRecord& run, const JoinRequest& join) {
+  if (run.min_nodes == join.min_nodes && run.max_nodes == join.max_nodes &&
+      run.nproc_per_node == join.nproc_per_node) {
     return "";
   }
-  return absl::StrCat(
-      "run '", run.run_id, "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
-      " --nproc-per-node=", run.nproc_per_node,
-      "; this node asked for --nnodes=", NnodesText(join.min_nodes(), join.max_nodes()),
-      " --nproc-per-node=", join.nproc_per_node());
+  return absl::StrCat("run '", run.run_id,
+                      "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
+                      " --nproc-per-node=", run.nproc_per_node,
+                      "; this node asked for --nnodes=", NnodesText(join.min_nodes, join.max_nodes),
+                      " --nproc-per-node=", join.nproc_per_node);
 }
 
-std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1::JoinRequest& join,
+std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const JoinRequest& join,
                                                     absl::Time now) {
   std::vector<Outgoing> out;
-  const v1::Assignment& a = join.rejoin();
-  const std::string& node_id = join.node_id();
-  auto refuse = [&](int code, std::string message) {
-    out.push_back(ErrorFor(session, code, std::move(message)));
+  const Assignment& a = *join.rejoin;
+  const std::string& node_id = join.node_id;
+  auto refuse = [&](absl::StatusCode code, absl::string_view message) {
+    out.push_back(ErrorFor(session, code, message));
     return out;
   };
-  if (a.run_id() != join.run_id() || a.round() < 0 || a.node_count() < 1 ||
-      a.node_count() > join.max_nodes() || a.node_rank() < 0 || a.node_rank() >= a.node_count() ||
-      a.world_size() < 1 || a.master_addr().empty() || a.master_port() < 1 ||
-      a.master_port() > 65535 || a.restart_count() < 0) {
-    return refuse(kInvalidArgument, absl::StrCat("the rejoin of node '", node_id,
-                                                 "' carries an invalid assignment (run '",
-                                                 a.run_id(), "', round ", a.round(), ", node rank ",
-                                                 a.node_rank(), " of ", a.node_count(), ")"));
+  if (a.run_id != join.run_id || a.round < 0 || a.node_count < 1 || a.node_count > join.max_nodes ||
+      a.node_rank < 0 || a.node_rank >= a.node_count || a.world_size < 1 || a.master_addr.empty() ||
+      a.master_port < 1 || a.master_port > 65535 || a.restart_count < 0) {
+    return refuse(kInvalidArgument,
+                  absl::StrCat("the rejoin of node '", node_id,
+                               "' carries an invalid assignment (run '", a.run_id, "', round ",
+                               a.round, ", node rank ", a.node_rank, " of ", a.node_count, ")"));
   }
-  auto it = runs_.find(join.run_id());
-  const bool unknown = it == runs_.end();
-  if (unknown || (it->second.state == RunState::kGathering && it->second.round < 0 &&
-                  it->second.members == 0)) {
+  RunRecord* it = Touch(join.run_id);
+  const bool unknown = it == nullptr;
+  if (unknown || (it->state == RunState::kGathering && it->round < 0 && it->members == 0)) {
     // This service does not know the run's round (it was restarted while the run ran): the
     // rejoins re-create it. Nodes that joined afresh in the meantime stay waiting.
     if (unknown) {
-      it = runs_.try_emplace(join.run_id()).first;
-      Run& fresh = it->second;
-      fresh.run_id = join.run_id();
-      fresh.min_nodes = join.min_nodes();
-      fresh.max_nodes = join.max_nodes();
-      fresh.nproc_per_node = join.nproc_per_node();
-      fresh.max_restarts = join.max_restarts();
-      fresh.last_call_timeout = join.last_call_timeout_s() > 0
-                                    ? absl::Seconds(join.last_call_timeout_s())
-                                    : options_.default_last_call_timeout;
-      fresh.join_timeout = join.join_timeout_s() > 0 ? absl::Seconds(join.join_timeout_s())
-                                                     : options_.default_join_timeout;
-    } else if (std::string why = Mismatch(it->second, join); !why.empty()) {
-      return refuse(kInvalidArgument, std::move(why));
+      it = &CreateRun(join.run_id);
+      RunRecord& fresh = *it;
+      fresh.run_id = join.run_id;
+      fresh.min_nodes = join.min_nodes;
+      fresh.max_nodes = join.max_nodes;
+      fresh.nproc_per_node = join.nproc_per_node;
+      fresh.max_restarts = join.max_restarts;
+      fresh.last_call_timeout =
+          OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
+      fresh.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
+    } else if (std::string why = Mismatch(*it, join); !why.empty()) {
+      return refuse(kInvalidArgument, why);
     }
-    Run& run = it->second;
+    RunRecord& run = *it;
     run.state = RunState::kRunning;
-    run.round = a.round();
-    run.restart_count = a.restart_count();
-    run.world_size = a.world_size();
-    run.master_addr = a.master_addr();
-    run.master_port = a.master_port();
+    run.round = a.round;
+    run.restart_count = a.restart_count;
+    run.world_size = a.world_size;
+    run.master_addr = a.master_addr;
+    run.master_port = a.master_port;
     run.recovering = true;
-    run.expected_members = a.node_count();
-    run.rank_rejoined.assign(a.node_count(), false);
+    run.expected_members = a.node_count;
+    run.rank_rejoined.assign(a.node_count, false);
     run.rejoin_deadline = now + options_.rejoin_timeout;
     run.last_call_deadline.reset();
     run.join_deadline.reset();
   }
-  Run& run = it->second;
+  RunRecord& run = *it;
   if (run.state == RunState::kClosed) {
-    if (a.round() == run.round) {
+    if (a.round == run.round) {
       // The run ended while this node's session was broken: tell it the outcome now.
-      Outgoing o;
-      o.session = session;
-      *o.message.mutable_finished() = run.finished;
-      o.close = true;
-      out.push_back(std::move(o));
+      out.push_back(Outgoing{session, run.finished, /*close=*/true});
       return out;
     }
     return refuse(kFailedPrecondition, absl::StrCat("run '", run.run_id, "' is closed (",
                                                     run.outcome, "); use a new run id"));
   }
   if (std::string why = Mismatch(run, join); !why.empty()) {
-    return refuse(kInvalidArgument, std::move(why));
+    return refuse(kInvalidArgument, why);
   }
-  const bool same_round = run.state == RunState::kRunning && a.round() == run.round &&
-                          a.restart_count() == run.restart_count &&
-                          a.world_size() == run.world_size && a.master_addr() == run.master_addr &&
-                          a.master_port() == run.master_port &&
-                          (!run.recovering || a.node_count() == run.expected_members);
+  const bool same_round = run.state == RunState::kRunning && a.round == run.round &&
+                          a.restart_count == run.restart_count && a.world_size == run.world_size &&
+                          a.master_addr == run.master_addr && a.master_port == run.master_port &&
+                          (!run.recovering || a.node_count == run.expected_members);
   if (!same_round) {
     return refuse(kAborted,
                   absl::StrCat("node '", node_id, "' rejoins run '", run.run_id, "' at round ",
-                               a.round(), ", but the run is ", StateName(run.state), " at round ",
+                               a.round, ", but the run is ", StateName(run.state), " at round ",
                                run.round, ": it went on without this node"));
   }
   auto existing = run.nodes.find(node_id);
@@ -306,7 +319,7 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
     if (existing->second.session != 0) {
       out.push_back(ErrorFor(
           existing->second.session, kAlreadyExists,
-          absl::StrCat("node id '", node_id, "' is node rank ", a.node_rank(), " of round ",
+          absl::StrCat("node id '", node_id, "' is node rank ", a.node_rank, " of round ",
                        run.round, " of run '", run.run_id,
                        "', whose agent rejoined; a second agent with the same --node-id is "
                        "refused")));
@@ -322,10 +335,10 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
                                          "this node"));
   }
   if (existing != run.nodes.end()) {
-    Node& n = existing->second;
-    if (n.node_rank != a.node_rank()) {
+    NodeRecord& n = existing->second;
+    if (n.node_rank != a.node_rank) {
       return refuse(kAborted, absl::StrCat("node '", node_id, "' rejoins as node rank ",
-                                           a.node_rank(), ", but it has node rank ", n.node_rank,
+                                           a.node_rank, ", but it has node rank ", n.node_rank,
                                            " in round ", run.round, " of run '", run.run_id, "'"));
     }
     // The same agent over a new stream: its old stream (if the service has not noticed its end
@@ -336,8 +349,8 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
       ++run.connected;
     }
     n.session = session;
-    n.address = join.address();
-    n.store_port = join.store_port();
+    n.address = join.address;
+    n.store_port = join.store_port;
     n.last_contact = now;
   } else {
     if (!run.recovering) {
@@ -345,31 +358,29 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
                     absl::StrCat("node '", node_id, "' is not a member of round ", run.round,
                                  " of run '", run.run_id, "': it went on without this node"));
     }
-    if (run.rank_rejoined[a.node_rank()]) {
+    if (run.rank_rejoined[a.node_rank]) {
       return refuse(kAborted,
-                    absl::StrCat("node rank ", a.node_rank(), " of round ", run.round, " of run '",
+                    absl::StrCat("node rank ", a.node_rank, " of round ", run.round, " of run '",
                                  run.run_id, "' already rejoined from another node id"));
     }
-    run.rank_rejoined[a.node_rank()] = true;
-    Node node;
+    run.rank_rejoined[a.node_rank] = true;
+    NodeRecord node;
     node.node_id = node_id;
     node.session = session;
-    node.address = join.address();
-    node.nproc = join.nproc_per_node();
-    node.store_port = join.store_port();
-    node.node_rank = a.node_rank();
+    node.address = join.address;
+    node.nproc = join.nproc_per_node;
+    node.store_port = join.store_port;
+    node.node_rank = a.node_rank;
     node.last_contact = now;
     run.nodes.emplace(node_id, node);
     ++run.connected;
     ++run.members;
   }
   sessions_[session] = SessionRef{run.run_id, node_id};
-  Outgoing ack;
-  ack.session = session;
-  *ack.message.mutable_assignment() = a;
-  ack.message.mutable_assignment()->set_reason("rejoined");
-  ack.message.mutable_assignment()->set_host_node_id(options_.host_node_id);
-  out.push_back(std::move(ack));
+  Assignment ack = a;
+  ack.reason = "rejoined";
+  ack.host_node_id = options_.host_node_id;
+  out.push_back(Outgoing{session, std::move(ack)});
   if (run.recovering && run.members >= run.expected_members) {
     EndRecovery(run);
     // Reports that came while nodes were missing may complete the run now.
@@ -385,24 +396,19 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const v1:
   return out;
 }
 
-void RoundStateMachine::EndRecovery(Run& run) {
+void RoundStateMachine::EndRecovery(RunRecord& run) {
   run.recovering = false;
   run.expected_members = 0;
   run.rank_rejoined.clear();
   run.rejoin_deadline.reset();
 }
 
-void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
+void RoundStateMachine::SendProgress(const RunRecord& run, std::vector<Outgoing>& out,
                                      SessionId only) const {
-  auto progress_to = [&](const Node& n) {
+  auto progress_to = [&](const NodeRecord& n) {
     if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) return;
-    Outgoing o;
-    o.session = n.session;
-    v1::JoinProgress* p = o.message.mutable_progress();
-    p->set_joined_nodes(ConnectedCount(run));
-    p->set_min_nodes(run.min_nodes);
-    p->set_max_nodes(run.max_nodes);
-    out.push_back(std::move(o));
+    out.push_back(
+        Outgoing{n.session, JoinProgress{ConnectedCount(run), run.min_nodes, run.max_nodes}});
   };
   if (only != 0) {
     // One node: found through the session index, not a scan of the run.
@@ -415,7 +421,7 @@ void RoundStateMachine::SendProgress(const Run& run, std::vector<Outgoing>& out,
   for (const auto& [id, n] : run.nodes) progress_to(n);
 }
 
-void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out,
+void RoundStateMachine::Evaluate(RunRecord& run, absl::Time now, std::vector<Outgoing>& out,
                                  SessionId joined) {
   if (run.pending_reason) {
     TrySendPendingRound(run, out);
@@ -460,8 +466,9 @@ void RoundStateMachine::Evaluate(Run& run, absl::Time now, std::vector<Outgoing>
   }
 }
 
-void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t restart_increment,
-                                   absl::Time now, std::vector<Outgoing>& out) {
+void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
+                                   int32_t restart_increment, absl::Time now,
+                                   std::vector<Outgoing>& out) {
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
@@ -473,28 +480,28 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
 
   // Members of the new round: survivors of the last round first (by rank), then waiting nodes in
   // node-id order, up to MAX.
-  std::vector<Node*> survivors, newcomers;
+  std::vector<NodeRecord*> survivors, newcomers;
   for (auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
     (n.node_rank >= 0 ? survivors : newcomers).push_back(&n);
   }
   std::sort(survivors.begin(), survivors.end(),
-            [](const Node* a, const Node* b) { return a->node_rank < b->node_rank; });
-  std::vector<std::pair<Node*, int32_t>> ranks;  // node → new rank
+            [](const NodeRecord* a, const NodeRecord* b) { return a->node_rank < b->node_rank; });
+  std::vector<std::pair<NodeRecord*, int32_t>> ranks;  // node → new rank
   const int32_t k = static_cast<int32_t>(std::min<size_t>(survivors.size(), run.max_nodes));
   if (run.round < 0) {
     // First round: node-id order (std::map iteration order), deterministic.
     int32_t r = 0;
-    for (Node* n : newcomers) {
+    for (NodeRecord* n : newcomers) {
       if (r >= run.max_nodes) break;
       ranks.emplace_back(n, r++);
     }
   } else {
     // Survivors keep their ranks; the highest-ranked survivors move into the gaps.
     std::vector<bool> used(k, false);
-    std::vector<Node*> movers;
+    std::vector<NodeRecord*> movers;
     for (int32_t i = 0; i < k; ++i) {
-      Node* n = survivors[i];
+      NodeRecord* n = survivors[i];
       if (n->node_rank < k) {
         used[n->node_rank] = true;
         ranks.emplace_back(n, n->node_rank);
@@ -503,13 +510,13 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
       }
     }
     std::sort(movers.begin(), movers.end(),
-              [](const Node* a, const Node* b) { return a->node_rank > b->node_rank; });
+              [](const NodeRecord* a, const NodeRecord* b) { return a->node_rank > b->node_rank; });
     size_t m = 0;
     for (int32_t gap = 0; gap < k && m < movers.size(); ++gap) {
       if (!used[gap]) ranks.emplace_back(movers[m++], gap);
     }
     int32_t r = k;
-    for (Node* n : newcomers) {
+    for (NodeRecord* n : newcomers) {
       if (r >= run.max_nodes) break;
       ranks.emplace_back(n, r++);
     }
@@ -517,9 +524,9 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   if (ranks.empty()) return;
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
-  Node* master = ranks.front().first;
+  NodeRecord* master = ranks.front().first;
   if (master->store_port == 0) {
-    // Node rank 0's agent is still opening its next store: hold the round until it is ready.
+    // NodeRecord rank 0's agent is still opening its next store: hold the round until it is ready.
     run.pending_reason = reason;
     run.pending_restart_increment += restart_increment;
     return;
@@ -553,28 +560,26 @@ void RoundStateMachine::StartRound(Run& run, const std::string& reason, int32_t 
   master->store_port = 0;  // Consumed: the next round needs the agent's next store.
   run.state = RunState::kRunning;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    Node* n = ranks[i].first;
-    Outgoing o;
-    o.session = n->session;
-    v1::Assignment* a = o.message.mutable_assignment();
-    a->set_run_id(run.run_id);
-    a->set_round(run.round);
-    a->set_node_rank(ranks[i].second);
-    a->set_node_count(static_cast<int32_t>(ranks.size()));
-    a->set_world_size(run.world_size);
-    a->set_first_global_rank(first_ranks[i]);
-    a->set_master_addr(run.master_addr);
-    a->set_master_port(run.master_port);
-    a->set_restart_count(run.restart_count);
-    a->set_reason(reason);
-    a->set_host_node_id(options_.host_node_id);
-    out.push_back(std::move(o));
+    NodeRecord* n = ranks[i].first;
+    Assignment a;
+    a.run_id = run.run_id;
+    a.round = run.round;
+    a.node_rank = ranks[i].second;
+    a.node_count = static_cast<int32_t>(ranks.size());
+    a.world_size = run.world_size;
+    a.first_global_rank = first_ranks[i];
+    a.master_addr = run.master_addr;
+    a.master_port = run.master_port;
+    a.restart_count = run.restart_count;
+    a.reason = reason;
+    a.host_node_id = options_.host_node_id;
+    out.push_back(Outgoing{n->session, std::move(a)});
   }
   SendProgress(run, out);  // Nodes beyond MAX keep waiting.
   (void)now;
 }
 
-void RoundStateMachine::TrySendPendingRound(Run& run, std::vector<Outgoing>& out) {
+void RoundStateMachine::TrySendPendingRound(RunRecord& run, std::vector<Outgoing>& out) {
   std::string reason = *run.pending_reason;
   run.pending_reason.reset();
   int32_t inc = run.pending_restart_increment;
@@ -582,14 +587,12 @@ void RoundStateMachine::TrySendPendingRound(Run& run, std::vector<Outgoing>& out
   StartRound(run, reason, inc, absl::InfinitePast(), out);
 }
 
-void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& message,
-                                  const v1::WorkerFailure* failure, absl::Time now,
+void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
+                                  const WorkerFailure* failure, absl::Time now,
                                   std::vector<Outgoing>& out) {
   run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
-  run.finished.Clear();
-  run.finished.set_succeeded(succeeded);
-  run.finished.set_message(message);
-  if (failure != nullptr) *run.finished.mutable_failure() = *failure;
+  run.finished =
+      RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt};
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
     if (n.node_rank < 0) {
@@ -600,11 +603,7 @@ void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& m
                                           ") before node '", n.node_id, "' was admitted to it")));
       continue;
     }
-    Outgoing o;
-    o.session = n.session;
-    *o.message.mutable_finished() = run.finished;
-    o.close = true;
-    out.push_back(std::move(o));
+    out.push_back(Outgoing{n.session, run.finished, /*close=*/true});
   }
   run.state = RunState::kClosed;
   ++(succeeded ? counters_.runs_succeeded : counters_.runs_failed);
@@ -617,11 +616,12 @@ void RoundStateMachine::FinishRun(Run& run, bool succeeded, const std::string& m
   run.pending_reason.reset();
 }
 
-std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::NodeReport& report,
+std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const NodeReport& report,
                                                   absl::Time now) {
+  absl::Cleanup commit = [this] { CommitTouched(); };
   std::vector<Outgoing> out;
-  Run* run = nullptr;
-  Node* node = NodeOf(session, &run);
+  RunRecord* run = nullptr;
+  NodeRecord* node = NodeOf(session, &run);
   if (node == nullptr) {
     out.push_back(ErrorFor(session, kFailedPrecondition, "report before join"));
     return out;
@@ -629,10 +629,10 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   node->last_contact = now;
   // A report about an earlier round (its failure may be the consequence of a lost node) or racing
   // the end of the run is ignored.
-  if (run->state != RunState::kRunning || report.round() != run->round || node->node_rank < 0) {
+  if (run->state != RunState::kRunning || report.round != run->round || node->node_rank < 0) {
     return out;
   }
-  if (report.succeeded()) {
+  if (report.succeeded) {
     if (!node->succeeded) ++run->succeeded;
     node->succeeded = true;
     if (run->succeeded == run->members && !run->recovering) {
@@ -644,8 +644,8 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   // A node that rejoined after a broken stream reports again: its failure counts once.
   if (node->failed) return out;
   node->failed = true;
-  std::string what = absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank,
-                                  "): ", report.message());
+  std::string what =
+      absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank, "): ", report.message);
   if (run->restart_count < run->max_restarts) {
     if (run->recovering) {
       // Not every node of the round has rejoined the restarted service: a restart round now
@@ -656,8 +656,8 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
     StartRound(*run, absl::StrCat("restart after failure: ", what), 1, now, out);
     return out;
   }
-  v1::WorkerFailure failure = report.failure();
-  failure.set_node_id(node->node_id);
+  WorkerFailure failure = report.failure.value_or(WorkerFailure{});
+  failure.node_id = node->node_id;
   run->failures.push_back(failure);
   run->failure_messages.push_back(
       run->max_restarts > 0 ? absl::StrCat(what, " (after ", run->restart_count, " restart(s))")
@@ -670,13 +670,13 @@ std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const v1::N
   return out;
 }
 
-void RoundStateMachine::FinishWithEarliestFailure(Run& run, absl::Time now,
+void RoundStateMachine::FinishWithEarliestFailure(RunRecord& run, absl::Time now,
                                                   std::vector<Outgoing>& out) {
   size_t first = 0;
   for (size_t i = 1; i < run.failures.size(); ++i) {
-    if (run.failures[i].time_unix_s() < run.failures[first].time_unix_s()) first = i;
+    if (run.failures[i].time < run.failures[first].time) first = i;
   }
-  v1::WorkerFailure failure = run.failures[first];
+  WorkerFailure failure = run.failures[first];
   std::string message = run.failure_messages[first];
   run.failures.clear();
   run.failure_messages.clear();
@@ -684,28 +684,29 @@ void RoundStateMachine::FinishWithEarliestFailure(Run& run, absl::Time now,
   FinishRun(run, false, message, &failure, now, out);
 }
 
-std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session,
-                                                      const v1::StoreReady& ready, absl::Time now) {
+std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session, const StoreReady& ready,
+                                                      absl::Time now) {
+  absl::Cleanup commit = [this] { CommitTouched(); };
   std::vector<Outgoing> out;
-  Run* run = nullptr;
-  Node* node = NodeOf(session, &run);
+  RunRecord* run = nullptr;
+  NodeRecord* node = NodeOf(session, &run);
   if (node == nullptr) return out;
-  if (ready.store_port() < 1 || ready.store_port() > 65535) {
+  if (ready.store_port < 1 || ready.store_port > 65535) {
     out.push_back(ErrorFor(session, kInvalidArgument,
-                           absl::StrCat("store_port must be 1..65535, got ", ready.store_port())));
+                           absl::StrCat("store_port must be 1..65535, got ", ready.store_port)));
     return out;
   }
-  node->store_port = ready.store_port();
+  node->store_port = ready.store_port;
   node->last_contact = now;
   if (run->pending_reason) TrySendPendingRound(*run, out);
   return out;
 }
 
-void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std::string& why,
+void RoundStateMachine::LoseNode(RunRecord& run, const std::string& node_id, const std::string& why,
                                  absl::Time now, std::vector<Outgoing>& out) {
   auto it = run.nodes.find(node_id);
   if (it == run.nodes.end()) return;
-  Node& node = it->second;
+  NodeRecord& node = it->second;
   const bool active_member =
       run.state == RunState::kRunning && node.node_rank >= 0 && !node.succeeded;
   if (run.state == RunState::kRunning && node.succeeded) {
@@ -731,7 +732,7 @@ void RoundStateMachine::LoseNode(Run& run, const std::string& node_id, const std
   AfterMemberLost(run, lost, now, out);
 }
 
-void RoundStateMachine::AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
+void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost, absl::Time now,
                                         std::vector<Outgoing>& out) {
   if (!run.failures.empty()) {
     // The round is already failing: losing a node now does not start another round.
@@ -755,13 +756,11 @@ void RoundStateMachine::AfterMemberLost(Run& run, const std::string& lost, absl:
   // Too few nodes to go on: survivors stop their workers and the run waits for nodes.
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0 || n.node_rank < 0) continue;
-    Outgoing o;
-    o.session = n.session;
-    o.message.mutable_stop()->set_round(run.round);
-    o.message.mutable_stop()->set_reason(absl::StrCat(lost, "; waiting up to ",
-                                                      absl::FormatDuration(run.join_timeout),
-                                                      " for at least ", run.min_nodes, " nodes"));
-    out.push_back(std::move(o));
+    out.push_back(Outgoing{
+        n.session,
+        StopWorkers{run.round,
+                    absl::StrCat(lost, "; waiting up to ", absl::FormatDuration(run.join_timeout),
+                                 " for at least ", run.min_nodes, " nodes")}});
   }
   EndRecovery(run);
   run.state = RunState::kGathering;
@@ -771,14 +770,15 @@ void RoundStateMachine::AfterMemberLost(Run& run, const std::string& lost, absl:
 }
 
 std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl::Time now) {
+  absl::Cleanup commit = [this] { CommitTouched(); };
   std::vector<Outgoing> out;
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return out;
   SessionRef ref = s->second;
   sessions_.erase(s);
-  auto r = runs_.find(ref.run_id);
-  if (r == runs_.end()) return out;
-  Run& run = r->second;
+  RunRecord* r = Touch(ref.run_id);
+  if (r == nullptr) return out;
+  RunRecord& run = *r;
   auto n = run.nodes.find(ref.node_id);
   if (n == run.nodes.end() || n->second.session != session) return out;
   if (run.state == RunState::kClosed) {
@@ -789,15 +789,24 @@ std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl
   if (run.state != RunState::kClosed && ConnectedCount(run) == 0) {
     // Nobody is left to tell: forget the run.
     for (const auto& [id, node] : run.nodes) sessions_.erase(node.session);
-    runs_.erase(r);
+    DeleteRun(ref.run_id);
   }
   return out;
 }
 
 std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
+  absl::Cleanup commit = [this] { CommitTouched(); };
   std::vector<Outgoing> out;
-  for (auto it = runs_.begin(); it != runs_.end();) {
-    Run& run = it->second;
+  // Only runs with a deadline passed have anything to do; the others are not written.
+  std::vector<std::string> due;
+  backend_->ForEach([&](const RunRecord& run) {
+    std::optional<absl::Time> next = NextDeadlineOf(run);
+    if (next && *next <= now) due.push_back(run.run_id);
+  });
+  for (const std::string& run_id : due) {
+    RunRecord* found = Touch(run_id);
+    if (found == nullptr) continue;
+    RunRecord& run = *found;
     if (run.state == RunState::kGathering && !run.pending_reason) {
       const int32_t connected = ConnectedCount(run);
       if (run.join_deadline && *run.join_deadline <= now && connected < run.min_nodes) {
@@ -837,68 +846,73 @@ std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
     }
     if (run.state == RunState::kClosed && run.closed_at + options_.closed_run_retention <= now) {
       for (const auto& [id, node] : run.nodes) sessions_.erase(node.session);
-      it = runs_.erase(it);
-      continue;
+      DeleteRun(run_id);
     }
-    ++it;
   }
   return out;
 }
 
-std::optional<absl::Time> RoundStateMachine::NextDeadline() const {
+std::optional<absl::Time> RoundStateMachine::NextDeadlineOf(const RunRecord& run) const {
   std::optional<absl::Time> next;
   auto consider = [&](const std::optional<absl::Time>& t) {
     if (t && (!next || *t < *next)) next = t;
   };
-  for (const auto& [id, run] : runs_) {
-    consider(run.last_call_deadline);
-    consider(run.join_deadline);
-    consider(run.scale_up_deadline);
-    consider(run.failure_deadline);
-    consider(run.rejoin_deadline);
-    if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
-  }
+  consider(run.last_call_deadline);
+  consider(run.join_deadline);
+  consider(run.scale_up_deadline);
+  consider(run.failure_deadline);
+  consider(run.rejoin_deadline);
+  if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
+  return next;
+}
+
+std::optional<absl::Time> RoundStateMachine::NextDeadline() const {
+  std::optional<absl::Time> next;
+  backend_->ForEach([&](const RunRecord& run) {
+    std::optional<absl::Time> t = NextDeadlineOf(run);
+    if (t && (!next || *t < *next)) next = t;
+  });
   return next;
 }
 
 std::optional<RoundStateMachine::RunState> RoundStateMachine::StateOf(
     const std::string& run_id) const {
-  auto it = runs_.find(run_id);
-  if (it == runs_.end()) return std::nullopt;
-  return it->second.state;
+  const RunRecord* run = backend_->Find(run_id);
+  if (run == nullptr) return std::nullopt;
+  return run->state;
 }
 
-v1::GetStatusResponse RoundStateMachine::Status(const std::string& run_id) const {
-  v1::GetStatusResponse response;
-  for (const auto& [id, run] : runs_) {
-    if (!run_id.empty() && id != run_id) continue;
-    v1::RunStatus* rs = response.add_runs();
-    rs->set_run_id(id);
-    rs->set_state(StateName(run.state));
-    rs->set_round(run.round);
-    rs->set_restart_count(run.restart_count);
-    rs->set_min_nodes(run.min_nodes);
-    rs->set_max_nodes(run.max_nodes);
-    rs->set_world_size(run.world_size);
-    rs->set_outcome(run.outcome);
-    rs->set_master_addr(run.master_addr);
-    rs->set_master_port(run.master_port);
-    std::vector<const Node*> nodes;
+std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id) const {
+  std::vector<RunStatus> response;
+  auto add = [&](const RunRecord& run) {
+    RunStatus& rs = response.emplace_back();
+    rs.run_id = run.run_id;
+    rs.state = run.state;
+    rs.round = run.round;
+    rs.restart_count = run.restart_count;
+    rs.min_nodes = run.min_nodes;
+    rs.max_nodes = run.max_nodes;
+    rs.world_size = run.world_size;
+    rs.outcome = run.outcome;
+    rs.master_addr = run.master_addr;
+    rs.master_port = run.master_port;
+    std::vector<const NodeRecord*> nodes;
     for (const auto& [nid, n] : run.nodes) nodes.push_back(&n);
-    std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) {
+    std::sort(nodes.begin(), nodes.end(), [](const NodeRecord* a, const NodeRecord* b) {
       int ra = a->node_rank < 0 ? INT32_MAX : a->node_rank;
       int rb = b->node_rank < 0 ? INT32_MAX : b->node_rank;
       return ra != rb ? ra < rb : a->node_id < b->node_id;
     });
-    for (const Node* n : nodes) {
-      v1::NodeStatus* ns = rs->add_nodes();
-      ns->set_node_id(n->node_id);
-      ns->set_address(n->address);
-      ns->set_node_rank(n->node_rank);
-      ns->set_nproc_per_node(n->nproc);
-      ns->set_last_contact_unix_s(absl::ToDoubleSeconds(n->last_contact - absl::UnixEpoch()));
-      ns->set_succeeded(n->succeeded);
+    rs.nodes.reserve(nodes.size());
+    for (const NodeRecord* n : nodes) {
+      rs.nodes.push_back(NodeStatus{n->node_id, n->address, n->node_rank, n->nproc, n->last_contact,
+                                    n->succeeded});
     }
+  };
+  if (run_id.empty()) {
+    backend_->ForEach(add);
+  } else if (const RunRecord* run = backend_->Find(run_id); run != nullptr) {
+    add(*run);
   }
   return response;
 }

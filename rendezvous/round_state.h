@@ -1,8 +1,12 @@
 // The rendezvous round state machine: which nodes belong to which run, when a round closes, what
 // each node is assigned, how membership changes and failures start new rounds, and how a run
 // ends. Pure: no I/O, no threads, no clock of its own — the caller passes `now` and sends the
-// returned messages. The gRPC service is a thin layer on top. docs/RENDEZVOUS.md describes the
-// semantics; the short form:
+// returned messages. It speaks the domain types of types.h (no protos: the gRPC service, a thin
+// layer on top, converts at its edge with proto_convert.h) and keeps every run in a
+// RunStateBackend (run_state_backend.h; in memory unless RoundStateOptions::backend names
+// another): each event stages the runs it reads for a change and commits them when it is
+// handled, one commit per run per event. docs/RENDEZVOUS.md describes the semantics; the short
+// form:
 //
 // - The first round closes as soon as MAX nodes joined, or at MIN once the last-call timeout has
 //   passed since MIN was reached.
@@ -37,32 +41,27 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "dgt/rendezvous/v1/rendezvous.pb.h"
+#include "rendezvous/run_state_backend.h"
+#include "rendezvous/types.h"
 
 namespace dgt::rendezvous {
-
-using SessionId = uint64_t;
-
-// One message for one session; `close` ends that session after the message.
-struct Outgoing {
-  SessionId session = 0;
-  v1::ServiceMessage message;
-  bool close = false;
-};
 
 struct RoundStateOptions {
   // Set in every Assignment (Assignment.host_node_id): the node id of the agent hosting this
   // service in-process, empty for dgt-rendezvous.
   std::string host_node_id;
-  // Used when a run's first JoinRequest leaves last_call_timeout_s at 0 (torchrun: 30 s).
+  // Used when a run's first JoinRequest leaves last_call_timeout at zero (torchrun: 30 s).
   absl::Duration default_last_call_timeout = absl::Seconds(30);
-  // Used when a run's first JoinRequest leaves join_timeout_s at 0 (torchrun: 600 s).
+  // Used when a run's first JoinRequest leaves join_timeout at zero (torchrun: 600 s).
   absl::Duration default_join_timeout = absl::Seconds(600);
   // After a restart of the service, how long a run re-created from its nodes' rejoins waits for
   // the rest of its nodes; those still missing then are lost (as a node whose session ended).
@@ -79,16 +78,21 @@ struct RoundStateOptions {
   // Nodes a run holds beyond its MAX (spares waiting for a place). One more join is refused
   // (RESOURCE_EXHAUSTED), so a client flooding a run with joins cannot grow it without bound.
   int32_t max_waiting_nodes_per_run = 1000;
+  // Where runs are kept (not owned; must outlive the machine). Null: an InMemoryRunStateBackend
+  // the machine owns.
+  RunStateBackend* backend = nullptr;
 };
 
 class RoundStateMachine {
  public:
   explicit RoundStateMachine(RoundStateOptions options = {});
 
-  std::vector<Outgoing> OnJoin(SessionId session, const v1::JoinRequest& join, absl::Time now);
-  std::vector<Outgoing> OnReport(SessionId session, const v1::NodeReport& report, absl::Time now);
-  std::vector<Outgoing> OnStoreReady(SessionId session, const v1::StoreReady& ready,
-                                     absl::Time now);
+  // Each On* returns the messages to send, in order. A refused request is a Refusal (its
+  // absl::Status says why, with the codes the header comment names) to the session that sent it,
+  // with `close` set.
+  std::vector<Outgoing> OnJoin(SessionId session, const JoinRequest& join, absl::Time now);
+  std::vector<Outgoing> OnReport(SessionId session, const NodeReport& report, absl::Time now);
+  std::vector<Outgoing> OnStoreReady(SessionId session, const StoreReady& ready, absl::Time now);
   // The session's stream ended (agent exited, crashed, or its keepalive failed).
   std::vector<Outgoing> OnSessionClosed(SessionId session, absl::Time now);
   // Handles expired deadlines (last call, scale-up, join timeout) and forgets old closed runs.
@@ -97,13 +101,13 @@ class RoundStateMachine {
   // The earliest time OnTick has something to do, if any.
   std::optional<absl::Time> NextDeadline() const;
 
-  enum class RunState { kGathering, kRunning, kClosed };
+  using RunState = ::dgt::rendezvous::RunState;
   std::optional<RunState> StateOf(const std::string& run_id) const;
 
-  // Operators' view of every run (or one run).
-  v1::GetStatusResponse Status(const std::string& run_id) const;
+  // Operators' view of every run (or of `run_id` only, when not empty), in run-id order.
+  std::vector<RunStatus> Status(const std::string& run_id) const;
 
-  size_t run_count() const { return runs_.size(); }
+  size_t run_count() const { return backend_->size(); }
 
   // Totals since start, for metrics.
   struct Counters {
@@ -120,77 +124,19 @@ class RoundStateMachine {
   std::map<std::string, int> RunsByState() const;
 
  private:
-  struct Node {
-    std::string node_id;
-    SessionId session = 0;
-    std::string address;
-    int32_t nproc = 0;
-    int32_t store_port = 0;  // A store never used for a round; 0 while the agent opens one.
-    int32_t node_rank = -1;  // In the current round; -1 while waiting.
-    bool succeeded = false;  // Reported success for the current round.
-    bool failed = false;     // Reported a failure for the current round (counted once).
-    absl::Time last_contact;
-  };
-  struct Run {
-    std::string run_id;
-    int32_t min_nodes = 0;
-    int32_t max_nodes = 0;
-    int32_t nproc_per_node = 0;
-    int32_t max_restarts = 0;
-    absl::Duration last_call_timeout;
-    absl::Duration join_timeout;
-    RunState state = RunState::kGathering;
-    std::map<std::string, Node> nodes;  // By node id: members and waiting nodes.
-    // Kept in step with `nodes` so that a join or report costs O(log n), not O(n): a round of
-    // N nodes must not cost N^2.
-    int32_t connected = 0;  // Nodes with a session.
-    int32_t members = 0;    // Nodes with a rank (node_rank >= 0).
-    int32_t succeeded = 0;  // Members that reported success for the current round.
-    int64_t round = -1;
-    int32_t restart_count = 0;
-    int32_t world_size = 0;
-    std::string master_addr;
-    int32_t master_port = 0;
-    // kGathering: close at MIN once this passes.
-    std::optional<absl::Time> last_call_deadline;
-    // kGathering after a loss below MIN: fail the run once this passes.
-    std::optional<absl::Time> join_deadline;
-    // kRunning with waiting nodes and room: scale up once this passes.
-    std::optional<absl::Time> scale_up_deadline;
-    // Failures reported in the current round (no restart left), and when to end the run.
-    std::vector<v1::WorkerFailure> failures;
-    std::vector<std::string> failure_messages;
-    std::optional<absl::Time> failure_deadline;
-    // Re-created from rejoins after the service restarted: `expected_members` nodes ran the
-    // round; until all of them rejoined (or rejoin_deadline passes) the run neither ends with
-    // success nor scales up.
-    bool recovering = false;
-    int32_t expected_members = 0;
-    std::vector<bool> rank_rejoined;  // By node rank, while recovering.
-    std::optional<absl::Time> rejoin_deadline;
-    // A failure reported while recovering, with restarts left: the restart round waits for the
-    // recovery to end (all rejoined, or the window passed), so that it includes every node that
-    // rejoins rather than only those that came back first. The report's text.
-    std::optional<std::string> deferred_restart;
-    // A round decided but held until node rank 0 has a fresh store port.
-    std::optional<std::string> pending_reason;
-    int32_t pending_restart_increment = 0;
-    std::string outcome;
-    // What every member was told when the run ended (kClosed).
-    v1::RunFinished finished;
-    absl::Time closed_at;
-  };
+  using Run = RunRecord;
+  using Node = NodeRecord;
   struct SessionRef {
     std::string run_id;
     std::string node_id;
   };
 
-  std::vector<Outgoing> JoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
+  std::vector<Outgoing> JoinImpl(SessionId session, const JoinRequest& join, absl::Time now);
   // A join carrying the agent's current assignment (JoinRequest.rejoin), already validated as a
   // join.
-  std::vector<Outgoing> RejoinImpl(SessionId session, const v1::JoinRequest& join, absl::Time now);
+  std::vector<Outgoing> RejoinImpl(SessionId session, const JoinRequest& join, absl::Time now);
   // Why `join` does not fit `run` (--nnodes, --nproc-per-node), or empty.
-  static std::string Mismatch(const Run& run, const v1::JoinRequest& join);
+  static std::string Mismatch(const Run& run, const JoinRequest& join);
   Node* NodeOf(SessionId session, Run** run);
   // Removes a node from its run and from the run's counts.
   void EraseNode(Run& run, std::map<std::string, Node>::iterator it);
@@ -210,17 +156,29 @@ class RoundStateMachine {
   void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
                        std::vector<Outgoing>& out);
   void EndRecovery(Run& run);
-  void FinishRun(Run& run, bool succeeded, const std::string& message,
-                 const v1::WorkerFailure* failure, absl::Time now, std::vector<Outgoing>& out);
+  void FinishRun(Run& run, bool succeeded, const std::string& message, const WorkerFailure* failure,
+                 absl::Time now, std::vector<Outgoing>& out);
   // JoinProgress to every waiting node, or only to session `only` when it is not 0.
   void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
   // Ends the run with the earliest of its reported failures.
   void FinishWithEarliestFailure(Run& run, absl::Time now, std::vector<Outgoing>& out);
-  static Outgoing ErrorFor(SessionId session, int code, std::string message);
+  static Outgoing ErrorFor(SessionId session, absl::StatusCode code, absl::string_view message);
+  // The run, staged for a change that the end of the event commits.
+  Run* Touch(const std::string& run_id);
+  // A new run, staged likewise.
+  Run& CreateRun(const std::string& run_id);
+  void DeleteRun(const std::string& run_id);
+  // Commits every run the event touched (RunStateBackend::Commit).
+  void CommitTouched();
+  // The earliest time OnTick has something to do for `run`, if any.
+  std::optional<absl::Time> NextDeadlineOf(const Run& run) const;
 
   RoundStateOptions options_;
   Counters counters_;
-  std::map<std::string, Run> runs_;
+  std::unique_ptr<RunStateBackend> owned_backend_;
+  RunStateBackend* backend_;
+  // Runs staged by the event being handled, committed at its end.
+  std::vector<std::string> touched_;
   absl::flat_hash_map<SessionId, SessionRef> sessions_;
 };
 

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "rendezvous/proto_convert.h"
 
 namespace dgt::rendezvous {
 
@@ -183,33 +184,28 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
   dgt::MutexLock lock(&mu_);
   if (stopping_) return;
   absl::Time now = absl::Now();
-  switch (message.kind_case()) {
-    case v1::AgentMessage::kJoin: {
-      const v1::JoinRequest& j = message.join();
-      spdlog::debug(
-          "rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
-          "node)",
-          j.node_id(), j.address(), j.store_port(), j.run_id(), j.min_nodes(), j.max_nodes(),
-          j.nproc_per_node());
-      Dispatch(machine_.OnJoin(session, j, now));
-      timer_cv_.SignalAll();  // A last-call deadline may have started.
-      return;
+  absl::StatusOr<AgentMessage> converted = FromProto(message);
+  if (!converted.ok()) {
+    auto it = sessions_.find(session);
+    if (it != sessions_.end()) {
+      it->second->Send(ToProto(ServiceMessage(Refusal{converted.status()})), /*close=*/true);
     }
-    case v1::AgentMessage::kReport:
-      Dispatch(machine_.OnReport(session, message.report(), now));
-      timer_cv_.SignalAll();
-      return;
-    case v1::AgentMessage::kStoreReady:
-      Dispatch(machine_.OnStoreReady(session, message.store_ready(), now));
-      return;
-    case v1::AgentMessage::KIND_NOT_SET:
-      break;
+    return;
   }
-  v1::ServiceMessage error;
-  error.mutable_error()->set_code(3);
-  error.mutable_error()->set_message("empty AgentMessage");
-  auto it = sessions_.find(session);
-  if (it != sessions_.end()) it->second->Send(std::move(error), /*close=*/true);
+  if (const auto* j = std::get_if<JoinRequest>(&*converted)) {
+    spdlog::debug(
+        "rendezvous: node {} ({}, store port {}) joins run '{}' ({}:{} nodes, {} per "
+        "node)",
+        j->node_id, j->address, j->store_port, j->run_id, j->min_nodes, j->max_nodes,
+        j->nproc_per_node);
+    Dispatch(machine_.OnJoin(session, *j, now));
+    timer_cv_.SignalAll();  // A last-call deadline may have started.
+  } else if (const auto* report = std::get_if<NodeReport>(&*converted)) {
+    Dispatch(machine_.OnReport(session, *report, now));
+    timer_cv_.SignalAll();
+  } else if (const auto* ready = std::get_if<StoreReady>(&*converted)) {
+    Dispatch(machine_.OnStoreReady(session, *ready, now));
+  }
 }
 
 void RendezvousService::OnSessionEnded(SessionId session) {
@@ -232,7 +228,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
   }
   {
     dgt::MutexLock lock(&mu_);
-    *response = machine_.Status(request->run_id());
+    *response = ToProto(machine_.Status(request->run_id()));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -254,40 +250,39 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
   for (Outgoing& o : outgoing) {
     auto it = sessions_.find(o.session);
     if (it == sessions_.end()) continue;
-    if (o.message.has_assignment()) {
-      const v1::Assignment& a = o.message.assignment();
-      if (a.node_rank() == 0) {
+    if (const auto* a = std::get_if<Assignment>(&o.message)) {
+      if (a->node_rank == 0) {
         spdlog::info(
             "rendezvous: run '{}' round {} ({}): {} nodes, world size {}, restart {}, "
             "master {}:{}",
-            a.run_id(), a.round(), a.reason(), a.node_count(), a.world_size(), a.restart_count(),
-            a.master_addr(), a.master_port());
+            a->run_id, a->round, a->reason, a->node_count, a->world_size, a->restart_count,
+            a->master_addr, a->master_port);
       }
-    } else if (o.message.has_finished()) {
-      spdlog::debug("rendezvous: run finished for {}: {}", it->second->peer(),
-                    o.message.finished().message());
-    } else if (o.message.has_stop()) {
+    } else if (const auto* finished = std::get_if<RunFinished>(&o.message)) {
+      spdlog::debug("rendezvous: run finished for {}: {}", it->second->peer(), finished->message);
+    } else if (const auto* stop = std::get_if<StopWorkers>(&o.message)) {
       ++stops;
-      if (stops == 1) stop_reason = o.message.stop().reason();
-    } else if (o.message.has_error()) {
-      spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(), o.message.error().message());
+      if (stops == 1) stop_reason = stop->reason;
+    } else if (const auto* refusal = std::get_if<Refusal>(&o.message)) {
+      spdlog::warn("rendezvous: refusing {}: {}", it->second->peer(), refusal->status.message());
     }
   }
   if (stops > 0) {
     spdlog::warn("rendezvous: telling {} node(s) to stop their workers: {}", stops, stop_reason);
   }
   for (Outgoing& o : outgoing) {
-    if (o.message.has_finished() && o.close) {
-      spdlog::info("rendezvous: run {}: {}",
-                   o.message.finished().succeeded() ? "succeeded" : "failed",
-                   o.message.finished().message());
+    const auto* finished = std::get_if<RunFinished>(&o.message);
+    if (finished != nullptr && o.close) {
+      spdlog::info("rendezvous: run {}: {}", finished->succeeded ? "succeeded" : "failed",
+                   finished->message);
       break;
     }
   }
+  // The wire messages are made here, the only place the service writes them.
   for (Outgoing& o : outgoing) {
     auto it = sessions_.find(o.session);
     if (it == sessions_.end()) continue;
-    it->second->Send(std::move(o.message), o.close);
+    it->second->Send(ToProto(o.message), o.close);
   }
 }
 
