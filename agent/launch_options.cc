@@ -198,6 +198,7 @@ struct RawFlags {
   std::string distribution = "pytorch";
   std::string restart_policy = "group";
   std::string recovery_mode = "replace";
+  std::string standby_workers = "0";
   std::string join_timeout = "600";
   std::string connect_timeout = "30";
   std::string stop_timeout = "30";
@@ -239,6 +240,7 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
   for (const auto& [flag, text, min, max, target] :
        {std::tuple<const char*, const std::string&, int64_t, int64_t, int*>{
             "--max-restarts", raw.max_restarts, 0, kMaxCount, &o->max_restarts},
+        {"--standby-workers", raw.standby_workers, 0, kMaxCount, &o->standby_workers},
         {"--node-rank", raw.node_rank, 0, kMaxCount - 1, &o->node_rank},
         {"--master-port", raw.master_port, 1, 65535, &o->master_port},
         {"--worker-count", raw.worker_count, 0, kMaxCount, &o->worker_count},
@@ -442,6 +444,12 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest_
   } else {
     return Bad(
         absl::StrCat("--recovery-mode must be replace or shrink, got '", raw.recovery_mode, "'"));
+  }
+  if (o->standby_workers > 0 &&
+      (o->restart_policy != RestartPolicy::kRank || o->recovery_mode != RecoveryMode::kReplace)) {
+    return Bad(absl::StrCat("--standby-workers=", o->standby_workers,
+                            " needs --restart-policy=rank and --recovery-mode=replace (standbys "
+                            "replace failed ranks)"));
   }
 
   const std::string& backend = o->rdzv_backend;
@@ -818,6 +826,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--recovery-mode,--recovery_mode", raw.recovery_mode,
       "With --restart-policy rank: replace (restart the failed rank) or shrink (go on without it)",
       kSupervision);
+  add("--standby-workers,--standby_workers", raw.standby_workers,
+      "With --restart-policy rank: warm standby processes per node, waiting in "
+      "`import dgt.recovery`, that take a failed rank's place (default 0)",
+      kSupervision)
+      ->type_name("INT");
   CLI::Option* stop_timeout_opt =
       add("--stop-timeout,--stop_timeout", raw.stop_timeout,
           "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)

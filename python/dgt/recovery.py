@@ -39,6 +39,11 @@ from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
 from . import keys
+from . import standby as _standby
+
+# A warm standby (`dgt-run --standby-workers`) waits here, with torch imported, until the agent
+# hands it a failed rank's environment; in any other process this returns at once.
+_standby.wait_if_standby()
 
 MODES = ("replace", "shrink", "off")
 
