@@ -462,7 +462,7 @@ void WorkerGroup::ReadChannel(Worker& w) {
         }
         if (w.channel_data == "ready\n" && w.standby && !w.exited) {
           w.ready = true;
-          spdlog::debug("dgt-run: standby pid {} is ready", w.pid);
+          spdlog::info("dgt-run: standby pid {} is ready", w.pid);
         } else {
           spdlog::warn("dgt-run: standby pid {} wrote '{}' on its channel, not 'ready'; not used",
                        w.pid, absl::CEscape(w.channel_data));
