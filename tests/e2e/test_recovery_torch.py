@@ -284,6 +284,10 @@ def test_replace_from_warm_standby_then_fallback_spawn_with_exact_parameters(
         j.wait_events(lambda ev: any(r == 2 and k == "step" and int(f["step"]) >= resume + 20
                                      for r, k, f in ev), 60, "rank 2 20 steps after recovery")
         os.kill(standby2, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while f"standby pid {standby2} was killed by signal 9" not in j.stderr(n2):
+            assert time.monotonic() < deadline, "the agent did not see its standby die"
+            time.sleep(0.01)
         j.kill_pid(pids[2])
         agents_ok(j)
         ev = j.events()
