@@ -6,11 +6,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "agent/worker_group.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
