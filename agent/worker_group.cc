@@ -497,10 +497,20 @@ void WorkerGroup::OnStandbyExit(Worker& w, int status) {
   }
   --standby_respawns_left_;
   spdlog::warn("dgt-run: standby pid {} {}; starting another", w.pid, how);
-  if (absl::Status s = StartStandbys(standby_target_); !s.ok()) {
-    spdlog::warn("dgt-run: cannot start a standby: {}", s.message());
-    StopStandbys();
-  }
+  TopUpStandbysLater();
+}
+
+void WorkerGroup::TopUpStandbysLater() {
+  // Not from inside the handler that closed a standby's channel: Asio may still hold that
+  // descriptor's readiness from the same epoll batch, and a descriptor registered now can
+  // reuse its state and get that stale readiness (seen: a new standby's exit event fired).
+  asio::post(io_, [this, life = std::weak_ptr<int>(life_)] {
+    if (life.expired()) return;
+    if (absl::Status s = StartStandbys(standby_target_); !s.ok()) {
+      spdlog::warn("dgt-run: cannot start a standby: {}", s.message());
+      StopStandbys();
+    }
+  });
 }
 
 absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
@@ -579,9 +589,7 @@ absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
   const pid_t pid = w.pid;
   spdlog::info("dgt-run: standby pid {} takes rank {} (local rank {})", pid, spec.rank,
                spec.local_rank);
-  if (absl::Status s = StartStandbys(standby_target_); !s.ok()) {
-    spdlog::warn("dgt-run: cannot start a standby: {}", s.message());
-  }
+  TopUpStandbysLater();
   return pid;
 }
 

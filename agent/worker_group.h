@@ -137,7 +137,8 @@ class WorkerGroup {
   absl::Status StartStandbys(int count);
 
   // Hands `spec` to a ready standby, which from then on is that worker (exit event, log files,
-  // console prefix, filtered logs, counted by alive()); starts another standby in its place.
+  // console prefix, filtered logs, counted by alive()); starts another standby in its place
+  // (from the event loop, right after).
   // Returns its pid. Errors: NotFound when no standby is ready; Unavailable when the chosen one
   // could not take it (the channel broke; it is killed); FailedPrecondition when `spec.argv`
   // does not extend the standbys' argv; as StartOne for the log files.
@@ -183,6 +184,7 @@ class WorkerGroup {
   absl::Status LaunchStandby();
   void ReadChannel(Worker& w);
   void OnStandbyExit(Worker& w, int status);
+  void TopUpStandbysLater();
 
   boost::asio::io_context& io_;
   ProcessLauncher* launcher_;
@@ -204,6 +206,8 @@ class WorkerGroup {
   int standby_respawns_left_ = 0;
   bool standbys_off_ = false;
   int next_standby_index_ = 0;
+  // Expires with the group: posted work checks it.
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);
 };
 
 // Variables of a worker's environment that belong to its rank, left out of a standby's

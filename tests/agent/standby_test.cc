@@ -139,8 +139,8 @@ TEST(StandbyTest, AReadyStandbyTakesTheRankAndAnotherIsStarted) {
                                {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_1/1/error.json"}}},
                              {"argv_append", {"--local_rank=1"}}};
   EXPECT_EQ(nlohmann::json::parse(line), expected);
-  // A new standby replaces the one that was taken.
-  ASSERT_EQ(f.launcher.launch_order().size(), 4u);
+  // A new standby replaces the one that was taken (from the event loop).
+  ASSERT_TRUE(RunUntil(f.io, [&] { return f.launcher.launch_order().size() == 4; }));
   EXPECT_TRUE(f.launcher.process(f.launched(3)).request.standby_channel);
   EXPECT_EQ(f.group.standbys(), 1);
   EXPECT_EQ(f.group.standbys_ready(), 0);
