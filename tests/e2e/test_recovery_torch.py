@@ -273,7 +273,14 @@ def test_replace_from_warm_standby_then_fallback_spawn_with_exact_parameters(
         joined1 = [f for r, k, f in ev if r == 1 and k == "joined"]
         assert joined1[1]["pid"] == str(standby1)
         assert joined1[1]["replacement"] == "1"
-        ev = j.wait_events(lambda ev: len(last(ev, "synced")) == WORLD, 60, "generation 1")
+
+        def all_back(ev):
+            synced = last(ev, "synced")
+            return len(synced) == WORLD and all(
+                any(r == rank and k == "step" and int(f["step"]) >= pre
+                    and int(f["t_ns"]) > max(kill_ns, int(synced[rank]["synced_ns"]))
+                    for r, k, f in ev) for rank in range(WORLD))
+        ev = j.wait_events(all_back, 60, f"every rank back at step {pre}")
         ms = back_ms(ev, range(WORLD), kill_ns, pre)
         err1 = j.stderr(n1)
         assert f"standby pid {standby1} takes rank 1 (local rank 1)" in err1, err1
