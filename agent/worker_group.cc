@@ -528,6 +528,19 @@ absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", spec.rank, "'s command does not extend the standbys' command"));
   }
+  // A standby may have initialized CUDA while importing (torch._dynamo), which fixes the devices
+  // it sees: with per-rank CUDA_VISIBLE_DEVICES (--virtual-local-rank) it cannot become a rank
+  // that sees other ones.
+  auto visible_devices = [](const std::vector<std::string>& env) {
+    for (const std::string& kv : env) {
+      if (absl::StartsWith(kv, "CUDA_VISIBLE_DEVICES=")) return kv;
+    }
+    return std::string();
+  };
+  if (visible_devices(spec.env) != visible_devices(standby_spec_->env)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", spec.rank, "'s CUDA_VISIBLE_DEVICES differs from the standbys'"));
+  }
   nlohmann::json env = nlohmann::json::object();
   for (const std::string& kv : spec.env) {
     const size_t eq = kv.find('=');

@@ -176,6 +176,31 @@ TEST(StandbyTest, WithoutAReadyStandbyTheReplacementIsAFreshProcess) {
   EXPECT_EQ(f.group.alive(), 2);
 }
 
+// --virtual-local-rank gives each rank its own CUDA_VISIBLE_DEVICES; a standby started with
+// rank 0's may have initialized CUDA with it, so it does not become another rank.
+TEST(StandbyTest, ARankWithOtherVisibleDevicesGetsAFreshProcess) {
+  Fixture f;
+  WorkerSpec rank0 = Rank(0);
+  rank0.env.emplace_back("CUDA_VISIBLE_DEVICES=0");
+  ASSERT_TRUE(f.group.Start({rank0}).ok());
+  ASSERT_TRUE(f.group.StartStandbys(1).ok());
+  const pid_t standby = f.launched(1);
+  f.Ready(standby);
+  WorkerSpec rank1 = Rank(1, 1);
+  rank1.env.emplace_back("CUDA_VISIBLE_DEVICES=1");
+  EXPECT_EQ(f.group.ActivateStandby(rank1).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<pid_t> pid = f.group.StartReplacement(rank1);
+  ASSERT_TRUE(pid.ok());
+  EXPECT_NE(*pid, standby);
+  EXPECT_FALSE(f.launcher.process(*pid).request.standby_channel);
+  EXPECT_EQ(f.group.standbys_ready(), 1);  // Still there for a rank with the same devices.
+  WorkerSpec again = Rank(0, 1);
+  again.env.emplace_back("CUDA_VISIBLE_DEVICES=0");
+  absl::StatusOr<pid_t> taken = f.group.ActivateStandby(again);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, standby);
+}
+
 TEST(StandbyTest, AStandbyWhoseChannelBrokeIsKilledAndAFreshProcessStarted) {
   Fixture f;
   ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
