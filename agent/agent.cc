@@ -1420,6 +1420,11 @@ void Agent::SpawnDone(int restart_count) {
       // Connect now: a failure is then published without paying for a connection.
       EnsurePublisher();
       publisher_->Prepare(assignment_.master_addr, assignment_.master_port);
+      // >>> standby hook (issue 13): warm standbys for this round's rank restarts (RestartRank).
+      if (absl::Status s = workers_->StartStandbys(options_.standby_workers); !s.ok()) {
+        spdlog::warn("dgt-run: --standby-workers: {}", s.message());
+      }
+      // <<< standby hook
     }
   }
   // Every worker started in earlier batches may have exited while later ones were started (their
@@ -1431,8 +1436,10 @@ void Agent::SpawnDone(int restart_count) {
 
 absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
   auto spec = MakeSpec(e.local_rank, attempt);
+  // >>> standby hook (issue 13): a ready standby takes the rank, else a fresh process.
   absl::StatusOr<pid_t> pid =
-      spec.ok() ? workers_->StartOne(*spec) : absl::StatusOr<pid_t>(spec.status());
+      spec.ok() ? workers_->StartReplacement(*spec) : absl::StatusOr<pid_t>(spec.status());
+  // <<< standby hook
   if (!pid.ok()) {
     spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
     first_failure_ = e;
@@ -1645,6 +1652,7 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
 }
 
 void Agent::OnAllWorkersExited() {
+  workers_->StopStandbys();  // standby hook (issue 13): standbys end with the round.
   if (state_ == State::kRerounding) {
     workers_->KillAll();
     if (pending_assignment_) {

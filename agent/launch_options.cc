@@ -149,6 +149,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--recovery-mode,--recovery_mode", raw.recovery_mode,
       "With --restart-policy rank: replace (restart the failed rank) or shrink (go on without it)",
       kSupervision);
+  add("--standby-workers,--standby_workers", raw.standby_workers,
+      "With --restart-policy rank: warm standby processes per node, waiting in "
+      "`import dgt.recovery`, that take a failed rank's place (default 0)",
+      kSupervision)
+      ->type_name("INT");
   CLI::Option* stop_timeout_opt =
       add("--stop-timeout,--stop_timeout", raw.stop_timeout,
           "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)

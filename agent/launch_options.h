@@ -70,6 +70,9 @@ struct LaunchOptions {
   int max_restarts = 0;
   RestartPolicy restart_policy = RestartPolicy::kGroup;
   RecoveryMode recovery_mode = RecoveryMode::kReplace;  // --recovery-mode (policy rank only).
+  // --standby-workers: warm standby processes per node that replace failed ranks (policy rank,
+  // mode replace only; docs/RECOVERY.md "Warm standbys"). 0: none.
+  int standby_workers = 0;
   bool no_python = false;
   bool module = false;     // -m: run the script as a Python module.
   bool run_path = false;   // --run-path: python -c "runpy.run_path(...)".

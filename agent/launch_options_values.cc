@@ -206,6 +206,7 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
   for (const auto& [flag, text, min, max, target] :
        {std::tuple<const char*, const std::string&, int64_t, int64_t, int*>{
             "--max-restarts", raw.max_restarts, 0, kMaxCount, &o->max_restarts},
+        {"--standby-workers", raw.standby_workers, 0, kMaxCount, &o->standby_workers},
         {"--node-rank", raw.node_rank, 0, kMaxCount - 1, &o->node_rank},
         {"--master-port", raw.master_port, 1, 65535, &o->master_port},
         {"--worker-count", raw.worker_count, 0, kMaxCount, &o->worker_count},
@@ -289,6 +290,12 @@ absl::Status ParseChoices(const RawFlags& raw, LaunchOptions* o) {
   } else {
     return Bad(
         absl::StrCat("--recovery-mode must be replace or shrink, got '", raw.recovery_mode, "'"));
+  }
+  if (o->standby_workers > 0 &&
+      (o->restart_policy != RestartPolicy::kRank || o->recovery_mode != RecoveryMode::kReplace)) {
+    return Bad(absl::StrCat("--standby-workers=", o->standby_workers,
+                            " needs --restart-policy=rank and --recovery-mode=replace (standbys "
+                            "replace failed ranks)"));
   }
   return absl::OkStatus();
 }

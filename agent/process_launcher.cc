@@ -4,6 +4,7 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +64,13 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     ::close(out_pipe[1]);
     return ErrnoToStatus(e, "pipe2");
   }
+  int channel[2] = {-1, -1};  // [0] the agent's end, [1] the child's.
+  if (request.standby_channel &&
+      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0) {
+    int e = errno;
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    return ErrnoToStatus(e, "socketpair");
+  }
   const std::string exec_error = absl::StrCat("dgt-run: cannot execute '", *exe,
                                               "' for local rank ", request.local_rank, ": ");
   // Every signal stays blocked from fork until the child has put back the default handlers:
@@ -76,7 +84,9 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     int e = errno;
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], channel[0], channel[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     return ErrnoToStatus(e, "fork");
   }
   if (pid == 0) {
@@ -94,7 +104,14 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     // worker's child outliving the agent must not keep the store port open. As Python's
     // subprocess close_fds=True, which torchrun relies on.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-      for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // Kernels before 5.11.
+      for (int fd = 3; fd < 65536; ++fd) {  // Kernels before 5.11.
+        if (fd != channel[1]) ::close(fd);
+      }
+    }
+    if (channel[1] >= 0) {
+      // The standby's channel, at its fixed number and inherited across exec.
+      if (channel[1] != kStandbyChannelFd) ::dup2(channel[1], kStandbyChannelFd);
+      ::fcntl(kStandbyChannelFd, F_SETFD, 0);
     }
     ResetSignalHandlersInChild();
     sigset_t none;
@@ -115,6 +132,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   // fails. A signal sent before the child's setsid() reaches it through SignalGroup's fallback.
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
+  if (channel[1] >= 0) ::close(channel[1]);
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     int e = errno;
@@ -122,6 +140,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
     ::waitpid(pid, nullptr, 0);
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
+    if (channel[0] >= 0) ::close(channel[0]);
     return ErrnoToStatus(e, "pidfd_open");
   }
   LaunchedProcess p;
@@ -129,6 +148,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   p.exit_fd = pidfd;
   p.stdout_fd = out_pipe[0];
   p.stderr_fd = err_pipe[0];
+  p.channel_fd = channel[0];
   return p;
 }
 

@@ -20,7 +20,14 @@ struct LaunchRequest {
   std::vector<std::string> argv;  // argv[0] is resolved against PATH.
   std::vector<std::string> env;   // "KEY=VALUE".
   int local_rank = 0;             // For error messages.
+  // A warm standby (--standby-workers): the child also gets one end of a Unix stream socketpair
+  // as descriptor kStandbyChannelFd (the only descriptor above stderr it inherits); the other end
+  // comes back as LaunchedProcess::channel_fd. docs/RECOVERY.md, "Warm standbys".
+  bool standby_channel = false;
 };
+
+// The descriptor number of a standby's channel in the child (DGT_STANDBY_FD names it too).
+inline constexpr int kStandbyChannelFd = 3;
 
 // Descriptors of a started process, owned by the caller (close them).
 struct LaunchedProcess {
@@ -28,6 +35,7 @@ struct LaunchedProcess {
   int exit_fd = -1;    // Becomes readable once the process exited (a pidfd).
   int stdout_fd = -1;  // Read ends of its stdout and stderr.
   int stderr_fd = -1;
+  int channel_fd = -1;  // The agent's end of the standby channel; -1 unless requested.
 };
 
 class ProcessLauncher {

@@ -6,6 +6,16 @@
 // is an event (a pidfd becoming readable in the agent's io_context). When a worker exits, what
 // is left of its process group is killed.
 //
+// Warm standbys (`dgt-run --standby-workers N`, docs/RECOVERY.md "Warm standbys"): extra
+// processes of the job's command, started with DGT_STANDBY=1 and without a rank, that wait in
+// `import dgt.recovery` (python/dgt/standby.py) until the group hands one of them the
+// environment of a rank to replace. The protocol, over a Unix socketpair the standby inherits
+// as descriptor 3 (DGT_STANDBY_FD): the standby writes "ready\n" once it waits; the group writes
+// one line of JSON, {"env": {"KEY": "VALUE", ...}, "argv_append": ["--local_rank=1"]}, and
+// closes its end. A standby exits on EOF (the group stopped it or the agent is gone) and on the
+// agent's death (PR_SET_PDEATHSIG). Standbys are not workers: alive(), drained(), Signal() and
+// the exit callback ignore them until one is activated.
+//
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_WORKER_GROUP_H_
 #define DGT_AGENT_WORKER_GROUP_H_
@@ -117,14 +127,43 @@ class WorkerGroup {
   // Errors: as Start.
   absl::StatusOr<pid_t> StartOne(const WorkerSpec& spec);
 
-  // Sends `sig` to the process group of every live worker.
+  // Keeps `count` warm standbys running from now on (none once StopStandbys ran), each started
+  // like the first worker this group started: its argv without a trailing "--local_rank=N", its
+  // env without the rank's variables (kStandbyDroppedEnv) plus DGT_STANDBY=1 and DGT_STANDBY_FD,
+  // output on the console as that worker's, prefixed "[standby<k>]: " (no log files). A standby
+  // that exits before it reported ready turns standbys off for this group (the script does not
+  // import dgt.recovery, or fails without a rank); one that exits later is replaced, at most
+  // `count` times. Errors: FailedPrecondition when no worker was started yet; as Start.
+  absl::Status StartStandbys(int count);
+
+  // Hands `spec` to a ready standby, which from then on is that worker (exit event, log files,
+  // console prefix, filtered logs, counted by alive()); starts another standby in its place
+  // (from the event loop, right after).
+  // Returns its pid. Errors: NotFound when no standby is ready; Unavailable when the chosen one
+  // could not take it (the channel broke; it is killed); FailedPrecondition when `spec.argv`
+  // does not extend the standbys' argv; as StartOne for the log files.
+  absl::StatusOr<pid_t> ActivateStandby(const WorkerSpec& spec);
+
+  // A replacement under --restart-policy rank: ActivateStandby when a standby is ready, else
+  // (NotFound, Unavailable, FailedPrecondition) StartOne. Errors: as StartOne.
+  absl::StatusOr<pid_t> StartReplacement(const WorkerSpec& spec);
+
+  // SIGKILL to every standby's process group; starts no more. Idempotent.
+  void StopStandbys();
+
+  // Standbys running, and those of them that reported ready.
+  int standbys() const;
+  int standbys_ready() const;
+
+  // Sends `sig` to the process group of every live worker (not to standbys).
   void Signal(int sig);
 
   // `sig` (SIGTERM unless told) to every live worker's group, then SIGKILL to the groups still
-  // there after `grace`.
+  // there after `grace`. Stops the standbys (StopStandbys).
   void Stop(absl::Duration grace, int sig = SIGTERM);
 
-  // SIGKILL to every worker's process group, exited ones included (their leftovers).
+  // SIGKILL to every worker's process group, exited ones included (their leftovers), and to the
+  // standbys'.
   void KillAll();
 
   int alive() const { return alive_; }
@@ -141,7 +180,11 @@ class WorkerGroup {
   struct Worker;
   void WatchExit(Worker& w);
   void Pump(Worker& w, bool is_stderr);
-  void PipeClosed();
+  void PipeClosed(Worker& w);
+  absl::Status LaunchStandby();
+  void ReadChannel(Worker& w);
+  void OnStandbyExit(Worker& w, int status);
+  void TopUpStandbysLater();
 
   boost::asio::io_context& io_;
   ProcessLauncher* launcher_;
@@ -155,7 +198,28 @@ class WorkerGroup {
   std::function<void()> on_drained_;
   int console_out_ = STDOUT_FILENO;
   int console_err_ = STDERR_FILENO;
+  // Standbys: the spec they start from (set by the first StartOne), how many to keep, how many
+  // more unexpected exits are replaced, whether they are off, and the next "[standby<k>]" index.
+  std::unique_ptr<WorkerSpec> standby_spec_;
+  std::unique_ptr<WorkerSpec> first_spec_;
+  int standby_target_ = 0;
+  int standby_respawns_left_ = 0;
+  bool standbys_off_ = false;
+  int next_standby_index_ = 0;
+  // Expires with the group: posted work checks it.
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);
 };
+
+// Variables of a worker's environment that belong to its rank, left out of a standby's
+// (BuildWorkerEnv's per-rank keys): it learns them when activated.
+inline constexpr const char* kStandbyDroppedEnv[] = {"RANK",
+                                                     "LOCAL_RANK",
+                                                     "ROLE_RANK",
+                                                     "TORCHELASTIC_RESTART_COUNT",
+                                                     "TORCHELASTIC_ERROR_FILE",
+                                                     "OMPI_COMM_WORLD_RANK",
+                                                     "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                     "TF_CONFIG"};
 
 }  // namespace dgt::agent
 

@@ -4,6 +4,9 @@
         --rdzv-id=job --restart-policy=rank --max-restarts=3 [--recovery-mode=shrink] \
         --no-python python3 examples/pytorch_ddp_recovery/train.py --steps 300
 
+Add `--standby-workers=1` (replace mode) to keep one warm process per node waiting in
+`import dgt.recovery` below, with torch imported, to take a failed rank's place.
+
 The dgt-specific lines are marked `# dgt`; without them this is a plain DDP script. The data of
 step s on rank r is a function of (s, r), so a step that runs again (after a recovery) sees the
 same batch. The model and data are chosen so that every gradient is an integer multiple of 12

@@ -39,6 +39,11 @@ from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
 from . import keys
+from . import standby as _standby
+
+# A warm standby (`dgt-run --standby-workers`) waits here, with torch imported, until the agent
+# hands it a failed rank's environment; in any other process this returns at once.
+_standby.wait_if_standby()
 
 MODES = ("replace", "shrink", "off")
 
@@ -730,6 +735,13 @@ class Trainer:
     def _wrap(self):
         from torch.nn.parallel import DistributedDataParallel as DDP
         kwargs = dict(self.ddp_kwargs)
+        # Everything alive now (torch's modules, the model, ...) goes to the permanent generation,
+        # so that recover()'s gc.collect() traverses only what was made since: the wrapper and
+        # its cycles. A full collection of a process with torch 2.13 and DDP imported (~300k
+        # objects) took 0.56 s on the loaded build machine, most of a survivor's 1.07 s from
+        # the notice to leaving the failed group. (Cyclic garbage among the frozen objects is
+        # never collected; objects made later are, as usual.)
+        gc.freeze()
         return DDP(self.module, **kwargs)
 
     def _sync_state(self):

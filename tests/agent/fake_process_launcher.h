@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -26,6 +27,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
     int exit_event = -1;  // Our copy of the exit eventfd.
     int out = -1;         // Write ends.
     int err = -1;
+    int channel = -1;          // The standby's end of its channel (request.standby_channel).
     std::vector<int> signals;  // Every signal its group received, in order.
     int wait_status = -1;      // Set once exited.
   };
@@ -50,6 +52,14 @@ class FakeProcessLauncher final : public ProcessLauncher {
     launched.exit_fd = ::dup(efd);
     launched.stdout_fd = out[0];
     launched.stderr_fd = err[0];
+    if (request.standby_channel) {
+      int pair[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+        return absl::InternalError("socketpair");
+      }
+      launched.channel_fd = pair[0];
+      p.channel = pair[1];
+    }
     p.exit_event = efd;
     p.out = out[1];
     p.err = err[1];
@@ -79,6 +89,27 @@ class FakeProcessLauncher final : public ProcessLauncher {
   // The process exits with `code`.
   void ExitWithCode(pid_t pid, int code) { Exit(pid, (code & 0xff) << 8); }
   void IgnoreSignal(pid_t pid, int sig) { ignored_[pid].insert(sig); }
+  // A standby writes `text` on its channel.
+  void WriteChannel(pid_t pid, const std::string& text) {
+    ssize_t n = ::write(processes_.at(pid).channel, text.data(), text.size());
+    (void)n;
+  }
+  // What the agent wrote on the standby's channel so far (non-blocking); "" when nothing.
+  std::string ReadChannel(pid_t pid) {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(processes_.at(pid).channel, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // The standby closes its end of the channel (as a process that died does).
+  void CloseChannel(pid_t pid) {
+    Process& p = processes_.at(pid);
+    if (p.channel >= 0) ::close(p.channel);
+    p.channel = -1;
+  }
 
   const Process& process(pid_t pid) const { return processes_.at(pid); }
   const std::vector<pid_t>& launch_order() const { return launch_order_; }
@@ -94,7 +125,7 @@ class FakeProcessLauncher final : public ProcessLauncher {
     CloseEnds(p);
   }
   static void CloseEnds(Process& p) {
-    for (int* fd : {&p.exit_event, &p.out, &p.err}) {
+    for (int* fd : {&p.exit_event, &p.out, &p.err, &p.channel}) {
       if (*fd >= 0) ::close(*fd);
       *fd = -1;
     }

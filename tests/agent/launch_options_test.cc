@@ -878,5 +878,32 @@ TEST(LaunchOptionsTest, PythonExecAndPrefixTemplateFromTheEnvironment) {
   EXPECT_EQ(dgt.options->python, "/usr/bin/python3");
 }
 
+// --standby-workers (docs/RECOVERY.md "Warm standbys"): a count, for rank restarts only.
+TEST(LaunchOptionsTest, StandbyWorkers) {
+  auto plain = Parse({kScript});
+  ASSERT_TRUE(plain.options.has_value()) << plain.output;
+  EXPECT_EQ(plain.options->standby_workers, 0);
+  auto p = Parse({"--restart-policy=rank", "--standby_workers", "2", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->standby_workers, 2);
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--standby-workers=1", kScript},
+       "dgt-run: error: --standby-workers=1 needs --restart-policy=rank and "
+       "--recovery-mode=replace (standbys replace failed ranks)\n"},
+      {{"--restart-policy=rank", "--recovery-mode=shrink", "--standby-workers=1", kScript},
+       "dgt-run: error: --standby-workers=1 needs --restart-policy=rank and "
+       "--recovery-mode=replace (standbys replace failed ranks)\n"},
+      {{"--restart-policy=rank", "--standby-workers=-1", kScript},
+       "dgt-run: error: --standby-workers must be an integer from 0 to 1000000, got '-1'\n"},
+      {{"--restart-policy=rank", "--standby-workers=two", kScript},
+       "dgt-run: error: --standby-workers must be an integer from 0 to 1000000, got 'two'\n"}};
+  for (const auto& [args, message] : bad) {
+    auto r = Parse(args);
+    EXPECT_FALSE(r.options.has_value()) << args[0];
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, message);
+  }
+}
+
 }  // namespace
 }  // namespace dgt::agent

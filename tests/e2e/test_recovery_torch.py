@@ -7,10 +7,15 @@ on loopback, `--restart-policy rank`.
     of the same steps; the survivors keep their PIDs;
   - shrink: rank 1 SIGKILLed, no restart; the 3 survivors finish, with parameters equal to
     the reference that averages over 4 ranks before the resume step and over the 3 survivors
-    after it.
+    after it;
+  - standby: --standby-workers=1; rank 1 is replaced by its node's warm standby (the PID that was
+    waiting before the kill), then rank 2 by a fresh spawn after its node's standby was killed
+    (none ready); exact parameters.
 Each test prints the time from the SIGKILL to every rank back at the step reached before it.
 """
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -197,6 +202,104 @@ def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
         for r in (1, 2):
             err = j.stderr(j.node_of(r))
             assert f"published the failure of rank {r}: recovery generation 1" in err, err
+        for i in range(2):
+            assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
+    finally:
+        j.close()
+
+
+STANDBY_READY = re.compile(r"dgt-run: standby pid (\d+) is ready")
+
+
+def ready_standbys(j, node):
+    return [int(p) for p in STANDBY_READY.findall(j.stderr(node))]
+
+
+def test_replace_from_warm_standby_then_fallback_spawn_with_exact_parameters(
+        tmp_path, python2, capsys):
+    """--standby-workers=1: each agent keeps one process of the trainer waiting in
+    `import dgt.recovery` (torch imported). Rank 1 SIGKILLed: the replacement is its node's
+    standby (same PID as before the kill), back at the pre-kill step. Then rank 2's node loses its
+    standby and rank 2 at once: no standby is ready, the agent spawns a fresh process. All 4 ranks
+    finish in generation 2 with the parameters of a one-process reference."""
+    steps = 300
+    j = DgtRunJob(tmp_path, "torch-standby", policy="rank", mode="replace", steps=steps,
+                  max_restarts=2, extra=["--standby-workers=1"],
+                  command=[python2, str(EXAMPLE), "--steps", str(steps), "--step-ms", "10",
+                           "--op-timeout", "20"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        assert sorted(pids) == list(range(WORLD))
+        n1, n2 = j.node_of(1), j.node_of(2)
+        assert n1 != n2
+        deadline = time.monotonic() + 90
+        while not (ready_standbys(j, 0) and ready_standbys(j, 1)):
+            assert time.monotonic() < deadline, "standbys never ready"
+            time.sleep(0.05)
+        [standby1] = ready_standbys(j, n1)
+        [standby2] = ready_standbys(j, n2)
+        assert standby1 not in pids.values() and standby2 not in pids.values()
+
+        # 1. Rank 1 dies; its node's standby takes its place.
+        j.wait_events(lambda ev: any(r == 1 and k == "step" and int(f["step"]) >= 20
+                                     for r, k, f in ev), 60, "rank 1 at step 20")
+        kill_ns = j.kill_pid(pids[1])
+        time.sleep(0.2)
+        pre = max(int(f["step"]) for r, k, f in j.events()
+                  if k == "step" and int(f["t_ns"]) < kill_ns)
+        ev = j.wait_events(lambda ev: sum(1 for r, k, f in ev if r == 1 and k == "joined") == 2,
+                           60, "rank 1's replacement to join")
+        joined1 = [f for r, k, f in ev if r == 1 and k == "joined"]
+        assert joined1[1]["pid"] == str(standby1)
+        assert joined1[1]["replacement"] == "1"
+
+        def all_back(ev):
+            synced = last(ev, "synced")
+            return len(synced) == WORLD and all(
+                any(r == rank and k == "step" and int(f["step"]) >= pre
+                    and int(f["t_ns"]) > max(kill_ns, int(synced[rank]["synced_ns"]))
+                    for r, k, f in ev) for rank in range(WORLD))
+        ev = j.wait_events(all_back, 60, f"every rank back at step {pre}")
+        ms = back_ms(ev, range(WORLD), kill_ns, pre)
+        err1 = j.stderr(n1)
+        assert f"standby pid {standby1} takes rank 1 (local rank 1)" in err1, err1
+        assert f"restarted rank 1 (local rank 1) as pid {standby1}" in err1, err1
+
+        # 2. Rank 2's node: its standby dies, then rank 2; no standby is ready.
+        resume = int(last(ev, "synced")[2]["resume"])
+        j.wait_events(lambda ev: any(r == 2 and k == "step" and int(f["step"]) >= resume + 20
+                                     for r, k, f in ev), 60, "rank 2 20 steps after recovery")
+        os.kill(standby2, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while f"standby pid {standby2} was killed by signal 9" not in j.stderr(n2):
+            assert time.monotonic() < deadline, "the agent did not see its standby die"
+            time.sleep(0.01)
+        j.kill_pid(pids[2])
+        agents_ok(j)
+        ev = j.events()
+        joined2 = [f for r, k, f in ev if r == 2 and k == "joined"]
+        assert len(joined2) == 2
+        fresh = int(joined2[1]["pid"])
+        assert fresh not in (pids[2], standby2) and fresh not in ready_standbys(j, n2)
+        err2 = j.stderr(n2)
+        assert "rank 2: no standby is ready; starting a fresh process" in err2, err2
+        assert f"restarted rank 2 (local rank 0) as pid {fresh}" in err2, err2
+
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        assert done[1]["pid"] == str(standby1) and done[2]["pid"] == str(fresh)
+        for r in (0, 3):
+            assert done[r]["pid"] == str(pids[r]) and done[r]["recoveries"] == "2"
+        for r in range(WORLD):
+            assert done[r]["steps"] == str(steps)
+            assert done[r]["generation"] == "2"
+            assert done[r]["members"] == "0,1,2,3"
+        [expected] = reference_digests(python2, (steps, steps, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        with capsys.disabled():
+            print(f"\nstandby: SIGKILL of rank 1 at step {pre} -> all 4 ranks back at step "
+                  f"{pre}: {ms:.0f} ms")
         for i in range(2):
             assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
     finally:

@@ -587,6 +587,35 @@ class TwoProcessRecoveryTest(unittest.TestCase):
                 f.close()
 
 
+
+class HeapFreezeTest(unittest.TestCase):
+    def test_the_heap_is_frozen_before_each_ddp_wrapper(self):
+        """recover()'s gc.collect() must not traverse torch's ~300k objects (0.56 s measured):
+        _wrap freezes everything alive before building the wrapper, whose cycles stay young."""
+        import gc
+        import torch.nn.parallel as parallel
+        seen = {}
+
+        class FakeDDP:
+            def __init__(self, module, **kwargs):
+                seen.update(frozen=gc.get_freeze_count(), module=module, kwargs=kwargs)
+
+        real = parallel.DistributedDataParallel
+        gc.unfreeze()
+        parallel.DistributedDataParallel = FakeDDP
+        try:
+            module = object()
+            wrapper = recovery.Trainer._wrap(SimpleNamespace(ddp_kwargs={"find_unused": 1},
+                                                             module=module))
+        finally:
+            parallel.DistributedDataParallel = real
+            gc.unfreeze()
+        self.assertIsInstance(wrapper, FakeDDP)
+        self.assertIs(seen["module"], module)
+        self.assertEqual(seen["kwargs"], {"find_unused": 1})
+        self.assertGreater(seen["frozen"], 50_000)  # torch's modules, at least.
+
+
 if __name__ == "__main__":
     unittest.main()
 

@@ -22,6 +22,9 @@ Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
   nvrx-ft      ft_launcher --standalone --max-restarts=1 (NVRx's torchrun-based launcher)
   dgt-inplace  dgt-run --standalone --restart-policy=rank (dgt.recovery.Trainer, python/dgt);
                skipped with the reason when `import dgt.recovery` fails
+  dgt-standby  dgt-inplace with --standby-workers=1: the replacement is a warm standby that
+               waited in `import dgt.recovery` with torch imported (its "started" is when it took
+               the rank); the kill waits for the agent's "standby pid N is ready"
 Milestones, ms after the SIGKILL (latest rank unless named "first"): a replacement process
 started (first), every replacement started, torch imported, process group ready, state loaded
 (checkpoint / heal / in-place sync), back at the pre-failure step. The cost per healthy step is
@@ -60,7 +63,8 @@ TRAINER = HERE / "trainer.py"
 PY2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
 BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"EVENT (\w+) (.*)$")
-ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace")
+ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace",
+        "dgt-standby")
 # The plain baseline runs first and last: the mean of both is the reference step, and their
 # difference shows how much the machine's load moved during the run.
 DEFAULT_ROWS = ROWS + ("plain",)
@@ -183,6 +187,10 @@ def start_row(row, args, out_dir):
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              "--restart-policy=rank", "--max-restarts=1",
                              *trainer_args(args, "dgt")], out_dir, env_with())], 1, {0, 1}
+    if row == "dgt-standby":
+        return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
+                             "--restart-policy=rank", "--max-restarts=1", "--standby-workers=1",
+                             *trainer_args(args, "dgt")], out_dir, env_with())], 1, {0, 1}
     if row == "nvrx-ft":
         return [Launch(row, [Path(PY2).parent / "ft_launcher", "--standalone",
                              "--nproc-per-node=2", "--max-restarts=1", "--monitor-interval=0.1",
@@ -240,7 +248,7 @@ def run_row(row, args, out_dir):
     launches, kill_rank, expected = start_row(row, args, out_dir)
     result = {"row": row}
     try:
-        if row == "dgt-inplace":
+        if row in ("dgt-inplace", "dgt-standby"):
             skipped = wait_until(lambda: [f for k, f in all_events(launches) if k == "skipped"]
                                  or [f for k, f in all_events(launches) if k == "step"],
                                  args.row_timeout, "dgt-inplace to start", launches)
@@ -257,6 +265,9 @@ def run_row(row, args, out_dir):
             def at_kill_step():
                 ev = all_events(launches)
                 mine = [f for k, f in ev if k == "step" and f["rank"] == kill_rank]
+                if row == "dgt-standby" and not re.search(r"standby pid \d+ is ready",
+                                                          launches[0].text()):
+                    return None  # The row measures a replacement by a ready standby.
                 return ev if mine and int(mine[-1]["step"]) >= args.kill_step else None
 
             ev = wait_until(at_kill_step, args.row_timeout, f"rank {kill_rank} at step "

@@ -17,7 +17,8 @@ under every anchor, with what each anchor asks of a training script:
                   process group (the model stays in memory); rank 0 hosts the Wrapper's store.
   --mode dgt      dgt's in-place recovery for PyTorch (`dgt.recovery.Trainer`, python/dgt) under
                   `dgt-run --restart-policy rank`. Skipped (message, exit 0) when `import dgt`
-                  fails.
+                  fails. Under --standby-workers, a standby waits in `import dgt.recovery`
+                  before the "start" event, which it prints once it took a rank.
 Prints `EVENT <kind> key=value ... t_ns=<time.time_ns()>` lines (CLOCK_REALTIME, comparable
 across processes): start (first line, before torch is imported), imported, ready (process group
 and wrapper built), loaded (step=S the run resumes from), step (step=N after each completed
@@ -27,6 +28,12 @@ import argparse
 import os
 import sys
 import time
+
+if os.environ.get("DGT_STANDBY") == "1":
+    # A warm standby of `dgt-run --standby-workers` (the dgt-standby row): it waits here, torch
+    # imported, until the agent hands it a failed rank's environment. From then on it is that
+    # rank, so its "start" below is the moment it took the rank, not its process start.
+    import dgt.recovery  # noqa: F401
 
 T_START = time.time_ns()
 
