@@ -13,7 +13,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -26,18 +25,9 @@
 
 namespace dgt::agent {
 
-std::string SignalName(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
-}
-
 namespace {
 
 namespace asio = boost::asio;
-
-// Signals that are forwarded without stopping the job (schedulers use them to announce a
-// preemption; the workers decide what to do).
-bool IsNotifySignal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
 
 }  // namespace
 
@@ -45,8 +35,7 @@ Agent::Agent(LaunchOptions options)
     : options_(std::move(options)),
       work_(asio::make_work_guard(io_)),
       signals_(io_),
-      join_timer_(io_),
-      drain_timer_(io_),
+      lifecycle_timer_(io_),
       reconnect_timer_(io_),
       marks_timer_(io_),
       tf_timer_(io_) {}
@@ -80,7 +69,7 @@ Agent::~Agent() {
 void Agent::WaitForSignals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
-    OnSignal(sig);
+    Execute(lifecycle_->OnSignal(sig, workers_ != nullptr));
     WaitForSignals();
   });
 }
@@ -117,289 +106,195 @@ int Agent::Run() {
   return exit_status_;
 }
 
-void Agent::OnWorkerExit(const WorkerExit& e) {
-  if (!e.succeeded()) {
-    // Failures observed before this node started stopping on its own (not ones it caused).
-    const bool own_failure = state_ == State::kRunning && !remote_outcome_ && stop_signal_ == 0;
-    if (own_failure) {
-      RestartTracker::Decision d = restarts_->OnFailure(e.rank, e.attempt);
-      failures_.push_back(RecordFailure(e));
-      switch (d.action) {
-        case RestartTracker::Action::kRestartRank:
-          spdlog::warn("dgt-run: rank {} (local rank {}) {}; restarting it", e.rank, e.local_rank,
-                       e.Describe());
-          // Recovered: not a failure of the run, but the summary names it if a later one is.
-          recovered_failures_.push_back(std::move(failures_.back()));
-          failures_.pop_back();
-          // Publishes, then restarts (on a failed start it stops the others).
-          PublishFailure(e, /*restart=*/true, d.restart_count);
+void Agent::CreateLifecycle() {
+  NodeLifecycle::Options o;
+  o.run_id = options_.run_id;
+  o.node_id = options_.node_id;
+  o.rdzv_endpoint = rdzv_endpoint_;
+  o.advertised_address = advertised_address_;
+  o.min_nodes = options_.min_nodes;
+  o.nproc_per_node = options_.nproc_per_node;
+  o.join_timeout_s = options_.join_timeout_s;
+  o.join_timeout_flag = options_.join_timeout_flag;
+  o.reconnect_timeout_s = options_.reconnect_timeout_s;
+  o.stop_timeout_s = options_.stop_timeout_s;
+  o.restart_policy = options_.restart_policy;
+  o.max_restarts = options_.max_restarts;
+  o.shrink = options_.restart_policy == RestartPolicy::kRank &&
+             options_.recovery_mode == RecoveryMode::kShrink;
+  o.backend = static_ ? RestartBackend::kStatic : RestartBackend::kRendezvous;
+  lifecycle_ = std::make_unique<NodeLifecycle>(std::move(o), &clock_);
+}
+
+void Agent::Execute(const LifecycleActions& actions) {
+  for (const LifecycleAction& a : actions) Carry(a);
+  ArmLifecycleTimer();
+}
+
+void Agent::Carry(const LifecycleAction& a) {
+  using Kind = LifecycleAction::Kind;
+  switch (a.kind) {
+    case Kind::kLog:
+      switch (a.level) {
+        case LifecycleAction::Level::kDebug:
+          spdlog::debug("dgt-run: {}", a.text);
           break;
-        case RestartTracker::Action::kDropRank:
-          spdlog::warn(
-              "dgt-run: rank {} (local rank {}) {}; continuing without it "
-              "(--recovery-mode=shrink, {} of --max-restarts={})",
-              e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
-          failures_.pop_back();  // Tolerated: not part of a failure summary.
-          PublishFailure(e, /*restart=*/false, d.restart_count);
+        case LifecycleAction::Level::kInfo:
+          spdlog::info("dgt-run: {}", a.text);
           break;
-        case RestartTracker::Action::kRestartGroup:
-          // Static backend, one node: no rendezvous, the local node restarts alone.
-          spdlog::warn(
-              "dgt-run: rank {} (local rank {}) {}; restarting every worker "
-              "(restart {} of --max-restarts={})",
-              e.rank, e.local_rank, e.Describe(), restarts_->restarts(), options_.max_restarts);
-          state_ = State::kRestarting;
-          next_restart_count_ = d.restart_count;
-          workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+        case LifecycleAction::Level::kWarn:
+          spdlog::warn("dgt-run: {}", a.text);
           break;
-        case RestartTracker::Action::kReportToRendezvous:
-          // Group restarts are new rendezvous rounds for every node: stop this node's
-          // workers and report; the service answers with a restart round or the run's end.
-          first_failure_ = e;
-          spdlog::error(
-              "dgt-run: rank {} (local rank {}) {}; stopping the other workers "
-              "and reporting to the rendezvous",
-              e.rank, e.local_rank, e.Describe());
-          StopWorkers();
-          break;
-        case RestartTracker::Action::kFail:
-          first_failure_ = e;
-          spdlog::error("dgt-run: rank {} (local rank {}) {}; {}; stopping the other workers",
-                        e.rank, e.local_rank, e.Describe(), d.reason);
-          StopWorkers();
-          break;
-        case RestartTracker::Action::kIgnore:
+        case LifecycleAction::Level::kError:
+          spdlog::error("dgt-run: {}", a.text);
           break;
       }
-    } else {
-      if (first_failure_ && e.signal != SIGTERM && e.signal != SIGKILL) {
-        failures_.push_back(RecordFailure(e));  // Failed on its own while the others stopped.
-      }
-      if (state_ == State::kRunning) StopWorkers();
-    }
-  }
-  if (workers_->alive() > 0 || pending_restarts_ > 0 || spawning_) return;
-  OnAllWorkersExited();
-}
-
-void Agent::OnAllWorkersExited() {
-  if (state_ == State::kRerounding) {
-    workers_->KillAll();
-    if (pending_assignment_) {
-      rdzv_v1::Assignment a = *pending_assignment_;
-      pending_assignment_.reset();
-      ApplyAssignment(a);
-    } else {
-      state_ = State::kWaitingForRound;  // Stopped by the service; the next round will come.
-    }
-    return;
-  }
-  if (state_ == State::kRestarting) {
-    workers_->KillAll();
-    StartRound(next_restart_count_);
-    return;
-  }
-  AfterWorkersExited();
-}
-
-void Agent::StopWorkers() {
-  state_ = State::kStopping;
-  workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-}
-
-void Agent::OnSignal(int sig) {
-  const std::string name = SignalName(sig);
-  if (IsNotifySignal(sig)) {
-    if (workers_ &&
-        (state_ == State::kRunning || state_ == State::kRestarting || state_ == State::kStopping)) {
-      spdlog::info("dgt-run: received {}; forwarding it to the workers", name);
-      workers_->Signal(sig);
-    }
-    return;
-  }
-  if (state_ == State::kJoining || !workers_ || state_ == State::kWaitingForRound) {
-    Finish(128 + sig, absl::StrCat("stopped by ", name, " before workers started"));
-    return;
-  }
-  if (state_ == State::kDone) return;
-  if (state_ == State::kAwaitingOutcome) {
-    // This node's workers are gone already; only the rest of the run was awaited. A scheduler's
-    // cancel (scancel, Azure ML) must not wait for other nodes or the finish timeout.
-    Finish(128 + sig, absl::StrCat("stopped by ", name,
-                                   " after this node's workers exited, before the run's outcome "
-                                   "was known"));
-    return;
-  }
-  if (stop_signal_ != 0) {
-    spdlog::warn("dgt-run: second signal {}; killing the workers now", name);
-    workers_->KillAll();
-    return;
-  }
-  stop_signal_ = sig;
-  if (static_) static_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
-  spdlog::warn(
-      "dgt-run: received {}; forwarding it to the workers and stopping (SIGKILL after "
-      "{} s)",
-      name, options_.stop_timeout_s);
-  state_ = State::kStopping;
-  // The workers get the signal itself, then SIGKILL after --stop-timeout (torchrun forwards
-  // the signal it received as the death signal).
-  workers_->Stop(absl::Seconds(options_.stop_timeout_s), sig);
-}
-
-void Agent::AfterWorkersExited() {
-  if (state_ == State::kAwaitingOutcome || state_ == State::kDone) return;
-  state_ = State::kAwaitingOutcome;
-  // Leftover grandchildren of the workers die with their groups; their output pipes then close.
-  workers_->KillAll();
-  auto report = [this] {
-    drain_timer_.cancel();
-    if (state_ != State::kAwaitingOutcome) return;
-    if (static_) {
-      const int own = stop_signal_ != 0 ? 128 + stop_signal_
-                                        : (first_failure_ ? first_failure_->ExitStatus() : 0);
-      std::string what = first_failure_ ? DescribeFailure(*first_failure_)
-                                        : absl::StrCat("stopped by ", SignalName(stop_signal_));
-      auto outcome = [this](const absl::Status& others) {
-        if (stop_signal_ != 0) {
-          Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
-        } else if (first_failure_) {
-          Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
-        } else if (remote_outcome_) {
-          OnRunFinished(*remote_outcome_);
-        } else if (!others.ok()) {
-          Finish(1, absl::StrCat("static rendezvous: ", others.message()));
-        } else if (assignment_.node_rank != 0) {
-          // Node rank 0 (the store host) learns and reports the run's outcome, not this node.
-          Finish(0, absl::StrCat("this node's workers succeeded (node rank ", assignment_.node_rank,
-                                 "); node rank 0 reports the run's outcome"));
-        } else {
-          Finish(0, "");
-        }
-      };
-      if (stop_signal_ != 0) {
-        // The others fail naming this node and the signal, not as if they had been signalled.
-        static_->ReportStopped(SignalName(stop_signal_), std::move(outcome));
+      return;
+    case Kind::kStartRound:
+      StartRound(a.restart_count);
+      return;
+    case Kind::kApplyAssignment:
+      ApplyHeld(a);
+      return;
+    case Kind::kStopWorkers:
+      if (!workers_) return;
+      if (a.signal != 0) {
+        workers_->Stop(absl::Seconds(options_.stop_timeout_s), a.signal);
       } else {
-        static_->Report(own, what, std::move(outcome));
+        workers_->Stop(absl::Seconds(options_.stop_timeout_s));
       }
       return;
-    }
-    if (stop_signal_ != 0) {
-      // No report: the session ends with this agent, and the service treats the node as lost
-      // (the others go on in a new round if enough nodes remain). A signal from outside decides
-      // this node's status over whatever the service said while its workers stopped.
-      Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+    case Kind::kKillWorkers:
+      if (workers_) workers_->KillAll();
       return;
-    }
-    if (leave_) {
-      MarkDone(leave_->first);
-      FinishLinger(leave_->first, leave_->second);
+    case Kind::kForwardSignal:
+      if (workers_) workers_->Signal(a.signal);
       return;
-    }
-    if (marks_failure_ && !first_failure_ && !remote_outcome_) {
-      // Stopped for another node's failure: this node's workers did not fail. Its mark says 0,
-      // so that the marks name the failed node; the outcome then comes from the marks (or from
-      // the service, back: it has the failed node's report).
-      MarkDone(kExitSuccess);
+    case Kind::kRecordFailure:
+      (a.recovered ? recovered_failures_ : failures_).push_back(RecordFailure(*a.exit));
+      return;
+    case Kind::kClearFailures:
+      failures_.clear();
+      return;
+    case Kind::kPublishFailure:
+      PublishFailure(*a.exit, a.restart, a.restart_count);
+      return;
+    case Kind::kInterruptCoordinator:
+      if (static_) static_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
+      return;
+    case Kind::kWatchDrain:
+      workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
+      return;
+    case Kind::kReport:
+      Report(a);
+      return;
+    case Kind::kMarkDone:
+      MarkDone(a.exit_status);
+      return;
+    case Kind::kPollMarks:
       PollMarks();
       return;
-    }
-    if (remote_outcome_) {
-      OnRunFinished(*remote_outcome_);
+    case Kind::kLinger:
+      FinishLinger(a.exit_status, a.text);
       return;
-    }
-    rdzv_v1::AgentMessage message;
-    rdzv_v1::NodeReport* report = message.mutable_report();
-    report->set_round(round_);
-    if (first_failure_) {
-      report->set_succeeded(false);
-      report->set_message(absl::StrCat("rank ", first_failure_->rank, " (local rank ",
-                                       first_failure_->local_rank, ") ",
-                                       first_failure_->Describe()));
-      rdzv_v1::WorkerFailure* f = report->mutable_failure();
-      f->set_rank(first_failure_->rank);
-      f->set_local_rank(first_failure_->local_rank);
-      f->set_exit_code(first_failure_->exit_code);
-      f->set_signal(first_failure_->signal);
-      f->set_time_unix_s(absl::ToDoubleSeconds(first_failure_->time - absl::UnixEpoch()));
-    } else {
-      report->set_succeeded(true);
-    }
-    // The done mark lets node rank 0 keep the round's store until every node is done, and the
-    // nodes learn the outcome, even when the service is gone.
-    MarkDone(first_failure_ ? first_failure_->ExitStatus() : kExitSuccess);
-    last_report_ = message;
-    if (ServiceLost()) {
-      PollMarks();  // The report goes out after the rejoin.
-      return;
-    }
-    // A failed send means the stream ended: its closed callback starts reconnecting.
-    if (session_open_) (void)session_->Send(message);
-    // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
-    // every node is done), or a new round (a restart after a failure).
-  };
-  // Bound the wait for output: a worker's descendant that left its process group may hold the
-  // pipes open forever.
-  drain_timer_.expires_after(std::chrono::seconds(2));
-  drain_timer_.async_wait([report](boost::system::error_code ec) {
-    if (!ec) report();
-  });
-  workers_->OnDrained(report);
-}
-
-void Agent::OnRunFinished(const rdzv_v1::RunFinished& finished) {
-  switch (state_) {
-    case State::kJoining:
-      // This node never ran a worker of the run: whatever its outcome, it is not this node's
-      // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
-      Finish(kExitNotAdmitted,
-             absl::StrCat("run '", options_.run_id, "' ended (",
-                          finished.succeeded() ? "succeeded" : "failed", ": ", finished.message(),
-                          ") before node '", options_.node_id, "' was admitted to it"));
-      return;
-    case State::kWaitingForRound:
-      Finish(finished.succeeded() ? 0 : 1,
-             finished.succeeded() ? "" : absl::StrCat("run failed: ", finished.message()));
-      return;
-    case State::kRunning:
-    case State::kRestarting:
-    case State::kStopping:
-    case State::kRerounding:
-      if (finished.succeeded()) return;  // Cannot happen before this node reported.
-      pending_assignment_.reset();
-      if (!remote_outcome_ && !first_failure_) {
-        remote_outcome_ = finished;
-        spdlog::error("dgt-run: run failed on another node: {}; stopping this node's workers",
-                      finished.message());
-      }
-      if (state_ == State::kRunning) StopWorkers();
-      if (state_ == State::kRestarting) state_ = State::kStopping;  // No restart now.
-      return;
-    case State::kAwaitingOutcome:
-      if (stop_signal_ != 0) {
-        Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
-      } else if (finished.succeeded()) {
-        Finish(0, "");
-      } else if (first_failure_ && finished.has_failure() &&
-                 finished.failure().node_id() != options_.node_id) {
-        // Another node failed first: that is the run's root cause; this node's failure followed.
-        spdlog::warn("dgt-run: this node's {} followed the root cause on another node",
-                     DescribeFailure(*first_failure_));
-        failures_.clear();
-        first_failure_.reset();
-        OnRunFinished(finished);
-      } else if (first_failure_) {
-        Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
-      } else {
-        int code = finished.failure().signal() != 0 ? 128 + finished.failure().signal()
-                                                    : finished.failure().exit_code();
-        Finish(code != 0 ? code : 1, absl::StrCat("run failed: ", finished.message()));
-      }
-      return;
-    case State::kDone:
+    case Kind::kFinish:
+      Terminate(a.exit_status, a.text);
       return;
   }
+}
+
+void Agent::ArmLifecycleTimer() {
+  std::optional<absl::Time> next = lifecycle_->NextDeadline();
+  if (!next || state() == NodeState::kDone) {
+    lifecycle_timer_.cancel();
+    return;
+  }
+  const absl::Duration wait = std::max(*next - clock_.Now(), absl::ZeroDuration());
+  lifecycle_timer_.expires_after(absl::ToChronoNanoseconds(wait));
+  lifecycle_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) Execute(lifecycle_->OnTick(clock_.Now()));
+  });
+}
+
+void Agent::Finish(int exit_status, const std::string& message) {
+  Execute(lifecycle_->Finish(exit_status, message));
+}
+
+void Agent::LeaveRun(int exit_status, const std::string& message) {
+  Execute(lifecycle_->LeaveRun(exit_status, message, Alive()));
+}
+
+RoundAssignment Agent::CurrentRound(const std::string& reason) const {
+  RoundAssignment r;
+  r.round = round_;
+  r.restart_count = assignment_.restart_count;
+  r.node_rank = assignment_.node_rank;
+  r.node_count = assignment_.node_count;
+  r.reason = reason;
+  return r;
+}
+
+void Agent::ApplyHeld(const LifecycleAction& a) {
+  if (a.assignment) {
+    ApplyAssignment(*held_assignment_);
+    return;
+  }
+  // The static backend's one round (every node is there).
+  spdlog::info(
+      "dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
+      "MASTER_ADDR={} MASTER_PORT={}",
+      assignment_.run_id, assignment_.node_rank, assignment_.node_count,
+      assignment_.first_global_rank, assignment_.first_global_rank + options_.nproc_per_node - 1,
+      assignment_.world_size, assignment_.master_addr, assignment_.master_port);
+  BeginRun("static");
+}
+
+void Agent::OnWorkerExit(const WorkerExit& e) {
+  Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), clock_.Now()));
+}
+
+void Agent::Report(const LifecycleAction& a) {
+  if (static_) {
+    auto outcome = [this](const absl::Status& others) {
+      Execute(lifecycle_->OnStaticOutcome(others.ok(), std::string(others.message())));
+    };
+    if (a.signal != 0) {
+      // The others fail naming this node and the signal, not as if they had been signalled.
+      static_->ReportStopped(SignalName(a.signal), std::move(outcome));
+    } else {
+      static_->Report(a.exit_status, a.text, std::move(outcome));
+    }
+    return;
+  }
+  rdzv_v1::AgentMessage message;
+  rdzv_v1::NodeReport* report = message.mutable_report();
+  report->set_round(round_);
+  if (a.exit) {
+    const WorkerExit& e = *a.exit;
+    report->set_succeeded(false);
+    report->set_message(
+        absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, ") ", e.Describe()));
+    rdzv_v1::WorkerFailure* f = report->mutable_failure();
+    f->set_rank(e.rank);
+    f->set_local_rank(e.local_rank);
+    f->set_exit_code(e.exit_code);
+    f->set_signal(e.signal);
+    f->set_time_unix_s(absl::ToDoubleSeconds(e.time - absl::UnixEpoch()));
+  } else {
+    report->set_succeeded(true);
+  }
+  // The done mark lets node rank 0 keep the round's store until every node is done, and the
+  // nodes learn the outcome, even when the service is gone.
+  MarkDone(a.exit_status);
+  last_report_ = message;
+  if (ServiceLost()) {
+    PollMarks();  // The report goes out after the rejoin.
+    return;
+  }
+  // A failed send means the stream ended: its closed callback starts reconnecting.
+  if (session_open_) (void)session_->Send(message);
+  // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
+  // every node is done), or a new round (a restart after a failure).
 }
 
 void Agent::KeepTempLogRootForSummary(std::string* summary) {
@@ -419,12 +314,10 @@ void Agent::KeepTempLogRootForSummary(std::string* summary) {
                   " (the temporary log directory, for the error file(s) named above)\n");
 }
 
-void Agent::Finish(int exit_status, const std::string& message) {
-  if (state_ == State::kDone) return;
-  state_ = State::kDone;
+void Agent::Terminate(int exit_status, const std::string& message) {
   exit_status_ = exit_status;
   std::string summary;
-  if (exit_status != 0 && !failures_.empty() && first_failure_) {
+  if (exit_status != 0 && !failures_.empty() && lifecycle_->first_failure()) {
     summary = Summary();
     KeepTempLogRootForSummary(&summary);
   }
@@ -450,8 +343,7 @@ void Agent::Finish(int exit_status, const std::string& message) {
   // With the service there, every node hears the outcome from it: marks still queued would only
   // make this agent wait for a store that may be gone already.
   if (round_tasks_ && !ServiceLost() && !linger_) round_tasks_->DropQueued();
-  join_timer_.cancel();
-  drain_timer_.cancel();
+  lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
   marks_timer_.cancel();
   tf_timer_.cancel();

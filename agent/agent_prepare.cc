@@ -12,7 +12,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -148,6 +147,7 @@ absl::Status Agent::Prepare() {
     DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
+  CreateLifecycle();
   auto session = OpenSession(session_gen_, absl::Seconds(options_.connect_timeout_s));
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
@@ -168,15 +168,9 @@ absl::Status Agent::Prepare() {
   spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
                options_.node_id, advertised_address_, options_.run_id, rdzv_endpoint_,
                options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
-  join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
-  join_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || state_ != State::kJoining) return;
-    Finish(kExitJoinTimeout,
-           absl::StrCat("rendezvous for run '", options_.run_id, "' did not complete within ",
-                        options_.join_timeout_s, " s (", options_.join_timeout_flag,
-                        "): ", last_progress_.joined_nodes(), " of at least ", options_.min_nodes,
-                        " node(s) joined"));
-  });
+  // The round must come within the join timeout (exit 75).
+  lifecycle_->OnJoinSent(clock_.Now());
+  ArmLifecycleTimer();
   return absl::OkStatus();
 }
 
@@ -225,59 +219,19 @@ absl::Status Agent::PrepareStatic() {
   static_ = std::make_unique<StaticCoordinator>(io_, co);
   spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
                options_.max_nodes, *master, options_.master_port);
+  CreateLifecycle();
   static_->Start(
       [this](const absl::Status& s) {
-        if (state_ != State::kJoining) return;
-        if (s.code() == absl::StatusCode::kAlreadyExists) {
-          Finish(kExitNotAdmitted, absl::StrCat("static rendezvous: ", s.message()));
-          return;
-        }
-        if (!s.ok()) {
-          Finish(kExitRendezvousUnavailable,
-                 absl::StrCat("static rendezvous: ", s.message(),
-                              " (is node rank 0 running? see --rdzv-connect-timeout)"));
-          return;
-        }
-        spdlog::info(
-            "dgt-run: run '{}': node rank {} of {}, ranks {}..{} of world size {}, "
-            "MASTER_ADDR={} MASTER_PORT={}",
-            assignment_.run_id, assignment_.node_rank, assignment_.node_count,
-            assignment_.first_global_rank,
-            assignment_.first_global_rank + options_.nproc_per_node - 1, assignment_.world_size,
-            assignment_.master_addr, assignment_.master_port);
-        BeginRun();
+        Execute(lifecycle_->OnStaticStarted(s.ok(), s.code() == absl::StatusCode::kAlreadyExists,
+                                            std::string(s.message())));
       },
       [this](int exit_status, const std::string& message) {
-        if (state_ == State::kDone) return;
-        rdzv_v1::RunFinished finished;
-        finished.set_succeeded(false);
-        finished.set_message(message);
-        finished.mutable_failure()->set_exit_code(exit_status);
-        if (state_ == State::kAwaitingOutcome) {
-          // This node's workers are done and its Report is pending: its callback reports this
-          // (node rank 0 learns there that another node did not succeed).
-          if (!remote_outcome_) remote_outcome_ = finished;
-          return;
-        }
-        OnRunFinished(finished);
+        Execute(lifecycle_->OnStaticRemoteFailure(exit_status, message));
       });
   return absl::OkStatus();
 }
 
-void Agent::ResetRestartTracker() {
-  RestartTracker::Options restart_options;
-  restart_options.policy = options_.restart_policy;
-  restart_options.max_restarts = options_.max_restarts;
-  restart_options.node_count = assignment_.node_count;
-  restart_options.shrink = options_.restart_policy == RestartPolicy::kRank &&
-                           options_.recovery_mode == RecoveryMode::kShrink;
-  restart_options.backend = static_ ? RestartBackend::kStatic : RestartBackend::kRendezvous;
-  restarts_ = std::make_unique<RestartTracker>(restart_options, &clock_);
-}
-
-void Agent::BeginRun() {
-  ResetRestartTracker();
-
+void Agent::BeginRun(const std::string& reason) {
   // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
   // torchrun does), and named at start. Without them the temporary directory only holds error
   // files and goes away with the agent (the watchdog removes it after a kill -9).
@@ -343,7 +297,7 @@ void Agent::BeginRun() {
       return;
     }
   }
-  StartRound(assignment_.restart_count);
+  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
 }
 
 absl::Status Agent::ReserveTfPorts() {

@@ -12,7 +12,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -48,16 +47,14 @@ absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
       spec.ok() ? workers_->StartOne(*spec) : absl::StatusOr<pid_t>(spec.status());
   if (!pid.ok()) {
     spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
-    first_failure_ = e;
-    failures_.push_back(RecordFailure(e));
-    StopWorkers();
+    Execute(lifecycle_->OnRankRestartFailed(e));
     return absl::InfinitePast();
   }
   const absl::Time started = absl::Now();
   spdlog::info(
       "dgt-run: restarted rank {} (local rank {}) as pid {} with "
       "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
-      e.rank, e.local_rank, *pid, attempt, restarts_->restarts(), options_.max_restarts);
+      e.rank, e.local_rank, *pid, attempt, lifecycle_->restarts_used(), options_.max_restarts);
   PublishRestart(e.rank, attempt);
   return started;
 }
@@ -71,7 +68,6 @@ void Agent::EnsurePublisher() {
 
 void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
   EnsurePublisher();
-  if (restart) ++pending_restarts_;
   WorkerGroup* group = workers_.get();
   const absl::Time start = absl::Now();
   publisher_->Publish(
@@ -91,9 +87,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
                          generation.status().message());
           }
           if (!restart) return;
-          --pending_restarts_;
-          if (state_ == State::kRunning && workers_.get() == group && !remote_outcome_ &&
-              stop_signal_ == 0) {
+          if (lifecycle_->OnFailurePublished(/*group_current=*/workers_.get() == group)) {
             const absl::Time started = RestartRank(e, attempt);
             if (started != absl::InfinitePast()) {
               // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
@@ -104,10 +98,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
                   absl::ToUnixNanos(published), absl::ToUnixNanos(started));
             }
           }
-          if (state_ != State::kDone && workers_ && workers_->alive() == 0 &&
-              pending_restarts_ == 0 && !spawning_) {
-            OnAllWorkersExited();
-          }
+          if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), clock_.Now()));
         });
       });
 }
@@ -120,12 +111,6 @@ void Agent::PublishRestart(int rank, int generation) {
   AppendField(&frame, absl::StrCat(generation));
   auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
   setter->Run(assignment_.master_addr, assignment_.master_port);
-}
-
-std::string Agent::DescribeFailure(const WorkerExit& e) const {
-  return absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, " on node rank ",
-                      assignment_.node_rank, ", ", advertised_address_, ", pid ", e.pid, ") ",
-                      e.Describe());
 }
 
 Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {

@@ -12,7 +12,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -45,45 +44,14 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
     OnRejoined();  // The service took this node back into its round: nothing restarts.
     return;
   }
-  if (StoppingForSignal("a new round", a.reason())) return;
-  switch (state_) {
-    case State::kJoining:
-      join_timer_.cancel();
-      ApplyAssignment(a);
-      return;
-    case State::kRunning:
-    case State::kRestarting:
-    case State::kStopping:
-    case State::kRerounding:
-      // A new round (a node left or came, or a restart after a failure): stop this round's
-      // workers; the new round starts once they are gone. Failures seen while they stop belong
-      // to the old round.
-      spdlog::warn("dgt-run: run '{}' moves to round {} ({}); stopping this node's workers",
-                   options_.run_id, a.round(), a.reason());
-      pending_assignment_ = a;
-      first_failure_.reset();
-      failures_.clear();
-      if (state_ != State::kRerounding && state_ != State::kStopping) {
-        workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-      }
-      state_ = State::kRerounding;
-      if (workers_->alive() == 0) {
-        pending_assignment_.reset();
-        workers_->KillAll();
-        ApplyAssignment(a);
-      }
-      return;
-    case State::kWaitingForRound:
-    case State::kAwaitingOutcome:
-      join_timer_.cancel();
-      drain_timer_.cancel();
-      first_failure_.reset();
-      failures_.clear();
-      ApplyAssignment(a);
-      return;
-    case State::kDone:
-      return;
-  }
+  held_assignment_ = a;
+  RoundAssignment round;
+  round.round = a.round();
+  round.restart_count = a.restart_count();
+  round.node_rank = a.node_rank();
+  round.node_count = a.node_count();
+  round.reason = a.reason();
+  Execute(lifecycle_->OnAssignment(round, Alive(), clock_.Now()));
 }
 
 void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
@@ -144,42 +112,10 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
       a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(), a.master_addr(),
       a.master_port(), a.restart_count());
   if (first_round) {
-    BeginRun();
+    BeginRun(a.reason());
   } else {
-    ResetRestartTracker();
-    StartRound(a.restart_count());
+    Execute(lifecycle_->OnRoundApplied(CurrentRound(a.reason())));
   }
-}
-
-bool Agent::StoppingForSignal(std::string_view what, std::string_view reason) const {
-  if (stop_signal_ == 0 || state_ == State::kDone) return false;
-  // A signal from outside (scancel, a pod deletion) ends this agent with 128+N once its workers
-  // are gone, as torchrun: nothing the service says afterwards (the other nodes, signalled too,
-  // are lost) puts it back into waiting for a round.
-  spdlog::info("dgt-run: ignoring {} from the rendezvous ({}): this node is stopping ({})", what,
-               reason, SignalName(stop_signal_));
-  return true;
-}
-
-void Agent::OnStopWorkers(const rdzv_v1::StopWorkers& stop) {
-  if (state_ == State::kDone || state_ == State::kJoining) return;
-  if (StoppingForSignal("a stop of this node's workers", stop.reason())) return;
-  spdlog::warn("dgt-run: the rendezvous stopped this node's workers: {}", stop.reason());
-  first_failure_.reset();
-  failures_.clear();
-  if (workers_ && workers_->alive() > 0 && state_ != State::kRerounding) {
-    state_ = State::kRerounding;  // Stop; wait for the next assignment once they are gone.
-    workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-  } else if (!workers_ || workers_->alive() == 0) {
-    state_ = State::kWaitingForRound;
-  }
-  join_timer_.expires_after(absl::ToChronoMilliseconds(absl::Seconds(options_.join_timeout_s)));
-  join_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || state_ != State::kWaitingForRound) return;
-    Finish(kExitJoinTimeout,
-           absl::StrCat("run '", options_.run_id, "' got no new round within ",
-                        options_.join_timeout_s, " s after its workers were stopped"));
-  });
 }
 
 void Agent::MarkDone(int exit_status) {
@@ -202,7 +138,7 @@ void Agent::MarkDone(int exit_status) {
 }
 
 void Agent::PollMarks() {
-  if (marks_polling_ || state_ == State::kDone || round_ < 0 || assignment_.master_port <= 0) {
+  if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
     return;
   }
   if (!round_tasks_) {
@@ -224,7 +160,7 @@ void Agent::PollMarks() {
 
 void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_polling_ = false;
-  if (state_ == State::kDone) return;
+  if (state() == NodeState::kDone) return;
   if (marks.ok()) {
     last_marks_ = *marks;
   } else {
@@ -238,7 +174,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
       Finish(status, message);
       return;
     }
-  } else if (state_ == State::kAwaitingOutcome && ServiceLost()) {
+  } else if (state() == NodeState::kAwaitingOutcome && ServiceLost()) {
     if (last_marks_ && last_marks_->AllSucceeded()) {
       FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
                                                  "' succeeded, as the done marks in the round's "
@@ -249,14 +185,14 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     // Every node is done and one failed: with no group restart left the service would end the
     // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
     // left, a service coming back would start one: wait for it.)
-    if (last_marks_ && last_marks_->AllDone() && !GroupRestartLeft() &&
-        (first_failure_ || last_marks_->FirstWorkerFailure() >= 0)) {
+    if (last_marks_ && last_marks_->AllDone() && !lifecycle_->GroupRestartLeft() &&
+        (lifecycle_->first_failure() || last_marks_->FirstWorkerFailure() >= 0)) {
       int status = 0;
       std::string message;
-      if (first_failure_) {
+      if (lifecycle_->first_failure()) {
         // This node's own failure is the one it knows best (its time, its rank).
-        status = first_failure_->ExitStatus();
-        message = DescribeFailure(*first_failure_);
+        status = lifecycle_->first_failure()->ExitStatus();
+        message = lifecycle_->DescribeFailure(*lifecycle_->first_failure());
       } else {
         const int failed = last_marks_->FirstWorkerFailure();
         status = *last_marks_->status[failed];
@@ -268,15 +204,10 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
       FinishFromMarks(status, message);
       return;
     }
-  } else if (state_ == State::kRunning && ServiceLost() && !GroupRestartLeft()) {
+  } else if (state() == NodeState::kRunning && ServiceLost() && !lifecycle_->GroupRestartLeft()) {
     const int failed = last_marks_ ? last_marks_->FirstWorkerFailure() : -1;
     if (failed >= 0 && failed != assignment_.node_rank) {
-      marks_failure_ = failed;
-      spdlog::error(
-          "dgt-run: the workers of node rank {} ended with exit status {} (done marks in the "
-          "round's store; the rendezvous service is unreachable); stopping this node's workers",
-          failed, *last_marks_->status[failed]);
-      StopWorkers();
+      Execute(lifecycle_->OnMarksFailure(failed, *last_marks_->status[failed]));
       return;
     }
   } else {
@@ -286,11 +217,6 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) PollMarks();
   });
-}
-
-bool Agent::GroupRestartLeft() const {
-  return options_.restart_policy == RestartPolicy::kGroup &&
-         assignment_.restart_count < options_.max_restarts;
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -309,7 +235,7 @@ void Agent::FinishFromMarks(int exit_status, const std::string& message) {
 }
 
 void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
-  if (state_ == State::kDone || linger_) return;
+  if (state() == NodeState::kDone || linger_) return;
   // With the service there, the other nodes hear from it (a new round has a new store): only
   // without it do they still depend on this node's store.
   if (!round_store_ || assignment_.node_count <= 1 || round_ < 0 || !ServiceLost()) {
@@ -319,7 +245,7 @@ void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_
   linger_ = {exit_status, message};
   linger_for_seen_ = wait_for_seen;
   linger_deadline_ = absl::Now() + absl::Seconds(options_.reconnect_timeout_s);
-  state_ = State::kAwaitingOutcome;
+  lifecycle_->OnLingerStarted();
   spdlog::info(
       "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "
       "most {} s)",

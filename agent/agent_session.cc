@@ -12,7 +12,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -85,18 +84,18 @@ rdzv_v1::AgentMessage Agent::MakeJoin() const {
 
 std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
   if (round_ < 0) return std::nullopt;
-  switch (state_) {
-    case State::kRunning:
-    case State::kRestarting:
-    case State::kStopping:
-    case State::kAwaitingOutcome:
+  switch (state()) {
+    case NodeState::kRunning:
+    case NodeState::kRestarting:
+    case NodeState::kStopping:
+    case NodeState::kAwaitingOutcome:
       return current_assignment_;
-    case State::kRerounding:
+    case NodeState::kRerounding:
       // The round the service moved to (its workers start once the old ones are gone).
-      return pending_assignment_ ? *pending_assignment_ : current_assignment_;
-    case State::kJoining:
-    case State::kWaitingForRound:  // Stopped by the service: no round to go back to.
-    case State::kDone:
+      return lifecycle_->pending_assignment() ? *held_assignment_ : current_assignment_;
+    case NodeState::kJoining:
+    case NodeState::kWaitingForRound:  // Stopped by the service: no round to go back to.
+    case NodeState::kDone:
       return std::nullopt;
   }
   return std::nullopt;
@@ -115,14 +114,15 @@ void Agent::StartReconnect(const grpc::Status& status) {
   }
   // Running workers without a restart left: another node's failure (its done mark) stops them
   // even while the service is away.
-  if (state_ == State::kAwaitingOutcome || (state_ == State::kRunning && !GroupRestartLeft())) {
+  if (state() == NodeState::kAwaitingOutcome ||
+      (state() == NodeState::kRunning && !lifecycle_->GroupRestartLeft())) {
     PollMarks();
   }
   ScheduleReconnect();
 }
 
 void Agent::ScheduleReconnect() {
-  if (!reconnect_deadline_ || state_ == State::kDone) return;
+  if (!reconnect_deadline_ || state() == NodeState::kDone) return;
   if (absl::Now() >= *reconnect_deadline_) {
     OnReconnectWindowOver();
     return;
@@ -140,7 +140,7 @@ void Agent::ScheduleReconnect() {
 }
 
 void Agent::TryReconnect() {
-  if (state_ == State::kDone || !reconnect_deadline_) return;
+  if (state() == NodeState::kDone || !reconnect_deadline_) return;
   // The previous attempt posted its result already (attempts are started from that result).
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
   const absl::Duration left = *reconnect_deadline_ - absl::Now();
@@ -171,7 +171,7 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
     if (reconnect_result_) result = std::move(*reconnect_result_);
     reconnect_result_.reset();
   }
-  if (state_ == State::kDone || gen != session_gen_ || !reconnect_deadline_) {
+  if (state() == NodeState::kDone || gen != session_gen_ || !reconnect_deadline_) {
     if (result.ok()) (*result)->Close();
     return;
   }
@@ -207,7 +207,7 @@ void Agent::OnRejoined() {
   spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
                options_.run_id, round_, assignment_.node_rank);
   // The report may have gone to a service that died with it, or never left this node.
-  if (state_ == State::kAwaitingOutcome && last_report_ && session_open_ && !linger_) {
+  if (state() == NodeState::kAwaitingOutcome && last_report_ && session_open_ && !linger_) {
     (void)session_->Send(*last_report_);
   }
 }
@@ -217,29 +217,30 @@ void Agent::OnReconnectWindowOver() {
   const std::string lost = absl::StrCat(
       "lost the rendezvous service at ", rdzv_endpoint_, " and could not reach it again within ",
       options_.reconnect_timeout_s, " s (--rdzv-conf read_timeout)");
-  switch (state_) {
-    case State::kJoining:
-    case State::kWaitingForRound:
+  switch (state()) {
+    case NodeState::kJoining:
+    case NodeState::kWaitingForRound:
       Finish(kExitRendezvousUnavailable, lost);
       return;
-    case State::kRunning:
-    case State::kRestarting:
-    case State::kStopping:
-    case State::kRerounding:
+    case NodeState::kRunning:
+    case NodeState::kRestarting:
+    case NodeState::kStopping:
+    case NodeState::kRerounding:
       LeaveRun(kExitRendezvousUnavailable, lost);
       return;
-    case State::kAwaitingOutcome:
+    case NodeState::kAwaitingOutcome:
       if (linger_) return;
       if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0 &&
-          !first_failure_) {
+          !lifecycle_->first_failure()) {
         const int failed = last_marks_->FirstWorkerFailure();
         // The failed workers' status, as with the service (the root cause's exit code).
         FinishLinger(*last_marks_->status[failed],
                      absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
                                   failed, " ended with exit status ", *last_marks_->status[failed],
                                   " (done marks in the round's store; ", lost, ")"));
-      } else if (first_failure_) {
-        FinishLinger(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+      } else if (lifecycle_->first_failure()) {
+        FinishLinger(lifecycle_->first_failure()->ExitStatus(),
+                     lifecycle_->DescribeFailure(*lifecycle_->first_failure()));
       } else {
         // Never "succeeded" for a run whose outcome this node does not know.
         FinishLinger(kExitRendezvousUnavailable,
@@ -247,7 +248,7 @@ void Agent::OnReconnectWindowOver() {
                                   options_.run_id, "' is unknown"));
       }
       return;
-    case State::kDone:
+    case NodeState::kDone:
       return;
   }
 }
@@ -258,7 +259,7 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   if (ServiceLost() && !rejoin_round_ && !message.has_error()) ServiceBack();
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
-      last_progress_ = message.progress();
+      lifecycle_->OnProgress(message.progress().joined_nodes());
       spdlog::info("dgt-run: run '{}': {} node(s) joined (min {}, max {})", options_.run_id,
                    message.progress().joined_nodes(), message.progress().min_nodes(),
                    message.progress().max_nodes());
@@ -266,33 +267,32 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
     case rdzv_v1::ServiceMessage::kAssignment:
       OnAssignment(message.assignment());
       return;
-    case rdzv_v1::ServiceMessage::kFinished:
-      OnRunFinished(message.finished());
+    case rdzv_v1::ServiceMessage::kFinished: {
+      const rdzv_v1::RunFinished& f = message.finished();
+      RunOutcome outcome;
+      outcome.succeeded = f.succeeded();
+      outcome.message = f.message();
+      outcome.has_failure = f.has_failure();
+      outcome.failed_node_id = f.failure().node_id();
+      outcome.exit_code = f.failure().exit_code();
+      outcome.signal = f.failure().signal();
+      Execute(lifecycle_->OnRunFinished(outcome));
       return;
-    case rdzv_v1::ServiceMessage::kError:
+    }
+    case rdzv_v1::ServiceMessage::kError: {
       // The service closes the stream after an Error: this node is not (or no longer) part of
       // the run, and its workers must not go on running ranks the run may give to another node.
-      if (state_ == State::kJoining) {
-        Finish(kExitNotAdmitted, absl::StrCat("the rendezvous service refused this node: ",
-                                              message.error().message()));
-      } else if (rejoin_round_) {
-        // The run went on without this node while it was away (or the service cannot take its
-        // round back): a new agent may join it again, so not "not admitted".
+      const bool rejoin = rejoin_round_.has_value() && state() != NodeState::kJoining;
+      if (rejoin) {
         rejoin_round_.reset();
         reconnect_deadline_.reset();
         reconnect_timer_.cancel();
-        LeaveRun(kExitRendezvousUnavailable,
-                 absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_,
-                              " and could not rejoin run '", options_.run_id,
-                              "': ", message.error().message()));
-      } else {
-        LeaveRun(kExitNotAdmitted,
-                 absl::StrCat("the rendezvous service ended the part of node '", options_.node_id,
-                              "' in run '", options_.run_id, "': ", message.error().message()));
       }
+      Execute(lifecycle_->OnRefused(message.error().message(), rejoin, Alive()));
       return;
+    }
     case rdzv_v1::ServiceMessage::kStop:
-      OnStopWorkers(message.stop());
+      Execute(lifecycle_->OnStop(message.stop().reason(), Alive(), clock_.Now()));
       return;
     case rdzv_v1::ServiceMessage::KIND_NOT_SET:
       return;
@@ -313,9 +313,9 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
   // Stopping for an outside signal: the service is not needed any more (the other nodes, or the
   // agent hosting it, may be going away for the same signal), and the end is 128+N.
-  if (stop_signal_ != 0) return;
-  switch (state_) {
-    case State::kJoining:
+  if (lifecycle_->stop_signal() != 0) return;
+  switch (state()) {
+    case NodeState::kJoining:
       if (IsRefusal(status)) {
         Finish(kExitNotAdmitted,
                absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
@@ -324,12 +324,12 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       }
       StartReconnect(status);  // The join timeout still bounds the wait for a round.
       return;
-    case State::kRunning:
-    case State::kRestarting:
-    case State::kStopping:
-    case State::kRerounding:
+    case NodeState::kRunning:
+    case NodeState::kRestarting:
+    case NodeState::kStopping:
+    case NodeState::kRerounding:
       // After a RunFinished (or a refusal) the service ends the session itself: nothing was lost.
-      if (remote_outcome_) return;
+      if (lifecycle_->has_remote_outcome()) return;
       if (HostedByAnotherNode()) {
         // c10d-style hosting: the service died with its node (whose agent also served the
         // store as node rank 0, or ran workers of this job), so the job cannot complete.
@@ -338,18 +338,19 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       }
       StartReconnect(status);  // The workers keep running meanwhile.
       return;
-    case State::kWaitingForRound:
+    case NodeState::kWaitingForRound:
       if (HostedByAnotherNode()) {
         Finish(kExitRendezvousUnavailable, HostLostMessage(status));
         return;
       }
       StartReconnect(status);
       return;
-    case State::kAwaitingOutcome:
+    case NodeState::kAwaitingOutcome:
       if (linger_) return;  // Decided; node rank 0 only keeps its store a while.
       if (HostedByAnotherNode()) {
-        if (first_failure_) {
-          Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+        if (lifecycle_->first_failure()) {
+          Finish(lifecycle_->first_failure()->ExitStatus(),
+                 lifecycle_->DescribeFailure(*lifecycle_->first_failure()));
         } else {
           Finish(kExitRendezvousUnavailable, HostLostMessage(status));
         }
@@ -358,39 +359,8 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
       // The run's outcome is not known yet: reconnect (and meanwhile read the done marks).
       StartReconnect(status);
       return;
-    case State::kDone:
+    case NodeState::kDone:
       return;
-  }
-}
-
-void Agent::LeaveRun(int exit_status, const std::string& message) {
-  if (state_ == State::kDone) return;
-  if (stop_signal_ != 0) {
-    // An outside signal stops this node already; its status (128+N) is the one to report.
-    spdlog::info("dgt-run: {}; this node is stopping anyway ({})", message,
-                 SignalName(stop_signal_));
-    return;
-  }
-  const bool workers_running = workers_ && (workers_->alive() > 0 || pending_restarts_ > 0) &&
-                               (state_ == State::kRunning || state_ == State::kRestarting ||
-                                state_ == State::kStopping || state_ == State::kRerounding);
-  if (!workers_running) {
-    FinishLinger(exit_status, message);
-    return;
-  }
-  leave_ = {exit_status, message};
-  // A failed outcome stops restarts and new rounds on this node while its workers stop.
-  rdzv_v1::RunFinished left;
-  left.set_succeeded(false);
-  left.set_message(message);
-  if (!remote_outcome_) remote_outcome_ = left;
-  pending_assignment_.reset();
-  spdlog::error("dgt-run: {}; stopping this node's workers", message);
-  if (state_ == State::kRunning) {
-    StopWorkers();
-  } else {
-    // kRestarting: no restart now; kRerounding: no next round (the workers are stopping).
-    state_ = State::kStopping;
   }
 }
 

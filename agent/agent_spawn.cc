@@ -12,7 +12,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
-#include "agent/agent_internal.h"
 #include "agent/exit_codes.h"
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -109,7 +108,6 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
 }
 
 void Agent::StartRound(int restart_count) {
-  restart_count_ = restart_count;
   failures_.clear();
   recovered_failures_.clear();
   if (workers_) retired_.push_back(std::move(workers_));
@@ -117,8 +115,6 @@ void Agent::StartRound(int restart_count) {
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
       [this](pid_t pgid) { watchdog_.Register(pgid); },
       [this](pid_t pgid) { watchdog_.Unregister(pgid); });
-  state_ = State::kRunning;
-  spawning_ = true;
   if (options_.distribution == Distribution::kTensorflow) {
     if (assignment_.node_count > 1) {
       StartTfExchange(workers_.get(), restart_count);
@@ -153,8 +149,8 @@ void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
 }
 
 void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
-  if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
-  if (state_ != State::kRunning) {
+  if (workers_.get() != group || state() == NodeState::kDone) return;  // A later round took over.
+  if (state() != NodeState::kRunning) {
     SpawnFrom(group, 0, restart_count);  // Stopping: starts nothing, ends the round's spawn.
     return;
   }
@@ -183,8 +179,8 @@ void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
 
 void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
                          const absl::StatusOr<TfExchangeStep>& step) {
-  if (workers_.get() != group || state_ == State::kDone) return;
-  if (state_ != State::kRunning) {
+  if (workers_.get() != group || state() == NodeState::kDone) return;
+  if (state() != NodeState::kRunning) {
     SpawnFrom(group, 0, restart_count);
     return;
   }
@@ -196,13 +192,11 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
     return;
   }
   if (!step.ok() && step.status().code() == absl::StatusCode::kInvalidArgument) {
-    spawning_ = false;
     Finish(1, absl::StrCat("cannot build TF_CONFIG: ", step.status().message()));
     return;
   }
   if (!step.ok() && step.status().code() == absl::StatusCode::kFailedPrecondition) {
     // Nodes given different role flags: this node is not admitted to the others' cluster.
-    spawning_ = false;
     std::string message(step.status().message());
     if (assignment_.node_rank != 0) {
       Finish(kExitNotAdmitted, message);
@@ -212,12 +206,11 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
     // every 100 ms) read the roles that differ and refuse too, rather than find the store gone.
     tf_timer_.expires_after(std::chrono::seconds(1));
     tf_timer_.async_wait([this, message](boost::system::error_code ec) {
-      if (!ec && state_ != State::kDone) Finish(kExitNotAdmitted, message);
+      if (!ec && state() != NodeState::kDone) Finish(kExitNotAdmitted, message);
     });
     return;
   }
   if (absl::Now() >= tf_deadline_) {
-    spawning_ = false;
     Finish(kExitJoinTimeout,
            step.ok()
                ? absl::StrCat("TF_CONFIG: node rank(s) ", absl::StrJoin(step->missing, ", "),
@@ -244,8 +237,8 @@ void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
   // Workers started per turn of the loop: a few ms of fork/exec each, so a SIGTERM (or a worker
   // that failed at once) waits at most about a batch, not for thousands of spawns.
   constexpr int kSpawnBatch = 32;
-  if (workers_.get() != group || state_ == State::kDone) return;  // A later round took over.
-  if (state_ != State::kRunning) {
+  if (workers_.get() != group || state() == NodeState::kDone) return;  // A later round took over.
+  if (state() != NodeState::kRunning) {
     // Stopping (a signal, a failure, a new round): the rest is not started.
     SpawnDone(restart_count);
     return;
@@ -255,7 +248,6 @@ void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
     absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
     absl::Status status = spec.ok() ? workers_->StartOne(*spec).status() : spec.status();
     if (!status.ok()) {
-      spawning_ = false;
       workers_->KillAll();  // The ones already started; the group's destructor reaps them.
       Finish(127, absl::StrCat("cannot start workers: ", status.message()));
       return;
@@ -269,8 +261,7 @@ void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
 }
 
 void Agent::SpawnDone(int restart_count) {
-  spawning_ = false;
-  if (state_ == State::kRunning) {
+  if (state() == NodeState::kRunning) {
     if (restart_count > 0) {
       spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",
                    options_.nproc_per_node, restart_count);
@@ -282,10 +273,8 @@ void Agent::SpawnDone(int restart_count) {
     }
   }
   // Every worker started in earlier batches may have exited while later ones were started (their
-  // exits waited for this). Not once the round is over otherwise (waiting for a round, done).
-  const bool round_active = state_ == State::kRunning || state_ == State::kStopping ||
-                            state_ == State::kRestarting || state_ == State::kRerounding;
-  if (round_active && workers_->alive() == 0 && pending_restarts_ == 0) OnAllWorkersExited();
+  // exits waited for this).
+  Execute(lifecycle_->OnSpawnDone(workers_->alive(), clock_.Now()));
 }
 
 }  // namespace dgt::agent
