@@ -31,8 +31,9 @@ namespace asio = boost::asio;
 
 }  // namespace
 
-Agent::Agent(LaunchOptions options)
+Agent::Agent(LaunchOptions options, AgentEnv env)
     : options_(std::move(options)),
+      env_(std::move(env)),
       work_(asio::make_work_guard(io_)),
       signals_(io_),
       lifecycle_timer_(io_),
@@ -106,7 +107,7 @@ int Agent::Run() {
   return exit_status_;
 }
 
-void Agent::CreateLifecycle() {
+void Agent::CreateLifecycle(RestartBackend backend) {
   NodeLifecycle::Options o;
   o.run_id = options_.run_id;
   o.node_id = options_.node_id;
@@ -122,8 +123,8 @@ void Agent::CreateLifecycle() {
   o.max_restarts = options_.max_restarts;
   o.shrink = options_.restart_policy == RestartPolicy::kRank &&
              options_.recovery_mode == RecoveryMode::kShrink;
-  o.backend = static_ ? RestartBackend::kStatic : RestartBackend::kRendezvous;
-  lifecycle_ = std::make_unique<NodeLifecycle>(std::move(o), &clock_);
+  o.backend = backend;
+  lifecycle_ = std::make_unique<NodeLifecycle>(std::move(o), env_.clock);
 }
 
 void Agent::Execute(const LifecycleActions& actions) {
@@ -180,13 +181,13 @@ void Agent::Carry(const LifecycleAction& a) {
       PublishFailure(*a.exit, a.restart, a.restart_count);
       return;
     case Kind::kInterruptCoordinator:
-      if (static_) static_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
+      coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
       return;
     case Kind::kWatchDrain:
       workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
       return;
     case Kind::kReport:
-      Report(a);
+      coordinator_->Report(a);
       return;
     case Kind::kMarkDone:
       MarkDone(a.exit_status);
@@ -196,6 +197,9 @@ void Agent::Carry(const LifecycleAction& a) {
       return;
     case Kind::kLinger:
       FinishLinger(a.exit_status, a.text);
+      return;
+    case Kind::kReconnect:
+      StartReconnect(closed_status_);
       return;
     case Kind::kFinish:
       Terminate(a.exit_status, a.text);
@@ -209,10 +213,10 @@ void Agent::ArmLifecycleTimer() {
     lifecycle_timer_.cancel();
     return;
   }
-  const absl::Duration wait = std::max(*next - clock_.Now(), absl::ZeroDuration());
+  const absl::Duration wait = std::max(*next - env_.clock->Now(), absl::ZeroDuration());
   lifecycle_timer_.expires_after(absl::ToChronoNanoseconds(wait));
   lifecycle_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) Execute(lifecycle_->OnTick(clock_.Now()));
+    if (!ec) Execute(lifecycle_->OnTick(env_.clock->Now()));
   });
 }
 
@@ -250,22 +254,10 @@ void Agent::ApplyHeld(const LifecycleAction& a) {
 }
 
 void Agent::OnWorkerExit(const WorkerExit& e) {
-  Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), clock_.Now()));
+  Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), env_.clock->Now()));
 }
 
-void Agent::Report(const LifecycleAction& a) {
-  if (static_) {
-    auto outcome = [this](const absl::Status& others) {
-      Execute(lifecycle_->OnStaticOutcome(others.ok(), std::string(others.message())));
-    };
-    if (a.signal != 0) {
-      // The others fail naming this node and the signal, not as if they had been signalled.
-      static_->ReportStopped(SignalName(a.signal), std::move(outcome));
-    } else {
-      static_->Report(a.exit_status, a.text, std::move(outcome));
-    }
-    return;
-  }
+void Agent::ReportToService(const LifecycleAction& a) {
   rdzv_v1::AgentMessage message;
   rdzv_v1::NodeReport* report = message.mutable_report();
   report->set_round(round_);

@@ -18,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include "agent/agent_env.h"
+#include "agent/coordinator.h"
 #include "agent/done_marks.h"
 #include "agent/error_file.h"
 #include "agent/failure_publisher.h"
@@ -26,7 +28,6 @@
 #include "agent/node_lifecycle.h"
 #include "agent/rendezvous_session.h"
 #include "agent/restart_policy.h"
-#include "agent/static_coordinator.h"
 #include "agent/tf_cluster.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -38,7 +39,9 @@ namespace dgt::agent {
 
 class Agent {
  public:
-  explicit Agent(LaunchOptions options);
+  // `env`: the clock, the process launcher, the network probe and the store servers
+  // (agent/agent_env.h); its objects outlive the Agent.
+  explicit Agent(LaunchOptions options, AgentEnv env = AgentEnv::Default());
   ~Agent();
 
   // Runs the job on this node to its end. Returns the process exit status: 0 when every worker
@@ -57,15 +60,15 @@ class Agent {
 
   absl::Status Prepare();
   // The lifecycle (agent/node_lifecycle.h) for this node, once Prepare knows its addresses.
-  void CreateLifecycle();
+  void CreateLifecycle(RestartBackend backend);
   NodeState state() const { return lifecycle_->state(); }
   // Carries out the lifecycle's actions, in order, then arms the timer for its next deadline.
   void Execute(const LifecycleActions& actions);
   void Carry(const LifecycleAction& action);
   void ArmLifecycleTimer();
-  // kReport: to the static coordinator, or to the rendezvous service (with this node's done
-  // mark; after a rejoin when the service is lost).
-  void Report(const LifecycleAction& action);
+  // SessionBackend's kReport: this node's NodeReport to the rendezvous service, with its done
+  // mark (after a rejoin when the service is lost).
+  void ReportToService(const LifecycleAction& action);
   // kApplyAssignment: the held assignment of the service (or the static backend's one round).
   void ApplyHeld(const LifecycleAction& action);
   // The round of `assignment_` for the lifecycle.
@@ -165,12 +168,12 @@ class Agent {
   void WaitForSignals();
 
   LaunchOptions options_;
+  AgentEnv env_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::signal_set signals_;
   // Armed at NodeLifecycle::NextDeadline (join timeout, wait for a round, drain bound).
   boost::asio::steady_timer lifecycle_timer_;
-  RealClock clock_;
   std::unique_ptr<NodeLifecycle> lifecycle_;
   int exit_status_ = 1;
   // Losing and reconnecting to the rendezvous service.
@@ -180,6 +183,7 @@ class Agent {
   std::string rdzv_token_;
   uint64_t session_gen_ = 0;  // Generation of session_; callbacks of older ones are dropped.
   std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
+  grpc::Status closed_status_;  // How the last session ended (kReconnect logs it).
   absl::Duration reconnect_backoff_;
   std::thread reconnect_thread_;  // One connection attempt at a time.
   dgt::Mutex reconnect_mu_;
@@ -210,7 +214,8 @@ class Agent {
   // The service's latest assignment: the lifecycle applies it now or once the workers are gone.
   std::optional<rdzv_v1::Assignment> held_assignment_;
   std::unique_ptr<RendezvousSession> session_;
-  std::unique_ptr<StaticCoordinator> static_;
+  // The rendezvous session's side (SessionBackend) or the static backend (StaticBackend).
+  std::unique_ptr<Coordinator> coordinator_;
   bool session_open_ = false;
   GroupWatchdog watchdog_;
   std::unique_ptr<WorkerGroup> workers_;

@@ -131,7 +131,7 @@ absl::Status Agent::Prepare() {
   if (options_.master_port_set && options_.max_nodes == 1) {
     store_options.port = static_cast<uint16_t>(options_.master_port);
   }
-  store_ = std::make_unique<store::Server>(store_options);
+  store_ = env_.store_host(store_options);
   if (auto s = store_->Start(); !s.ok()) return s;
 
   rdzv_tls_ = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
@@ -147,7 +147,9 @@ absl::Status Agent::Prepare() {
     DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
-  CreateLifecycle();
+  CreateLifecycle(RestartBackend::kRendezvous);
+  coordinator_ =
+      std::make_unique<SessionBackend>([this](const LifecycleAction& a) { ReportToService(a); });
   auto session = OpenSession(session_gen_, absl::Seconds(options_.connect_timeout_s));
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
@@ -169,7 +171,7 @@ absl::Status Agent::Prepare() {
                options_.node_id, advertised_address_, options_.run_id, rdzv_endpoint_,
                options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
   // The round must come within the join timeout (exit 75).
-  lifecycle_->OnJoinSent(clock_.Now());
+  lifecycle_->OnJoinSent(env_.clock->Now());
   ArmLifecycleTimer();
   return absl::OkStatus();
 }
@@ -187,7 +189,7 @@ absl::Status Agent::PrepareStatic() {
     // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
     store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
     store_options.port = static_cast<uint16_t>(options_.master_port);
-    store_ = std::make_unique<store::Server>(store_options);
+    store_ = env_.store_host(store_options);
     if (absl::Status s = store_->Start(); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
                                                  options_.master_port, ": ", s.message()));
@@ -216,18 +218,14 @@ absl::Status Agent::PrepareStatic() {
   co.master_port = options_.master_port;
   co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
   co.finish_timeout = absl::Seconds(options_.join_timeout_s);
-  static_ = std::make_unique<StaticCoordinator>(io_, co);
+  CreateLifecycle(RestartBackend::kStatic);
+  auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(),
+                                                 [this](const LifecycleActions& a) { Execute(a); });
+  StaticBackend* started = backend.get();
+  coordinator_ = std::move(backend);
   spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
                options_.max_nodes, *master, options_.master_port);
-  CreateLifecycle();
-  static_->Start(
-      [this](const absl::Status& s) {
-        Execute(lifecycle_->OnStaticStarted(s.ok(), s.code() == absl::StatusCode::kAlreadyExists,
-                                            std::string(s.message())));
-      },
-      [this](int exit_status, const std::string& message) {
-        Execute(lifecycle_->OnStaticRemoteFailure(exit_status, message));
-      });
+  started->Start();
   return absl::OkStatus();
 }
 

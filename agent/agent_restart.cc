@@ -98,7 +98,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
                   absl::ToUnixNanos(published), absl::ToUnixNanos(started));
             }
           }
-          if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), clock_.Now()));
+          if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), env_.clock->Now()));
         });
       });
 }

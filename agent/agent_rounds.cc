@@ -51,7 +51,7 @@ void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
   round.node_rank = a.node_rank();
   round.node_count = a.node_count();
   round.reason = a.reason();
-  Execute(lifecycle_->OnAssignment(round, Alive(), clock_.Now()));
+  Execute(lifecycle_->OnAssignment(round, Alive(), env_.clock->Now()));
 }
 
 void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
@@ -80,7 +80,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
     round_store_ = std::move(store_);
     store::ServerOptions next;
     next.host = advertised_address_;
-    store_ = std::make_unique<store::Server>(next);
+    store_ = env_.store_host(next);
     if (absl::Status st = store_->Start(); !st.ok()) {
       spdlog::error("dgt-run: cannot open the next store: {}", st.message());
       store_.reset();
@@ -92,11 +92,9 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   }
   if (network_env_master_ != a.master_addr()) {
     // What NCCL needs to find InfiniBand (or to stay off it), as `dgt doctor` shows it.
-    worker::RealVerbsApi verbs;
-    worker::RealRouteApi route;
     worker::NetworkEnvOptions net_options;
     net_options.master_addr = a.master_addr();
-    worker::NetworkReport report = worker::DeriveNetworkEnv(verbs, route, net_options);
+    worker::NetworkReport report = env_.network_probe(net_options);
     network_env_ = report.env;
     network_env_master_ = a.master_addr();
     for (const std::string& reason : report.reasons) spdlog::debug("dgt-run: network: {}", reason);
@@ -169,7 +167,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   if (linger_) {
     const bool done = last_marks_ && last_marks_->AllDone() &&
                       (!linger_for_seen_ || last_marks_->AllSeenExcept(assignment_.node_rank));
-    if (done || absl::Now() >= linger_deadline_) {
+    if (done || env_.clock->Now() >= linger_deadline_) {
       const auto [status, message] = *linger_;
       Finish(status, message);
       return;
@@ -244,7 +242,7 @@ void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_
   }
   linger_ = {exit_status, message};
   linger_for_seen_ = wait_for_seen;
-  linger_deadline_ = absl::Now() + absl::Seconds(options_.reconnect_timeout_s);
+  linger_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
   lifecycle_->OnLingerStarted();
   spdlog::info(
       "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "

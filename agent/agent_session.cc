@@ -103,7 +103,7 @@ std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
 
 void Agent::StartReconnect(const grpc::Status& status) {
   if (!reconnect_deadline_) {
-    reconnect_deadline_ = absl::Now() + absl::Seconds(options_.reconnect_timeout_s);
+    reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
     reconnect_backoff_ = absl::Milliseconds(100);
     spdlog::warn(
         "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
@@ -123,7 +123,7 @@ void Agent::StartReconnect(const grpc::Status& status) {
 
 void Agent::ScheduleReconnect() {
   if (!reconnect_deadline_ || state() == NodeState::kDone) return;
-  if (absl::Now() >= *reconnect_deadline_) {
+  if (env_.clock->Now() >= *reconnect_deadline_) {
     OnReconnectWindowOver();
     return;
   }
@@ -143,7 +143,7 @@ void Agent::TryReconnect() {
   if (state() == NodeState::kDone || !reconnect_deadline_) return;
   // The previous attempt posted its result already (attempts are started from that result).
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
-  const absl::Duration left = *reconnect_deadline_ - absl::Now();
+  const absl::Duration left = *reconnect_deadline_ - env_.clock->Now();
   if (left <= absl::ZeroDuration()) {
     OnReconnectWindowOver();
     return;
@@ -214,43 +214,12 @@ void Agent::OnRejoined() {
 
 void Agent::OnReconnectWindowOver() {
   reconnect_timer_.cancel();
-  const std::string lost = absl::StrCat(
-      "lost the rendezvous service at ", rdzv_endpoint_, " and could not reach it again within ",
-      options_.reconnect_timeout_s, " s (--rdzv-conf read_timeout)");
-  switch (state()) {
-    case NodeState::kJoining:
-    case NodeState::kWaitingForRound:
-      Finish(kExitRendezvousUnavailable, lost);
-      return;
-    case NodeState::kRunning:
-    case NodeState::kRestarting:
-    case NodeState::kStopping:
-    case NodeState::kRerounding:
-      LeaveRun(kExitRendezvousUnavailable, lost);
-      return;
-    case NodeState::kAwaitingOutcome:
-      if (linger_) return;
-      if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0 &&
-          !lifecycle_->first_failure()) {
-        const int failed = last_marks_->FirstWorkerFailure();
-        // The failed workers' status, as with the service (the root cause's exit code).
-        FinishLinger(*last_marks_->status[failed],
-                     absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
-                                  failed, " ended with exit status ", *last_marks_->status[failed],
-                                  " (done marks in the round's store; ", lost, ")"));
-      } else if (lifecycle_->first_failure()) {
-        FinishLinger(lifecycle_->first_failure()->ExitStatus(),
-                     lifecycle_->DescribeFailure(*lifecycle_->first_failure()));
-      } else {
-        // Never "succeeded" for a run whose outcome this node does not know.
-        FinishLinger(kExitRendezvousUnavailable,
-                     absl::StrCat(lost, "; this node's workers succeeded, but the outcome of run '",
-                                  options_.run_id, "' is unknown"));
-      }
-      return;
-    case NodeState::kDone:
-      return;
+  std::optional<MarkedFailure> marked;
+  if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0) {
+    const int failed = last_marks_->FirstWorkerFailure();
+    marked = MarkedFailure{failed, *last_marks_->status[failed]};
   }
+  Execute(lifecycle_->OnReconnectWindowOver(linger_.has_value(), marked, Alive()));
 }
 
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
@@ -292,7 +261,7 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
       return;
     }
     case rdzv_v1::ServiceMessage::kStop:
-      Execute(lifecycle_->OnStop(message.stop().reason(), Alive(), clock_.Now()));
+      Execute(lifecycle_->OnStop(message.stop().reason(), Alive(), env_.clock->Now()));
       return;
     case rdzv_v1::ServiceMessage::KIND_NOT_SET:
       return;
@@ -311,57 +280,13 @@ std::string Agent::HostLostMessage(const grpc::Status& status) const {
 
 void Agent::OnSessionClosed(const grpc::Status& status) {
   session_open_ = false;
-  // Stopping for an outside signal: the service is not needed any more (the other nodes, or the
-  // agent hosting it, may be going away for the same signal), and the end is 128+N.
-  if (lifecycle_->stop_signal() != 0) return;
-  switch (state()) {
-    case NodeState::kJoining:
-      if (IsRefusal(status)) {
-        Finish(kExitNotAdmitted,
-               absl::StrCat("the rendezvous session at ", rdzv_endpoint_,
-                            " ended before this node was assigned: ", status.error_message()));
-        return;
-      }
-      StartReconnect(status);  // The join timeout still bounds the wait for a round.
-      return;
-    case NodeState::kRunning:
-    case NodeState::kRestarting:
-    case NodeState::kStopping:
-    case NodeState::kRerounding:
-      // After a RunFinished (or a refusal) the service ends the session itself: nothing was lost.
-      if (lifecycle_->has_remote_outcome()) return;
-      if (HostedByAnotherNode()) {
-        // c10d-style hosting: the service died with its node (whose agent also served the
-        // store as node rank 0, or ran workers of this job), so the job cannot complete.
-        LeaveRun(kExitRendezvousUnavailable, HostLostMessage(status));
-        return;
-      }
-      StartReconnect(status);  // The workers keep running meanwhile.
-      return;
-    case NodeState::kWaitingForRound:
-      if (HostedByAnotherNode()) {
-        Finish(kExitRendezvousUnavailable, HostLostMessage(status));
-        return;
-      }
-      StartReconnect(status);
-      return;
-    case NodeState::kAwaitingOutcome:
-      if (linger_) return;  // Decided; node rank 0 only keeps its store a while.
-      if (HostedByAnotherNode()) {
-        if (lifecycle_->first_failure()) {
-          Finish(lifecycle_->first_failure()->ExitStatus(),
-                 lifecycle_->DescribeFailure(*lifecycle_->first_failure()));
-        } else {
-          Finish(kExitRendezvousUnavailable, HostLostMessage(status));
-        }
-        return;
-      }
-      // The run's outcome is not known yet: reconnect (and meanwhile read the done marks).
-      StartReconnect(status);
-      return;
-    case NodeState::kDone:
-      return;
-  }
+  closed_status_ = status;
+  SessionEnd end;
+  end.refused = IsRefusal(status);
+  end.error = status.error_message();
+  if (HostedByAnotherNode()) end.host_lost = HostLostMessage(status);
+  end.lingering = linger_.has_value();
+  Execute(lifecycle_->OnSessionClosed(end, Alive()));
 }
 
 }  // namespace dgt::agent

@@ -114,7 +114,7 @@ void Agent::StartRound(int restart_count) {
   workers_ = std::make_unique<WorkerGroup>(
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
       [this](pid_t pgid) { watchdog_.Register(pgid); },
-      [this](pid_t pgid) { watchdog_.Unregister(pgid); });
+      [this](pid_t pgid) { watchdog_.Unregister(pgid); }, env_.launcher);
   if (options_.distribution == Distribution::kTensorflow) {
     if (assignment_.node_count > 1) {
       StartTfExchange(workers_.get(), restart_count);
@@ -139,7 +139,7 @@ void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
         std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
   }
   tf_addresses_.clear();
-  tf_deadline_ = absl::Now() + absl::Seconds(options_.join_timeout_s);
+  tf_deadline_ = env_.clock->Now() + absl::Seconds(options_.join_timeout_s);
   spdlog::info(
       "dgt-run: publishing this node's TensorFlow addresses {} for round {} in the round's store "
       "at {}:{}",
@@ -210,7 +210,7 @@ void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
     });
     return;
   }
-  if (absl::Now() >= tf_deadline_) {
+  if (env_.clock->Now() >= tf_deadline_) {
     Finish(kExitJoinTimeout,
            step.ok()
                ? absl::StrCat("TF_CONFIG: node rank(s) ", absl::StrJoin(step->missing, ", "),
@@ -274,7 +274,7 @@ void Agent::SpawnDone(int restart_count) {
   }
   // Every worker started in earlier batches may have exited while later ones were started (their
   // exits waited for this).
-  Execute(lifecycle_->OnSpawnDone(workers_->alive(), clock_.Now()));
+  Execute(lifecycle_->OnSpawnDone(workers_->alive(), env_.clock->Now()));
 }
 
 }  // namespace dgt::agent

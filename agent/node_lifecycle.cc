@@ -66,6 +66,8 @@ const char* KindName(Kind kind) {
       return "Linger";
     case Kind::kFinish:
       return "Finish";
+    case Kind::kReconnect:
+      return "Reconnect";
   }
   return "?";
 }

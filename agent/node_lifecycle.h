@@ -59,6 +59,22 @@ struct RoundAssignment {
   std::string reason;  // Why the round started ("initial", "node lost", ...), for logs.
 };
 
+// How the rendezvous session ended (NodeLifecycle::OnSessionClosed).
+struct SessionEnd {
+  bool refused = false;  // The service refused the session (a bad token, a limit, ...).
+  std::string error;     // Its status message.
+  // The service was hosted in-process by another node's agent (c10d-style), whose loss it
+  // means: why, for the exit message. Unset for a dgt-rendezvous service (reconnect).
+  std::optional<std::string> host_lost;
+  bool lingering = false;  // Node rank 0 already keeps the round's store before finishing.
+};
+
+// A failed node's done mark (every node done), read from the round's store.
+struct MarkedFailure {
+  int node_rank = 0;
+  int exit_status = 0;
+};
+
 // The run's outcome as the coordinator tells it (RunFinished).
 struct RunOutcome {
   bool succeeded = false;
@@ -91,6 +107,8 @@ struct LifecycleAction {
     kPollMarks,             // Read the round's done marks (OnMarks answers).
     kLinger,                // exit_status, text: finish, except that the node serving the
                             // round's store may first keep it up (runtime, done marks).
+    kReconnect,             // The service is lost: reconnect within the read timeout (the
+                            // workers keep running); OnReconnectWindowOver if it stays away.
     kFinish,                // exit_status, text: the end of this agent.
   };
   Kind kind = Kind::kLog;
@@ -184,6 +202,13 @@ class NodeLifecycle {
   // This node must leave the run (service lost for good, a rejoin refused): stop the workers,
   // then finish with `exit_status` (kLinger). `alive`: workers still running.
   LifecycleActions LeaveRun(int exit_status, const std::string& message, int alive);
+  // The session with the rendezvous service ended (kReconnect, a refusal, or the end of the node
+  // that hosted it).
+  LifecycleActions OnSessionClosed(const SessionEnd& end, int alive);
+  // The service did not come back within the read timeout. `marked`: the first failed node of
+  // the done marks when every node is done.
+  LifecycleActions OnReconnectWindowOver(bool lingering, std::optional<MarkedFailure> marked,
+                                         int alive);
   // Without the service, another node's failed done mark: stop this node's workers.
   LifecycleActions OnMarksFailure(int node_rank, int exit_status);
   // The runtime keeps the round's store a while before finishing (kLinger accepted).

@@ -48,6 +48,15 @@
 // SignalDuringSpawn                           test_faults_and_logs.py::
 //                                               test_sigterm_during_a_big_spawn_takes_effect_promptly
 // DrainIsBounded                              (unit only: a descendant holding the pipes)
+// ServiceLostWhileRunningReconnects           test_rendezvous_faults.py::
+//                                               test_job_survives_a_restart_of_the_rendezvous_service
+// SessionRefusedWhileJoining                  test_rendezvous_ops.py::test_bearer_token_is_required
+// HostingNodeLost                             test_rendezvous_ops.py::
+//                                               test_kill_9_of_the_hosting_agent_stops_the_others
+// ReconnectWindowOver                         test_rendezvous_faults.py::
+//                                               test_service_lost_for_good_stops_both_nodes_with_69,
+//                                             test_rendezvous_faults.py::
+//                                               test_outcome_from_done_marks_when_the_service_stays_away
 // StaticTwoNodesSucceed                       test_supervision.py::test_static_backend_two_nodes
 // StaticFailureOnTheOtherNode                 test_supervision.py::
 //                                               test_static_backend_failure_stops_the_other_node
@@ -145,7 +154,7 @@ class Harness {
   }
 
   // Joins and runs the first round: the workers start.
-  void Start(RoundAssignment a = Round(0)) {
+  void Start(const RoundAssignment& a = Round(0)) {
     lc_.OnJoinSent(clock_.Now());
     Do(lc_.OnAssignment(a, alive(), clock_.Now()));
     ASSERT_EQ(lc_.state(), NodeState::kRunning);
@@ -743,6 +752,91 @@ TEST(NodeLifecycleTest, StaticStartRefusedOrUnreachable) {
   Harness joining(StaticOptions());
   EXPECT_THAT(joining.Do(joining.lc().OnSignal(SIGTERM, false)),
               ElementsAre("Finish(143, stopped by SIGTERM before workers started)"));
+}
+
+SessionEnd Lost(std::optional<std::string> host_lost = std::nullopt, bool lingering = false) {
+  SessionEnd end;
+  end.error = "Socket closed";
+  end.host_lost = std::move(host_lost);
+  end.lingering = lingering;
+  return end;
+}
+
+TEST(NodeLifecycleTest, ServiceLostWhileRunningReconnects) {
+  Harness h;
+  h.Start();
+  EXPECT_THAT(h.Do(h.lc().OnSessionClosed(Lost(), h.alive())), ElementsAre("Reconnect"));
+  EXPECT_EQ(h.lc().state(), NodeState::kRunning);  // The workers keep running.
+  // After the run's outcome the service ends the session itself: nothing was lost.
+  h.Do(h.lc().OnRunFinished(Failed("n1", 3)));
+  EXPECT_THAT(h.Do(h.lc().OnSessionClosed(Lost(), h.alive())), ElementsAre());
+  // Stopping for a signal: the service is not needed any more.
+  Harness signalled;
+  signalled.Start();
+  signalled.Do(signalled.lc().OnSignal(SIGTERM, true));
+  EXPECT_THAT(signalled.Do(signalled.lc().OnSessionClosed(Lost(), 2)), ElementsAre());
+}
+
+TEST(NodeLifecycleTest, SessionRefusedWhileJoining) {
+  Harness h;
+  SessionEnd refused = Lost();
+  refused.refused = true;
+  refused.error = "missing or wrong bearer token";
+  EXPECT_THAT(h.Do(h.lc().OnSessionClosed(refused, 0)),
+              ElementsAre("Finish(77, the rendezvous session at 10.0.0.1:29400 ended before this "
+                          "node was assigned: missing or wrong bearer token)"));
+  Harness unreachable;
+  EXPECT_THAT(unreachable.Do(unreachable.lc().OnSessionClosed(Lost(), 0)),
+              ElementsAre("Reconnect"));  // The join timeout still bounds the wait.
+}
+
+TEST(NodeLifecycleTest, HostingNodeLost) {
+  Harness h;
+  h.Start();
+  EXPECT_THAT(
+      h.Do(h.lc().OnSessionClosed(Lost("host gone"), h.alive())),
+      ElementsAre("Log(error): host gone; stopping this node's workers", "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers", "WatchDrain"));
+  EXPECT_THAT(h.Drained(), ElementsAre("MarkDone(69)", "Linger(69, host gone)"));
+  // Its own workers failed first: that failure is the exit status.
+  Harness failed;
+  failed.Start();
+  failed.Exit(1, 3);
+  failed.Drained();
+  EXPECT_THAT(failed.Do(failed.lc().OnSessionClosed(Lost("host gone"), 0)),
+              ElementsAre(absl::StrCat("Finish(3, ", Who(1, 1001), ")")));
+  // Already lingering: decided.
+  EXPECT_THAT(failed.Do(failed.lc().OnSessionClosed(Lost("host gone", true), 0)), ElementsAre());
+}
+
+TEST(NodeLifecycleTest, ReconnectWindowOver) {
+  const std::string lost =
+      "lost the rendezvous service at 10.0.0.1:29400 and could not reach it again within 60 s "
+      "(--rdzv-conf read_timeout)";
+  Harness running;
+  running.Start();
+  EXPECT_THAT(running.Do(running.lc().OnReconnectWindowOver(false, std::nullopt, 2)),
+              ElementsAre(absl::StrCat("Log(error): ", lost, "; stopping this node's workers"),
+                          "StopWorkers(SIGTERM)"));
+  Harness joining;
+  EXPECT_THAT(joining.Do(joining.lc().OnReconnectWindowOver(false, std::nullopt, 0)),
+              ElementsAre(absl::StrCat("Finish(69, ", lost, ")")));
+  // Workers done: the done marks name the failed node.
+  Harness marked;
+  marked.Start(Round(0, 0, 1, 2));
+  marked.Exit(0, 0);
+  marked.Exit(1, 0);
+  marked.Drained();
+  EXPECT_THAT(marked.Do(marked.lc().OnReconnectWindowOver(false, MarkedFailure{0, 3}, 0)),
+              ElementsAre(absl::StrCat("Linger(3, run 'job' failed: the workers of node rank 0 "
+                                       "ended with exit status 3 (done marks in the round's "
+                                       "store; ",
+                                       lost, "))")));
+  EXPECT_THAT(marked.Do(marked.lc().OnReconnectWindowOver(false, std::nullopt, 0)),
+              ElementsAre(absl::StrCat("Linger(69, ", lost,
+                                       "; this node's workers succeeded, but the outcome of run "
+                                       "'job' is unknown)")));
+  EXPECT_THAT(marked.Do(marked.lc().OnReconnectWindowOver(true, std::nullopt, 0)), ElementsAre());
 }
 
 }  // namespace
