@@ -3,7 +3,10 @@
 // the outcome. The same class backs `dgt-run` (foreground) and, later, the daemon.
 //
 // Everything happens on one event loop (boost::asio): rendezvous messages, worker exits, worker
-// output, signals and timers. Thread-compatible: Run() once, from one thread.
+// output, signals and timers. What to do on each of those is NodeLifecycle's decision
+// (agent/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it every
+// event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
+// one thread.
 #ifndef DGT_AGENT_AGENT_H_
 #define DGT_AGENT_AGENT_H_
 
@@ -15,14 +18,16 @@
 #include <thread>
 #include <utility>
 
+#include "agent/agent_env.h"
+#include "agent/coordinator.h"
 #include "agent/done_marks.h"
 #include "agent/error_file.h"
 #include "agent/failure_publisher.h"
 #include "agent/group_watchdog.h"
 #include "agent/launch_options.h"
+#include "agent/node_lifecycle.h"
 #include "agent/rendezvous_session.h"
 #include "agent/restart_policy.h"
-#include "agent/static_coordinator.h"
 #include "agent/tf_cluster.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -34,7 +39,9 @@ namespace dgt::agent {
 
 class Agent {
  public:
-  explicit Agent(LaunchOptions options);
+  // `env`: the clock, the process launcher, the network probe and the store servers
+  // (agent/agent_env.h); its objects outlive the Agent.
+  explicit Agent(LaunchOptions options, AgentEnv env = AgentEnv::Default());
   ~Agent();
 
   // Runs the job on this node to its end. Returns the process exit status: 0 when every worker
@@ -44,20 +51,6 @@ class Agent {
   int Run();
 
  private:
-  // kRerounding: a new rendezvous round was assigned while workers ran; they are stopping and
-  // the round starts when they are gone. kWaitingForRound: the service stopped this node's
-  // workers (too few nodes) and a new assignment is awaited.
-  enum class State {
-    kJoining,
-    kRunning,
-    kRestarting,
-    kStopping,
-    kRerounding,
-    kWaitingForRound,
-    kAwaitingOutcome,
-    kDone
-  };
-
   // A failed worker as the summary reports it.
   struct Failure {
     WorkerExit exit;
@@ -66,12 +59,25 @@ class Agent {
   };
 
   absl::Status Prepare();
+  // The lifecycle (agent/node_lifecycle.h) for this node, once Prepare knows its addresses.
+  void CreateLifecycle(RestartBackend backend);
+  NodeState state() const { return lifecycle_->state(); }
+  // Carries out the lifecycle's actions, in order, then arms the timer for its next deadline.
+  void Execute(const LifecycleActions& actions);
+  void Carry(const LifecycleAction& action);
+  void ArmLifecycleTimer();
+  // SessionBackend's kReport: this node's NodeReport to the rendezvous service, with its done
+  // mark (after a rejoin when the service is lost).
+  void ReportToService(const LifecycleAction& action);
+  // kApplyAssignment: the held assignment of the service (or the static backend's one round).
+  void ApplyHeld(const LifecycleAction& action);
+  // The round of `assignment_` for the lifecycle.
+  RoundAssignment CurrentRound(const std::string& reason) const;
+  int Alive() const { return workers_ ? workers_->alive() : 0; }
   // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
   absl::Status PrepareStatic();
-  // Sets up restarts and logs for `assignment_`, then StartRound(0).
-  void BeginRun();
-  // A fresh restart budget for the node count of `assignment_` (each round).
-  void ResetRestartTracker();
+  // Sets up the logs for `assignment_`, then its round starts (NodeLifecycle::OnRoundApplied).
+  void BeginRun(const std::string& reason);
   // Opens a Session stream whose callbacks reach this agent's loop while `gen` is the current
   // session generation (a replaced session's late callbacks are dropped). Blocks up to `timeout`.
   absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenSession(uint64_t gen,
@@ -104,26 +110,18 @@ class Agent {
   // The run's outcome learned from the done marks without the service: node rank 0 keeps the
   // store until every other node has seen it; the others write their seen mark and finish.
   void FinishFromMarks(int exit_status, const std::string& message);
-  // Whether a failure may still be followed by a group restart (decided by the service).
-  bool GroupRestartLeft() const;
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
   void OnSessionClosed(const grpc::Status& status);
   void OnAssignment(const rdzv_v1::Assignment& assignment);
   // Takes `assignment` as this node's round: the store it names (when this node is node rank 0)
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
-  void OnStopWorkers(const rdzv_v1::StopWorkers& stop);
-  // True (and logs that `what`, sent for `reason`, is ignored) once an outside signal stops this
-  // agent: it then ends with 128+N after its workers are gone, whatever the service sends.
-  bool StoppingForSignal(std::string_view what, std::string_view reason) const;
-  // This node is no longer part of the run (refused by the service, or the service is lost for
-  // good): stops its workers, then exits with `exit_status` and `message`.
+  // This node is no longer part of the run (NodeLifecycle::LeaveRun).
   void LeaveRun(int exit_status, const std::string& message);
-  void OnRunFinished(const rdzv_v1::RunFinished& finished);
   void OnWorkerExit(const WorkerExit& exit);
-  // Starts every local worker of a round from `assignment_` with TORCHELASTIC_RESTART_COUNT
-  // `restart_count`. The single entry point for first starts and group restarts (and, later,
-  // new rendezvous rounds).
+  // kStartRound: starts every local worker of a round from `assignment_` with
+  // TORCHELASTIC_RESTART_COUNT `restart_count`. The single entry point for first starts, group
+  // restarts and new rendezvous rounds.
   void StartRound(int restart_count);
   // Starts local ranks [first, nproc) of `group`'s round, kSpawnBatch at a time; posts the rest
   // to the loop, so that a stop signal or a worker's exit is handled between batches. Stops
@@ -145,8 +143,6 @@ class Agent {
   void PublishFailure(const WorkerExit& exit, bool restart, int attempt);
   // Creates publisher_ (policy rank) unless it exists.
   void EnsurePublisher();
-  // What follows once no local worker is alive and no replacement is pending.
-  void OnAllWorkersExited();
   // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
   void PublishRestart(int rank, int generation);
   // Reserves one free port per local worker on the advertised address (tf_local_addresses_).
@@ -162,23 +158,23 @@ class Agent {
   void PollTfExchange(WorkerGroup* group, int restart_count);
   void OnTfExchange(WorkerGroup* group, int restart_count,
                     const absl::StatusOr<TfExchangeStep>& step);
-  void OnSignal(int sig);
-  void StopWorkers();
-  void AfterWorkersExited();
+  // Ends the agent with `exit_status` (NodeLifecycle::Finish, then Terminate).
   void Finish(int exit_status, const std::string& message);
-  std::string DescribeFailure(const WorkerExit& exit) const;
+  // kFinish: prints the outcome (and the failure summary), stops every timer and the loop.
+  void Terminate(int exit_status, const std::string& message);
   Failure RecordFailure(const WorkerExit& exit) const;
   // The failure summary: the first failure in time, then the others.
   std::string Summary() const;
   void WaitForSignals();
 
   LaunchOptions options_;
+  AgentEnv env_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   boost::asio::signal_set signals_;
-  boost::asio::steady_timer join_timer_;
-  boost::asio::steady_timer drain_timer_;
-  State state_ = State::kJoining;
+  // Armed at NodeLifecycle::NextDeadline (join timeout, wait for a round, drain bound).
+  boost::asio::steady_timer lifecycle_timer_;
+  std::unique_ptr<NodeLifecycle> lifecycle_;
   int exit_status_ = 1;
   // Losing and reconnecting to the rendezvous service.
   boost::asio::steady_timer reconnect_timer_;
@@ -187,6 +183,7 @@ class Agent {
   std::string rdzv_token_;
   uint64_t session_gen_ = 0;  // Generation of session_; callbacks of older ones are dropped.
   std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
+  grpc::Status closed_status_;  // How the last session ended (kReconnect logs it).
   absl::Duration reconnect_backoff_;
   std::thread reconnect_thread_;  // One connection attempt at a time.
   dgt::Mutex reconnect_mu_;
@@ -204,8 +201,6 @@ class Agent {
   absl::Time linger_deadline_;
   // Exit status when Prepare() fails with anything but a bad flag value.
   int prepare_exit_status_ = 1;
-  // Set by LeaveRun: the exit status and message once the workers are gone.
-  std::optional<std::pair<int, std::string>> leave_;
 
   std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
   std::string rdzv_endpoint_;
@@ -216,22 +211,17 @@ class Agent {
   // The store serving the current round, when this node is node rank 0.
   std::unique_ptr<store::Server> round_store_;
   int64_t round_ = -1;
-  std::optional<rdzv_v1::Assignment> pending_assignment_;
+  // The service's latest assignment: the lifecycle applies it now or once the workers are gone.
+  std::optional<rdzv_v1::Assignment> held_assignment_;
   std::unique_ptr<RendezvousSession> session_;
-  std::unique_ptr<StaticCoordinator> static_;
+  // The rendezvous session's side (SessionBackend) or the static backend (StaticBackend).
+  std::unique_ptr<Coordinator> coordinator_;
   bool session_open_ = false;
   GroupWatchdog watchdog_;
-  RealClock clock_;
-  std::unique_ptr<RestartTracker> restarts_;
   std::unique_ptr<WorkerGroup> workers_;
   // Policy rank: publishes rank failures into the job's store (created at the first failure).
   std::unique_ptr<FailurePublisher> publisher_;
-  int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
-  // The round's workers are still being started (in batches): "all workers exited" waits.
-  bool spawning_ = false;
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
-  int restart_count_ = 0;
-  int next_restart_count_ = 0;  // The attempt being started or running (group policy).
   // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
   std::string log_root_;
   bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
@@ -259,14 +249,6 @@ class Agent {
   // MASTER_ADDR (only variables the user did not set); added to every worker's environment.
   std::map<std::string, std::string> network_env_;
   std::string network_env_master_;
-  rdzv_v1::JoinProgress last_progress_;
-
-  std::optional<WorkerExit> first_failure_;
-  std::optional<rdzv_v1::RunFinished> remote_outcome_;
-  // Without the service, another node's failed done mark stopped this node's workers (no group
-  // restart left): that node rank.
-  std::optional<int> marks_failure_;
-  int stop_signal_ = 0;
 };
 
 }  // namespace dgt::agent

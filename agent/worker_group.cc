@@ -61,14 +61,6 @@ void FilteredLog::MaybeWrite(absl::string_view prefix, absl::string_view line) {
   }
 }
 
-std::string WorkerExit::Describe() const {
-  if (signal != 0) {
-    const char* name = sigabbrev_np(signal);
-    return absl::StrCat("was killed by signal ", signal, " (SIG", name ? name : "?", ")");
-  }
-  return absl::StrCat("exited with code ", exit_code);
-}
-
 // What is pending of one output stream. Output is forwarded in segments: text up to a '\n' (a
 // line), or up to a '\r' (a progress bar redrawing its line, as tqdm writes "\r 10%|█ |").
 struct StreamState {

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "agent/process_launcher.h"
+#include "agent/worker_exit.h"
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
@@ -83,26 +84,6 @@ struct WorkerSpec {
   std::shared_ptr<FilteredLog> stdout_filtered;
   std::shared_ptr<FilteredLog> stderr_filtered;
 };
-
-struct WorkerExit {
-  int local_rank = 0;
-  int rank = 0;
-  int attempt = 0;
-  pid_t pid = 0;
-  int exit_code = 0;  // When it exited; 0 when killed by a signal.
-  int signal = 0;     // Terminating signal, 0 when it exited.
-  absl::Time time;
-  // Last lines the worker wrote to stderr (at most kStderrTailLines).
-  std::deque<std::string> stderr_tail;
-
-  bool succeeded() const { return signal == 0 && exit_code == 0; }
-  // "exited with code 3" or "was killed by signal 9 (SIGKILL)".
-  std::string Describe() const;
-  // The launcher's exit status for this failure: the code, or 128 + signal.
-  int ExitStatus() const { return signal != 0 ? 128 + signal : exit_code; }
-};
-
-inline constexpr size_t kStderrTailLines = 20;
 
 class WorkerGroup {
  public:

@@ -1,0 +1,326 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "agent/agent.h"
+#include "agent/exit_codes.h"
+#include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
+#include "agent/rendezvous_host.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/store_keys.h"
+#include "dgt/worker/net_discovery.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace asio = boost::asio;
+
+bool IsIpLiteral(const std::string& text) {
+  in6_addr buf;
+  return inet_pton(AF_INET, text.c_str(), &buf) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &buf) == 1;
+}
+
+std::string DefaultNodeId() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return absl::StrCat(host, ":", ::getpid());
+}
+
+std::string RandomRunId() {
+  std::random_device rd;
+  return absl::StrCat("standalone-", absl::Hex(rd(), absl::kZeroPad8));
+}
+
+}  // namespace
+
+absl::Status Agent::Prepare() {
+  if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
+  if (!options_.logs_specs.empty()) {
+    // torchrun loads a Python LogsSpecs class by this name; dgt-run has no Python in-process.
+    spdlog::warn(
+        "dgt-run: --logs-specs={} is ignored: dgt-run's log layout is fixed (--log-dir, -r, -t)",
+        options_.logs_specs);
+  }
+  if (options_.rdzv_backend == "static" && options_.max_nodes > 1 &&
+      options_.rdzv_endpoint.empty()) {
+    return PrepareStatic();
+  }
+
+  std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
+  std::optional<HostPort> endpoint;
+  if (!options_.rdzv_endpoint.empty()) {
+    DGT_ASSIGN_OR_RETURN(endpoint,
+                         ParseHostPortOrFree(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+  }
+  if (options_.rdzv_endpoint.empty()) {
+    // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
+    auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
+    if (!server.ok()) return server.status();
+    embedded_rendezvous_ = std::move(*server);
+    rdzv_endpoint_ = absl::StrCat("127.0.0.1:", embedded_rendezvous_->port());
+    if (options_.run_id == "none") options_.run_id = RandomRunId();
+  } else if (endpoint->port == 0) {
+    // torchrun 2.x's "--rdzv-endpoint HOST:0" (one node; launch_options refuses more): the
+    // rendezvous is embedded on a free port of HOST, which must be this host's.
+    auto ip = ResolveToIp(endpoint->host);
+    if (!ip.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
+    }
+    if (auto s = CheckLocalAddress(*ip); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint=", options_.rdzv_endpoint,
+                                                     ": port 0 asks for a free port here, but ",
+                                                     s.message()));
+    }
+    rendezvous::RendezvousServerOptions server_options;
+    server_options.listen = FormatHostPort(*ip, 0);
+    auto server = rendezvous::RendezvousServer::Start(server_options);
+    if (!server.ok()) return server.status();
+    embedded_rendezvous_ = std::move(*server);
+    rdzv_endpoint_ = FormatHostPort(*ip, static_cast<uint16_t>(embedded_rendezvous_->port()));
+    spdlog::info("dgt-run: --rdzv-endpoint={}: rendezvous on the free port {}",
+                 options_.rdzv_endpoint, rdzv_endpoint_);
+  } else {
+    auto hp = ParseHostPort(options_.rdzv_endpoint, 29400, "--rdzv-endpoint");
+    if (!hp.ok()) return hp.status();
+    auto ip = ResolveToIp(hp->host);
+    if (!ip.ok()) {
+      // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is an
+      // unreachable service: retrying the node later may work.
+      prepare_exit_status_ = kExitRendezvousUnavailable;
+      return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
+    }
+    rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
+    host_candidate = HostPort{*ip, hp->port};
+  }
+
+  // MASTER_ADDR must be an address other nodes reach: --local-addr (resolved here), else the
+  // local address of the interface that routes to the rendezvous service.
+  if (!options_.local_addr.empty()) {
+    if (IsIpLiteral(options_.local_addr)) {
+      advertised_address_ = options_.local_addr;
+    } else {
+      auto ip = ResolveToIp(options_.local_addr);
+      if (!ip.ok())
+        return absl::InvalidArgumentError(absl::StrCat("--local-addr: ", ip.status().message()));
+      advertised_address_ = *ip;
+    }
+  } else {
+    auto hp = ParseHostPort(rdzv_endpoint_, 29400, "rendezvous endpoint");
+    auto local = RoutedLocalAddress(hp->host);
+    if (!local.ok()) return local.status();
+    advertised_address_ = *local;
+  }
+
+  // The store listens before we join, so node rank 0's MASTER_PORT is ready when the round
+  // closes; other nodes stop theirs once assigned.
+  store::ServerOptions store_options;
+  store_options.host = advertised_address_;
+  if (options_.master_port_set && options_.max_nodes == 1) {
+    store_options.port = static_cast<uint16_t>(options_.master_port);
+  }
+  store_ = env_.store_host(store_options);
+  if (auto s = store_->Start(); !s.ok()) return s;
+
+  rdzv_tls_ = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
+  if (!options_.rdzv_token_file.empty()) {
+    auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
+    if (!t.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
+    rdzv_token_ = *t;
+  }
+  if (host_candidate) {
+    // c10d-style: the first agent of the endpoint's host serves it. After every flag is checked,
+    // so that a usage error does not start a service first.
+    DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
+                         MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
+  }
+  CreateLifecycle(RestartBackend::kRendezvous);
+  coordinator_ =
+      std::make_unique<SessionBackend>([this](const LifecycleAction& a) { ReportToService(a); });
+  auto session = OpenSession(session_gen_, absl::Seconds(options_.connect_timeout_s));
+  if (!session.ok()) {
+    if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      prepare_exit_status_ = kExitRendezvousUnavailable;
+    } else if (session.status().code() == absl::StatusCode::kUnauthenticated) {
+      prepare_exit_status_ = kExitNotAdmitted;  // TLS settings that disagree with the service.
+    }
+    return session.status();
+  }
+  session_ = std::move(*session);
+  session_open_ = true;
+
+  if (auto s = session_->Send(MakeJoin()); !s.ok()) {
+    // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback
+    // delivers its status, which is the reason to report.
+    spdlog::debug("dgt-run: the join could not be sent: {}", s.message());
+  }
+  spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
+               options_.node_id, advertised_address_, options_.run_id, rdzv_endpoint_,
+               options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
+  // The round must come within the join timeout (exit 75).
+  lifecycle_->OnJoinSent(env_.clock->Now());
+  ArmLifecycleTimer();
+  return absl::OkStatus();
+}
+
+absl::Status Agent::PrepareStatic() {
+  // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
+  // store at --master-addr:--master-port. No rendezvous service.
+  auto master = ResolveToIp(options_.master_addr);
+  if (!master.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
+  }
+  const int node_rank = std::max(options_.node_rank, 0);
+  if (node_rank == 0) {
+    store::ServerOptions store_options;
+    // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
+    store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
+    store_options.port = static_cast<uint16_t>(options_.master_port);
+    store_ = env_.store_host(store_options);
+    if (absl::Status s = store_->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
+                                                 options_.master_port, ": ", s.message()));
+    }
+  }
+  advertised_address_ = options_.local_addr.empty() ? *master : options_.local_addr;
+  if (options_.local_addr.empty()) {
+    auto local = RoutedLocalAddress(*master);
+    if (local.ok()) advertised_address_ = *local;
+  }
+  assignment_.run_id = options_.run_id;
+  assignment_.node_rank = node_rank;
+  assignment_.node_count = options_.max_nodes;
+  assignment_.world_size = options_.max_nodes * options_.nproc_per_node;
+  assignment_.first_global_rank = node_rank * options_.nproc_per_node;
+  assignment_.local_world_size = options_.nproc_per_node;
+  assignment_.master_addr = *master;
+  assignment_.master_port = options_.master_port;
+  assignment_.max_restarts = options_.max_restarts;
+
+  StaticCoordinator::Options co;
+  co.run_id = options_.run_id;
+  co.node_rank = node_rank;
+  co.node_count = options_.max_nodes;
+  co.master_addr = *master;
+  co.master_port = options_.master_port;
+  co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
+  co.finish_timeout = absl::Seconds(options_.join_timeout_s);
+  CreateLifecycle(RestartBackend::kStatic);
+  auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(),
+                                                 [this](const LifecycleActions& a) { Execute(a); });
+  StaticBackend* started = backend.get();
+  coordinator_ = std::move(backend);
+  spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
+               options_.max_nodes, *master, options_.master_port);
+  started->Start();
+  return absl::OkStatus();
+}
+
+void Agent::BeginRun(const std::string& reason) {
+  // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
+  // torchrun does), and named at start. Without them the temporary directory only holds error
+  // files and goes away with the agent (the watchdog removes it after a kill -9).
+  bool streams_to_files =
+      !options_.duplicate_stdout_filters.empty() || !options_.duplicate_stderr_filters.empty();
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    streams_to_files |= (options_.redirects.For(local) | options_.tee.For(local)) != 0;
+  }
+  for (const bool is_stderr : {false, true}) {
+    if ((is_stderr ? options_.duplicate_stderr_filters : options_.duplicate_stdout_filters)
+            .empty()) {
+      continue;
+    }
+    bool teed = false;
+    for (int local = 0; local < options_.nproc_per_node; ++local) {
+      teed |= (options_.tee.For(local) & (is_stderr ? 2 : 1)) != 0 &&
+              (options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(local));
+    }
+    if (!teed) {
+      spdlog::warn(
+          "dgt-run: --duplicate-{}-filters duplicates tee'd lines (-t/--tee), as torchrun 2.13 "
+          "does, but no local rank shown on the console tees {}: filtered_{}.log stays empty",
+          is_stderr ? "stderr" : "stdout", is_stderr ? "stderr" : "stdout",
+          is_stderr ? "stderr" : "stdout");
+    }
+  }
+  if (options_.log_dir.empty()) {
+    absl::StatusOr<std::string> dir = CreateTempLogDir();
+    if (!dir.ok()) {
+      if (streams_to_files) {
+        Finish(kExitLauncherError,
+               absl::StrCat("-r/-t: cannot create a log directory: ", dir.status().message()));
+        return;
+      }
+      spdlog::warn("dgt-run: no error files for the workers: {}", dir.status().message());
+    } else if (streams_to_files) {
+      log_root_ = *dir;
+      spdlog::info("dgt-run: worker logs in {} (no --log-dir: a temporary directory, kept)",
+                   log_root_);
+    } else {
+      log_root_ = *dir;
+      log_root_is_temp_ = true;
+      if (absl::Status s = watchdog_.RemoveOnExit(log_root_); !s.ok()) {
+        spdlog::warn("dgt-run: the temporary log directory {} may outlive a killed agent: {}",
+                     log_root_, s.message());
+      }
+    }
+  } else {
+    // A directory of this launch's own: relaunching with the same --log-dir and run id must
+    // neither overwrite nor mix the earlier run's logs.
+    absl::StatusOr<std::string> dir = CreateRunLogDir(options_.log_dir, options_.run_id);
+    if (!dir.ok()) {
+      Finish(kExitLauncherError, absl::StrCat("--log-dir: ", dir.status().message()));
+      return;
+    }
+    log_root_ = *dir;
+    spdlog::info("dgt-run: worker logs and error files of run '{}' in {}", options_.run_id,
+                 log_root_);
+  }
+  if (options_.distribution == Distribution::kTensorflow) {
+    if (absl::Status s = ReserveTfPorts(); !s.ok()) {
+      Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
+      return;
+    }
+  }
+  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
+}
+
+absl::Status Agent::ReserveTfPorts() {
+  // Bound (not listening) sockets hold the ports until the workers start, so the addresses in
+  // TF_CONFIG stay free.
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, advertised_address_.c_str(), &addr.sin_addr) != 1) {
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError("socket failed");
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t len = sizeof addr;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot bind a port on ", advertised_address_));
+    }
+    tf_reservations_.push_back(fd);
+    tf_local_addresses_.push_back(absl::StrCat(advertised_address_, ":", ntohs(addr.sin_port)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,181 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "agent/agent.h"
+#include "agent/exit_codes.h"
+#include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
+#include "agent/rendezvous_host.h"
+#include "agent/store_setter.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/store_keys.h"
+#include "dgt/worker/net_discovery.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace asio = boost::asio;
+
+std::string Rfc3339Millis(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+// Appends a torch 1.x TCPStore string field: u64 length (host order) and the bytes.
+void AppendField(std::string* out, absl::string_view s) {
+  uint64_t n = s.size();
+  out->append(reinterpret_cast<const char*>(&n), sizeof n);
+  out->append(s.data(), s.size());
+}
+
+}  // namespace
+
+absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
+  auto spec = MakeSpec(e.local_rank, attempt);
+  // A ready warm standby takes the rank, else a fresh process (WorkerGroup::StartReplacement).
+  absl::StatusOr<pid_t> pid =
+      spec.ok() ? workers_->StartReplacement(*spec) : absl::StatusOr<pid_t>(spec.status());
+  if (!pid.ok()) {
+    spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
+    Execute(lifecycle_->OnRankRestartFailed(e));
+    return absl::InfinitePast();
+  }
+  const absl::Time started = absl::Now();
+  spdlog::info(
+      "dgt-run: restarted rank {} (local rank {}) as pid {} with "
+      "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
+      e.rank, e.local_rank, *pid, attempt, lifecycle_->restarts_used(), options_.max_restarts);
+  PublishRestart(e.rank, attempt);
+  return started;
+}
+
+void Agent::EnsurePublisher() {
+  if (!publisher_) {
+    publisher_ = std::make_unique<FailurePublisher>(FailurePublisher::Options{},
+                                                    FailurePublisher::ClientConnector());
+  }
+}
+
+void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
+  EnsurePublisher();
+  WorkerGroup* group = workers_.get();
+  const absl::Time start = absl::Now();
+  publisher_->Publish(
+      assignment_.master_addr, assignment_.master_port, e.rank,
+      absl::StrCat("rank ", e.rank, " ", e.Describe()),
+      [this, e, restart, attempt, group, start](const absl::StatusOr<int>& generation) {
+        const absl::Time published = absl::Now();
+        asio::post(io_, [this, e, restart, attempt, group, start, published, generation] {
+          if (generation.ok()) {
+            spdlog::info(
+                "dgt-run: published the failure of rank {}: recovery generation {} ({} ms)", e.rank,
+                *generation, absl::ToInt64Milliseconds(absl::Now() - start));
+          } else {
+            // Survivors still notice through their communicators, and a replacement opens the
+            // generation itself.
+            spdlog::warn("dgt-run: cannot publish the failure of rank {}: {}", e.rank,
+                         generation.status().message());
+          }
+          if (!restart) return;
+          if (lifecycle_->OnFailurePublished(/*group_current=*/workers_.get() == group)) {
+            const absl::Time started = RestartRank(e, attempt);
+            if (started != absl::InfinitePast()) {
+              // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
+              spdlog::info(
+                  "dgt-run: recovery timeline of rank {}: exit_seen_ns={} publish_start_ns={} "
+                  "published_ns={} replacement_started_ns={}",
+                  e.rank, absl::ToUnixNanos(e.time), absl::ToUnixNanos(start),
+                  absl::ToUnixNanos(published), absl::ToUnixNanos(started));
+            }
+          }
+          if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), env_.clock->Now()));
+        });
+      });
+}
+
+void Agent::PublishRestart(int rank, int generation) {
+  // Clients put '/' in front of user keys, so a torch TCPStore client reads this as
+  // store.get("dgt/restart/<rank>").
+  std::string frame(1, '\0');  // 1.x SET.
+  AppendField(&frame, keys::RestartWireKey(rank));
+  AppendField(&frame, absl::StrCat(generation));
+  auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
+  setter->Run(assignment_.master_addr, assignment_.master_port);
+}
+
+Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {
+  Failure f;
+  f.exit = e;
+  if (!log_root_.empty()) {
+    f.error_file = (std::filesystem::path(log_root_) / absl::StrCat("attempt_", e.attempt) /
+                    absl::StrCat(e.local_rank) / "error.json")
+                       .string();
+    f.error = ReadTorchErrorFile(f.error_file);
+  }
+  return f;
+}
+
+std::string Agent::Summary() const {
+  if (failures_.empty()) return "";
+  auto describe = [this](const Failure& f, bool full) {
+    const WorkerExit& e = f.exit;
+    std::string exit = e.signal != 0
+                           ? absl::StrCat("signal ", e.signal, " (", SignalName(e.signal), ")")
+                           : absl::StrCat("exit code ", e.exit_code);
+    std::string text = absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ",
+                                    advertised_address_, " (node rank ", assignment_.node_rank,
+                                    "), pid ", e.pid, ", attempt ", e.attempt, "\n", "    ", exit,
+                                    " at ", Rfc3339Millis(e.time), "\n");
+    if (f.error) {
+      absl::StrAppend(&text, "    error file: ", f.error_file, "\n",
+                      "    message: ", f.error->message, "\n");
+      if (full && !f.error->traceback.empty()) {
+        std::string tb = f.error->traceback;
+        while (!tb.empty() && tb.back() == '\n') tb.pop_back();
+        absl::StrAppend(&text, "    traceback:\n      ",
+                        absl::StrJoin(absl::StrSplit(tb, '\n'), "\n      "), "\n");
+      }
+    } else if (full && !e.stderr_tail.empty()) {
+      absl::StrAppend(&text, "    error file: <none written>; last stderr lines:\n      ",
+                      absl::StrJoin(e.stderr_tail, "\n      "), "\n");
+    }
+    return text;
+  };
+  std::string text = absl::StrCat("dgt-run: run '", options_.run_id, "' failed\n",
+                                  "Root cause (first failure):\n", describe(failures_[0], true));
+  if (failures_.size() > 1) {
+    absl::StrAppend(&text, "Other failures:\n");
+    for (size_t i = 1; i < failures_.size(); ++i) {
+      absl::StrAppend(&text, describe(failures_[i], false));
+    }
+  }
+  if (!recovered_failures_.empty()) {
+    absl::StrAppend(&text, "Restarted in place before that (--restart-policy rank):\n");
+    bool peer_failed_after = false;  // Not just the restarted rank failing again.
+    for (const Failure& f : recovered_failures_) {
+      absl::StrAppend(&text, describe(f, false));
+      peer_failed_after |= f.exit.rank != failures_[0].exit.rank;
+    }
+    if (peer_failed_after) {
+      absl::StrAppend(&text,
+                      "  note: a worker that cannot rebuild its communicator around a replaced "
+                      "peer (torch.distributed process groups cannot) fails when one is "
+                      "restarted; use --restart-policy group for such trainers, or "
+                      "dgt::worker::ElasticGroup (docs/RECOVERY.md)\n");
+    }
+  }
+  return text;
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,254 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "agent/agent.h"
+#include "agent/exit_codes.h"
+#include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
+#include "agent/rendezvous_host.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/store_keys.h"
+#include "dgt/worker/net_discovery.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace asio = boost::asio;
+
+// Whether `a` is the round `held` (the service's answer to a rejoin), not a new round that merely
+// has the same number (a service that started the run over).
+bool IsSameRound(const rdzv_v1::Assignment& a, const rdzv_v1::Assignment& held) {
+  return a.run_id() == held.run_id() && a.round() == held.round() &&
+         a.node_rank() == held.node_rank() && a.node_count() == held.node_count() &&
+         a.world_size() == held.world_size() && a.first_global_rank() == held.first_global_rank() &&
+         a.master_addr() == held.master_addr() && a.master_port() == held.master_port() &&
+         a.restart_count() == held.restart_count();
+}
+
+}  // namespace
+
+void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
+  if (rejoin_round_ && IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
+    OnRejoined();  // The service took this node back into its round: nothing restarts.
+    return;
+  }
+  held_assignment_ = a;
+  RoundAssignment round;
+  round.round = a.round();
+  round.restart_count = a.restart_count();
+  round.node_rank = a.node_rank();
+  round.node_count = a.node_count();
+  round.reason = a.reason();
+  Execute(lifecycle_->OnAssignment(round, Alive(), env_.clock->Now()));
+}
+
+void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
+  const bool first_round = round_ < 0;
+  round_ = a.round();
+  current_assignment_ = a;
+  assignment_.run_id = a.run_id();
+  assignment_.node_rank = a.node_rank();
+  assignment_.node_count = a.node_count();
+  assignment_.world_size = a.world_size();
+  assignment_.first_global_rank = a.first_global_rank();
+  assignment_.local_world_size = options_.nproc_per_node;
+  assignment_.master_addr = a.master_addr();
+  assignment_.master_port = a.master_port();
+  assignment_.restart_count = a.restart_count();
+  rdzv_host_node_id_ = a.host_node_id();
+  assignment_.max_restarts = options_.max_restarts;
+  // The previous round's store (if this node served it) has no readers left.
+  if (round_store_) {
+    round_store_->Stop();
+    round_store_.reset();
+  }
+  if (a.node_rank() == 0 && store_ && a.master_port() == store_->port()) {
+    // This node's standby store serves the round; open the next standby so that a later round
+    // starts on an empty store too.
+    round_store_ = std::move(store_);
+    store::ServerOptions next;
+    next.host = advertised_address_;
+    store_ = env_.store_host(next);
+    if (absl::Status st = store_->Start(); !st.ok()) {
+      spdlog::error("dgt-run: cannot open the next store: {}", st.message());
+      store_.reset();
+    } else if (session_open_) {
+      rdzv_v1::AgentMessage ready;
+      ready.mutable_store_ready()->set_store_port(store_->port());
+      (void)session_->Send(ready);
+    }
+  }
+  if (network_env_master_ != a.master_addr()) {
+    // What NCCL needs to find InfiniBand (or to stay off it), as `dgt doctor` shows it.
+    worker::NetworkEnvOptions net_options;
+    net_options.master_addr = a.master_addr();
+    worker::NetworkReport report = env_.network_probe(net_options);
+    network_env_ = report.env;
+    network_env_master_ = a.master_addr();
+    for (const std::string& reason : report.reasons) spdlog::debug("dgt-run: network: {}", reason);
+    std::string exported;
+    for (const auto& [key, value] : network_env_) absl::StrAppend(&exported, " ", key, "=", value);
+    spdlog::info("dgt-run: network discovery: {} RDMA device(s); exporting{}",
+                 report.devices.size(), exported.empty() ? " nothing new" : exported);
+  }
+  spdlog::info(
+      "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
+      "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
+      a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(), a.first_global_rank(),
+      a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(), a.master_addr(),
+      a.master_port(), a.restart_count());
+  if (first_round) {
+    BeginRun(a.reason());
+  } else {
+    Execute(lifecycle_->OnRoundApplied(CurrentRound(a.reason())));
+  }
+}
+
+void Agent::MarkDone(int exit_status) {
+  if (round_ < 0 || assignment_.master_port <= 0) return;
+  if (!round_tasks_) {
+    round_tasks_ =
+        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
+  }
+  const int64_t round = round_;
+  const int node_rank = assignment_.node_rank;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [round, node_rank, exit_status](absl::StatusOr<store::Store*> store) {
+                      absl::Status s = store.ok()
+                                           ? WriteDoneMark(**store, round, node_rank, exit_status)
+                                           : store.status();
+                      if (!s.ok())
+                        spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
+                      return s.ok();
+                    });
+}
+
+void Agent::PollMarks() {
+  if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
+    return;
+  }
+  if (!round_tasks_) {
+    round_tasks_ =
+        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
+  }
+  marks_polling_ = true;
+  const int64_t round = round_;
+  const int node_count = assignment_.node_count;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [this, round, node_count](absl::StatusOr<store::Store*> store) {
+                      absl::StatusOr<DoneMarks> marks =
+                          store.ok() ? ReadDoneMarks(**store, round, node_count)
+                                     : absl::StatusOr<DoneMarks>(store.status());
+                      asio::post(io_, [this, marks] { OnMarks(marks); });
+                      return marks.ok();
+                    });
+}
+
+void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
+  marks_polling_ = false;
+  if (state() == NodeState::kDone) return;
+  if (marks.ok()) {
+    last_marks_ = *marks;
+  } else {
+    spdlog::debug("dgt-run: cannot read the done marks: {}", marks.status().message());
+  }
+  if (linger_) {
+    const bool done = last_marks_ && last_marks_->AllDone() &&
+                      (!linger_for_seen_ || last_marks_->AllSeenExcept(assignment_.node_rank));
+    if (done || env_.clock->Now() >= linger_deadline_) {
+      const auto [status, message] = *linger_;
+      Finish(status, message);
+      return;
+    }
+  } else if (state() == NodeState::kAwaitingOutcome && ServiceLost()) {
+    if (last_marks_ && last_marks_->AllSucceeded()) {
+      FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
+                                                 "' succeeded, as the done marks in the round's "
+                                                 "store say (the rendezvous service at ",
+                                                 rdzv_endpoint_, " is unreachable)"));
+      return;
+    }
+    // Every node is done and one failed: with no group restart left the service would end the
+    // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
+    // left, a service coming back would start one: wait for it.)
+    if (last_marks_ && last_marks_->AllDone() && !lifecycle_->GroupRestartLeft() &&
+        (lifecycle_->first_failure() || last_marks_->FirstWorkerFailure() >= 0)) {
+      int status = 0;
+      std::string message;
+      if (lifecycle_->first_failure()) {
+        // This node's own failure is the one it knows best (its time, its rank).
+        status = lifecycle_->first_failure()->ExitStatus();
+        message = lifecycle_->DescribeFailure(*lifecycle_->first_failure());
+      } else {
+        const int failed = last_marks_->FirstWorkerFailure();
+        status = *last_marks_->status[failed];
+        message = absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
+                               failed, " ended with exit status ", status);
+      }
+      absl::StrAppend(&message, " (done marks in the round's store; the rendezvous service at ",
+                      rdzv_endpoint_, " is unreachable)");
+      FinishFromMarks(status, message);
+      return;
+    }
+  } else if (state() == NodeState::kRunning && ServiceLost() && !lifecycle_->GroupRestartLeft()) {
+    const int failed = last_marks_ ? last_marks_->FirstWorkerFailure() : -1;
+    if (failed >= 0 && failed != assignment_.node_rank) {
+      Execute(lifecycle_->OnMarksFailure(failed, *last_marks_->status[failed]));
+      return;
+    }
+  } else {
+    return;  // The service is back (or this node is not waiting for an outcome).
+  }
+  marks_timer_.expires_after(std::chrono::milliseconds(250));
+  marks_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) PollMarks();
+  });
+}
+
+void Agent::FinishFromMarks(int exit_status, const std::string& message) {
+  if (assignment_.node_rank == 0) {
+    FinishLinger(exit_status, message, /*wait_for_seen=*/true);
+    return;
+  }
+  // Node rank 0 keeps its store until every node has seen the outcome.
+  const int64_t round = round_;
+  const int node_rank = assignment_.node_rank;
+  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
+                    [round, node_rank](absl::StatusOr<store::Store*> store) {
+                      return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
+                    });
+  Finish(exit_status, message);
+}
+
+void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
+  if (state() == NodeState::kDone || linger_) return;
+  // With the service there, the other nodes hear from it (a new round has a new store): only
+  // without it do they still depend on this node's store.
+  if (!round_store_ || assignment_.node_count <= 1 || round_ < 0 || !ServiceLost()) {
+    Finish(exit_status, message);
+    return;
+  }
+  linger_ = {exit_status, message};
+  linger_for_seen_ = wait_for_seen;
+  linger_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
+  lifecycle_->OnLingerStarted();
+  spdlog::info(
+      "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "
+      "most {} s)",
+      options_.reconnect_timeout_s);
+  PollMarks();
+}
+
+}  // namespace dgt::agent

@@ -1,0 +1,292 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "agent/agent.h"
+#include "agent/exit_codes.h"
+#include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
+#include "agent/rendezvous_host.h"
+#include "common/host_port.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/store_keys.h"
+#include "dgt/worker/net_discovery.h"
+
+namespace dgt::agent {
+namespace {
+
+namespace asio = boost::asio;
+
+// Whether a Session stream that ended with `status` was refused by the service (a bad token, a
+// per-peer session limit, a request it does not accept): joining again would be refused again.
+// Anything else (UNAVAILABLE, CANCELLED, ...) means the service went away.
+bool IsRefusal(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t gen,
+                                                                      absl::Duration timeout) {
+  return RendezvousSession::Open(
+      rdzv_endpoint_, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
+      [this, gen](const rdzv_v1::ServiceMessage& m) {
+        asio::post(io_, [this, gen, m] {
+          if (gen == session_gen_) OnServiceMessage(m);
+        });
+      },
+      [this, gen](const grpc::Status& status) {
+        asio::post(io_, [this, gen, status] {
+          if (gen == session_gen_) OnSessionClosed(status);
+        });
+      });
+}
+
+rdzv_v1::AgentMessage Agent::MakeJoin() const {
+  rdzv_v1::AgentMessage join_message;
+  rdzv_v1::JoinRequest* join = join_message.mutable_join();
+  join->set_run_id(options_.run_id);
+  join->set_node_id(options_.node_id);
+  join->set_min_nodes(options_.min_nodes);
+  join->set_max_nodes(options_.max_nodes);
+  join->set_nproc_per_node(options_.nproc_per_node);
+  join->set_address(advertised_address_);
+  join->set_store_port(store_ ? store_->port() : 0);
+  join->set_last_call_timeout_s(options_.last_call_timeout_s);
+  join->set_join_timeout_s(options_.join_timeout_s);
+  // Group restarts are rounds decided by the rendezvous, for one node or many.
+  join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
+                                                                          : 0);
+  if (auto rejoin = RejoinAssignment()) *join->mutable_rejoin() = *rejoin;
+  return join_message;
+}
+
+std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
+  if (round_ < 0) return std::nullopt;
+  switch (state()) {
+    case NodeState::kRunning:
+    case NodeState::kRestarting:
+    case NodeState::kStopping:
+    case NodeState::kAwaitingOutcome:
+      return current_assignment_;
+    case NodeState::kRerounding:
+      // The round the service moved to (its workers start once the old ones are gone).
+      return lifecycle_->pending_assignment() ? *held_assignment_ : current_assignment_;
+    case NodeState::kJoining:
+    case NodeState::kWaitingForRound:  // Stopped by the service: no round to go back to.
+    case NodeState::kDone:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void Agent::StartReconnect(const grpc::Status& status) {
+  if (!reconnect_deadline_) {
+    reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
+    reconnect_backoff_ = absl::Milliseconds(100);
+    spdlog::warn(
+        "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
+        "(--rdzv-conf read_timeout)",
+        rdzv_endpoint_, status.error_message(),
+        workers_ && workers_->alive() > 0 ? "workers keep running; " : "",
+        options_.reconnect_timeout_s);
+  }
+  // Running workers without a restart left: another node's failure (its done mark) stops them
+  // even while the service is away.
+  if (state() == NodeState::kAwaitingOutcome ||
+      (state() == NodeState::kRunning && !lifecycle_->GroupRestartLeft())) {
+    PollMarks();
+  }
+  ScheduleReconnect();
+}
+
+void Agent::ScheduleReconnect() {
+  if (!reconnect_deadline_ || state() == NodeState::kDone) return;
+  if (env_.clock->Now() >= *reconnect_deadline_) {
+    OnReconnectWindowOver();
+    return;
+  }
+  // Jittered (half to all of the backoff) so that the nodes of a big job do not all reconnect
+  // to a restarted service at the same instant.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  const absl::Duration delay = reconnect_backoff_ * jitter(rng);
+  reconnect_backoff_ = std::min(reconnect_backoff_ * 2, absl::Seconds(5));
+  reconnect_timer_.expires_after(absl::ToChronoMilliseconds(delay));
+  reconnect_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) TryReconnect();
+  });
+}
+
+void Agent::TryReconnect() {
+  if (state() == NodeState::kDone || !reconnect_deadline_) return;
+  // The previous attempt posted its result already (attempts are started from that result).
+  if (reconnect_thread_.joinable()) reconnect_thread_.join();
+  const absl::Duration left = *reconnect_deadline_ - env_.clock->Now();
+  if (left <= absl::ZeroDuration()) {
+    OnReconnectWindowOver();
+    return;
+  }
+  // Connecting blocks (up to the attempt's deadline): off the loop, which keeps serving the
+  // workers.
+  const absl::Duration attempt = std::min(left, absl::Seconds(1));
+  const uint64_t gen = ++session_gen_;
+  session_open_ = false;
+  reconnect_thread_ = std::thread([this, gen, attempt] {
+    auto session = OpenSession(gen, attempt);
+    {
+      dgt::MutexLock lock(&reconnect_mu_);
+      reconnect_result_ = std::move(session);
+    }
+    asio::post(io_, [this, gen] { OnReconnectAttempt(gen); });
+  });
+}
+
+void Agent::OnReconnectAttempt(uint64_t gen) {
+  absl::StatusOr<std::unique_ptr<RendezvousSession>> result =
+      absl::UnknownError("no connection attempt");
+  {
+    dgt::MutexLock lock(&reconnect_mu_);
+    if (reconnect_result_) result = std::move(*reconnect_result_);
+    reconnect_result_.reset();
+  }
+  if (state() == NodeState::kDone || gen != session_gen_ || !reconnect_deadline_) {
+    if (result.ok()) (*result)->Close();
+    return;
+  }
+  if (!result.ok()) {
+    spdlog::debug("dgt-run: reconnecting: {}", result.status().message());
+    ScheduleReconnect();
+    return;
+  }
+  if (session_) session_->Close();  // The broken one; its end was delivered already.
+  session_ = std::move(*result);
+  session_open_ = true;
+  rdzv_v1::AgentMessage join = MakeJoin();
+  rejoin_round_.reset();
+  if (join.join().has_rejoin()) rejoin_round_ = join.join().rejoin().round();
+  spdlog::info("dgt-run: reconnected to the rendezvous service at {}; {}", rdzv_endpoint_,
+               rejoin_round_
+                   ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round_)
+                   : absl::StrCat("joining run '", options_.run_id, "' again"));
+  // A failed send means the stream ended already: its closed callback continues the reconnect.
+  (void)session_->Send(join);
+}
+
+void Agent::ServiceBack() {
+  if (!reconnect_deadline_) return;
+  reconnect_deadline_.reset();
+  reconnect_timer_.cancel();
+  marks_timer_.cancel();
+}
+
+void Agent::OnRejoined() {
+  rejoin_round_.reset();
+  ServiceBack();
+  spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
+               options_.run_id, round_, assignment_.node_rank);
+  // The report may have gone to a service that died with it, or never left this node.
+  if (state() == NodeState::kAwaitingOutcome && last_report_ && session_open_ && !linger_) {
+    (void)session_->Send(*last_report_);
+  }
+}
+
+void Agent::OnReconnectWindowOver() {
+  reconnect_timer_.cancel();
+  std::optional<MarkedFailure> marked;
+  if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0) {
+    const int failed = last_marks_->FirstWorkerFailure();
+    marked = MarkedFailure{failed, *last_marks_->status[failed]};
+  }
+  Execute(lifecycle_->OnReconnectWindowOver(linger_.has_value(), marked, Alive()));
+}
+
+void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
+  // A fresh join after reconnecting is answered: the service is back. (A rejoin's answer is its
+  // Assignment, OnRejoined.)
+  if (ServiceLost() && !rejoin_round_ && !message.has_error()) ServiceBack();
+  switch (message.kind_case()) {
+    case rdzv_v1::ServiceMessage::kProgress:
+      lifecycle_->OnProgress(message.progress().joined_nodes());
+      spdlog::info("dgt-run: run '{}': {} node(s) joined (min {}, max {})", options_.run_id,
+                   message.progress().joined_nodes(), message.progress().min_nodes(),
+                   message.progress().max_nodes());
+      return;
+    case rdzv_v1::ServiceMessage::kAssignment:
+      OnAssignment(message.assignment());
+      return;
+    case rdzv_v1::ServiceMessage::kFinished: {
+      const rdzv_v1::RunFinished& f = message.finished();
+      RunOutcome outcome;
+      outcome.succeeded = f.succeeded();
+      outcome.message = f.message();
+      outcome.has_failure = f.has_failure();
+      outcome.failed_node_id = f.failure().node_id();
+      outcome.exit_code = f.failure().exit_code();
+      outcome.signal = f.failure().signal();
+      Execute(lifecycle_->OnRunFinished(outcome));
+      return;
+    }
+    case rdzv_v1::ServiceMessage::kError: {
+      // The service closes the stream after an Error: this node is not (or no longer) part of
+      // the run, and its workers must not go on running ranks the run may give to another node.
+      const bool rejoin = rejoin_round_.has_value() && state() != NodeState::kJoining;
+      if (rejoin) {
+        rejoin_round_.reset();
+        reconnect_deadline_.reset();
+        reconnect_timer_.cancel();
+      }
+      Execute(lifecycle_->OnRefused(message.error().message(), rejoin, Alive()));
+      return;
+    }
+    case rdzv_v1::ServiceMessage::kStop:
+      Execute(lifecycle_->OnStop(message.stop().reason(), Alive(), env_.clock->Now()));
+      return;
+    case rdzv_v1::ServiceMessage::KIND_NOT_SET:
+      return;
+  }
+}
+
+bool Agent::HostedByAnotherNode() const {
+  return !rdzv_host_node_id_.empty() && rdzv_host_node_id_ != options_.node_id;
+}
+
+std::string Agent::HostLostMessage(const grpc::Status& status) const {
+  return absl::StrCat("lost the rendezvous service at ", rdzv_endpoint_, " hosted by node '",
+                      rdzv_host_node_id_, "' (c10d-style), so that node is gone",
+                      status.error_message().empty() ? "" : ": ", status.error_message());
+}
+
+void Agent::OnSessionClosed(const grpc::Status& status) {
+  session_open_ = false;
+  closed_status_ = status;
+  SessionEnd end;
+  end.refused = IsRefusal(status);
+  end.error = status.error_message();
+  if (HostedByAnotherNode()) end.host_lost = HostLostMessage(status);
+  end.lingering = linger_.has_value();
+  Execute(lifecycle_->OnSessionClosed(end, Alive()));
+}
+
+}  // namespace dgt::agent
