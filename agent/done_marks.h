@@ -7,8 +7,9 @@
 //   dgt/done/<round>/<node_rank>       = the exit status of that node's workers ("0": succeeded)
 //   dgt/done/<round>/seen/<node_rank>  = "1" once that node learned the outcome from the marks
 //
-// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a store::Store. The store
-// client blocks and the agent runs one event loop, so RoundStoreTasks runs them on its own thread.
+// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a blocking store::Store;
+// RoundStoreTasks runs them on its own thread (transitional, until agent.cc calls the *Async
+// versions over a store::AsyncClient on its event loop: no thread).
 //
 // Thread-safety: the functions are as thread-safe as the Store; RoundStoreTasks is thread-safe.
 #ifndef DGT_AGENT_DONE_MARKS_H_
@@ -27,6 +28,7 @@
 #include "absl/time/time.h"
 #include "agent/failure_publisher.h"
 #include "common/mutex.h"
+#include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
@@ -55,6 +57,17 @@ struct DoneMarks {
 absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int node_count);
 absl::Status WriteDoneMark(store::Store& store, int64_t round, int node_rank, int exit_status);
 absl::Status WriteSeenMark(store::Store& store, int64_t round, int node_rank);
+
+// As ReadDoneMarks / WriteDoneMark / WriteSeenMark, over `client` (the requests pipelined, each
+// bounded by `timeout`); `done` runs exactly once, on the client's executor, with the first error
+// when one request failed.
+void ReadDoneMarksAsync(store::AsyncClient& client, int64_t round, int node_count,
+                        absl::Duration timeout,
+                        std::function<void(absl::StatusOr<DoneMarks>)> done);
+void WriteDoneMarkAsync(store::AsyncClient& client, int64_t round, int node_rank, int exit_status,
+                        absl::Duration timeout, store::AsyncClient::StatusCallback done);
+void WriteSeenMarkAsync(store::AsyncClient& client, int64_t round, int node_rank,
+                        absl::Duration timeout, store::AsyncClient::StatusCallback done);
 
 // Runs store tasks one at a time, in order, on its own thread, over a connection to the task's
 // host:port kept between tasks (opened again when the address changes or a task reports that
