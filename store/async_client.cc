@@ -106,7 +106,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
     auto self = shared_from_this();
     closed_ = true;
     Shutdown();
-    FailAll(Cancelled(), Cancelled());
+    FailAll(Cancelled(), Cancelled(), false);
   }
 
  private:
@@ -354,16 +354,20 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // The connection failed (`why`): it is closed, and everything pending completes: Connect()'s
-  // callback with `why`, operations past their deadline with DeadlineExceeded, the others with
+  // callback with `why`, operations past their deadline with DeadlineExceeded (once connected),
+  // the others with
   // `why` when it is DataLoss (a bad reply), else Unavailable. Later ones get Unavailable.
   void Break(absl::Status why) {
     auto self = shared_from_this();
     broken_ = absl::UnavailableError(why.message());
+    const bool was_connected = connected_;
     Shutdown();
-    FailAll(why, why.code() == absl::StatusCode::kDataLoss ? why : broken_);
+    FailAll(why, why.code() == absl::StatusCode::kDataLoss ? why : broken_, was_connected);
   }
 
-  void FailAll(const absl::Status& for_connect, const absl::Status& for_ops) {
+  // `deadlines`: operations past their deadline get DeadlineExceeded (not when the connection was
+  // never made: they were never sent, and the connection's error says why).
+  void FailAll(const absl::Status& for_connect, const absl::Status& for_ops, bool deadlines) {
     connecting_ = false;
     std::vector<Pending> all;
     for (auto* q : {&awaiting_, &writing_, &queue_}) {
@@ -377,7 +381,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
     const absl::Time now = absl::Now();
     for (Pending& p : all) {
       if (!p.done) continue;
-      if (!closed_ && p.deadline <= now) {
+      if (deadlines && p.deadline <= now) {
         p.done(
             absl::DeadlineExceededError(absl::StrCat("store ", endpoint_, ": no reply to ", p.name,
                                                      " within ", absl::FormatDuration(p.timeout))));
