@@ -137,12 +137,12 @@ void FailurePublisher::Next() {
   Run(item, reused);
 }
 
-void FailurePublisher::Run(std::shared_ptr<Item> item, bool retry) {
+void FailurePublisher::Run(const std::shared_ptr<Item>& item, bool retry) {
   store::AsyncClient* raw = client_.get();
   // The C++ runtime's namespace, then the torch clients' one (behind '/').
   PublishRankFailureAsync(
       *raw, "", options_.group, item->rank, item->reason, options_.timeout,
-      [this, raw, item, retry](absl::StatusOr<int> plain) {
+      [this, raw, item, retry](const absl::StatusOr<int>& plain) {
         if (closing_) return;
         if (!plain.ok()) {
           if (retry && absl::IsUnavailable(plain.status()) && client_.get() == raw) {

@@ -82,7 +82,7 @@ class FailurePublisher {
   // Connects client_ to host:port unless it is connected (or connecting) there already.
   void EnsureClient(const std::string& host, int port);
   // Runs `item` on client_; `retry`: once more on a fresh connection if it fails Unavailable.
-  void Run(std::shared_ptr<Item> item, bool retry);
+  void Run(const std::shared_ptr<Item>& item, bool retry);
   // Finishes the running item with `result`.
   void Finish(const std::shared_ptr<Item>& item, absl::StatusOr<int> result);
 

@@ -357,7 +357,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
   // callback with `why`, operations past their deadline with DeadlineExceeded (once connected),
   // the others with
   // `why` when it is DataLoss (a bad reply), else Unavailable. Later ones get Unavailable.
-  void Break(absl::Status why) {
+  void Break(const absl::Status& why) {
     auto self = shared_from_this();
     broken_ = absl::UnavailableError(why.message());
     const bool was_connected = connected_;
