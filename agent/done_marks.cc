@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/exit_codes.h"
+#include "boost/asio/post.hpp"
 #include "common/store_keys.h"
 
 namespace dgt::agent {
@@ -144,6 +145,35 @@ void WriteDoneMarkAsync(store::AsyncClient& client, int64_t round, int node_rank
 void WriteSeenMarkAsync(store::AsyncClient& client, int64_t round, int node_rank,
                         absl::Duration timeout, store::AsyncClient::StatusCallback done) {
   client.Set(keys::DoneSeenKey(round, node_rank), "1", timeout, std::move(done));
+}
+
+RoundStoreClient::RoundStoreClient(boost::asio::any_io_executor executor, absl::Duration timeout)
+    : executor_(std::move(executor)), timeout_(timeout) {}
+
+store::AsyncClient& RoundStoreClient::For(const std::string& host, int port) {
+  const std::string address = absl::StrCat(host, ":", port);
+  if (client_ != nullptr && address_ == address && client_->status().ok()) return *client_;
+  store::AsyncClientOptions o;
+  o.host = host;
+  o.port = static_cast<uint16_t>(port);
+  client_ = std::make_unique<store::AsyncClient>(executor_, std::move(o));
+  address_ = address;
+  // Its error reaches every request made meanwhile.
+  client_->Connect(timeout_, nullptr);
+  return *client_;
+}
+
+void RoundStoreClient::Flush(store::AsyncClient::StatusCallback done) {
+  if (client_ == nullptr) {
+    boost::asio::post(executor_, [done = std::move(done)] { done(absl::OkStatus()); });
+    return;
+  }
+  client_->Flush(timeout_, std::move(done));
+}
+
+void RoundStoreClient::Drop() {
+  client_.reset();
+  address_.clear();
 }
 
 RoundStoreTasks::RoundStoreTasks(FailurePublisher::Connector connect, absl::Duration timeout)

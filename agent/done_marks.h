@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/failure_publisher.h"
+#include "boost/asio/any_io_executor.hpp"
 #include "common/mutex.h"
 #include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
@@ -68,6 +70,35 @@ void WriteDoneMarkAsync(store::AsyncClient& client, int64_t round, int node_rank
                         absl::Duration timeout, store::AsyncClient::StatusCallback done);
 void WriteSeenMarkAsync(store::AsyncClient& client, int64_t round, int node_rank,
                         absl::Duration timeout, store::AsyncClient::StatusCallback done);
+
+// The event-loop counterpart of RoundStoreTasks: one store::AsyncClient (torch 2.x protocol, keys
+// as dgt::store clients name them) to the round's store, kept between calls and made anew when
+// the address changes or the last one broke. No thread. Thread-compatible: use it on the
+// executor's thread. Destroying it cancels what is pending (callbacks run with Cancelled).
+class RoundStoreClient {
+ public:
+  // `timeout` bounds connecting and each request made through it.
+  RoundStoreClient(boost::asio::any_io_executor executor, absl::Duration timeout);
+
+  // The client for the store at host:port (connecting within the timeout when new).
+  store::AsyncClient& For(const std::string& host, int port);
+  absl::Duration timeout() const { return timeout_; }
+
+  // `done` (exactly once, on the executor): Ok once everything issued so far went out, or the
+  // client's error; Ok at once (posted) when there is no client. An agent about to exit waits
+  // for this, so that its last done mark reaches the store.
+  void Flush(store::AsyncClient::StatusCallback done);
+
+  // Forgets the client: what is pending completes with Cancelled (as RoundStoreTasks::
+  // DropQueued, when nobody needs the marks any more).
+  void Drop();
+
+ private:
+  boost::asio::any_io_executor executor_;
+  const absl::Duration timeout_;
+  std::unique_ptr<store::AsyncClient> client_;
+  std::string address_;
+};
 
 // Runs store tasks one at a time, in order, on its own thread, over a connection to the task's
 // host:port kept between tasks (opened again when the address changes or a task reports that

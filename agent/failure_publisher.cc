@@ -81,8 +81,8 @@ void PublishRankFailureAsync(store::AsyncClient& client, const std::string& pref
            });
 }
 
-void PublishRestart(const boost::asio::any_io_executor& executor, const std::string& host, int port,
-                    int rank, int generation) {
+void PublishRestartGeneration(const boost::asio::any_io_executor& executor, const std::string& host,
+                              int port, int rank, int generation) {
   store::AsyncClientOptions o;
   o.host = host;
   o.port = static_cast<uint16_t>(port);

@@ -128,8 +128,8 @@ void PublishRankFailureAsync(store::AsyncClient& client, const std::string& pref
 // store.get(keys::RestartKey(rank))), on `executor`, connecting and writing within 5 s; a failure
 // is logged as a warning. Fire and forget: the connection lives until the SET went out or failed.
 // Replaces agent.cc's StoreSetter (as torchrun's agent has no such key, dgt's own protocol).
-void PublishRestart(const boost::asio::any_io_executor& executor, const std::string& host, int port,
-                    int rank, int generation);
+void PublishRestartGeneration(const boost::asio::any_io_executor& executor, const std::string& host,
+                              int port, int rank, int generation);
 
 }  // namespace dgt::agent
 

@@ -1,5 +1,6 @@
 #include "dgt/store/async_client.h"
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <utility>
@@ -54,6 +55,7 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
 
   const std::string& endpoint() const { return endpoint_; }
   const AsyncClientOptions& options() const { return options_; }
+  absl::Status status() const { return closed_ ? Cancelled() : broken_; }
   bool v2() const { return family_ == wire::Family::kV2; }
 
   void Connect(absl::Duration timeout, StatusCallback done) {
@@ -314,8 +316,9 @@ class AsyncClient::Impl : public std::enable_shared_from_this<Impl> {
       deadline_timer_.cancel();
       return;
     }
-    deadline_timer_.expires_after(
-        absl::ToChronoNanoseconds(std::max(earliest - absl::Now(), absl::ZeroDuration())));
+    // Clamped: a far deadline must not overflow the steady clock; the timer is re-armed anyway.
+    deadline_timer_.expires_after(absl::ToChronoNanoseconds(
+        std::clamp(earliest - absl::Now(), absl::ZeroDuration(), absl::Hours(24))));
     auto self = shared_from_this();
     deadline_timer_.async_wait([self](boost::system::error_code ec) {
       if (ec || self->closed_ || !self->broken_.ok()) return;
@@ -559,5 +562,7 @@ void AsyncClient::Flush(absl::Duration timeout, StatusCallback done) {
 void AsyncClient::Close() { impl_->Close(); }
 
 const std::string& AsyncClient::endpoint() const { return impl_->endpoint(); }
+
+absl::Status AsyncClient::status() const { return impl_->status(); }
 
 }  // namespace dgt::store

@@ -224,5 +224,46 @@ TEST(DoneMarksAsyncTest, ABadMarkAndAnUnreachableStoreAreReportedOnce) {
       << reads[0].status();
 }
 
+TEST(RoundStoreClientTest, KeepsOneClientPerAddressAndReplacesABrokenOne) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  RoundStoreClient round(io.get_executor(), absl::Seconds(5));
+  std::vector<absl::Status> flushed;
+  round.Flush([&](absl::Status s) { flushed.push_back(s); });
+  EXPECT_TRUE(flushed.empty());  // Posted, even without a client.
+  store::AsyncClient* first = &round.For("127.0.0.1", server.port());
+  EXPECT_EQ(&round.For("127.0.0.1", server.port()), first);
+  WriteDoneMarkAsync(*first, 2, 1, 0, round.timeout(), nullptr);
+  round.Flush([&](absl::Status s) { flushed.push_back(s); });
+  RunUntil(io, [&] { return flushed.size() == 2; });
+  EXPECT_EQ(flushed, (std::vector<absl::Status>(2, absl::OkStatus())));
+  // The store restarted on the same port: the broken client is replaced.
+  const uint16_t port = server.port();
+  server.Stop();
+  RunUntil(io, [&] { return !first->status().ok(); });
+  EXPECT_EQ(first->status().code(), absl::StatusCode::kUnavailable);
+  store::ServerOptions again;
+  again.port = port;
+  store::Server restarted(again);
+  ASSERT_TRUE(restarted.Start().ok());
+  store::AsyncClient& second = round.For("127.0.0.1", port);
+  EXPECT_TRUE(second.status().ok());
+  std::optional<absl::StatusOr<DoneMarks>> read;
+  WriteDoneMarkAsync(second, 2, 0, 3, round.timeout(), nullptr);
+  ReadDoneMarksAsync(second, 2, 1, round.timeout(), [&](absl::StatusOr<DoneMarks> m) { read = m; });
+  RunUntil(io, [&] { return read.has_value(); });
+  ASSERT_TRUE(read.has_value() && read->ok());
+  EXPECT_EQ((*read)->status, (std::vector<std::optional<int>>{3}));
+  // Dropped: what is pending is cancelled.
+  std::vector<absl::Status> dropped;
+  round.For("127.0.0.1", port).Wait({"never"}, absl::Seconds(5), [&](absl::Status s) {
+    dropped.push_back(s);
+  });
+  round.Drop();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].code(), absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace dgt::agent

@@ -304,8 +304,8 @@ TEST_F(AsyncFailurePublisherTest, DestroyedWithAPublicationPendingCallsNothing) 
   EXPECT_EQ(calls, 0);
 }
 
-TEST_F(AsyncFailurePublisherTest, PublishRestartSetsTheKeyTorchClientsRead) {
-  PublishRestart(io_.get_executor(), "127.0.0.1", server_.port(), 3, 2);
+TEST_F(AsyncFailurePublisherTest, PublishRestartGenerationSetsTheKeyTorchClientsRead) {
+  PublishRestartGeneration(io_.get_executor(), "127.0.0.1", server_.port(), 3, 2);
   const std::string key = "/" + keys::RestartKey(3);
   RunUntil([&] { return *store_->Check({key}); });
   EXPECT_EQ(*store_->Get(key), "2");

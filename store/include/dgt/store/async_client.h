@@ -113,6 +113,11 @@ class AsyncClient {
   // ones with Cancelled on the executor. Idempotent.
   void Close();
 
+  // Ok while the client can still be used (connected or connecting); else why not: the error
+  // that broke the connection (Unavailable, or DeadlineExceeded for a connect that timed out) or
+  // Cancelled after Close().
+  absl::Status status() const;
+
   // "<host>:<port>", as messages name the store.
   const std::string& endpoint() const;
 
