@@ -168,11 +168,15 @@ TEST(DoneMarksAsyncTest, WritesAndReadsTheMarksOverOneConnection) {
   store::AsyncClient c(io.get_executor(), o);
   c.Connect(absl::Seconds(5), nullptr);
   std::vector<absl::Status> writes;
-  WriteDoneMarkAsync(c, 4, 0, 0, absl::Seconds(5), [&](absl::Status s) { writes.push_back(s); });
-  WriteDoneMarkAsync(c, 4, 2, 1, absl::Seconds(5), [&](absl::Status s) { writes.push_back(s); });
-  WriteSeenMarkAsync(c, 4, 2, absl::Seconds(5), [&](absl::Status s) { writes.push_back(s); });
+  WriteDoneMarkAsync(c, 4, 0, 0, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
+  WriteDoneMarkAsync(c, 4, 2, 1, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
+  WriteSeenMarkAsync(c, 4, 2, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
   std::optional<absl::StatusOr<DoneMarks>> read;
-  ReadDoneMarksAsync(c, 4, 3, absl::Seconds(5), [&](absl::StatusOr<DoneMarks> m) { read = m; });
+  ReadDoneMarksAsync(c, 4, 3, absl::Seconds(5),
+                     [&](const absl::StatusOr<DoneMarks>& m) { read = m; });
   RunUntil(io, [&] { return read.has_value(); });
   ASSERT_EQ(writes, (std::vector<absl::Status>(3, absl::OkStatus())));
   ASSERT_TRUE(read.has_value());
@@ -201,7 +205,7 @@ TEST(DoneMarksAsyncTest, ABadMarkAndAnUnreachableStoreAreReportedOnce) {
   c.Set("dgt/done/1/1", "oops", absl::Seconds(5));
   std::vector<absl::StatusOr<DoneMarks>> reads;
   ReadDoneMarksAsync(c, 1, 2, absl::Seconds(5),
-                     [&](absl::StatusOr<DoneMarks> m) { reads.push_back(m); });
+                     [&](const absl::StatusOr<DoneMarks>& m) { reads.push_back(m); });
   RunUntil(io, [&] { return !reads.empty(); });
   io.restart();
   io.run_for(std::chrono::milliseconds(50));
@@ -213,7 +217,7 @@ TEST(DoneMarksAsyncTest, ABadMarkAndAnUnreachableStoreAreReportedOnce) {
   gone.Connect(absl::Milliseconds(200), nullptr);
   reads.clear();
   ReadDoneMarksAsync(gone, 1, 2, absl::Seconds(5),
-                     [&](absl::StatusOr<DoneMarks> m) { reads.push_back(m); });
+                     [&](const absl::StatusOr<DoneMarks>& m) { reads.push_back(m); });
   RunUntil(io, [&] { return !reads.empty(); });
   io.restart();
   io.run_for(std::chrono::milliseconds(50));
@@ -230,12 +234,12 @@ TEST(RoundStoreClientTest, KeepsOneClientPerAddressAndReplacesABrokenOne) {
   boost::asio::io_context io;
   RoundStoreClient round(io.get_executor(), absl::Seconds(5));
   std::vector<absl::Status> flushed;
-  round.Flush([&](absl::Status s) { flushed.push_back(s); });
+  round.Flush([&](const absl::Status& s) { flushed.push_back(s); });
   EXPECT_TRUE(flushed.empty());  // Posted, even without a client.
   store::AsyncClient* first = &round.For("127.0.0.1", server.port());
   EXPECT_EQ(&round.For("127.0.0.1", server.port()), first);
   WriteDoneMarkAsync(*first, 2, 1, 0, round.timeout(), nullptr);
-  round.Flush([&](absl::Status s) { flushed.push_back(s); });
+  round.Flush([&](const absl::Status& s) { flushed.push_back(s); });
   RunUntil(io, [&] { return flushed.size() == 2; });
   EXPECT_EQ(flushed, (std::vector<absl::Status>(2, absl::OkStatus())));
   // The store restarted on the same port: the broken client is replaced.
@@ -251,13 +255,14 @@ TEST(RoundStoreClientTest, KeepsOneClientPerAddressAndReplacesABrokenOne) {
   EXPECT_TRUE(second.status().ok());
   std::optional<absl::StatusOr<DoneMarks>> read;
   WriteDoneMarkAsync(second, 2, 0, 3, round.timeout(), nullptr);
-  ReadDoneMarksAsync(second, 2, 1, round.timeout(), [&](absl::StatusOr<DoneMarks> m) { read = m; });
+  ReadDoneMarksAsync(second, 2, 1, round.timeout(),
+                     [&](const absl::StatusOr<DoneMarks>& m) { read = m; });
   RunUntil(io, [&] { return read.has_value(); });
   ASSERT_TRUE(read.has_value() && read->ok());
   EXPECT_EQ((*read)->status, (std::vector<std::optional<int>>{3}));
   // Dropped: what is pending is cancelled.
   std::vector<absl::Status> dropped;
-  round.For("127.0.0.1", port).Wait({"never"}, absl::Seconds(5), [&](absl::Status s) {
+  round.For("127.0.0.1", port).Wait({"never"}, absl::Seconds(5), [&](const absl::Status& s) {
     dropped.push_back(s);
   });
   round.Drop();

@@ -228,7 +228,7 @@ class AsyncFailurePublisherTest : public ::testing::Test {
   absl::StatusOr<int> Publish(FailurePublisher& p, int port, int rank) {
     std::vector<absl::StatusOr<int>> results;
     p.Publish("127.0.0.1", port, rank, "SIGKILL",
-              [&](absl::StatusOr<int> r) { results.push_back(std::move(r)); });
+              [&](const absl::StatusOr<int>& r) { results.push_back(r); });
     RunUntil([&] { return !results.empty(); });
     io_.restart();
     io_.run_for(std::chrono::milliseconds(20));

@@ -51,7 +51,7 @@ class AsyncClientServerTest : public ::testing::TestWithParam<Protocol> {
     o.key_prefix = prefix;
     auto c = std::make_unique<AsyncClient>(io_.get_executor(), o);
     std::optional<absl::Status> s;
-    c->Connect(absl::Seconds(5), [&](absl::Status st) { s = st; });
+    c->Connect(absl::Seconds(5), [&](const absl::Status& st) { s = st; });
     RunUntil(io_, [&] { return s.has_value(); });
     EXPECT_TRUE(s.has_value() && s->ok()) << (s ? s->ToString() : "no answer");
     return c;
@@ -65,22 +65,27 @@ TEST_P(AsyncClientServerTest, EveryOperationAnswersOnce) {
   auto c = Connected();
   const absl::Duration t = absl::Seconds(5);
   std::vector<std::string> log;
-  c->Set("k", "v1", t, [&](absl::Status s) { log.push_back(absl::StrCat("set ", s.ToString())); });
-  c->Get("k", t, [&](absl::StatusOr<std::string> v) { log.push_back("get " + *v); });
+  c->Set("k", "v1", t,
+         [&](const absl::Status& s) { log.push_back(absl::StrCat("set ", s.ToString())); });
+  c->Get("k", t, [&](const absl::StatusOr<std::string>& v) { log.push_back("get " + *v); });
   c->CompareSet("k", "v1", "v2", t,
-                [&](absl::StatusOr<std::string> v) { log.push_back("cas " + *v); });
+                [&](const absl::StatusOr<std::string>& v) { log.push_back("cas " + *v); });
   c->CompareSet("k", "nope", "v3", t,
-                [&](absl::StatusOr<std::string> v) { log.push_back("cas " + *v); });
-  c->Add("n", 5, t, [&](absl::StatusOr<int64_t> v) { log.push_back(absl::StrCat("add ", *v)); });
-  c->Add("n", -2, t, [&](absl::StatusOr<int64_t> v) { log.push_back(absl::StrCat("add ", *v)); });
+                [&](const absl::StatusOr<std::string>& v) { log.push_back("cas " + *v); });
+  c->Add("n", 5, t,
+         [&](const absl::StatusOr<int64_t>& v) { log.push_back(absl::StrCat("add ", *v)); });
+  c->Add("n", -2, t,
+         [&](const absl::StatusOr<int64_t>& v) { log.push_back(absl::StrCat("add ", *v)); });
   c->Check({"k", "n"}, t,
-           [&](absl::StatusOr<bool> v) { log.push_back(absl::StrCat("check ", *v)); });
+           [&](const absl::StatusOr<bool>& v) { log.push_back(absl::StrCat("check ", *v)); });
   c->Check({"k", "x"}, t,
-           [&](absl::StatusOr<bool> v) { log.push_back(absl::StrCat("check ", *v)); });
-  c->Wait({"k"}, t, [&](absl::Status s) { log.push_back("wait " + s.ToString()); });
-  c->DeleteKey("k", t, [&](absl::StatusOr<bool> v) { log.push_back(absl::StrCat("del ", *v)); });
-  c->DeleteKey("k", t, [&](absl::StatusOr<bool> v) { log.push_back(absl::StrCat("del ", *v)); });
-  c->Flush(t, [&](absl::Status s) { log.push_back("flush " + s.ToString()); });
+           [&](const absl::StatusOr<bool>& v) { log.push_back(absl::StrCat("check ", *v)); });
+  c->Wait({"k"}, t, [&](const absl::Status& s) { log.push_back("wait " + s.ToString()); });
+  c->DeleteKey("k", t,
+               [&](const absl::StatusOr<bool>& v) { log.push_back(absl::StrCat("del ", *v)); });
+  c->DeleteKey("k", t,
+               [&](const absl::StatusOr<bool>& v) { log.push_back(absl::StrCat("del ", *v)); });
+  c->Flush(t, [&](const absl::Status& s) { log.push_back("flush " + s.ToString()); });
   RunUntil(io_, [&] { return log.size() >= 12; });
   RunFor(io_, 50);  // Nothing more may come.
   // The flush is done once the DELETE_KEYs went out, before their answers.
@@ -96,8 +101,8 @@ TEST_P(AsyncClientServerTest, KeyPrefixNamesKeysAsTorchClientsDo) {
   slash->Set("dgt/x", "1", absl::Seconds(5));
   raw->Flush(absl::Seconds(5), nullptr);
   // The same connection's SET went out before this GET.
-  slash->Flush(absl::Seconds(5), [&](absl::Status) {
-    raw->Get("/dgt/x", absl::Seconds(5), [&](absl::StatusOr<std::string> r) { v = r; });
+  slash->Flush(absl::Seconds(5), [&](const absl::Status&) {
+    raw->Get("/dgt/x", absl::Seconds(5), [&](const absl::StatusOr<std::string>& r) { v = r; });
   });
   RunUntil(io_, [&] { return v.has_value(); });
   ASSERT_TRUE(v.has_value());
@@ -110,9 +115,9 @@ TEST_P(AsyncClientServerTest, AWaitHoldsBackLaterRequestsThatExpectAnAnswer) {
   auto writer = Connected();
   std::vector<std::string> log;
   watcher->Wait({"ready"}, absl::Seconds(5),
-                [&](absl::Status s) { log.push_back("wait " + s.ToString()); });
+                [&](const absl::Status& s) { log.push_back("wait " + s.ToString()); });
   watcher->Check({"other"}, absl::Seconds(5),
-                 [&](absl::StatusOr<bool> v) { log.push_back(absl::StrCat("check ", *v)); });
+                 [&](const absl::StatusOr<bool>& v) { log.push_back(absl::StrCat("check ", *v)); });
   RunFor(io_, 100);
   EXPECT_TRUE(log.empty());  // The CHECK's answer would have come first.
   writer->Set("ready", "1", absl::Seconds(5));
@@ -123,7 +128,7 @@ TEST_P(AsyncClientServerTest, AWaitHoldsBackLaterRequestsThatExpectAnAnswer) {
 TEST_P(AsyncClientServerTest, AWaitPastItsDeadlineFailsAndDropsTheConnection) {
   auto c = Connected();
   std::vector<absl::Status> waits;
-  c->Wait({"never"}, absl::Milliseconds(200), [&](absl::Status s) { waits.push_back(s); });
+  c->Wait({"never"}, absl::Milliseconds(200), [&](const absl::Status& s) { waits.push_back(s); });
   const absl::Time start = absl::Now();
   RunUntil(io_, [&] { return !waits.empty(); });
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
@@ -131,7 +136,7 @@ TEST_P(AsyncClientServerTest, AWaitPastItsDeadlineFailsAndDropsTheConnection) {
   EXPECT_EQ(waits[0], absl::DeadlineExceededError(absl::StrCat("store 127.0.0.1:", server_.port(),
                                                                ": no reply to WAIT within 200ms")));
   std::vector<absl::Status> later;
-  c->Set("k", "v", absl::Seconds(1), [&](absl::Status s) { later.push_back(s); });
+  c->Set("k", "v", absl::Seconds(1), [&](const absl::Status& s) { later.push_back(s); });
   EXPECT_TRUE(later.empty());  // Never inside the call.
   RunUntil(io_, [&] { return !later.empty(); });
   ASSERT_EQ(later.size(), 1u);
@@ -141,7 +146,8 @@ TEST_P(AsyncClientServerTest, AWaitPastItsDeadlineFailsAndDropsTheConnection) {
 TEST_P(AsyncClientServerTest, ServerStoppedFailsPendingOperationsWithUnavailable) {
   auto c = Connected();
   std::vector<absl::Status> results;
-  c->Wait({"never"}, absl::InfiniteDuration(), [&](absl::Status s) { results.push_back(s); });
+  c->Wait({"never"}, absl::InfiniteDuration(),
+          [&](const absl::Status& s) { results.push_back(s); });
   RunFor(io_, 50);
   server_.Stop();
   RunUntil(io_, [&] { return !results.empty(); });
@@ -155,7 +161,7 @@ TEST_P(AsyncClientServerTest, CloseCancelsPendingOperationsInsideIt) {
   auto c = Connected();
   int calls = 0;
   absl::Status last;
-  c->Wait({"never"}, absl::InfiniteDuration(), [&](absl::Status s) {
+  c->Wait({"never"}, absl::InfiniteDuration(), [&](const absl::Status& s) {
     ++calls;
     last = s;
   });
@@ -163,7 +169,7 @@ TEST_P(AsyncClientServerTest, CloseCancelsPendingOperationsInsideIt) {
   c->Close();
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(last.code(), absl::StatusCode::kCancelled);
-  c->Get("k", absl::Seconds(1), [&](absl::StatusOr<std::string> v) {
+  c->Get("k", absl::Seconds(1), [&](const absl::StatusOr<std::string>& v) {
     ++calls;
     last = v.status();
   });
@@ -177,8 +183,8 @@ TEST_P(AsyncClientServerTest, DestroyedWithPendingOperationsLeavesNothingBehind)
   int calls = 0;
   {
     auto c = Connected();
-    c->Wait({"never"}, absl::InfiniteDuration(), [&](absl::Status) { ++calls; });
-    c->Get("k", absl::Seconds(5), [&](absl::StatusOr<std::string>) { ++calls; });
+    c->Wait({"never"}, absl::InfiniteDuration(), [&](const absl::Status&) { ++calls; });
+    c->Get("k", absl::Seconds(5), [&](const absl::StatusOr<std::string>&) { ++calls; });
   }
   EXPECT_EQ(calls, 2);
   RunFor(io_, 50);  // The aborted socket handlers run (ASan: no leak).
@@ -197,7 +203,7 @@ TEST(AsyncClientTest, AppendNeedsTheV2Protocol) {
   asio::io_context io;
   AsyncClient c(io.get_executor(), OptionsFor(server.port(), Protocol::kV1));
   std::optional<absl::Status> s;
-  c.Append("k", "v", absl::Seconds(1), [&](absl::Status st) { s = st; });
+  c.Append("k", "v", absl::Seconds(1), [&](const absl::Status& st) { s = st; });
   RunUntil(io, [&] { return s.has_value(); });
   EXPECT_EQ(*s, absl::UnimplementedError(absl::StrCat("store 127.0.0.1:", server.port(),
                                                       ": APPEND needs the torch 2.x protocol")));
@@ -212,7 +218,7 @@ TEST(AsyncClientTest, AppendOnV2) {
   c.Connect(absl::Seconds(5), nullptr);
   c.Append("k", "1,", absl::Seconds(5));
   c.Append("k", "2,", absl::Seconds(5));
-  c.Get("k", absl::Seconds(5), [&](absl::StatusOr<std::string> r) { v = r; });
+  c.Get("k", absl::Seconds(5), [&](const absl::StatusOr<std::string>& r) { v = r; });
   RunUntil(io, [&] { return v.has_value(); });
   ASSERT_TRUE(v->ok()) << v->status();
   EXPECT_EQ(**v, "1,2,");
@@ -234,8 +240,8 @@ TEST(AsyncClientTest, ConnectRetriesUntilItsDeadlineAndNamesTheStore) {
   std::vector<absl::Status> connects;
   std::vector<absl::Status> ops;
   const absl::Time start = absl::Now();
-  c.Connect(absl::Milliseconds(300), [&](absl::Status s) { connects.push_back(s); });
-  c.Set("k", "v", absl::Seconds(5), [&](absl::Status s) { ops.push_back(s); });
+  c.Connect(absl::Milliseconds(300), [&](const absl::Status& s) { connects.push_back(s); });
+  c.Set("k", "v", absl::Seconds(5), [&](const absl::Status& s) { ops.push_back(s); });
   RunUntil(io, [&] { return !connects.empty() && !ops.empty(); });
   const absl::Duration took = absl::Now() - start;
   RunFor(io, 50);
@@ -254,7 +260,7 @@ TEST(AsyncClientTest, ConnectsToAStoreThatStartsLater) {
   const uint16_t port = DeadPort();
   AsyncClient c(io.get_executor(), OptionsFor(port, Protocol::kV2));
   std::optional<absl::Status> connected;
-  c.Connect(absl::Seconds(5), [&](absl::Status s) { connected = s; });
+  c.Connect(absl::Seconds(5), [&](const absl::Status& s) { connected = s; });
   RunFor(io, 250);
   ServerOptions so;
   so.port = port;
@@ -315,8 +321,9 @@ TEST(AsyncClientTest, APeerThatNeverAnswersHitsEachDeadlineOnce) {
   std::vector<absl::Status> check;
   c.Connect(absl::Seconds(5), nullptr);
   c.Get("k", absl::Milliseconds(200),
-        [&](absl::StatusOr<std::string> v) { get.push_back(v.status()); });
-  c.Check({"k"}, absl::Seconds(30), [&](absl::StatusOr<bool> v) { check.push_back(v.status()); });
+        [&](const absl::StatusOr<std::string>& v) { get.push_back(v.status()); });
+  c.Check({"k"}, absl::Seconds(30),
+          [&](const absl::StatusOr<bool>& v) { check.push_back(v.status()); });
   const absl::Time start = absl::Now();
   RunUntil(io, [&] { return !get.empty() && !check.empty(); });
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
@@ -334,7 +341,7 @@ TEST(AsyncClientTest, AV2OpeningNeverAnsweredFailsConnect) {
   FakePeer peer(io, "", SIZE_MAX, false);
   AsyncClient c(io.get_executor(), OptionsFor(peer.port(), Protocol::kV2));
   std::vector<absl::Status> connects;
-  c.Connect(absl::Milliseconds(200), [&](absl::Status s) { connects.push_back(s); });
+  c.Connect(absl::Milliseconds(200), [&](const absl::Status& s) { connects.push_back(s); });
   RunUntil(io, [&] { return !connects.empty(); });
   RunFor(io, 50);
   ASSERT_EQ(connects.size(), 1u);
@@ -352,7 +359,8 @@ TEST(AsyncClientTest, APeerClosingMidReplyFailsTheRequest) {
   AsyncClient c(io.get_executor(), OptionsFor(peer.port(), Protocol::kV1));
   std::vector<absl::Status> get;
   c.Connect(absl::Seconds(5), nullptr);
-  c.Get("k", absl::Seconds(5), [&](absl::StatusOr<std::string> v) { get.push_back(v.status()); });
+  c.Get("k", absl::Seconds(5),
+        [&](const absl::StatusOr<std::string>& v) { get.push_back(v.status()); });
   RunUntil(io, [&] { return !get.empty(); });
   RunFor(io, 50);
   ASSERT_EQ(get.size(), 1u);
@@ -369,7 +377,8 @@ TEST(AsyncClientTest, AReplyOverTheValueLimitIsRefusedBeforeAllocating) {
   AsyncClient c(io.get_executor(), o);
   std::vector<absl::Status> get;
   c.Connect(absl::Seconds(5), nullptr);
-  c.Get("k", absl::Seconds(5), [&](absl::StatusOr<std::string> v) { get.push_back(v.status()); });
+  c.Get("k", absl::Seconds(5),
+        [&](const absl::StatusOr<std::string>& v) { get.push_back(v.status()); });
   RunUntil(io, [&] { return !get.empty(); });
   ASSERT_EQ(get.size(), 1u);
   EXPECT_EQ(get[0], absl::DataLossError(absl::StrCat(
@@ -384,10 +393,10 @@ TEST(AsyncClientTest, BytesNobodyAskedForBreakTheConnection) {
   AsyncClient c(io.get_executor(), OptionsFor(peer.port(), Protocol::kV1));
   std::vector<absl::Status> results;
   c.Connect(absl::Seconds(5), nullptr);
-  c.Set("k", "v", absl::Seconds(5), [&](absl::Status s) { results.push_back(s); });
+  c.Set("k", "v", absl::Seconds(5), [&](const absl::Status& s) { results.push_back(s); });
   RunUntil(io, [&] { return !results.empty(); });
   RunFor(io, 100);
-  c.Flush(absl::Seconds(1), [&](absl::Status s) { results.push_back(s); });
+  c.Flush(absl::Seconds(1), [&](const absl::Status& s) { results.push_back(s); });
   RunUntil(io, [&] { return results.size() >= 2; });
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].ok());
