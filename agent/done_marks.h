@@ -7,8 +7,9 @@
 //   dgt/done/<round>/<node_rank>       = the exit status of that node's workers ("0": succeeded)
 //   dgt/done/<round>/seen/<node_rank>  = "1" once that node learned the outcome from the marks
 //
-// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a store::Store. The store
-// client blocks and the agent runs one event loop, so RoundStoreTasks runs them on its own thread.
+// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a blocking store::Store;
+// RoundStoreTasks runs them on its own thread (transitional, until agent.cc calls the *Async
+// versions over a store::AsyncClient on its event loop: no thread).
 //
 // Thread-safety: the functions are as thread-safe as the Store; RoundStoreTasks is thread-safe.
 #ifndef DGT_AGENT_DONE_MARKS_H_
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,7 +28,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/failure_publisher.h"
+#include "boost/asio/any_io_executor.hpp"
 #include "common/mutex.h"
+#include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
@@ -55,6 +59,46 @@ struct DoneMarks {
 absl::StatusOr<DoneMarks> ReadDoneMarks(store::Store& store, int64_t round, int node_count);
 absl::Status WriteDoneMark(store::Store& store, int64_t round, int node_rank, int exit_status);
 absl::Status WriteSeenMark(store::Store& store, int64_t round, int node_rank);
+
+// As ReadDoneMarks / WriteDoneMark / WriteSeenMark, over `client` (the requests pipelined, each
+// bounded by `timeout`); `done` runs exactly once, on the client's executor, with the first error
+// when one request failed.
+void ReadDoneMarksAsync(store::AsyncClient& client, int64_t round, int node_count,
+                        absl::Duration timeout,
+                        std::function<void(absl::StatusOr<DoneMarks>)> done);
+void WriteDoneMarkAsync(store::AsyncClient& client, int64_t round, int node_rank, int exit_status,
+                        absl::Duration timeout, store::AsyncClient::StatusCallback done);
+void WriteSeenMarkAsync(store::AsyncClient& client, int64_t round, int node_rank,
+                        absl::Duration timeout, store::AsyncClient::StatusCallback done);
+
+// The event-loop counterpart of RoundStoreTasks: one store::AsyncClient (torch 2.x protocol, keys
+// as dgt::store clients name them) to the round's store, kept between calls and made anew when
+// the address changes or the last one broke. No thread. Thread-compatible: use it on the
+// executor's thread. Destroying it cancels what is pending (callbacks run with Cancelled).
+class RoundStoreClient {
+ public:
+  // `timeout` bounds connecting and each request made through it.
+  RoundStoreClient(boost::asio::any_io_executor executor, absl::Duration timeout);
+
+  // The client for the store at host:port (connecting within the timeout when new).
+  store::AsyncClient& For(const std::string& host, int port);
+  absl::Duration timeout() const { return timeout_; }
+
+  // `done` (exactly once, on the executor): Ok once everything issued so far went out, or the
+  // client's error; Ok at once (posted) when there is no client. An agent about to exit waits
+  // for this, so that its last done mark reaches the store.
+  void Flush(store::AsyncClient::StatusCallback done);
+
+  // Forgets the client: what is pending completes with Cancelled (as RoundStoreTasks::
+  // DropQueued, when nobody needs the marks any more).
+  void Drop();
+
+ private:
+  boost::asio::any_io_executor executor_;
+  const absl::Duration timeout_;
+  std::unique_ptr<store::AsyncClient> client_;
+  std::string address_;
+};
 
 // Runs store tasks one at a time, in order, on its own thread, over a connection to the task's
 // host:port kept between tasks (opened again when the address changes or a task reports that

@@ -4,27 +4,36 @@
 // worker runtime) and behind '/', as torch TCPStore clients name them (the dgt Python package).
 // Used by the agent's `--restart-policy rank`.
 //
-// The store client blocks, and the agent runs one event loop, so publications run on the
-// publisher's own thread, one at a time in submission order; each one's result is handed to its
-// callback on that thread (the agent posts it back to its loop). Every publication is bounded by
-// Options::timeout (connecting included). A connection is kept between publications and opened
-// again when the store address changes or a call fails.
+// Publications run one at a time in submission order over a connection kept between them and
+// opened again when the store address changes or a publication on a kept connection failed (the
+// store was restarted: one fresh attempt). Connecting and each store request are bounded by
+// Options::timeout.
 //
-// Thread-safe: Publish() from any thread. The destructor waits for the publication in progress
-// (bounded by the timeout) and drops the queued ones without calling their callbacks.
+// Two ways to run them:
+//   - FailurePublisher(executor, options): on the agent's event loop, over a store::AsyncClient
+//     (torch 2.x protocol); callbacks run on that executor. No thread. Thread-compatible: use it
+//     from the executor's thread only. The destructor drops what is pending without calling back.
+//   - FailurePublisher(options, connector), transitional until agent.cc passes its executor: the
+//     blocking store::Store from `connector` on the publisher's own thread; callbacks run on that
+//     thread. Thread-safe: Publish() from any thread. The destructor waits for the publication in
+//     progress (bounded by the timeout) and drops the queued ones without calling their
+//     callbacks.
 #ifndef DGT_AGENT_FAILURE_PUBLISHER_H_
 #define DGT_AGENT_FAILURE_PUBLISHER_H_
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "boost/asio/any_io_executor.hpp"
 #include "common/mutex.h"
+#include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
@@ -45,6 +54,9 @@ class FailurePublisher {
   // A Connector for dgt::store::Client (torch 2.x protocol).
   static Connector ClientConnector();
 
+  // On `executor`'s event loop (no thread).
+  FailurePublisher(boost::asio::any_io_executor executor, Options options);
+  // Transitional: on a thread of its own, over the stores `connect` opens.
   FailurePublisher(Options options, Connector connect);
   ~FailurePublisher();
   FailurePublisher(const FailurePublisher&) = delete;
@@ -65,12 +77,30 @@ class FailurePublisher {
     std::string reason;
     Done done;
   };
+  // Event-loop way: starts the next queued item unless one is running.
+  void Next();
+  // Connects client_ to host:port unless it is connected (or connecting) there already.
+  void EnsureClient(const std::string& host, int port);
+  // Runs `item` on client_; `retry`: once more on a fresh connection if it fails Unavailable.
+  void Run(const std::shared_ptr<Item>& item, bool retry);
+  // Finishes the running item with `result`.
+  void Finish(const std::shared_ptr<Item>& item, absl::StatusOr<int> result);
+
+  // Thread way.
   void Loop();
   absl::StatusOr<int> PublishOne(const Item& item);
   // Opens store_ to host:port unless it is open to that address already.
   absl::Status Connect(const std::string& host, int port);
 
   const Options options_;
+  // Event-loop way.
+  std::optional<boost::asio::any_io_executor> executor_;
+  std::unique_ptr<store::AsyncClient> client_;
+  std::string client_address_;
+  std::deque<Item> pending_;
+  bool running_ = false;
+  bool closing_ = false;
+  // Thread way.
   const Connector connect_;
   Mutex mu_;  // dgt::Mutex (std::mutex underneath): TSan sees it, unlike Debian's absl::Mutex.
   CondVar cv_;
@@ -81,6 +111,25 @@ class FailurePublisher {
   std::string store_address_;
   std::thread thread_;
 };
+
+// Publishes "rank `rank` failed (`reason`)" over `client` as
+// dgt::worker::recovery::PublishRankFailure does over a blocking store, with every key behind
+// `prefix` ("" as dgt::store clients name keys, "/" as torch TCPStore clients do): CHECK and GET
+// of the rank's member key, COMPARE_SET of the generation ("" -> "0", then from -> from+1),
+// APPEND to the new generation's failed list, SET of its open key. Each request bounded by
+// `timeout`. `done` (on the client's executor, exactly once): the generation opened; the
+// client's errors; Internal when a key holds no generation number.
+void PublishRankFailureAsync(store::AsyncClient& client, const std::string& prefix,
+                             const std::string& group, int rank, const std::string& reason,
+                             absl::Duration timeout, std::function<void(absl::StatusOr<int>)> done);
+
+// Rank restarts: SETs keys::RestartWireKey(rank) = "<generation>" in the job's store at
+// host:port (torch 1.x frames, so a trainer's torch TCPStore client reads
+// store.get(keys::RestartKey(rank))), on `executor`, connecting and writing within 5 s; a failure
+// is logged as a warning. Fire and forget: the connection lives until the SET went out or failed.
+// Replaces agent.cc's StoreSetter (as torchrun's agent has no such key, dgt's own protocol).
+void PublishRestartGeneration(const boost::asio::any_io_executor& executor, const std::string& host,
+                              int port, int rank, int generation);
 
 }  // namespace dgt::agent
 

@@ -29,7 +29,6 @@
 #ifndef DGT_AGENT_STATIC_COORDINATOR_H_
 #define DGT_AGENT_STATIC_COORDINATOR_H_
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,59 +39,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "boost/asio.hpp"
+#include "dgt/store/async_client.h"
 
 namespace dgt::agent {
-
-// One TCP connection to a TCPStore-protocol server (torch 1.x opcodes), asynchronous.
-class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
- public:
-  StoreConnection(boost::asio::io_context& io, std::string host, int port);
-  // Connects, retrying refused connections every 100 ms until `timeout` passes.
-  // `done` gets Ok, or DeadlineExceeded / Unavailable.
-  void Connect(absl::Duration timeout, std::function<void(absl::Status)> done);
-  // SET (no reply).
-  void Set(const std::string& key, const std::string& value);
-  // WAIT for every key; `done` gets Ok once they exist, Unavailable when the connection ends.
-  void Wait(const std::vector<std::string>& keys, std::function<void(absl::Status)> done);
-  // Runs `done` once every queued write went out (or the connection failed).
-  void Flush(std::function<void()> done);
-  // CHECK: `done` gets whether every key exists.
-  void Check(const std::vector<std::string>& keys, std::function<void(absl::StatusOr<bool>)> done);
-  // GET (only for keys known to exist: a 1.x server drops the connection otherwise).
-  void Get(const std::string& key, std::function<void(absl::StatusOr<std::string>)> done);
-  // COMPARE_SET (torch 1.x opcode 1): `done` gets the key's value afterwards (`desired` when the
-  // key was missing and `expected` is empty).
-  void CompareSet(const std::string& key, const std::string& expected, const std::string& desired,
-                  std::function<void(absl::StatusOr<std::string>)> done);
-  // Closes the socket; no callback given to this connection runs after it (pending ones are
-  // dropped), so an owner may Close() it in its destructor.
-  void Close();
-
- private:
-  // Reads a value reply (u64 length + bytes, at most 1 MiB) into `done`.
-  void ReadValue(std::function<void(absl::StatusOr<std::string>)> done);
-  void TryConnect();
-  void Write(std::string frame);
-  // Sends `opcode` with `keys` (torch 1.x WAIT / CHECK framing) and reads the one-byte reply.
-  void KeysRequest(char opcode, const std::vector<std::string>& keys,
-                   std::function<void(absl::StatusOr<uint8_t>)> done);
-  void WriteNext();
-
-  boost::asio::io_context& io_;
-  std::string host_;
-  int port_;
-  boost::asio::ip::tcp::socket socket_;
-  boost::asio::steady_timer retry_timer_;
-  absl::Time deadline_;
-  std::function<void(absl::Status)> on_connected_;
-  bool closed_ = false;  // Close() was called: no callback runs any more.
-  std::vector<std::string> queue_;
-  bool writing_ = false;
-  bool broken_ = false;  // A write failed: later writes are dropped.
-  std::vector<std::function<void()>> on_flushed_;
-  std::array<char, 8> reply_;
-  std::string value_;
-};
 
 class StaticCoordinator {
  public:
@@ -148,8 +97,10 @@ class StaticCoordinator {
   // Node rank 0, every node done: reports the first other node whose status is not 0 through
   // the failure callback, then completes the pending Report.
   void CheckOthersSucceeded(int next);
+  // A client of node rank 0's store (torch 1.x frames, keys behind '/').
+  std::unique_ptr<store::AsyncClient> NewClient();
   // WAITs for the failed key on `conn`.
-  void Watch(const std::shared_ptr<StoreConnection>& conn);
+  void Watch(store::AsyncClient* conn);
   // The watch connection to node rank 0's store broke (`why`): reconnect, bounded.
   void OnWatchLost(const std::string& why);
   // One reconnect attempt (a connect, then a check of this node's joined key) until `deadline`.
@@ -174,10 +125,13 @@ class StaticCoordinator {
 
   boost::asio::io_context& io_;
   Options options_;
-  std::shared_ptr<StoreConnection> watch_;
-  std::shared_ptr<StoreConnection> control_;
-  std::shared_ptr<StoreConnection> probe_;
-  std::shared_ptr<StoreConnection> monitor_;  // Node rank 0: reads the alive keys.
+  // Connections to node rank 0's store: `watch_` WAITs for the failed key (a WAIT holds back the
+  // requests behind it), `control_` writes this node's keys, `probe_` tells which nodes are
+  // missing after the finish timeout, `monitor_` (node rank 0) reads the alive keys.
+  std::unique_ptr<store::AsyncClient> watch_;
+  std::unique_ptr<store::AsyncClient> control_;
+  std::unique_ptr<store::AsyncClient> probe_;
+  std::unique_ptr<store::AsyncClient> monitor_;
   boost::asio::steady_timer finish_timer_;
   boost::asio::steady_timer reconnect_timer_;
   boost::asio::steady_timer heartbeat_timer_;

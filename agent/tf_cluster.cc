@@ -4,17 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/store_keys.h"
 #include "nlohmann/json.hpp"
 
 namespace dgt::agent {
-
-std::string TfAddressesKey(int64_t round, int node_rank) {
-  return absl::StrCat("dgt/tf/", round, "/", node_rank);
-}
-
-std::string TfRolesKey(int64_t round, int node_rank) {
-  return absl::StrCat(TfAddressesKey(round, node_rank), "/roles");
-}
 
 std::string EncodeTfRoles(const TfRoleConfig& roles) {
   return nlohmann::json{{"parameter_server_count", roles.parameter_server_count},
@@ -100,10 +93,11 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
                                                    const std::vector<std::string>& own) {
   const int nproc_per_node = roles.nproc_per_node;
   // The roles first: a node whose addresses are there has its roles there too.
-  if (absl::Status s = store.Set(TfRolesKey(round, node_rank), EncodeTfRoles(roles)); !s.ok()) {
+  if (absl::Status s = store.Set(keys::TfRolesKey(round, node_rank), EncodeTfRoles(roles));
+      !s.ok()) {
     return s;
   }
-  if (absl::Status s = store.Set(TfAddressesKey(round, node_rank), EncodeTfAddresses(own));
+  if (absl::Status s = store.Set(keys::TfAddressesKey(round, node_rank), EncodeTfAddresses(own));
       !s.ok()) {
     return s;
   }
@@ -111,13 +105,13 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
   std::vector<std::string> keys;
   keys.reserve(node_count);
   for (int r = 0; r < node_count; ++r) {
-    keys.push_back(TfAddressesKey(round, r));
+    keys.push_back(keys::TfAddressesKey(round, r));
     absl::StatusOr<bool> present = store.Check({keys.back()});
     if (!present.ok()) return present.status();
     if (!*present) step.missing.push_back(r);
   }
   if (!step.missing.empty()) return step;
-  for (int r = 0; r < node_count; ++r) keys.push_back(TfRolesKey(round, r));
+  for (int r = 0; r < node_count; ++r) keys.push_back(keys::TfRolesKey(round, r));
   absl::StatusOr<std::vector<std::string>> values = store.MultiGet(keys);
   if (!values.ok()) return values.status();
   for (int r = 0; r < node_count; ++r) {

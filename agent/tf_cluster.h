@@ -10,7 +10,7 @@
 // global-rank order (node rank r runs global ranks r * nproc_per_node ...). A new round (a group
 // restart, a node lost or added) publishes again under its own round number.
 //
-// Key (the one place that names it):
+// Keys (common/store_keys.h, keys::TfAddressesKey and keys::TfRolesKey):
 //   dgt/tf/<round>/<node_rank> = JSON array of that node's addresses by local rank,
 //                                e.g. ["10.0.0.2:41001","10.0.0.2:41002"]
 //   dgt/tf/<round>/<node_rank>/roles = JSON object of that node's role flags, set before the
@@ -35,9 +35,6 @@
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
-
-std::string TfAddressesKey(int64_t round, int node_rank);
-std::string TfRolesKey(int64_t round, int node_rank);
 
 // The flags that shape the cluster (BuildTfConfig); every node of a job must give the same.
 struct TfRoleConfig {

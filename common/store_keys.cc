@@ -33,6 +33,13 @@ std::string DoneSeenKey(int64_t round, int node_rank) {
   return absl::StrCat("dgt/done/", round, "/seen/", node_rank);
 }
 
+std::string TfAddressesKey(int64_t round, int node_rank) {
+  return absl::StrCat("dgt/tf/", round, "/", node_rank);
+}
+std::string TfRolesKey(int64_t round, int node_rank) {
+  return absl::StrCat(TfAddressesKey(round, node_rank), "/roles");
+}
+
 std::string RestartKey(int rank) { return absl::StrCat("dgt/restart/", rank); }
 std::string RestartWireKey(int rank) { return absl::StrCat("/", RestartKey(rank)); }
 

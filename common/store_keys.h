@@ -13,6 +13,9 @@
 //   Done marks (agent/done_marks.h), a round's outcome when the rendezvous service is gone:
 //     dgt/done/<round>/<n>                  "<exit status>" of node <n>'s workers ("0": succeeded)
 //     dgt/done/<round>/seen/<n>             "1" once node <n> learned the outcome from the marks
+//   TensorFlow cluster (agent/tf_cluster.h), each node's worker addresses for TF_CONFIG:
+//     dgt/tf/<round>/<n>                    JSON array of node <n>'s "host:port" by local rank
+//     dgt/tf/<round>/<n>/roles              JSON object of node <n>'s role flags (set first)
 //   Rank restarts (--restart-policy rank; docs/ENVIRONMENT.md):
 //     dgt/restart/<r>                       the new generation of rank <r>; on the wire
 //                                           "/dgt/restart/<r>", as torch clients put '/' first
@@ -26,6 +29,11 @@
 //   Communicators (dgt/worker/communicator.h):
 //     dgt/comm/<group>/g<g>                 prefix of one generation's bootstrap keys (Gloo's
 //                                           own, and NCCL's nccl_id/<i> below it)
+//
+// Every key is built by a function below and nowhere else (C++); the Python package mirrors the
+// ones its trainers read in python/dgt/keys.py (recovery, communicator prefix) and
+// tests/e2e/workers/flaky.py (dgt/restart/<r>), pinned against these by
+// tests/common/store_keys_test.cc's shapes.
 //
 // Pure functions; thread-safe.
 #ifndef DGT_COMMON_STORE_KEYS_H_
@@ -47,6 +55,10 @@ std::string StaticAliveKey(absl::string_view run_id, int node_rank);
 // Done marks.
 std::string DoneMarkKey(int64_t round, int node_rank);
 std::string DoneSeenKey(int64_t round, int node_rank);
+
+// TensorFlow cluster (round 0 for the static backend).
+std::string TfAddressesKey(int64_t round, int node_rank);
+std::string TfRolesKey(int64_t round, int node_rank);
 
 // Rank restarts: the key as a trainer names it (store.get(RestartKey(r))), and as it travels in
 // a torch 1.x SET frame (RestartWireKey(r) == "/" + RestartKey(r)).

@@ -207,6 +207,125 @@ void AppendBytes(std::string* out, absl::string_view bytes) {
   out->append(bytes.data(), bytes.size());
 }
 
+bool AppendRequest(std::string* out, Family family, const Request& request) {
+  uint8_t code = kNone;
+  for (const OpcodeEntry& e : kOpcodes) {
+    if (e.op == request.op) code = family == Family::kV1 ? e.v1 : e.v2;
+  }
+  if (code == kNone) return false;
+  AppendU8(out, code);
+  auto key = [&](size_t i) -> absl::string_view {
+    return i < request.keys.size() ? absl::string_view(request.keys[i]) : absl::string_view();
+  };
+  auto value = [&](size_t i) -> absl::string_view {
+    return i < request.values.size() ? absl::string_view(request.values[i]) : absl::string_view();
+  };
+  switch (request.op) {
+    case Op::kValidate:
+    case Op::kPing:
+      AppendU32(out, request.u32);
+      break;
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+    case Op::kListKeys:
+      break;
+    case Op::kGet:
+    case Op::kDeleteKey:
+    case Op::kWatchKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+      AppendBytes(out, key(0));
+      break;
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+      AppendBytes(out, key(0));
+      AppendBytes(out, value(0));
+      break;
+    case Op::kCompareSet:
+      AppendBytes(out, key(0));
+      AppendBytes(out, value(0));
+      AppendBytes(out, value(1));
+      break;
+    case Op::kAdd:
+    case Op::kBarrier:
+      AppendBytes(out, key(0));
+      AppendI64(out, request.integer);
+      break;
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      AppendU64(out, request.keys.size());
+      for (const std::string& k : request.keys) AppendBytes(out, k);
+      break;
+    case Op::kMultiSet:
+      AppendU64(out, request.keys.size());
+      for (size_t i = 0; i < request.keys.size(); ++i) {
+        AppendBytes(out, request.keys[i]);
+        AppendBytes(out, value(i));
+      }
+      break;
+  }
+  return true;
+}
+
+bool ReplyShapeOf(Op op, ReplyShape* shape) {
+  switch (op) {
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kCancelWait:
+    case Op::kBarrier:
+      *shape = ReplyShape::kU8;
+      return true;
+    case Op::kPing:
+      *shape = ReplyShape::kU32;
+      return true;
+    case Op::kAdd:
+    case Op::kGetNumKeys:
+    case Op::kDeleteKey:
+    case Op::kQueueLen:
+      *shape = ReplyShape::kI64;
+      return true;
+    case Op::kGet:
+    case Op::kCompareSet:
+      *shape = ReplyShape::kBytes;
+      return true;
+    default:
+      return false;
+  }
+}
+
+ParseResult ParseReply(absl::string_view data, ReplyShape shape, const Limits& limits, Reply* out) {
+  ParseResult result;
+  *out = Reply{};
+  Reader r(data, limits);
+  bool ok = false;
+  switch (shape) {
+    case ReplyShape::kU8:
+      ok = r.ReadPod(&out->u8);
+      break;
+    case ReplyShape::kU32:
+      ok = r.ReadPod(&out->u32);
+      break;
+    case ReplyShape::kI64:
+      ok = r.ReadPod(&out->integer);
+      break;
+    case ReplyShape::kBytes:
+      ok = r.ReadValue(&out->bytes);
+      break;
+  }
+  if (!ok) {
+    if (!r.error.empty()) {
+      result.status = ParseStatus::kError;
+      result.error = std::move(r.error);
+    }
+    return result;
+  }
+  result.status = ParseStatus::kOk;
+  result.consumed = r.pos();
+  return result;
+}
+
 void AppendOpcode(std::string* out, Family family, Op op) {
   for (const OpcodeEntry& e : kOpcodes) {
     if (e.op == op) {

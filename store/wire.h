@@ -90,8 +90,37 @@ void AppendI64(std::string* out, int64_t v);
 void AppendU64(std::string* out, uint64_t v);
 void AppendBytes(std::string* out, absl::string_view bytes);  // u64 length + bytes.
 
-// Request encoders used by the C++ client and tests.
+// Request encoders used by the C++ clients and tests.
 void AppendOpcode(std::string* out, Family family, Op op);
+// Appends `request` framed for `family` (the inverse of ParseRequest): the op's opcode, then the
+// fields ParseRequest reads for it, from request.keys / values / integer / u32. A field the op
+// needs and `request` lacks is sent empty. An op the family does not have (e.g. APPEND in 1.x) is
+// a programmer error: nothing is appended and false is returned.
+bool AppendRequest(std::string* out, Family family, const Request& request);
+
+// Reply shapes, as the server writes them for each op (REFERENCE.md §4).
+enum class ReplyShape {
+  kU8,     // CHECK, WAIT, CANCEL_WAIT, BARRIER: one byte.
+  kU32,    // PING: the nonce echoed.
+  kI64,    // ADD, GET_NUM_KEYS, DELETE_KEY, QUEUE_LEN: host-order i64.
+  kBytes,  // GET, COMPARE_SET: u64 length + bytes.
+};
+
+// The reply shape of `op`, or false when the op has no reply (SET, APPEND, MULTI_SET,
+// QUEUE_PUSH, VALIDATE) or a shape not listed above (MULTI_GET, QUEUE_POP, LIST_KEYS).
+bool ReplyShapeOf(Op op, ReplyShape* shape);
+
+struct Reply {
+  uint8_t u8 = 0;
+  uint32_t u32 = 0;
+  int64_t integer = 0;
+  std::string bytes;
+};
+
+// Parses one reply of `shape` from the front of `data`, as ParseRequest does requests: kNeedMore
+// until the whole reply is there, kOk with `consumed`, or kError when a claimed length exceeds
+// limits.max_value_bytes (checked before anything is allocated).
+ParseResult ParseReply(absl::string_view data, ReplyShape shape, const Limits& limits, Reply* out);
 
 }  // namespace dgt::store::wire
 

@@ -1,10 +1,13 @@
-// Done marks over an in-memory store, and RoundStoreTasks against a real store server.
+// Done marks over an in-memory store, RoundStoreTasks against a real store server, and the
+// asynchronous versions over a store::AsyncClient against the real server.
 #include "agent/done_marks.h"
 
 #include <memory>
 
 #include "absl/strings/match.h"
+#include "boost/asio.hpp"
 #include "common/mutex.h"
+#include "dgt/store/client.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/store/server.h"
 #include "gtest/gtest.h"
@@ -144,6 +147,127 @@ TEST(DoneMarksTest, AnUnreachableStoreIsReportedToTheTask) {
   }
   EXPECT_FALSE(seen.ok());
   EXPECT_TRUE(absl::StartsWith(seen.message(), "store at 127.0.0.1:1: ")) << seen;
+}
+
+// Runs `io` until `done()` or 10 s.
+template <typename Pred>
+void RunUntil(boost::asio::io_context& io, Pred done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!done() && absl::Now() < deadline) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(5));
+  }
+}
+
+TEST(DoneMarksAsyncTest, WritesAndReadsTheMarksOverOneConnection) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  store::AsyncClientOptions o;
+  o.port = server.port();
+  store::AsyncClient c(io.get_executor(), o);
+  c.Connect(absl::Seconds(5), nullptr);
+  std::vector<absl::Status> writes;
+  WriteDoneMarkAsync(c, 4, 0, 0, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
+  WriteDoneMarkAsync(c, 4, 2, 1, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
+  WriteSeenMarkAsync(c, 4, 2, absl::Seconds(5),
+                     [&](const absl::Status& s) { writes.push_back(s); });
+  std::optional<absl::StatusOr<DoneMarks>> read;
+  ReadDoneMarksAsync(c, 4, 3, absl::Seconds(5),
+                     [&](const absl::StatusOr<DoneMarks>& m) { read = m; });
+  RunUntil(io, [&] { return read.has_value(); });
+  ASSERT_EQ(writes, (std::vector<absl::Status>(3, absl::OkStatus())));
+  ASSERT_TRUE(read.has_value());
+  ASSERT_TRUE(read->ok()) << read->status();
+  EXPECT_EQ((*read)->status, (std::vector<std::optional<int>>{0, std::nullopt, 1}));
+  EXPECT_EQ((*read)->seen, (std::vector<bool>{false, false, true}));
+  EXPECT_EQ((*read)->FirstFailed(), 2);
+  // The same keys the blocking functions use.
+  store::ClientOptions co;
+  co.port = server.port();
+  auto blocking = store::Client::Connect(co);
+  ASSERT_TRUE(blocking.ok());
+  auto marks = ReadDoneMarks(**blocking, 4, 3);
+  ASSERT_TRUE(marks.ok());
+  EXPECT_EQ(marks->status, (*read)->status);
+}
+
+TEST(DoneMarksAsyncTest, ABadMarkAndAnUnreachableStoreAreReportedOnce) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  store::AsyncClientOptions o;
+  o.port = server.port();
+  store::AsyncClient c(io.get_executor(), o);
+  c.Connect(absl::Seconds(5), nullptr);
+  c.Set("dgt/done/1/1", "oops", absl::Seconds(5));
+  std::vector<absl::StatusOr<DoneMarks>> reads;
+  ReadDoneMarksAsync(c, 1, 2, absl::Seconds(5),
+                     [&](const absl::StatusOr<DoneMarks>& m) { reads.push_back(m); });
+  RunUntil(io, [&] { return !reads.empty(); });
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].status(), absl::InvalidArgumentError(
+                                   "done mark dgt/done/1/1 must be an exit status, got 'oops'"));
+  server.Stop();
+  store::AsyncClient gone(io.get_executor(), o);
+  gone.Connect(absl::Milliseconds(200), nullptr);
+  reads.clear();
+  ReadDoneMarksAsync(gone, 1, 2, absl::Seconds(5),
+                     [&](const absl::StatusOr<DoneMarks>& m) { reads.push_back(m); });
+  RunUntil(io, [&] { return !reads.empty(); });
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(reads[0].status().message(),
+                               absl::StrCat("cannot reach the store at 127.0.0.1:", o.port, ": ")))
+      << reads[0].status();
+}
+
+TEST(RoundStoreClientTest, KeepsOneClientPerAddressAndReplacesABrokenOne) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  RoundStoreClient round(io.get_executor(), absl::Seconds(5));
+  std::vector<absl::Status> flushed;
+  round.Flush([&](const absl::Status& s) { flushed.push_back(s); });
+  EXPECT_TRUE(flushed.empty());  // Posted, even without a client.
+  store::AsyncClient* first = &round.For("127.0.0.1", server.port());
+  EXPECT_EQ(&round.For("127.0.0.1", server.port()), first);
+  WriteDoneMarkAsync(*first, 2, 1, 0, round.timeout(), nullptr);
+  round.Flush([&](const absl::Status& s) { flushed.push_back(s); });
+  RunUntil(io, [&] { return flushed.size() == 2; });
+  EXPECT_EQ(flushed, (std::vector<absl::Status>(2, absl::OkStatus())));
+  // The store restarted on the same port: the broken client is replaced.
+  const uint16_t port = server.port();
+  server.Stop();
+  RunUntil(io, [&] { return !first->status().ok(); });
+  EXPECT_EQ(first->status().code(), absl::StatusCode::kUnavailable);
+  store::ServerOptions again;
+  again.port = port;
+  store::Server restarted(again);
+  ASSERT_TRUE(restarted.Start().ok());
+  store::AsyncClient& second = round.For("127.0.0.1", port);
+  EXPECT_TRUE(second.status().ok());
+  std::optional<absl::StatusOr<DoneMarks>> read;
+  WriteDoneMarkAsync(second, 2, 0, 3, round.timeout(), nullptr);
+  ReadDoneMarksAsync(second, 2, 1, round.timeout(),
+                     [&](const absl::StatusOr<DoneMarks>& m) { read = m; });
+  RunUntil(io, [&] { return read.has_value(); });
+  ASSERT_TRUE(read.has_value() && read->ok());
+  EXPECT_EQ((*read)->status, (std::vector<std::optional<int>>{3}));
+  // Dropped: what is pending is cancelled.
+  std::vector<absl::Status> dropped;
+  round.For("127.0.0.1", port).Wait({"never"}, absl::Seconds(5), [&](const absl::Status& s) {
+    dropped.push_back(s);
+  });
+  round.Drop();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

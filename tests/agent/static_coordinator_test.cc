@@ -186,7 +186,8 @@ TEST_F(StaticCoordinatorTest, AnotherNodeNoticesNodeRankZerosStoreGone) {
   const std::string address = absl::StrCat("127.0.0.1:", options.master_port);
   EXPECT_EQ(failures[0].second,
             absl::StrCat("lost node rank 0 (store host ", address,
-                         "): its store closed the connection (store connection: End of file) "
+                         "): its store closed the connection (store ", address,
+                         ": connection lost: End of file) "
                          "and could not be reached again within 300ms: cannot reach the store at ",
                          address, ": Connection refused"));
 }
@@ -211,11 +212,13 @@ TEST_F(StaticCoordinatorTest, AStoreWithoutTheRunsKeysIsNotNodeRankZerosStore) {
   while (failures.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(failures[0].first, 69);
-  EXPECT_EQ(failures[0].second,
-            absl::StrCat("lost node rank 0 (store host 127.0.0.1:", options.master_port,
-                         "): its store closed the connection (store connection: End of file); "
-                         "the store reached again does not know run 'job' (node rank 0 started "
-                         "again?)"));
+  EXPECT_EQ(
+      failures[0].second,
+      absl::StrCat("lost node rank 0 (store host 127.0.0.1:", options.master_port,
+                   "): its store closed the connection (store 127.0.0.1:", options.master_port,
+                   ": connection lost: End of file); "
+                   "the store reached again does not know run 'job' (node rank 0 started "
+                   "again?)"));
 }
 
 // Another node's agent dies (kill -9) while node rank 0 waits for it: node rank 0 notices within

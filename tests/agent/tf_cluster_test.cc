@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/worker_env.h"
+#include "common/store_keys.h"
 #include "dgt/store/memory_store.h"
 #include "gtest/gtest.h"
 
@@ -16,7 +17,7 @@ namespace {
 TfRoleConfig Nproc(int n) { return TfRoleConfig{0, false, 0, n}; }
 
 TEST(TfClusterTest, KeyAndValue) {
-  EXPECT_EQ(TfAddressesKey(3, 1), "dgt/tf/3/1");
+  EXPECT_EQ(keys::TfAddressesKey(3, 1), "dgt/tf/3/1");
   EXPECT_EQ(EncodeTfAddresses({"10.0.0.2:41001", "10.0.0.2:41002"}),
             R"(["10.0.0.2:41001","10.0.0.2:41002"])");
   auto decoded = DecodeTfAddresses(R"(["a:1","a:2"])", 1, 2);
@@ -64,8 +65,8 @@ TEST(TfClusterTest, EveryNodeGetsTheSameAddressesInGlobalRankOrder) {
   EXPECT_EQ(*s.Get("dgt/tf/4/1"), R"(["10.0.0.2:6000","10.0.0.2:6001"])");
 
   // Another round's key does not count for round 4.
-  ASSERT_TRUE(s.Set(TfRolesKey(3, 2), EncodeTfRoles(Nproc(2))).ok());
-  ASSERT_TRUE(s.Set(TfAddressesKey(3, 2), EncodeTfAddresses(node2)).ok());
+  ASSERT_TRUE(s.Set(keys::TfRolesKey(3, 2), EncodeTfRoles(Nproc(2))).ok());
+  ASSERT_TRUE(s.Set(keys::TfAddressesKey(3, 2), EncodeTfAddresses(node2)).ok());
   auto second = ExchangeTfAddresses(s, 4, 0, 3, Nproc(2), node0);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->missing, (std::vector<int>{2}));
@@ -109,8 +110,8 @@ TEST(TfClusterTest, ANewRoundPublishesAgain) {
 
 TEST(TfClusterTest, AnotherNodesBadValueIsAnError) {
   store::MemoryStore s;
-  ASSERT_TRUE(s.Set(TfRolesKey(0, 0), EncodeTfRoles(Nproc(2))).ok());
-  ASSERT_TRUE(s.Set(TfAddressesKey(0, 0), R"(["a:1"])").ok());  // 1 address, 2 expected.
+  ASSERT_TRUE(s.Set(keys::TfRolesKey(0, 0), EncodeTfRoles(Nproc(2))).ok());
+  ASSERT_TRUE(s.Set(keys::TfAddressesKey(0, 0), R"(["a:1"])").ok());  // 1 address, 2 expected.
   auto step = ExchangeTfAddresses(s, 0, 1, 2, Nproc(2), {"b:1", "b:2"});
   EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(step.status().message(),
@@ -119,7 +120,7 @@ TEST(TfClusterTest, AnotherNodesBadValueIsAnError) {
 }
 
 TEST(TfClusterTest, RolesKeyAndValue) {
-  EXPECT_EQ(TfRolesKey(3, 1), "dgt/tf/3/1/roles");
+  EXPECT_EQ(keys::TfRolesKey(3, 1), "dgt/tf/3/1/roles");
   EXPECT_EQ(EncodeTfRoles(TfRoleConfig{1, true, 0, 2}),
             R"({"nproc_per_node":2,"parameter_server_count":1,"tf_chief":true,"worker_count":0})");
   EXPECT_TRUE(

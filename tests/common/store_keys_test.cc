@@ -21,6 +21,12 @@ TEST(StoreKeysTest, DoneMarks) {
   EXPECT_EQ(DoneMarkKey(int64_t{1} << 40, 0), "dgt/done/1099511627776/0");
 }
 
+TEST(StoreKeysTest, TensorFlowCluster) {
+  EXPECT_EQ(TfAddressesKey(3, 1), "dgt/tf/3/1");
+  EXPECT_EQ(TfRolesKey(3, 1), "dgt/tf/3/1/roles");
+  EXPECT_EQ(TfAddressesKey(0, 12), "dgt/tf/0/12");
+}
+
 TEST(StoreKeysTest, RankRestarts) {
   EXPECT_EQ(RestartKey(5), "dgt/restart/5");
   EXPECT_EQ(RestartWireKey(5), "/dgt/restart/5");

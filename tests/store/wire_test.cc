@@ -199,5 +199,81 @@ TEST(EncodeTest, RepliesAreHostOrder) {
   EXPECT_EQ(Hex(out), "0203");
 }
 
+TEST(EncodeTest, AppendRequestIsParseRequestsInverse) {
+  const Limits limits;
+  std::vector<Request> requests(5);
+  requests[0].op = Op::kSet;
+  requests[0].keys = {"/k"};
+  requests[0].values = {"v"};
+  requests[1].op = Op::kCompareSet;
+  requests[1].keys = {"k"};
+  requests[1].values = {"", "1"};
+  requests[2].op = Op::kAdd;
+  requests[2].keys = {"n"};
+  requests[2].integer = -3;
+  requests[3].op = Op::kWait;
+  requests[3].keys = {"a", "b"};
+  requests[4].op = Op::kDeleteKey;
+  requests[4].keys = {"d"};
+  for (Family family : {Family::kV1, Family::kV2}) {
+    for (const Request& want : requests) {
+      std::string frame;
+      ASSERT_TRUE(AppendRequest(&frame, family, want));
+      Request got;
+      ParseResult p = ParseRequest(frame, family, limits, &got);
+      ASSERT_EQ(p.status, ParseStatus::kOk);
+      EXPECT_EQ(p.consumed, frame.size());
+      EXPECT_EQ(got.op, want.op);
+      EXPECT_EQ(got.keys, want.keys);
+      EXPECT_EQ(got.values, want.values);
+      EXPECT_EQ(got.integer, want.integer);
+    }
+  }
+  // torch 1.x SET of "/k" = "v": opcode 0, u64 2, "/k", u64 1, "v".
+  std::string v1;
+  ASSERT_TRUE(AppendRequest(&v1, Family::kV1, requests[0]));
+  EXPECT_EQ(Hex(v1), "0002000000000000002f6b010000000000000076");
+  Request append;
+  append.op = Op::kAppend;
+  std::string none;
+  EXPECT_FALSE(AppendRequest(&none, Family::kV1, append));
+  EXPECT_TRUE(none.empty());
+}
+
+TEST(ParseReplyTest, EveryShapeNeedsItsWholeReply) {
+  const Limits limits;
+  Reply r;
+  std::string value;
+  AppendBytes(&value, "abc");
+  for (size_t n = 0; n < value.size(); ++n) {
+    EXPECT_EQ(ParseReply(value.substr(0, n), ReplyShape::kBytes, limits, &r).status,
+              ParseStatus::kNeedMore);
+  }
+  ParseResult p = ParseReply(value + "x", ReplyShape::kBytes, limits, &r);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(p.consumed, 11u);
+  EXPECT_EQ(r.bytes, "abc");
+  std::string i64;
+  AppendI64(&i64, -9);
+  p = ParseReply(i64, ReplyShape::kI64, limits, &r);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(r.integer, -9);
+  p = ParseReply(std::string(1, '\x01'), ReplyShape::kU8, limits, &r);
+  ASSERT_EQ(p.status, ParseStatus::kOk);
+  EXPECT_EQ(r.u8, 1);
+  EXPECT_EQ(ParseReply("abc", ReplyShape::kU32, limits, &r).status, ParseStatus::kNeedMore);
+}
+
+TEST(ParseReplyTest, AClaimedLengthOverTheLimitIsAnErrorBeforeItArrives) {
+  Limits limits;
+  limits.max_value_bytes = 8;
+  std::string claim;
+  AppendU64(&claim, 9);
+  Reply r;
+  ParseResult p = ParseReply(claim, ReplyShape::kBytes, limits, &r);
+  EXPECT_EQ(p.status, ParseStatus::kError);
+  EXPECT_EQ(p.error, "value length 9 exceeds the limit of 8 bytes");
+}
+
 }  // namespace
 }  // namespace dgt::store::wire
