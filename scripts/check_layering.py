@@ -101,7 +101,8 @@ RULES = [
          include=["grpcpp/*", "*.grpc.pb.h", "rendezvous/service.h", "rendezvous/client.h",
                   "rendezvous/credentials.h"],
          link=["rendezvous", "rendezvous_client", "rendezvous_credentials"]),
-    Rule("rendezvous_credentials: no protos, no service, no client", targets=["rendezvous_credentials"],
+    Rule("rendezvous_credentials: no protos, no service, no client",
+         targets=["rendezvous_credentials"],
          include=["dgt/rendezvous/*", "rendezvous/service.h", "rendezvous/client.h",
                   "rendezvous/round_state.h"],
          link=["proto", "rendezvous", "rendezvous_client", "rendezvous_core"]),
@@ -423,7 +424,8 @@ def check(root: str, bin_dir: str | None) -> int:
             else:
                 for prefix, deps in THIRD_PARTY:
                     if inc.startswith(prefix):
-                        if not deps & visible and not (deps == {"@nccl"} and tname == "worker_nccl"):
+                        nccl_ok = deps == {"@nccl"} and tname == "worker_nccl"
+                        if not deps & visible and not nccl_ok:
                             need = deps
                         break
                 if inc.startswith("absl/") and not any(v.startswith("absl::") for v in visible):
