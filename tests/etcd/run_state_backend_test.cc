@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "rendezvous/etcd_run_state_backend.h"
 #include "tests/etcd/etcd_cluster.h"
@@ -100,6 +103,95 @@ TEST(EtcdRunRecordTest, TheJsonValueIsVersionedAndRoundTrips) {
   EXPECT_EQ(DecodeRunRecord("{").status().message(), "run record: not a JSON object");
   EXPECT_EQ(DecodeRunRecord(R"({"version":1,"writer":"x","run":{}})").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Events one backend's watch delivered, for the test thread to wait on (bounded).
+class Events {
+ public:
+  std::function<void(const RunEvent&)> Callback() {
+    return [this](const RunEvent& e) {
+      absl::MutexLock lock(&mu_);
+      events_.push_back(e);
+    };
+  }
+  std::vector<RunEvent> Await(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&] { return events_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(5));
+    return events_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<RunEvent> events_;
+};
+
+// Two replicas on one prefix: each sees the other's writes through its watch, a commit over a
+// revision the other moved past is Aborted (nothing written) and refreshes the view, and a key
+// this dgt cannot read (another record version) is invisible rather than an error.
+TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictCleanly) {
+  SkipWithoutEtcd();
+  if (::testing::Test::IsSkipped()) return;
+  EtcdCluster* cluster = SharedCluster();
+  ASSERT_NE(cluster, nullptr);
+  EtcdRunStateBackend::Options options;
+  options.client.endpoints = cluster->endpoints();
+  options.prefix = "/dgt-test/replicas/runs/";
+  auto raw = etcd::Client::Create(options.client);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_TRUE(
+      (*raw)->Put(options.prefix + "future", R"({"version":2,"writer":"x","run":{}})").ok());
+
+  auto a = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)->Find("future"), nullptr);
+  EXPECT_EQ((*a)->size(), 0u);
+  Events b_events;
+  (*b)->Watch(b_events.Callback());
+
+  ASSERT_TRUE((*a)->Create("job").ok());
+  (*a)->Mutable("job")->round = 1;
+  Revision r1 = (*a)->Commit("job").value();
+  std::vector<RunEvent> seen = b_events.Await(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (RunEvent{RunEvent::Type::kPut, "job", r1}));
+  ASSERT_NE((*b)->Find("job"), nullptr);
+  EXPECT_EQ((*b)->Find("job")->round, 1);
+  EXPECT_EQ((*b)->RevisionOf("job"), r1);
+
+  // Both stage over r1; a commits first, b loses.
+  (*a)->Mutable("job")->round = 2;
+  (*b)->Mutable("job")->round = 20;
+  Revision r2 = (*a)->Commit("job").value();
+  absl::StatusOr<Revision> lost = (*b)->Commit("job");
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(lost.status().message(),
+            absl::StrCat("run 'job' is at revision ", r2, ", expected ", r1));
+  // b's view holds a's write now (read back by the failed Txn), whatever its watch did.
+  EXPECT_EQ((*b)->RevisionOf("job"), r2);
+  EXPECT_EQ((*b)->Find("job")->round, 2);
+  // Handled again over the fresh read, b's commit goes through and a sees it.
+  Events a_events;
+  (*a)->Watch(a_events.Callback());
+  (*b)->Mutable("job")->round = 3;
+  Revision r3 = (*b)->Commit("job").value();
+  seen = a_events.Await(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (RunEvent{RunEvent::Type::kPut, "job", r3}));
+  EXPECT_EQ((*a)->Find("job")->round, 3);
+  absl::StatusOr<etcd::KeyValue> kv = (*raw)->Get(options.prefix + "job");
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->version, 3);
+  EXPECT_EQ(kv->mod_revision, r3);
+
+  ASSERT_TRUE((*b)->Delete("job").ok());
+  seen = a_events.Await(2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].type, RunEvent::Type::kDelete);
+  EXPECT_EQ((*a)->Find("job"), nullptr);
+  ASSERT_TRUE((*raw)->DeletePrefix(options.prefix).ok());
 }
 
 class EtcdBackendFailureTest : public ::testing::Test {
