@@ -142,13 +142,15 @@ TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictClean
   ASSERT_TRUE(
       (*raw)->Put(options.prefix + "future", R"({"version":2,"writer":"x","run":{}})").ok());
 
+  // Declared before the backends: destroyed after their watches stop.
+  Events a_events;
+  Events b_events;
   auto a = EtcdRunStateBackend::Open(options);
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = EtcdRunStateBackend::Open(options);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ((*a)->Find("future"), nullptr);
   EXPECT_EQ((*a)->size(), 0u);
-  Events b_events;
   (*b)->Watch(b_events.Callback());
 
   ASSERT_TRUE((*a)->Create("job").ok());
@@ -173,7 +175,6 @@ TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictClean
   EXPECT_EQ((*b)->RevisionOf("job"), r2);
   EXPECT_EQ((*b)->Find("job")->round, 2);
   // Handled again over the fresh read, b's commit goes through and a sees it.
-  Events a_events;
   (*a)->Watch(a_events.Callback());
   (*b)->Mutable("job")->round = 3;
   Revision r3 = (*b)->Commit("job").value();
