@@ -131,7 +131,7 @@ class Events {
 // this dgt cannot read (another record version) is invisible rather than an error.
 TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictCleanly) {
   SkipWithoutEtcd();
-  if (::testing::Test::IsSkipped()) return;
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   EtcdCluster* cluster = SharedCluster();
   ASSERT_NE(cluster, nullptr);
   EtcdRunStateBackend::Options options;
