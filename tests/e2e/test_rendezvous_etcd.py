@@ -110,3 +110,16 @@ def test_bad_backend_flags_exit_2_naming_the_flag_and_value(args, message):
                        capture_output=True, text=True, timeout=20)
     assert p.returncode == 2
     assert p.stderr.strip() == f"dgt-rendezvous: error: {message}"
+
+
+def test_unreachable_etcd_exits_1_naming_the_endpoint():
+    port = free_port()  # Nothing listens there.
+    start = time.monotonic()
+    p = subprocess.run([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", "--backend=etcd",
+                        f"--etcd-endpoints=127.0.0.1:{port}"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    assert p.stderr.strip().startswith(
+        "dgt-rendezvous: error: etcd backend: reading the runs under '/dgt/runs/': etcd get "
+        f"prefix: no member answered within 5s (127.0.0.1:{port}: "), p.stderr
+    assert time.monotonic() - start < 15
