@@ -265,19 +265,68 @@ absl::StatusOr<std::unique_ptr<EtcdRunStateBackend>> EtcdRunStateBackend::Open(O
       backend->ApplyRead(kv.key.substr(backend->options_.prefix.size()), &kv, all->revision);
     }
   }
-  EtcdRunStateBackend* self = backend.get();
-  absl::StatusOr<std::unique_ptr<etcd::Watcher>> watcher = backend->client_->Watch(
-      backend->options_.prefix, /*prefix=*/true, all->revision + 1,
-      [self](const std::vector<etcd::Event>& events) { self->OnWatchEvents(events); },
-      [self](const absl::Status& error) {
-        spdlog::error(
-            "etcd backend: the watch of '{}' ended: {}; this replica's view of the "
-            "runs no longer follows other writers",
-            self->options_.prefix, error.ToString());
+  absl::Status watching = backend->StartWatch(all->revision + 1);
+  if (!watching.ok()) return watching;
+  return backend;
+}
+
+absl::Status EtcdRunStateBackend::StartWatch(Revision revision) {
+  absl::StatusOr<std::unique_ptr<etcd::Watcher>> watcher = client_->Watch(
+      options_.prefix, /*prefix=*/true, revision,
+      [this](const std::vector<etcd::Event>& events) { OnWatchEvents(events); },
+      [this](const absl::Status& error) {
+        spdlog::error("etcd backend: the watch of '{}' ended: {}; the next write re-reads the runs",
+                      options_.prefix, error.ToString());
+        watch_ended_.store(true);
       });
   if (!watcher.ok()) return watcher.status();
-  backend->watcher_ = *std::move(watcher);
-  return backend;
+  watcher_ = *std::move(watcher);
+  return absl::OkStatus();
+}
+
+absl::Status EtcdRunStateBackend::Resync() {
+  watcher_.reset();  // Its thread has ended (terminal error); joins it.
+  absl::StatusOr<etcd::RangeResult> all = client_->GetPrefix(options_.prefix);
+  if (!all.ok()) return all.status();
+  std::vector<RunEvent> deliver;
+  {
+    MutexLock lock(&mu_);
+    std::map<std::string, const etcd::KeyValue*, std::less<>> read;
+    for (const etcd::KeyValue& kv : all->kvs) read[kv.key.substr(options_.prefix.size())] = &kv;
+    std::vector<std::string> gone;
+    for (const auto& [id, entry] : view_) {
+      if (!read.contains(id) && entry.revision < all->revision) gone.push_back(id);
+    }
+    for (const std::string& id : gone) {
+      ApplyRead(id, nullptr, all->revision);
+      deliver.push_back(RunEvent{RunEvent::Type::kDelete, id, all->revision});
+    }
+    for (const auto& [id, kv] : read) {
+      auto it = view_.find(id);
+      if (it != view_.end() && it->second.revision >= kv->mod_revision) continue;
+      ApplyRead(id, kv, all->revision);
+      deliver.push_back(RunEvent{RunEvent::Type::kPut, id, kv->mod_revision});
+    }
+    known_revision_ = std::max(known_revision_, all->revision);
+    ++resyncs_;
+  }
+  std::sort(deliver.begin(), deliver.end(),
+            [](const RunEvent& a, const RunEvent& b) { return a.revision < b.revision; });
+  {
+    MutexLock lock(&watch_mu_);
+    for (const RunEvent& event : deliver) {
+      for (const auto& [id, watch] : watches_) {
+        if (event.revision > watch.after) watch.fn(event);
+      }
+    }
+  }
+  watch_ended_.store(false);
+  return StartWatch(all->revision + 1);
+}
+
+int64_t EtcdRunStateBackend::resyncs() const {
+  MutexLock lock(&mu_);
+  return resyncs_;
 }
 
 void EtcdRunStateBackend::ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
@@ -376,8 +425,20 @@ bool EtcdRunStateBackend::DropStage(absl::string_view run_id) {
 }
 
 void EtcdRunStateBackend::ReleaseRetired() {
-  MutexLock lock(&mu_);
-  retired_.clear();
+  {
+    MutexLock lock(&mu_);
+    retired_.clear();
+  }
+  if (watch_ended_.load()) {
+    absl::Status resynced = Resync();
+    if (!resynced.ok()) {
+      watch_ended_.store(true);
+      spdlog::warn(
+          "etcd backend: re-reading the runs under '{}' after the watch ended: {}; "
+          "trying again at the next write",
+          options_.prefix, resynced.ToString());
+    }
+  }
 }
 
 std::string EtcdRunStateBackend::NextWriter() { return absl::StrCat(replica_id_, ":", ++writes_); }

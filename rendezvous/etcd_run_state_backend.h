@@ -47,6 +47,7 @@
 #ifndef DGT_RENDEZVOUS_ETCD_RUN_STATE_BACKEND_H_
 #define DGT_RENDEZVOUS_ETCD_RUN_STATE_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -119,6 +120,11 @@ class EtcdRunStateBackend final : public RunStateBackend {
   // Writes whose answer was lost and whose outcome was decided by reading back (for tests and
   // metrics).
   int64_t decided_after_lost_answer() const;
+  // Whether the watch has ended for good (OUT_OF_RANGE: its resume revision was compacted while
+  // it was disconnected), until the next write re-reads the prefix and watches again.
+  bool watch_ended() const { return watch_ended_.load(); }
+  // Times the view was re-read after the watch ended.
+  int64_t resyncs() const;
 
  private:
   struct Entry {
@@ -152,8 +158,14 @@ class EtcdRunStateBackend final : public RunStateBackend {
                   Revision revision, LeaseId lease);
   // The watch thread's batch.
   void OnWatchEvents(const std::vector<etcd::Event>& events);
-  // Drops records kept for pointers handed out before this write.
+  // At the start of each write: drops records kept for pointers handed out before it, and
+  // re-reads the prefix and watches again when the watch ended.
   void ReleaseRetired();
+  // Re-reads every run under the prefix into the view (telling the watchers of each run that
+  // changed or went) and starts a new watch after that read. Errors: the read's.
+  absl::Status Resync();
+  // Starts the watch of the prefix from `revision`.
+  absl::Status StartWatch(Revision revision);
   // Drops this replica's stage of the run; whether there was one.
   bool DropStage(absl::string_view run_id);
   std::string NextWriter();
@@ -172,6 +184,8 @@ class EtcdRunStateBackend final : public RunStateBackend {
   Revision known_revision_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<const RunRecord>> retired_ ABSL_GUARDED_BY(mu_);
   int64_t decided_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> watch_ended_{false};
 
   Mutex watch_mu_;  // Held while callbacks run, so that CancelWatch waits for a delivery.
   std::map<WatchId, WatchEntry> watches_ ABSL_GUARDED_BY(watch_mu_);
