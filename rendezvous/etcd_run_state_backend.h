@@ -28,7 +28,10 @@
 //   lease's runs from the view at once.
 // - Watch: callbacks called on the etcd watch's thread, in revision order, after the view holds
 //   the change, for every change (this replica's and others') with a revision above the highest
-//   this replica knew of when Watch was called.
+//   this replica knew of when Watch was called. When the etcd watch ends for good (OUT_OF_RANGE:
+//   the revision to resume from was compacted while it was disconnected), the next write first
+//   re-reads the prefix into the view, tells the watchers of each run that changed (a put at its
+//   revision) or went (a delete at the read's revision), and watches again.
 //
 // A write's answer lost (DEADLINE_EXCEEDED: the member forwarded it to a leader that died, and
 // it may or may not have been applied) is never repeated blindly. The backend decides by sending
