@@ -2,16 +2,42 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flag_parse.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "rendezvous/service.h"
+#ifdef DGT_WITH_ETCD_BACKEND
+#include "rendezvous/etcd_run_state_backend.h"
+#endif
+
+namespace {
+
+// "host:port,host:port" (--etcd-endpoints): each a non-empty host and a port in 1..65535.
+absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    const size_t colon = part.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || colon == 0 ||
+        !absl::SimpleAtoi(part.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd-endpoints: '", part, "' is not HOST:PORT (in '", text, "')"));
+    }
+    out.emplace_back(part);
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Block the stop signals before any gRPC thread starts, so only sigwait() below sees them.
@@ -36,6 +62,9 @@ int main(int argc, char** argv) {
   std::string max_sessions_per_peer = absl::StrCat(options.max_sessions_per_peer);
   std::string max_waiting_nodes = absl::StrCat(options.rounds.max_waiting_nodes_per_run);
   std::string token_file;
+  std::string backend_name = "memory";
+  std::string etcd_endpoints;
+  std::string etcd_prefix = "/dgt/runs/";
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
@@ -69,6 +98,15 @@ int main(int argc, char** argv) {
   app.add_option("--max-waiting-nodes-per-run,--max_waiting_nodes_per_run", max_waiting_nodes,
                  "Nodes a run may hold beyond its MAX (waiting spares)")
       ->type_name("INT")
+      ->capture_default_str();
+  app.add_option("--backend", backend_name,
+                 "Where run state lives: memory (this process) or etcd (--etcd-endpoints)")
+      ->type_name("memory|etcd")
+      ->capture_default_str();
+  app.add_option("--etcd-endpoints", etcd_endpoints,
+                 "etcd v3 members' client HOST:PORTs, comma-separated (--backend=etcd)")
+      ->type_name("HOST:PORT,...");
+  app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of the runs (--backend=etcd)")
       ->capture_default_str();
   app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", dgt::kVersion));
   try {
@@ -108,6 +146,27 @@ int main(int argc, char** argv) {
           &options.max_sessions_per_peer);
   integer("--max-waiting-nodes-per-run", max_waiting_nodes, 0, kMaxCount,
           &options.rounds.max_waiting_nodes_per_run);
+  std::vector<std::string> endpoints;
+  if (bad.ok() && backend_name != "memory" && backend_name != "etcd") {
+    bad = absl::InvalidArgumentError(
+        absl::StrCat("--backend: '", backend_name, "' is not one of memory, etcd"));
+  }
+  if (bad.ok() && backend_name == "etcd") {
+    if (etcd_endpoints.empty()) {
+      bad = absl::InvalidArgumentError("--backend=etcd needs --etcd-endpoints=HOST:PORT,...");
+    } else if (auto parsed = ParseEndpoints(etcd_endpoints); parsed.ok()) {
+      endpoints = *std::move(parsed);
+    } else {
+      bad = parsed.status();
+    }
+    if (bad.ok() && etcd_prefix.empty()) {
+      bad = absl::InvalidArgumentError("--etcd-prefix: must not be empty");
+    }
+  }
+  if (bad.ok() && backend_name == "memory" && !etcd_endpoints.empty()) {
+    bad = absl::InvalidArgumentError(absl::StrCat(
+        "--etcd-endpoints '", etcd_endpoints, "' needs --backend=etcd (the backend is memory)"));
+  }
   if (!bad.ok()) {
     std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(bad.message()).c_str());
     return 2;
@@ -120,6 +179,29 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.token = *token;
+  }
+  // Outlives the server (declared first, destroyed last).
+  std::unique_ptr<dgt::rendezvous::RunStateBackend> backend;
+  if (backend_name == "etcd") {
+#ifdef DGT_WITH_ETCD_BACKEND
+    dgt::rendezvous::EtcdRunStateBackend::Options etcd_options;
+    etcd_options.client.endpoints = endpoints;
+    etcd_options.prefix = etcd_prefix;
+    auto opened = dgt::rendezvous::EtcdRunStateBackend::Open(etcd_options);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
+                   std::string(opened.status().message()).c_str());
+      return 1;
+    }
+    backend = *std::move(opened);
+    options.rounds.backend = backend.get();
+    spdlog::info("dgt-rendezvous: run state in etcd at {} under {}", etcd_endpoints, etcd_prefix);
+#else
+    std::fprintf(stderr,
+                 "dgt-rendezvous: error: --backend=etcd: this dgt-rendezvous was built without "
+                 "etcd (install etcd's protos: scripts/install-deps.sh, then reconfigure)\n");
+    return 2;
+#endif
   }
   auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {

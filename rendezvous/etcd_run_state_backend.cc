@@ -1,0 +1,740 @@
+#include "rendezvous/etcd_run_state_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace dgt::rendezvous {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRecordVersion = 1;
+
+json TimeToJson(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return "inf";
+  if (t == absl::InfinitePast()) return "-inf";
+  return absl::ToUnixNanos(t);
+}
+
+absl::Time TimeFromJson(const json& j) {
+  if (j.is_string()) {
+    return j.get<std::string>() == "inf" ? absl::InfiniteFuture() : absl::InfinitePast();
+  }
+  return absl::FromUnixNanos(j.get<int64_t>());
+}
+
+json DurationToJson(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return "inf";
+  if (d == -absl::InfiniteDuration()) return "-inf";
+  return absl::ToInt64Nanoseconds(d);
+}
+
+absl::Duration DurationFromJson(const json& j) {
+  if (j.is_string()) {
+    return j.get<std::string>() == "inf" ? absl::InfiniteDuration() : -absl::InfiniteDuration();
+  }
+  return absl::Nanoseconds(j.get<int64_t>());
+}
+
+json OptionalTime(const std::optional<absl::Time>& t) {
+  return t.has_value() ? TimeToJson(*t) : json(nullptr);
+}
+
+std::optional<absl::Time> OptionalTimeFromJson(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return TimeFromJson(j);
+}
+
+json FailureToJson(const WorkerFailure& f) {
+  return json{{"rank", f.rank},     {"local_rank", f.local_rank}, {"exit_code", f.exit_code},
+              {"signal", f.signal}, {"node_id", f.node_id},       {"time", TimeToJson(f.time)}};
+}
+
+WorkerFailure FailureFromJson(const json& j) {
+  WorkerFailure f;
+  f.rank = j.at("rank").get<int32_t>();
+  f.local_rank = j.at("local_rank").get<int32_t>();
+  f.exit_code = j.at("exit_code").get<int32_t>();
+  f.signal = j.at("signal").get<int32_t>();
+  f.node_id = j.at("node_id").get<std::string>();
+  f.time = TimeFromJson(j.at("time"));
+  return f;
+}
+
+json OptionalFailure(const std::optional<WorkerFailure>& f) {
+  return f.has_value() ? FailureToJson(*f) : json(nullptr);
+}
+
+std::optional<WorkerFailure> OptionalFailureFromJson(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return FailureFromJson(j);
+}
+
+json OptionalString(const std::optional<std::string>& s) {
+  return s.has_value() ? json(*s) : json(nullptr);
+}
+
+std::optional<std::string> OptionalStringFromJson(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return j.get<std::string>();
+}
+
+RunState StateFromJson(const json& j) {
+  const std::string name = j.get<std::string>();
+  if (name == RunStateName(RunState::kGathering)) return RunState::kGathering;
+  if (name == RunStateName(RunState::kRunning)) return RunState::kRunning;
+  if (name == RunStateName(RunState::kClosed)) return RunState::kClosed;
+  throw std::invalid_argument("unknown state '" + name + "'");
+}
+
+json RunToJson(const RunRecord& r) {
+  json nodes = json::array();
+  for (const auto& [id, n] : r.nodes) {
+    nodes.push_back(json{{"node_id", n.node_id},
+                         {"session", n.session},
+                         {"address", n.address},
+                         {"nproc", n.nproc},
+                         {"store_port", n.store_port},
+                         {"node_rank", n.node_rank},
+                         {"succeeded", n.succeeded},
+                         {"failed", n.failed},
+                         {"last_contact", TimeToJson(n.last_contact)}});
+  }
+  json failures = json::array();
+  for (const WorkerFailure& f : r.failures) failures.push_back(FailureToJson(f));
+  return json{
+      {"run_id", r.run_id},
+      {"min_nodes", r.min_nodes},
+      {"max_nodes", r.max_nodes},
+      {"nproc_per_node", r.nproc_per_node},
+      {"max_restarts", r.max_restarts},
+      {"last_call_timeout", DurationToJson(r.last_call_timeout)},
+      {"join_timeout", DurationToJson(r.join_timeout)},
+      {"state", RunStateName(r.state)},
+      {"nodes", std::move(nodes)},
+      {"connected", r.connected},
+      {"members", r.members},
+      {"succeeded", r.succeeded},
+      {"round", r.round},
+      {"restart_count", r.restart_count},
+      {"world_size", r.world_size},
+      {"master_addr", r.master_addr},
+      {"master_port", r.master_port},
+      {"last_call_deadline", OptionalTime(r.last_call_deadline)},
+      {"join_deadline", OptionalTime(r.join_deadline)},
+      {"scale_up_deadline", OptionalTime(r.scale_up_deadline)},
+      {"failures", std::move(failures)},
+      {"failure_messages", r.failure_messages},
+      {"failure_deadline", OptionalTime(r.failure_deadline)},
+      {"recovering", r.recovering},
+      {"expected_members", r.expected_members},
+      {"rank_rejoined", r.rank_rejoined},
+      {"rejoin_deadline", OptionalTime(r.rejoin_deadline)},
+      {"deferred_restart", OptionalString(r.deferred_restart)},
+      {"pending_reason", OptionalString(r.pending_reason)},
+      {"pending_restart_increment", r.pending_restart_increment},
+      {"outcome", r.outcome},
+      {"finished", json{{"succeeded", r.finished.succeeded},
+                        {"message", r.finished.message},
+                        {"failure", OptionalFailure(r.finished.failure)}}},
+      {"closed_at", TimeToJson(r.closed_at)},
+  };
+}
+
+RunRecord RunFromJson(const json& j) {
+  RunRecord r;
+  r.run_id = j.at("run_id").get<std::string>();
+  r.min_nodes = j.at("min_nodes").get<int32_t>();
+  r.max_nodes = j.at("max_nodes").get<int32_t>();
+  r.nproc_per_node = j.at("nproc_per_node").get<int32_t>();
+  r.max_restarts = j.at("max_restarts").get<int32_t>();
+  r.last_call_timeout = DurationFromJson(j.at("last_call_timeout"));
+  r.join_timeout = DurationFromJson(j.at("join_timeout"));
+  r.state = StateFromJson(j.at("state"));
+  for (const json& n : j.at("nodes")) {
+    NodeRecord node;
+    node.node_id = n.at("node_id").get<std::string>();
+    node.session = n.at("session").get<SessionId>();
+    node.address = n.at("address").get<std::string>();
+    node.nproc = n.at("nproc").get<int32_t>();
+    node.store_port = n.at("store_port").get<int32_t>();
+    node.node_rank = n.at("node_rank").get<int32_t>();
+    node.succeeded = n.at("succeeded").get<bool>();
+    node.failed = n.at("failed").get<bool>();
+    node.last_contact = TimeFromJson(n.at("last_contact"));
+    std::string id = node.node_id;
+    r.nodes.emplace(std::move(id), std::move(node));
+  }
+  r.connected = j.at("connected").get<int32_t>();
+  r.members = j.at("members").get<int32_t>();
+  r.succeeded = j.at("succeeded").get<int32_t>();
+  r.round = j.at("round").get<int64_t>();
+  r.restart_count = j.at("restart_count").get<int32_t>();
+  r.world_size = j.at("world_size").get<int32_t>();
+  r.master_addr = j.at("master_addr").get<std::string>();
+  r.master_port = j.at("master_port").get<int32_t>();
+  r.last_call_deadline = OptionalTimeFromJson(j.at("last_call_deadline"));
+  r.join_deadline = OptionalTimeFromJson(j.at("join_deadline"));
+  r.scale_up_deadline = OptionalTimeFromJson(j.at("scale_up_deadline"));
+  for (const json& f : j.at("failures")) r.failures.push_back(FailureFromJson(f));
+  r.failure_messages = j.at("failure_messages").get<std::vector<std::string>>();
+  r.failure_deadline = OptionalTimeFromJson(j.at("failure_deadline"));
+  r.recovering = j.at("recovering").get<bool>();
+  r.expected_members = j.at("expected_members").get<int32_t>();
+  r.rank_rejoined = j.at("rank_rejoined").get<std::vector<bool>>();
+  r.rejoin_deadline = OptionalTimeFromJson(j.at("rejoin_deadline"));
+  r.deferred_restart = OptionalStringFromJson(j.at("deferred_restart"));
+  r.pending_reason = OptionalStringFromJson(j.at("pending_reason"));
+  r.pending_restart_increment = j.at("pending_restart_increment").get<int32_t>();
+  r.outcome = j.at("outcome").get<std::string>();
+  const json& finished = j.at("finished");
+  r.finished.succeeded = finished.at("succeeded").get<bool>();
+  r.finished.message = finished.at("message").get<std::string>();
+  r.finished.failure = OptionalFailureFromJson(finished.at("failure"));
+  r.closed_at = TimeFromJson(j.at("closed_at"));
+  return r;
+}
+
+std::string LeaseGone(LeaseId lease) {
+  return absl::StrCat("lease ", lease, " does not exist (expired?)");
+}
+
+}  // namespace
+
+std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer) {
+  return json{{"version", kRecordVersion}, {"writer", std::string(writer)}, {"run", RunToJson(run)}}
+      .dump();
+}
+
+absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer) {
+  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("run record: not a JSON object");
+  }
+  auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer()) {
+    return absl::InvalidArgumentError("run record: no integer \"version\"");
+  }
+  if (version->get<int64_t>() != kRecordVersion) {
+    return absl::UnimplementedError(absl::StrCat("run record: version ", version->get<int64_t>(),
+                                                 " (this dgt reads version ", kRecordVersion, ")"));
+  }
+  try {
+    if (writer != nullptr) *writer = j.at("writer").get<std::string>();
+    return RunFromJson(j.at("run"));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("run record: ", e.what()));
+  }
+}
+
+EtcdRunStateBackend::EtcdRunStateBackend(Options options) : options_(std::move(options)) {
+  std::random_device rd;
+  replica_id_ =
+      absl::StrCat(absl::Hex((static_cast<uint64_t>(rd()) << 32) | rd(), absl::kZeroPad16));
+}
+
+EtcdRunStateBackend::~EtcdRunStateBackend() { watcher_.reset(); }
+
+absl::StatusOr<std::unique_ptr<EtcdRunStateBackend>> EtcdRunStateBackend::Open(Options options) {
+  if (options.prefix.empty()) {
+    return absl::InvalidArgumentError("etcd backend: the key prefix must not be empty");
+  }
+  std::unique_ptr<EtcdRunStateBackend> backend(new EtcdRunStateBackend(std::move(options)));
+  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
+      etcd::Client::Create(backend->options_.client);
+  if (!client.ok()) return client.status();
+  backend->client_ = *std::move(client);
+  absl::StatusOr<etcd::RangeResult> all = backend->client_->GetPrefix(backend->options_.prefix);
+  if (!all.ok()) {
+    return absl::Status(all.status().code(),
+                        absl::StrCat("etcd backend: reading the runs under '",
+                                     backend->options_.prefix, "': ", all.status().message()));
+  }
+  {
+    MutexLock lock(&backend->mu_);
+    backend->known_revision_ = all->revision;
+    for (const etcd::KeyValue& kv : all->kvs) {
+      backend->ApplyRead(kv.key.substr(backend->options_.prefix.size()), &kv, all->revision);
+    }
+  }
+  absl::Status watching = backend->StartWatch(all->revision + 1);
+  if (!watching.ok()) return watching;
+  return backend;
+}
+
+absl::Status EtcdRunStateBackend::StartWatch(Revision revision) {
+  absl::StatusOr<std::unique_ptr<etcd::Watcher>> watcher = client_->Watch(
+      options_.prefix, /*prefix=*/true, revision,
+      [this](const std::vector<etcd::Event>& events) { OnWatchEvents(events); },
+      [this](const absl::Status& error) {
+        spdlog::error("etcd backend: the watch of '{}' ended: {}; the next write re-reads the runs",
+                      options_.prefix, error.ToString());
+        watch_ended_.store(true);
+      });
+  if (!watcher.ok()) return watcher.status();
+  watcher_ = *std::move(watcher);
+  return absl::OkStatus();
+}
+
+absl::Status EtcdRunStateBackend::Resync() {
+  watcher_.reset();  // Its thread has ended (terminal error); joins it.
+  absl::StatusOr<etcd::RangeResult> all = client_->GetPrefix(options_.prefix);
+  if (!all.ok()) return all.status();
+  std::vector<RunEvent> deliver;
+  {
+    MutexLock lock(&mu_);
+    std::map<std::string, const etcd::KeyValue*, std::less<>> read;
+    for (const etcd::KeyValue& kv : all->kvs) read[kv.key.substr(options_.prefix.size())] = &kv;
+    std::vector<std::string> gone;
+    for (const auto& [id, entry] : view_) {
+      if (!read.contains(id) && entry.revision < all->revision) gone.push_back(id);
+    }
+    for (const std::string& id : gone) {
+      ApplyRead(id, nullptr, all->revision);
+      deliver.push_back(RunEvent{RunEvent::Type::kDelete, id, all->revision});
+    }
+    for (const auto& [id, kv] : read) {
+      auto it = view_.find(id);
+      if (it != view_.end() && it->second.revision >= kv->mod_revision) continue;
+      ApplyRead(id, kv, all->revision);
+      deliver.push_back(RunEvent{RunEvent::Type::kPut, id, kv->mod_revision});
+    }
+    known_revision_ = std::max(known_revision_, all->revision);
+    ++resyncs_;
+  }
+  std::sort(deliver.begin(), deliver.end(),
+            [](const RunEvent& a, const RunEvent& b) { return a.revision < b.revision; });
+  {
+    MutexLock lock(&watch_mu_);
+    for (const RunEvent& event : deliver) {
+      for (const auto& [id, watch] : watches_) {
+        if (event.revision > watch.after) watch.fn(event);
+      }
+    }
+  }
+  watch_ended_.store(false);
+  return StartWatch(all->revision + 1);
+}
+
+int64_t EtcdRunStateBackend::resyncs() const {
+  MutexLock lock(&mu_);
+  return resyncs_;
+}
+
+void EtcdRunStateBackend::ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
+                                    Revision read_revision) {
+  auto it = view_.find(run_id);
+  if (kv == nullptr) {
+    if (it != view_.end() && it->second.revision < read_revision) {
+      retired_.push_back(std::move(it->second.run));
+      view_.erase(it);
+      floors_[run_id] = std::max(floors_[run_id], read_revision);
+    }
+    return;
+  }
+  if (it != view_.end() && it->second.revision >= kv->mod_revision) return;
+  absl::StatusOr<RunRecord> run = DecodeRunRecord(kv->value);
+  if (!run.ok()) {
+    spdlog::warn("etcd backend: skipping key {} (revision {}): {}", kv->key, kv->mod_revision,
+                 run.status().ToString());
+    return;
+  }
+  if (it != view_.end()) retired_.push_back(std::move(it->second.run));
+  view_[run_id] =
+      Entry{std::make_shared<const RunRecord>(*std::move(run)), kv->mod_revision, kv->lease};
+  Revision& floor = floors_[run_id];
+  floor = std::max(floor, kv->mod_revision);
+}
+
+void EtcdRunStateBackend::ApplyLocal(const std::string& run_id,
+                                     std::shared_ptr<const RunRecord> run, Revision revision,
+                                     LeaseId lease) {
+  MutexLock lock(&mu_);
+  known_revision_ = std::max(known_revision_, revision);
+  Revision& floor = floors_[run_id];
+  floor = std::max(floor, revision);
+  auto it = view_.find(run_id);
+  if (it != view_.end()) {
+    if (it->second.revision > revision) return;  // The watch already applied a later change.
+    retired_.push_back(std::move(it->second.run));
+    if (run == nullptr) {
+      view_.erase(it);
+      return;
+    }
+  }
+  if (run != nullptr) view_[run_id] = Entry{std::move(run), revision, lease};
+}
+
+void EtcdRunStateBackend::OnWatchEvents(const std::vector<etcd::Event>& events) {
+  std::vector<RunEvent> deliver;
+  {
+    MutexLock lock(&mu_);
+    for (const etcd::Event& e : events) {
+      if (!absl::StartsWith(e.kv.key, options_.prefix)) continue;
+      std::string run_id = e.kv.key.substr(options_.prefix.size());
+      const Revision revision = e.kv.mod_revision;
+      known_revision_ = std::max(known_revision_, revision);
+      auto floor = floors_.find(run_id);
+      const bool stale = floor != floors_.end() && revision <= floor->second;
+      if (floor != floors_.end() && revision >= floor->second) floors_.erase(floor);
+      if (!stale) {
+        auto it = view_.find(run_id);
+        if (e.type == etcd::Event::Type::kDelete) {
+          if (it != view_.end()) {
+            retired_.push_back(std::move(it->second.run));
+            view_.erase(it);
+          }
+        } else {
+          absl::StatusOr<RunRecord> run = DecodeRunRecord(e.kv.value);
+          if (run.ok()) {
+            if (it != view_.end()) retired_.push_back(std::move(it->second.run));
+            view_[run_id] =
+                Entry{std::make_shared<const RunRecord>(*std::move(run)), revision, e.kv.lease};
+          } else {
+            spdlog::warn("etcd backend: skipping key {} (revision {}): {}", e.kv.key, revision,
+                         run.status().ToString());
+          }
+        }
+      }
+      deliver.push_back(RunEvent{
+          e.type == etcd::Event::Type::kPut ? RunEvent::Type::kPut : RunEvent::Type::kDelete,
+          std::move(run_id), revision});
+    }
+  }
+  MutexLock lock(&watch_mu_);
+  for (const RunEvent& event : deliver) {
+    for (const auto& [id, watch] : watches_) {
+      if (event.revision > watch.after) watch.fn(event);
+    }
+  }
+}
+
+bool EtcdRunStateBackend::DropStage(absl::string_view run_id) {
+  auto it = stages_.find(run_id);
+  if (it == stages_.end()) return false;
+  stages_.erase(it);
+  return true;
+}
+
+void EtcdRunStateBackend::ReleaseRetired() {
+  {
+    MutexLock lock(&mu_);
+    retired_.clear();
+  }
+  if (watch_ended_.load()) {
+    absl::Status resynced = Resync();
+    if (!resynced.ok()) {
+      watch_ended_.store(true);
+      spdlog::warn(
+          "etcd backend: re-reading the runs under '{}' after the watch ended: {}; "
+          "trying again at the next write",
+          options_.prefix, resynced.ToString());
+    }
+  }
+}
+
+std::string EtcdRunStateBackend::NextWriter() { return absl::StrCat(replica_id_, ":", ++writes_); }
+
+int64_t EtcdRunStateBackend::decided_after_lost_answer() const {
+  MutexLock lock(&mu_);
+  return decided_;
+}
+
+const RunRecord* EtcdRunStateBackend::Find(absl::string_view run_id) const {
+  if (auto stage = stages_.find(run_id); stage != stages_.end()) return &stage->second.run;
+  MutexLock lock(&mu_);
+  auto it = view_.find(run_id);
+  return it == view_.end() ? nullptr : it->second.run.get();
+}
+
+Revision EtcdRunStateBackend::RevisionOf(absl::string_view run_id) const {
+  MutexLock lock(&mu_);
+  auto it = view_.find(run_id);
+  return it == view_.end() ? 0 : it->second.revision;
+}
+
+void EtcdRunStateBackend::ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const {
+  // The records, not the map: fn runs without the lock (it may call Find). The shared_ptrs keep
+  // them alive whatever the watch does meanwhile.
+  std::vector<std::pair<std::string, std::shared_ptr<const RunRecord>>> runs;
+  {
+    MutexLock lock(&mu_);
+    runs.reserve(view_.size());
+    for (const auto& [id, entry] : view_) runs.emplace_back(id, entry.run);
+  }
+  auto stage = stages_.begin();
+  for (const auto& [id, run] : runs) {
+    for (; stage != stages_.end() && stage->first < id; ++stage) fn(stage->second.run);
+    if (stage != stages_.end() && stage->first == id) {
+      fn(stage->second.run);
+      ++stage;
+    } else {
+      fn(*run);
+    }
+  }
+  for (; stage != stages_.end(); ++stage) fn(stage->second.run);
+}
+
+size_t EtcdRunStateBackend::size() const {
+  MutexLock lock(&mu_);
+  size_t n = view_.size();
+  for (const auto& [id, stage] : stages_) {
+    if (!view_.contains(id)) ++n;
+  }
+  return n;
+}
+
+absl::StatusOr<RunRecord*> EtcdRunStateBackend::Create(absl::string_view run_id) {
+  ReleaseRetired();
+  if (Find(run_id) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("run '", run_id, "' already exists"));
+  }
+  Stage& stage = stages_[std::string(run_id)];
+  stage.run.run_id = std::string(run_id);
+  return &stage.run;
+}
+
+RunRecord* EtcdRunStateBackend::Mutable(absl::string_view run_id) {
+  ReleaseRetired();
+  if (auto stage = stages_.find(run_id); stage != stages_.end()) return &stage->second.run;
+  Entry entry;
+  {
+    MutexLock lock(&mu_);
+    auto it = view_.find(run_id);
+    if (it == view_.end()) return nullptr;
+    entry = it->second;
+  }
+  Stage& stage = stages_[std::string(run_id)];
+  stage.run = *entry.run;
+  stage.expected = entry.revision;
+  stage.lease = entry.lease;
+  return &stage.run;
+}
+
+absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
+  ReleaseRetired();
+  auto it = stages_.find(run_id);
+  if (it == stages_.end()) {
+    return absl::NotFoundError(absl::StrCat("no run '", run_id, "' to commit"));
+  }
+  Stage stage = std::move(it->second);
+  stages_.erase(it);
+  return GuardedWrite("commit", std::string(run_id), stage.expected,
+                      std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease);
+}
+
+absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
+  ReleaseRetired();
+  const bool staged = DropStage(run_id);
+  const std::string id(run_id);
+  const std::string key = KeyOf(run_id);
+  // Unconditional, as the interface asks: repeating a delete whose answer was lost deletes
+  // nothing more, so it is sent again (bounded) until one answer comes.
+  const absl::Time deadline = absl::Now() + options_.decide_timeout;
+  bool lost_answer = false;
+  while (true) {
+    absl::StatusOr<etcd::TxnResult> txn = client_->Txn({}, {etcd::Op::Delete(key)});
+    if (txn.ok()) {
+      const int64_t deleted = txn->results.empty() ? 0 : txn->results[0].count;
+      if (deleted > 0 || lost_answer) {
+        ApplyLocal(id, nullptr, txn->revision, kNoLease);
+        if (lost_answer) {
+          MutexLock lock(&mu_);
+          ++decided_;
+        }
+        return absl::OkStatus();
+      }
+      {
+        MutexLock lock(&mu_);
+        auto v = view_.find(id);
+        if (v != view_.end()) {
+          retired_.push_back(std::move(v->second.run));
+          view_.erase(v);
+        }
+      }
+      if (staged) return absl::OkStatus();
+      return absl::NotFoundError(absl::StrCat("no run '", run_id, "'"));
+    }
+    if (txn.status().code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= deadline) {
+      return absl::Status(txn.status().code(),
+                          absl::StrCat("etcd backend: delete of run '", run_id, "' (key ", key,
+                                       "): ", txn.status().message()));
+    }
+    lost_answer = true;
+  }
+}
+
+absl::StatusOr<Revision> EtcdRunStateBackend::CompareAndPut(const RunRecord& run, Revision expected,
+                                                            LeaseId lease) {
+  ReleaseRetired();
+  DropStage(run.run_id);
+  return GuardedWrite("compare-and-put", run.run_id, expected,
+                      std::make_shared<const RunRecord>(run), lease);
+}
+
+absl::Status EtcdRunStateBackend::CompareAndDelete(absl::string_view run_id, Revision expected) {
+  ReleaseRetired();
+  DropStage(run_id);
+  return GuardedWrite("compare-and-delete", std::string(run_id), expected, nullptr, kNoLease)
+      .status();
+}
+
+absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view what,
+                                                           const std::string& run_id,
+                                                           Revision expected,
+                                                           std::shared_ptr<const RunRecord> run,
+                                                           LeaseId lease) {
+  const std::string key = KeyOf(run_id);
+  const std::string writer = NextWriter();
+  const std::string value = run != nullptr ? EncodeRunRecord(*run, writer) : "";
+  const std::vector<etcd::Compare> compares = {etcd::Compare::ModRevisionIs(key, expected)};
+  const std::vector<etcd::Op> then = {run != nullptr ? etcd::Op::Put(key, value, lease)
+                                                     : etcd::Op::Delete(key)};
+  const std::vector<etcd::Op> otherwise = {etcd::Op::Get(key)};
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
+                                               "' (key ", key, "): ", s.message()));
+  };
+
+  const absl::Time deadline = absl::Now() + options_.decide_timeout;
+  bool lost_answer = false;
+  while (true) {
+    absl::StatusOr<etcd::TxnResult> txn = client_->Txn(compares, then, otherwise);
+    if (!txn.ok()) {
+      const absl::StatusCode code = txn.status().code();
+      if (code == absl::StatusCode::kNotFound && lease != kNoLease) {
+        return absl::NotFoundError(LeaseGone(lease));
+      }
+      // The answer was lost (or, after a lost answer, no member answered): decide by sending
+      // the guarded Txn again, until decide_timeout.
+      const bool undecided = code == absl::StatusCode::kDeadlineExceeded ||
+                             (lost_answer && code == absl::StatusCode::kUnavailable);
+      if (undecided && absl::Now() < deadline) {
+        lost_answer = true;
+        continue;
+      }
+      if (lost_answer) {
+        return absl::UnavailableError(
+            absl::StrCat(fail(txn.status()).message(),
+                         "; the write's outcome is unknown (it may have been "
+                         "applied) after ",
+                         absl::FormatDuration(options_.decide_timeout)));
+      }
+      return fail(txn.status());
+    }
+    if (lost_answer) {
+      MutexLock lock(&mu_);
+      ++decided_;
+    }
+    if (txn->succeeded) {
+      ApplyLocal(run_id, std::move(run), txn->revision, lease);
+      return txn->revision;
+    }
+    const etcd::KeyValue* current =
+        !txn->results.empty() && !txn->results[0].kvs.empty() ? &txn->results[0].kvs[0] : nullptr;
+    if (lost_answer) {
+      // Ours, applied by the attempt whose answer was lost?
+      if (run != nullptr && current != nullptr) {
+        std::string current_writer;
+        absl::StatusOr<RunRecord> there = DecodeRunRecord(current->value, &current_writer);
+        if (there.ok() && current_writer == writer) {
+          ApplyLocal(run_id, std::move(run), current->mod_revision, lease);
+          return current->mod_revision;
+        }
+      }
+      // A delete whose key is gone: the outcome asked for holds (ours or another's delete).
+      if (run == nullptr && current == nullptr) {
+        ApplyLocal(run_id, nullptr, txn->revision, kNoLease);
+        return txn->revision;
+      }
+    }
+    {
+      MutexLock lock(&mu_);
+      ApplyRead(run_id, current, txn->revision);
+    }
+    if (run == nullptr && current == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no run '", run_id, "'"));
+    }
+    return absl::AbortedError(absl::StrCat("run '", run_id, "' is at revision ",
+                                           current == nullptr ? 0 : current->mod_revision,
+                                           ", expected ", expected));
+  }
+}
+
+absl::StatusOr<LeaseId> EtcdRunStateBackend::GrantLease(absl::Duration ttl, absl::Time /*now*/) {
+  ReleaseRetired();
+  if (ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease ttl must be > 0, got ", absl::FormatDuration(ttl)));
+  }
+  const auto seconds = static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(ttl)));
+  absl::StatusOr<etcd::Lease> lease = client_->LeaseGrant(seconds);
+  if (!lease.ok()) {
+    return absl::Status(lease.status().code(),
+                        absl::StrCat("etcd backend: granting a lease: ", lease.status().message()));
+  }
+  return lease->id;
+}
+
+absl::Status EtcdRunStateBackend::KeepAlive(LeaseId lease, absl::Time /*now*/) {
+  absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease);
+  if (ttl.ok()) return absl::OkStatus();
+  if (ttl.status().code() == absl::StatusCode::kNotFound)
+    return absl::NotFoundError(LeaseGone(lease));
+  return absl::Status(ttl.status().code(), absl::StrCat("etcd backend: keepalive of lease ", lease,
+                                                        ": ", ttl.status().message()));
+}
+
+absl::Status EtcdRunStateBackend::RevokeLease(LeaseId lease) {
+  ReleaseRetired();
+  absl::Status revoked = client_->LeaseRevoke(lease);
+  if (revoked.code() == absl::StatusCode::kNotFound) return absl::NotFoundError(LeaseGone(lease));
+  if (!revoked.ok()) {
+    return absl::Status(revoked.code(), absl::StrCat("etcd backend: revoking lease ", lease, ": ",
+                                                     revoked.message()));
+  }
+  // etcd deleted the lease's keys; the watch brings the deletes (and tells the watchers). Drop
+  // them from the view now so that this replica's reads agree at once; the watch's older events
+  // of those runs are not applied.
+  MutexLock lock(&mu_);
+  for (auto it = view_.begin(); it != view_.end();) {
+    if (it->second.lease == lease) {
+      Revision& floor = floors_[it->first];
+      floor = std::max(floor, it->second.revision);
+      retired_.push_back(std::move(it->second.run));
+      it = view_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EtcdRunStateBackend::ExpireLeases(absl::Time /*now*/) {}
+
+WatchId EtcdRunStateBackend::Watch(std::function<void(const RunEvent&)> fn) {
+  Revision after = 0;
+  {
+    MutexLock lock(&mu_);
+    after = known_revision_;
+  }
+  MutexLock lock(&watch_mu_);
+  const WatchId id = next_watch_++;
+  watches_.emplace(id, WatchEntry{std::move(fn), after});
+  return id;
+}
+
+void EtcdRunStateBackend::CancelWatch(WatchId id) {
+  MutexLock lock(&watch_mu_);
+  watches_.erase(id);
+}
+
+}  // namespace dgt::rendezvous

@@ -1,0 +1,202 @@
+// EtcdRunStateBackend: the rendezvous' run state (rendezvous/run_state_backend.h) kept in etcd v3,
+// so that several dgt-rendezvous replicas can share it (issue 16; docs/ETCD.md, "The run-state
+// backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
+// rendezvous that links it (dgt::rendezvous_etcd).
+//
+// Keys and values: one key per run, `<prefix><run_id>` (default prefix "/dgt/runs/"), whose value
+// is the RunRecord as JSON, versioned: {"version": 1, "writer": "<replica id>:<write>", "run":
+// {...}} (times as Unix nanoseconds, durations as nanoseconds, infinite ones as "inf"/"-inf").
+// "writer" names the write uniquely, so that a write whose answer was lost can be recognised
+// when read back. A value of another version, or one that does not parse, is skipped with a
+// warning (the run is invisible to this replica) and a write over it is refused (compare fails).
+//
+// How each call maps to etcd:
+// - Revision: the key's mod_revision (etcd's cluster-wide revision of the run's last put).
+// - Find, RevisionOf, ForEach, size: served from a local view (plus this replica's stages). The
+//   view is loaded by one Range of the prefix at Open and kept current by one Watch of the prefix
+//   from the revision after that read, and by this replica's own writes (so a reader sees its
+//   own write at once; the watch's later copy of it is not applied twice, nor is an older event).
+// - Create, Mutable: stage a copy (with the revision it was read at) for the caller to change.
+// - Commit, CompareAndPut: one Txn: if mod_revision(key) == revision read (0: absent), put the
+//   value (with the lease), else get the key. A failed compare is Aborted ("run 'x' is at
+//   revision N, expected M") and updates the view with what was read.
+// - Delete: one Txn deleting the key; CompareAndDelete: one Txn comparing mod_revision first.
+// - GrantLease, KeepAlive, RevokeLease: LeaseGrant (ttl rounded up to whole seconds; etcd may
+//   raise a TTL below its minimum), LeaseKeepAliveOnce, LeaseRevoke. etcd deletes a lease's keys
+//   when it ends, on the etcd leader's clock: `now` is ignored, ExpireLeases does nothing, and the
+//   deletes reach the view (and the watchers) through the watch. RevokeLease also drops the
+//   lease's runs from the view at once.
+// - Watch: callbacks called on the etcd watch's thread, in revision order, after the view holds
+//   the change, for every change (this replica's and others') with a revision above the highest
+//   this replica knew of when Watch was called. When the etcd watch ends for good (OUT_OF_RANGE:
+//   the revision to resume from was compacted while it was disconnected), the next write first
+//   re-reads the prefix into the view, tells the watchers of each run that changed (a put at its
+//   revision) or went (a delete at the read's revision), and watches again.
+//
+// A write's answer lost (DEADLINE_EXCEEDED: the member forwarded it to a leader that died, and
+// it may or may not have been applied) is never repeated blindly. The backend decides by sending
+// the same guarded Txn again with a read of the key in its else branch: the compare makes a second
+// application impossible (the first, if applied, moved mod_revision), and the read tells whether
+// the value there is this write's (its "writer" id): applied, at that revision; or another
+// writer's: Aborted. That is repeated, bounded by Options::decide_timeout; when no member answers
+// within it the write fails UNAVAILABLE, saying that it may have been applied. Errors from etcd
+// (UNAVAILABLE naming each endpoint and its last error, from the client) are returned with the
+// run and key prefixed ("etcd backend: commit of run 'job' (key /dgt/runs/job): etcd txn: no
+// member answered within 5s (127.0.0.1:2379: ...)").
+//
+// Thread-compatible as RunStateBackend says (the caller serialises its calls); the watch thread
+// updates the view under a mutex of its own. A pointer from Find stays valid until the caller's
+// next write (records the watch replaced are kept until then).
+#ifndef DGT_RENDEZVOUS_ETCD_RUN_STATE_BACKEND_H_
+#define DGT_RENDEZVOUS_ETCD_RUN_STATE_BACKEND_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "etcd/client.h"
+#include "rendezvous/run_state_backend.h"
+
+namespace dgt::rendezvous {
+
+// The JSON value of a run's key (see above); `writer` identifies the write.
+std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer);
+// The record in a key's value, and its writer. Errors: InvalidArgument for a value that is not
+// JSON of this shape, naming what is wrong; Unimplemented for another "version".
+absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr);
+
+class EtcdRunStateBackend final : public RunStateBackend {
+ public:
+  struct Options {
+    // The etcd client's endpoints and timeouts (etcd/client.h).
+    etcd::ClientOptions client;
+    // Key prefix of the runs; must be non-empty (never the whole keyspace).
+    std::string prefix = "/dgt/runs/";
+    // How long a write whose answer was lost keeps trying to learn its outcome.
+    absl::Duration decide_timeout = absl::Seconds(10);
+  };
+
+  // Connects, reads every run under the prefix and starts watching it. Errors: InvalidArgument
+  // for an empty prefix or bad client options; UNAVAILABLE naming the endpoints when no member
+  // answers within the client's call_timeout.
+  static absl::StatusOr<std::unique_ptr<EtcdRunStateBackend>> Open(Options options);
+
+  ~EtcdRunStateBackend() override;
+  EtcdRunStateBackend(const EtcdRunStateBackend&) = delete;
+  EtcdRunStateBackend& operator=(const EtcdRunStateBackend&) = delete;
+
+  const RunRecord* Find(absl::string_view run_id) const override;
+  Revision RevisionOf(absl::string_view run_id) const override;
+  void ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const override;
+  size_t size() const override;
+
+  absl::StatusOr<RunRecord*> Create(absl::string_view run_id) override;
+  RunRecord* Mutable(absl::string_view run_id) override;
+  absl::StatusOr<Revision> Commit(absl::string_view run_id) override;
+  absl::Status Delete(absl::string_view run_id) override;
+
+  absl::StatusOr<Revision> CompareAndPut(const RunRecord& run, Revision expected,
+                                         LeaseId lease = kNoLease) override;
+  absl::Status CompareAndDelete(absl::string_view run_id, Revision expected) override;
+
+  absl::StatusOr<LeaseId> GrantLease(absl::Duration ttl, absl::Time now) override;
+  absl::Status KeepAlive(LeaseId lease, absl::Time now) override;
+  absl::Status RevokeLease(LeaseId lease) override;
+  void ExpireLeases(absl::Time now) override;
+
+  WatchId Watch(std::function<void(const RunEvent&)> fn) override;
+  void CancelWatch(WatchId id) override;
+
+  // The key of `run_id`.
+  std::string KeyOf(absl::string_view run_id) const {
+    return options_.prefix + std::string(run_id);
+  }
+  // Writes whose answer was lost and whose outcome was decided by reading back (for tests and
+  // metrics).
+  int64_t decided_after_lost_answer() const;
+  // Whether the watch has ended for good (OUT_OF_RANGE: its resume revision was compacted while
+  // it was disconnected), until the next write re-reads the prefix and watches again.
+  bool watch_ended() const { return watch_ended_.load(); }
+  // Times the view was re-read after the watch ended.
+  int64_t resyncs() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const RunRecord> run;
+    Revision revision = 0;
+    LeaseId lease = kNoLease;
+  };
+  struct Stage {
+    RunRecord run;
+    Revision expected = 0;  // 0: a new run.
+    LeaseId lease = kNoLease;
+  };
+  struct WatchEntry {
+    std::function<void(const RunEvent&)> fn;
+    Revision after = 0;  // Only events with a higher revision.
+  };
+
+  explicit EtcdRunStateBackend(Options options);
+
+  // The guarded put or delete of `key` (compare mod_revision == expected), deciding a lost answer
+  // by reading back. `value` empty: delete. Returns the revision written; Aborted naming the
+  // current revision; NotFound for a delete of an absent key. Updates the view.
+  absl::StatusOr<Revision> GuardedWrite(absl::string_view what, const std::string& run_id,
+                                        Revision expected, std::shared_ptr<const RunRecord> run,
+                                        LeaseId lease);
+  // Applies a key read back (absent when `kv` is null) at `revision` to the view.
+  void ApplyRead(const std::string& run_id, const etcd::KeyValue* kv, Revision read_revision)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts (run non-null) or removes a run in the view after this replica's own write at `revision`.
+  void ApplyLocal(const std::string& run_id, std::shared_ptr<const RunRecord> run,
+                  Revision revision, LeaseId lease);
+  // The watch thread's batch.
+  void OnWatchEvents(const std::vector<etcd::Event>& events);
+  // At the start of each write: drops records kept for pointers handed out before it, and
+  // re-reads the prefix and watches again when the watch ended.
+  void ReleaseRetired();
+  // Re-reads every run under the prefix into the view (telling the watchers of each run that
+  // changed or went) and starts a new watch after that read. Errors: the read's.
+  absl::Status Resync();
+  // Starts the watch of the prefix from `revision`.
+  absl::Status StartWatch(Revision revision);
+  // Drops this replica's stage of the run; whether there was one.
+  bool DropStage(absl::string_view run_id);
+  std::string NextWriter();
+
+  Options options_;
+  std::unique_ptr<etcd::Client> client_;
+  std::string replica_id_;
+  int64_t writes_ = 0;
+  std::map<std::string, Stage, std::less<>> stages_;
+
+  mutable Mutex mu_;
+  std::map<std::string, Entry, std::less<>> view_ ABSL_GUARDED_BY(mu_);
+  // Per run: the revision of this replica's latest write (or removal) not yet seen by the watch;
+  // the watch applies only later events of that run.
+  std::map<std::string, Revision, std::less<>> floors_ ABSL_GUARDED_BY(mu_);
+  Revision known_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<const RunRecord>> retired_ ABSL_GUARDED_BY(mu_);
+  int64_t decided_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> watch_ended_{false};
+
+  Mutex watch_mu_;  // Held while callbacks run, so that CancelWatch waits for a delivery.
+  std::map<WatchId, WatchEntry> watches_ ABSL_GUARDED_BY(watch_mu_);
+  WatchId next_watch_ ABSL_GUARDED_BY(watch_mu_) = 1;
+
+  std::unique_ptr<etcd::Watcher> watcher_;  // Last: stopped first.
+};
+
+}  // namespace dgt::rendezvous
+
+#endif  // DGT_RENDEZVOUS_ETCD_RUN_STATE_BACKEND_H_
