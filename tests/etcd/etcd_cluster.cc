@@ -71,7 +71,37 @@ EtcdCluster::~EtcdCluster() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+  if (sweeper_fd_ >= 0) ::close(sweeper_fd_);  // The sweeper finds nothing left and exits.
 }
+
+namespace {
+
+// Starts `/bin/sh -c 'cat >/dev/null; rm -rf "$0"' DIR` in its own session (a Ctrl-C to the
+// test's process group does not reach it) with its stdin on a pipe whose write end only this
+// process holds (O_CLOEXEC). When this process ends, however it ends, the pipe reaches EOF and
+// the directory is removed. Returns the write end, or -1 (no sweeper; the destructor still
+// cleans up on a normal exit).
+int StartSweeper(const std::string& dir) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {  // Only async-signal-safe calls until exec.
+    ::setsid();
+    ::dup2(fds[0], STDIN_FILENO);  // dup2 clears O_CLOEXEC on the copy.
+    ::execl("/bin/sh", "sh", "-c", "exec >/dev/null 2>&1; cat; rm -rf \"$0\"", dir.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[0]);
+  return fds[1];  // The sweeper is reparented when this process exits; init reaps it.
+}
+
+}  // namespace
 
 absl::Status EtcdCluster::Start(int members, absl::Duration timeout) {
   etcd_ = FindEtcd();
@@ -87,6 +117,7 @@ absl::Status EtcdCluster::Start(int members, absl::Duration timeout) {
     return absl::InternalError(absl::StrCat("mkdtemp ", pattern, " failed"));
   }
   dir_ = pattern;
+  sweeper_fd_ = StartSweeper(dir_);
   std::vector<int> ports = FreePorts(2 * members);
   if (static_cast<int>(ports.size()) != 2 * members) {
     return absl::UnavailableError("could not pick free loopback ports");

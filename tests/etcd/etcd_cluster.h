@@ -2,7 +2,9 @@
 // (etcd-server) on free ports with their data in a fresh temporary directory; members can be
 // killed (SIGKILL) and started again on the same ports and data. The destructor kills every
 // member still running and removes the directory. Each member dies with the test process too
-// (PR_SET_PDEATHSIG), so a crashed test leaves no etcd behind. Every wait is bounded.
+// (PR_SET_PDEATHSIG), so a crashed test leaves no etcd behind; and a sweeper (/bin/sh in its own
+// session, blocked reading a pipe only the test process holds) removes the directory when the
+// test process ends in any way, a signal or SIGKILL included. Every wait is bounded.
 //
 // Thread-compatible: drive it from the test's thread.
 #ifndef DGT_TESTS_ETCD_ETCD_CLUSTER_H_
@@ -57,6 +59,7 @@ class EtcdCluster {
 
   std::string etcd_;
   std::string dir_;
+  int sweeper_fd_ = -1;  // Write end of the sweeper's pipe; closing it (or dying) sweeps.
   std::vector<int> client_ports_;
   std::vector<int> peer_ports_;
   std::vector<std::string> client_endpoints_;
