@@ -43,6 +43,23 @@ The default --kill-step (45) lies between two checkpoints (every 10), so a group
     source scripts/python-env.sh
     bench/recovery/torch_trainer/run.py [--rows torchrun,dgt-group,...] [--kill-step 45]
 Each row is bounded (--row-timeout, 90 s); the whole run is about 3-4 min here.
+
+--overhead measures each row's cost per healthy step instead, which the ~45 steps before a kill
+cannot show (two plain rows of one run differed by 5-18 % here): no kill, no checkpoint (no
+--ckpt-dir: checkpoint writes are outside the timed window; their cost is the kill table's),
+rows plain, dgt-inplace, dgt-standby, torchrun, torchft, nvrx-inproc by default (start_row's
+launches; --rows picks others, plain is always added). --rounds (3) rounds of every row, each
+round in a rotated order, so each row runs next to the same round's plain. Each run skips
+--warmup (20) steps (and, for dgt-standby, every step before the agent logged its standby ready:
+the standby's `import torch` competes with the ranks meanwhile), takes --steps (300) step
+intervals per rank, then is stopped (Launch.stop: every descendant). Two tables, wall time per
+step and CPU time per step (each step EVENT's cpu_ns, time.process_time of the rank's process):
+per row the median per round, their median, and the per-round ratio against that round's plain
+as median [min, max]; the verdict is "< 1 %" only when the max is below 1 %, "measurable: X %"
+when the min is above it, else "not shown at this noise". The load average before and after is
+printed.
+
+    nice -n 19 bench/recovery/torch_trainer/run.py --overhead [--steps 300] [--rounds 3]
 """
 import argparse
 import os
@@ -361,9 +378,10 @@ def overhead_row(row, args, out_dir):
     result = {"row": row}
     t_ready = [0 if row != "dgt-standby" else None]
 
-    def window(ev, r):
-        ts = [(int(f["step"]), f["t_ns"]) for k, f in ev if k == "step" and f["rank"] == r]
-        return [t for s, t in ts if s > args.warmup and t > (t_ready[0] or 0)]
+    def window(ev, r, field="t_ns"):
+        ts = [(int(f["step"]), f["t_ns"], int(f.get(field, 0))) for k, f in ev
+              if k == "step" and f["rank"] == r]
+        return [v for s, t, v in ts if s > args.warmup and t > (t_ready[0] or 0)]
 
     def enough():
         if t_ready[0] is None and STANDBY_READY.search(launches[0].text()):
@@ -388,10 +406,12 @@ def overhead_row(row, args, out_dir):
         if wrong:
             result["error"] = f"workers ran torch {sorted(wrong)}, not the venv's 2.x"
             return result
-        result["intervals"] = []
+        result["intervals"], result["cpu"] = [], []
         for r in sorted(expected):
             ts = window(ev, r)[:args.steps + 1]
             result["intervals"] += [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+            cs = window(ev, r, "cpu_ns")[:args.steps + 1]
+            result["cpu"] += [(b - a) / 1e6 for a, b in zip(cs, cs[1:])]
         if row == "dgt-standby":
             pre = []
             for r in sorted(expected):
@@ -416,6 +436,37 @@ def overhead_verdict(lo, hi, mid, limit=1.0):
     if lo > limit:
         return f"measurable: {mid:.1f} %"
     return "not shown at this noise"
+
+
+def overhead_table(rows, runs, key):
+    """Per row: the median of `key` ([ms, ...]) in each round, their median, and the per-round
+    ratio against the same round's plain as median [min, max] with its verdict."""
+    print(f"{'row':13} {'median per round, ms':30} {'median':>8}  "
+          f"{'vs plain per round, %':26} {'median [min, max] %':22} verdict (< 1 %)")
+
+    def med(r):
+        return statistics.median(r[key]) if r.get(key) else None
+
+    plain_meds = [med(r) for r in runs["plain"]]
+    for row in rows:
+        meds = [med(r) for r in runs[row]]
+        cells = " ".join("-" if m is None else f"{m:.2f}" for m in meds)
+        good = [m for m in meds if m is not None]
+        overall = f"{statistics.median(good):8.2f}" if good else f"{'-':>8}"
+        ratios = [(m / p - 1) * 100 for m, p in zip(meds, plain_meds)
+                  if m is not None and p is not None]
+        if row == "plain":
+            spread = (f"spread of plain's rounds {(max(good) / min(good) - 1) * 100:.1f} %"
+                      if len(good) > 1 else "")
+            print(f"{row:13} {cells:30} {overall}  {'(baseline)':26} {'':22} {spread}")
+        elif ratios:
+            lo, hi, mid = min(ratios), max(ratios), statistics.median(ratios)
+            per = " ".join(f"{x:+.1f}" for x in ratios)
+            iv = f"{mid:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+            print(f"{row:13} {cells:30} {overall}  {per:26} {iv:22} "
+                  f"{overhead_verdict(lo, hi, mid)}")
+        else:
+            print(f"{row:13} {cells:30} {overall}  {'-':26} {'-':22} no data")
 
 
 def main_overhead(args, rows):
@@ -446,37 +497,18 @@ def main_overhead(args, rows):
           f"after {args.warmup} warm-up steps; 2 ranks, Gloo/CPU, MLP {args.layers}x"
           f"{args.hidden}, batch {args.batch}")
     print(f"load before: {load_before}\nload after:  {load_after}")
-    print(f"{'row':13} {'median step per round, ms':30} {'median':>8}  "
-          f"{'vs plain per round, %':26} {'median [min, max] %':22} verdict (< 1 %)")
-    plain_meds = [statistics.median(r["intervals"]) if r.get("intervals") else None
-                  for r in runs["plain"]]
-    failed = False
+    failed = any("error" in r for rs in runs.values() for r in rs)
+    print("\nWall time per step (what the user waits for):")
+    overhead_table(rows, runs, "intervals")
+    print("\nCPU time per step (time.process_time of each rank, every thread; less sensitive to "
+          "other load than wall time, blind to waiting):")
+    overhead_table(rows, runs, "cpu")
     for row in rows:
-        meds = [statistics.median(r["intervals"]) if r.get("intervals") else None
-                for r in runs[row]]
-        cells = " ".join("-" if m is None else f"{m:.2f}" for m in meds)
-        good = [m for m in meds if m is not None]
-        overall = f"{statistics.median(good):8.2f}" if good else f"{'-':>8}"
-        ratios = [(m / p - 1) * 100 for m, p in zip(meds, plain_meds)
-                  if m is not None and p is not None]
-        if row == "plain":
-            spread = (f"plain's spread {(max(good) / min(good) - 1) * 100:.1f} %"
-                      if len(good) > 1 else "")
-            print(f"{row:13} {cells:30} {overall}  {'(baseline)':26} {'':22} {spread}")
-        elif ratios:
-            lo, hi, mid = min(ratios), max(ratios), statistics.median(ratios)
-            per = " ".join(f"{x:+.1f}" for x in ratios)
-            iv = f"{mid:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-            print(f"{row:13} {cells:30} {overall}  {per:26} {iv:22} "
-                  f"{overhead_verdict(lo, hi, mid)}")
-        else:
-            print(f"{row:13} {cells:30} {overall}  {'-':26} {'-':22} no data")
         for k, r in enumerate(runs[row]):
             if "skipped" in r:
-                print(f"  round {k + 1}: skipped: {r['skipped']}")
+                print(f"{row} round {k + 1}: skipped: {r['skipped']}")
             if "error" in r:
-                failed = True
-                print(f"  round {k + 1}: FAILED: {r['error']}")
+                print(f"{row} round {k + 1}: FAILED: {r['error']}")
     pre = [statistics.median(r["pre_ready_intervals"]) for r in runs.get("dgt-standby", [])
            if len(r.get("pre_ready_intervals", [])) > 1]
     if pre:
