@@ -30,8 +30,12 @@ class FakeLaunch:
 class OverheadVerdictTest(unittest.TestCase):
     def test_below_one_percent_only_when_the_whole_interval_is(self):
         self.assertEqual(run.overhead_verdict(-0.4, 0.9, 0.2), "< 1 %")
+        self.assertEqual(run.overhead_verdict(-0.9, -0.1, -0.5), "< 1 %")
         self.assertEqual(run.overhead_verdict(-0.4, 1.0, 0.2), "not shown at this noise")
         self.assertEqual(run.overhead_verdict(-5.0, 7.0, 0.3), "not shown at this noise")
+        # Cheaper than plain in every round: the rounds' noise exceeds the interval.
+        self.assertEqual(run.overhead_verdict(-10.1, -5.0, -6.5), "not shown at this noise")
+        self.assertEqual(run.overhead_verdict(-1.0, 0.5, 0.0), "not shown at this noise")
 
     def test_measurable_when_the_whole_interval_is_above(self):
         self.assertEqual(run.overhead_verdict(1.5, 9.0, 4.25), "measurable: 4.2 %")
