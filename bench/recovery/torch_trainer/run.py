@@ -43,6 +43,23 @@ The default --kill-step (45) lies between two checkpoints (every 10), so a group
     source scripts/python-env.sh
     bench/recovery/torch_trainer/run.py [--rows torchrun,dgt-group,...] [--kill-step 45]
 Each row is bounded (--row-timeout, 90 s); the whole run is about 3-4 min here.
+
+--overhead measures each row's cost per healthy step instead, which the ~45 steps before a kill
+cannot show (two plain rows of one run differed by 5-18 % here): no kill, no checkpoint (no
+--ckpt-dir: checkpoint writes are outside the timed window; their cost is the kill table's),
+rows plain, dgt-inplace, dgt-standby, torchrun, torchft, nvrx-inproc by default (start_row's
+launches; --rows picks others, plain is always added). --rounds (3) rounds of every row, each
+round in a rotated order, so each row runs next to the same round's plain. Each run skips
+--warmup (20) steps (and, for dgt-standby, every step before the agent logged its standby ready:
+the standby's `import torch` competes with the ranks meanwhile), takes --steps (300) step
+intervals per rank, then is stopped (Launch.stop: every descendant). Two tables, wall time per
+step and CPU time per step (each step EVENT's cpu_ns, time.process_time of the rank's process):
+per row the median per round, their median, and the per-round ratio against that round's plain
+as median [min, max]; the verdict is "< 1 %" only when [min, max] lies within (-1 %, 1 %) (a
+row that reads cheaper than plain shows noise, not a gain), "measurable: X %" when the min is
+above 1 %, else "not shown at this noise". The load average before and after is printed.
+
+    nice -n 19 bench/recovery/torch_trainer/run.py --overhead [--steps 300] [--rounds 3]
 """
 import argparse
 import os
@@ -63,6 +80,7 @@ TRAINER = HERE / "trainer.py"
 PY2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
 BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"EVENT (\w+) (.*)$")
+T_NS = re.compile(r"\d{19}")  # time.time_ns(), 19 digits until 2286
 ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace",
         "dgt-standby")
 # The plain baseline runs first and last: the mean of both is the reference step, and their
@@ -165,12 +183,16 @@ def trainer_args(args, mode, ckpt_dir=None, steps=None):
 
 def start_row(row, args, out_dir):
     """Starts the row's processes; returns (launches, kill_rank, surviving ranks expected back)."""
-    ckpt = out_dir / "ckpt"
-    ckpt.mkdir()
+    # --overhead: no checkpoint (no --ckpt-dir), and every row trains until the driver stops it.
+    overhead = getattr(args, "overhead", False)
+    ckpt = None if overhead else out_dir / "ckpt"
+    if ckpt:
+        ckpt.mkdir()
     world = 2
     if row == "plain":
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
-                             *trainer_args(args, "ddp", steps=args.plain_steps)],
+                             *trainer_args(args, "ddp", steps=None if overhead else
+                                           args.plain_steps)],
                        out_dir, env_with())], None, {0, 1}
     if row == "torchrun":
         # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: see the module docstring.
@@ -200,7 +222,7 @@ def start_row(row, args, out_dir):
         return [Launch(f"{row}{r}", [PY2, "-u", *trainer_args(args, "nvrx")], out_dir,
                        env_with(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world,
                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
-                for r in range(world)], 1, {0}
+                for r in range(world)], 1, set(range(world)) if overhead else {0}
     if row == "torchft":
         port = free_port()
         lh = Launch("lighthouse", [Path(PY2).parent / "torchft_lighthouse", "--bind",
@@ -217,10 +239,15 @@ def start_row(row, args, out_dir):
 
 
 def all_events(launches):
+    """(kind, fields) of every EVENT line with a time. A worker's stderr shares the log with its
+    stdout, so a warning may continue an EVENT line without a newline (`t_ns=123[rank1]:[W...`):
+    t_ns is its leading digits."""
     ev = []
     for la in launches:
-        ev += [(k, {**f, "t_ns": int(f["t_ns"]), "rank": int(f.get("rank", -1))})
-               for k, f in la.events() if "t_ns" in f]
+        for k, f in la.events():
+            t = T_NS.match(f.get("t_ns", ""))
+            if t:
+                ev.append((k, {**f, "t_ns": int(t.group(0)), "rank": int(f.get("rank", -1))}))
     return ev
 
 
@@ -336,6 +363,167 @@ def timeline(ev, t_kill, pre, expected):
     return out
 
 
+OVERHEAD_ROWS = ("plain", "dgt-inplace", "dgt-standby", "torchrun", "torchft", "nvrx-inproc")
+STANDBY_READY = re.compile(r"standby pid \d+ is ready")
+
+
+def overhead_row(row, args, out_dir):
+    """One healthy run of `row` (start_row's launch, no checkpoint, no kill): waits until every
+    rank has args.steps step intervals after the warm-up (the first args.warmup steps, and for
+    dgt-standby everything before the agent logged its standby ready: the standby's own
+    `import torch` competes with the ranks for the CPU meanwhile), then stops the row. Returns
+    {"row", "intervals": [ms, ...] of every rank, "pre_ready_intervals" (dgt-standby)} or with
+    "error"/"skipped"."""
+    launches, _, expected = start_row(row, args, out_dir)
+    result = {"row": row}
+    t_ready = [0 if row != "dgt-standby" else None]
+
+    def window(ev, r, field="t_ns"):
+        ts = [(int(f["step"]), f["t_ns"], int(f.get(field, 0))) for k, f in ev
+              if k == "step" and f["rank"] == r]
+        return [v for s, t, v in ts if s > args.warmup and t > (t_ready[0] or 0)]
+
+    def enough():
+        if t_ready[0] is None and STANDBY_READY.search(launches[0].text()):
+            t_ready[0] = time.time_ns()  # within the 20 ms poll of when the agent logged it
+        ev = all_events(launches)
+        skipped = [f for k, f in ev if k == "skipped"]
+        if skipped:
+            return ev
+        if t_ready[0] is None:
+            return None
+        return ev if all(len(window(ev, r)) > args.steps for r in expected) else None
+
+    try:
+        ev = wait_until(enough, args.row_timeout, f"{args.steps} healthy steps of every rank",
+                        launches)
+        skipped = [f for k, f in ev if k == "skipped"]
+        if skipped:
+            result["skipped"] = skipped[0].get("why", "?").replace("_", " ")
+            return result
+        wrong = {f.get("torch") for k, f in ev if k == "imported"} - {None}
+        wrong = {v for v in wrong if not v.startswith("2.")}
+        if wrong:
+            result["error"] = f"workers ran torch {sorted(wrong)}, not the venv's 2.x"
+            return result
+        result["intervals"], result["cpu"] = [], []
+        for r in sorted(expected):
+            ts = window(ev, r)[:args.steps + 1]
+            result["intervals"] += [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+            cs = window(ev, r, "cpu_ns")[:args.steps + 1]
+            result["cpu"] += [(b - a) / 1e6 for a, b in zip(cs, cs[1:])]
+        if row == "dgt-standby":
+            pre = []
+            for r in sorted(expected):
+                ts = [f["t_ns"] for k, f in ev if k == "step" and f["rank"] == r
+                      and int(f["step"]) > args.warmup and f["t_ns"] <= t_ready[0]]
+                pre += [(b - a) / 1e6 for a, b in zip(ts, ts[1:])]
+            result["pre_ready_intervals"] = pre
+        return result
+    except TimeoutError as e:
+        tail = "\n".join(la.name + ": " + la.text()[-1500:] for la in launches)
+        result["error"] = f"{e}\n{tail}"
+        return result
+    finally:
+        for la in launches:
+            la.stop()
+
+
+def overhead_verdict(lo, hi, mid, limit=1.0):
+    """The verdict on a per-step cost whose interval (percent) is [lo, hi] and median `mid`:
+    "< limit %" only when the interval lies within (-limit, limit). Every row runs the plain
+    row's trainer plus its own work, so an interval below -limit (a run 6 % "cheaper" than
+    plain in all four rounds here) says the rounds' noise is larger than the interval shows."""
+    if -limit < lo and hi < limit:
+        return f"< {limit:g} %"
+    if lo > limit:
+        return f"measurable: {mid:.1f} %"
+    return "not shown at this noise"
+
+
+def overhead_table(rows, runs, key):
+    """Per row: the median of `key` ([ms, ...]) in each round, their median, and the per-round
+    ratio against the same round's plain as median [min, max] with its verdict."""
+    print(f"{'row':13} {'median per round, ms':30} {'median':>8}  "
+          f"{'vs plain per round, %':26} {'median [min, max] %':22} verdict (< 1 %)")
+
+    def med(r):
+        return statistics.median(r[key]) if r.get(key) else None
+
+    plain_meds = [med(r) for r in runs["plain"]]
+    for row in rows:
+        meds = [med(r) for r in runs[row]]
+        cells = " ".join("-" if m is None else f"{m:.2f}" for m in meds)
+        good = [m for m in meds if m is not None]
+        overall = f"{statistics.median(good):8.2f}" if good else f"{'-':>8}"
+        ratios = [(m / p - 1) * 100 for m, p in zip(meds, plain_meds)
+                  if m is not None and p is not None]
+        if row == "plain":
+            spread = (f"spread of plain's rounds {(max(good) / min(good) - 1) * 100:.1f} %"
+                      if len(good) > 1 else "")
+            print(f"{row:13} {cells:30} {overall}  {'(baseline)':26} {'':22} {spread}")
+        elif ratios:
+            lo, hi, mid = min(ratios), max(ratios), statistics.median(ratios)
+            per = " ".join(f"{x:+.1f}" for x in ratios)
+            iv = f"{mid:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+            print(f"{row:13} {cells:30} {overall}  {per:26} {iv:22} "
+                  f"{overhead_verdict(lo, hi, mid)}")
+        else:
+            print(f"{row:13} {cells:30} {overall}  {'-':26} {'-':22} no data")
+
+
+def main_overhead(args, rows):
+    """--overhead: args.rounds rounds of every row, each round in a rotated order, so that every
+    row's run lies next to a plain run of the same round; prints per row the median step of each
+    round, their median, and the per-round ratio against plain as median [min, max]."""
+    if "plain" not in rows:
+        rows = ["plain"] + rows
+    out = Path(tempfile.mkdtemp(prefix="dgt-recovery-overhead-"))
+    load_before = Path("/proc/loadavg").read_text().strip()
+    t0 = time.monotonic()
+    runs = {r: [] for r in rows}  # row -> per round: result dict
+    for k in range(args.rounds):
+        order = rows[k % len(rows):] + rows[:k % len(rows)]
+        for row in order:
+            d = out / f"{k}-{row}"
+            d.mkdir()
+            r = overhead_row(row, args, d)
+            runs[row].append(r)
+            status = r.get("error", r.get("skipped", "ok")).splitlines()[0]
+            med = (f", median step {statistics.median(r['intervals']):.2f} ms"
+                   if r.get("intervals") else "")
+            print(f"# round {k + 1}/{args.rounds} {row}: {status}{med} "
+                  f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    load_after = Path("/proc/loadavg").read_text().strip()
+    print(f"\nCost per healthy step, no kill, no checkpoint: {args.rounds} rounds of "
+          f"{', '.join(rows)} in rotating order; per run {args.steps} step intervals per rank "
+          f"after {args.warmup} warm-up steps; 2 ranks, Gloo/CPU, MLP {args.layers}x"
+          f"{args.hidden}, batch {args.batch}")
+    print(f"load before: {load_before}\nload after:  {load_after}")
+    failed = any("error" in r for rs in runs.values() for r in rs)
+    print("\nWall time per step (what the user waits for):")
+    overhead_table(rows, runs, "intervals")
+    print("\nCPU time per step (time.process_time of each rank, every thread; less sensitive to "
+          "other load than wall time, blind to waiting):")
+    overhead_table(rows, runs, "cpu")
+    for row in rows:
+        for k, r in enumerate(runs[row]):
+            if "skipped" in r:
+                print(f"{row} round {k + 1}: skipped: {r['skipped']}")
+            if "error" in r:
+                print(f"{row} round {k + 1}: FAILED: {r['error']}")
+    pre = [statistics.median(r["pre_ready_intervals"]) for r in runs.get("dgt-standby", [])
+           if len(r.get("pre_ready_intervals", [])) > 1]
+    if pre:
+        print("dgt-standby before its standby was ready (excluded above: the standby imports "
+              "torch meanwhile), median step per round, ms: "
+              + " ".join(f"{m:.2f}" for m in pre))
+    print(f"logs: {out}" if args.keep else "")
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return 1 if failed else 0
+
+
 def fmt(v):
     return "-" if v is None else f"{v:.0f}"
 
@@ -355,11 +543,26 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the logs' directory")
     ap.add_argument("--torchrun-shared-store", action="store_true",
                     help="run the torchrun row with its default shared rendezvous store")
+    ap.add_argument("--overhead", action="store_true",
+                    help="measure each row's cost per healthy step (no kill, no checkpoint) "
+                         "in --rounds interleaved rounds, instead of the recovery")
+    ap.add_argument("--steps", type=int, default=300,
+                    help="--overhead: step intervals per rank and run")
+    ap.add_argument("--warmup", type=int, default=20,
+                    help="--overhead: steps skipped at the start of each run")
+    ap.add_argument("--rounds", type=int, default=3, help="--overhead: rounds of every row")
     args = ap.parse_args()
+    if args.overhead and args.rows == ",".join(DEFAULT_ROWS):
+        args.rows = ",".join(OVERHEAD_ROWS)
     rows = args.rows.split(",")
     for r in rows:
         if r not in ROWS:
             ap.error(f"--rows: unknown row {r!r}; rows are {','.join(ROWS)}")
+    if args.overhead:
+        if args.steps < 2 or args.rounds < 1 or args.warmup < 0:
+            ap.error(f"--overhead needs --steps >= 2, --rounds >= 1 and --warmup >= 0, got "
+                     f"{args.steps}, {args.rounds} and {args.warmup}")
+        return main_overhead(args, list(dict.fromkeys(rows)))
     out = Path(tempfile.mkdtemp(prefix="dgt-recovery-torch-"))
     results = []
     t0 = time.monotonic()

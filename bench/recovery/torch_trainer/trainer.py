@@ -22,7 +22,7 @@ under every anchor, with what each anchor asks of a training script:
 Prints `EVENT <kind> key=value ... t_ns=<time.time_ns()>` lines (CLOCK_REALTIME, comparable
 across processes): start (first line, before torch is imported), imported, ready (process group
 and wrapper built), loaded (step=S the run resumes from), step (step=N after each completed
-step), done.
+step; cpu_ns=time.process_time_ns(), CPU time of all the process's threads), done.
 """
 import argparse
 import os
@@ -109,7 +109,7 @@ def run_ddp(args):
     while step < args.steps:
         train_step(args, ddp, optimizer, step, rank)
         step += 1
-        event("step", rank=rank, step=step)
+        event("step", rank=rank, step=step, cpu_ns=time.process_time_ns())
         if args.ckpt_dir and rank == 0 and step % args.ckpt_every == 0:
             save_checkpoint(args, model, optimizer, step)
     dist.destroy_process_group()
@@ -171,7 +171,8 @@ def run_torchft(args):
             loaded = True
             event("loaded", rank=rank, step=manager.current_step() - 1)
         if manager.current_step() > step:
-            event("step", rank=rank, step=manager.current_step())
+            event("step", rank=rank, step=manager.current_step(),
+                  cpu_ns=time.process_time_ns())
     manager.shutdown(wait=False)
 
 
@@ -212,7 +213,8 @@ def run_nvrx(args):
             call_wrapper.ping()
             train_step(args, ddp, optimizer, progress["step"], rank)
             progress["step"] += 1
-            event("step", rank=rank, step=progress["step"])
+            event("step", rank=rank, step=progress["step"],
+                  cpu_ns=time.process_time_ns())
         dist.destroy_process_group()
 
     train()
@@ -237,7 +239,7 @@ def run_dgt(args):
 
     def body(ddp, step):
         train_step(args, ddp, optimizer, step, rank)
-        event("step", rank=rank, step=step + 1)
+        event("step", rank=rank, step=step + 1, cpu_ns=time.process_time_ns())
 
     def on_recovered(r):  # survivors and replacement: state synced at r.resume_step
         event("ready", rank=rank)
