@@ -14,12 +14,18 @@ same batch. The model and data are chosen so that every gradient is an integer m
 the all-reduce sums in, so a run's parameters can be compared bit for bit with a one-process
 reference (tests/e2e/test_recovery_torch.py does).
 
+`--backend nccl` trains on one GPU per local rank (cuda:LOCAL_RANK; scripts/gpu-check.sh runs it
+that way when the machine has a CUDA build of torch and two GPUs). `--crash-at-step S
+--crash-rank R` makes rank R SIGKILL itself when it reaches step S the first time (restart count
+0): a failure for scripts that have no other way to kill a rank at a known step.
+
 It prints `EVENT <kind> key=value ...` lines: joined, step (per completed step, with t_ns =
 time.time_ns()), synced (after each recovery) and done (with a sha256 of the parameters).
 """
 import argparse
 import hashlib
 import os
+import signal
 import sys
 import time
 
@@ -40,12 +46,12 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=2.0 ** -10, momentum=0.5)
 
 
-def batch(step, rank):
+def batch(step, rank, device=None):
     """The inputs of `step` on `rank`: x in 12*[-3, 3], c in 3*[-2, 2] (integers)."""
     g = torch.Generator().manual_seed(step * 1000 + rank)
     x = 12.0 * torch.randint(-3, 4, (BATCH, DIM), generator=g).float()
     c = 3.0 * torch.randint(-2, 3, (BATCH, DIM), generator=g).float()
-    return x, c
+    return x.to(device), c.to(device)
 
 
 def loss_fn(model, x, c):
@@ -68,15 +74,26 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--step-ms", type=float, default=0.0, help="sleep per step (simulated work)")
     p.add_argument("--op-timeout", type=float, default=30.0)
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--crash-at-step", type=int, default=-1,
+                   help="with --crash-rank: that rank SIGKILLs itself at this step (first run)")
+    p.add_argument("--crash-rank", type=int, default=-1)
     args = p.parse_args()
     rank = int(os.environ["RANK"])
+    first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    device = None
+    if args.backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
 
-    model = make_model()
+    model = make_model().to(device)
     optimizer = make_optimizer(model)
 
     def train_step(ddp, step):                                  # dgt: the loop body, as a function
+        if first_run and rank == args.crash_rank and step == args.crash_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
         optimizer.zero_grad()
-        x, c = batch(step, rank)
+        x, c = batch(step, rank, device)
         loss_fn(ddp, x, c).backward()                           # DDP's all-reduce
         optimizer.step()
         if args.step_ms:
@@ -90,9 +107,12 @@ def main():
               built_ns=r.built_ns,
               synced_ns=r.synced_ns)
 
-    options = dgt.recovery.RecoveryOptions(op_timeout=args.op_timeout)        # dgt
+    options = dgt.recovery.RecoveryOptions(op_timeout=args.op_timeout,        # dgt
+                                           backend=args.backend)
+    ddp_kwargs = None if device is None else {"device_ids": [device.index]}
     with dgt.recovery.Trainer(model, optimizer, options=options,              # dgt
-                              on_recovered=on_recovered) as t:                # dgt
+                              on_recovered=on_recovered, device=device,
+                              ddp_kwargs=ddp_kwargs) as t:                    # dgt
         event("joined", rank=rank, pid=os.getpid(), generation=t.group.generation,
               replacement=int(t.group.is_replacement), step=t.step)
         t.run(train_step, args.steps)                                         # dgt
