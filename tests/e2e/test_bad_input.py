@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, wait_for_port
+from conftest import BIN, PYTHON, WORKERS, dgt_env, wait_for_port
 from test_rendezvous_ops import make_certs, start_rendezvous
 
 SCRIPT = str(WORKERS / "print_env.py")
@@ -64,6 +64,14 @@ SCRIPT = str(WORKERS / "print_env.py")
      "dgt-run: error: --rdzv-conf: key 'is_host' is given twice"),
     (["--standalone", "does_not_exist.py"],
      "dgt-run: error: training script 'does_not_exist.py' does not exist"),
+    # QA1 item 6: an empty value as its own argument, as "--flag=" (torchrun: invalid int value).
+    (["--standalone", "--max-restarts", "", SCRIPT],
+     "dgt-run: error: --max-restarts needs a value, got an empty one"),
+    (["--standalone", "--master-port", "", SCRIPT],
+     "dgt-run: error: --master-port needs a value, got an empty one"),
+    # QA1 item 9: an empty item of --local-ranks-filter (torchrun: int('') fails).
+    (["--standalone", "--local-ranks-filter", "0,,1", SCRIPT],
+     "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got '0,,1'"),
 ])
 def test_usage_errors(spawn, args, message):
     p = spawn([BIN / "dgt-run", *args])
@@ -114,6 +122,27 @@ def test_conflicting_join_is_refused(spawn, rendezvous):
         "dgt-run: error: the rendezvous service refused this node: run 'conflict' uses "
         "--nnodes=2 --nproc-per-node=1; this node asked for --nnodes=2 --nproc-per-node=2")
     assert first.popen.poll() is None  # The waiting node is untouched.
+
+
+def test_empty_numeric_pet_default_is_refused(spawn):
+    # As torchrun 2.13, whose argparse converts PET_NODE_RANK="" with int() and fails.
+    p = spawn([BIN / "dgt-run", "--standalone", SCRIPT], env=dgt_env(PET_NODE_RANK=""))
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [
+        "dgt-run: error: PET_NODE_RANK (the default of --node-rank) is set but empty: give a "
+        "number or unset it"]
+
+
+def test_ignored_flags_are_warned(spawn):
+    p = spawn([BIN / "dgt-run", "--standalone", "--master-addr", "10.9.9.9",
+               "--local-ranks-filter", "5", SCRIPT])
+    assert p.wait(timeout=30) == 0, p.stderr
+    warnings = [l.split("] ", 2)[-1] for l in p.stderr.splitlines() if "[warning]" in l]
+    assert warnings == [
+        "dgt-run: --master-addr=10.9.9.9 is ignored: it is used only with --rdzv-backend=static, "
+        "--nnodes>1 and no --rdzv-endpoint (one node hosts its store on this host)",
+        "dgt-run: --local-ranks-filter=5: no local rank 5 on this node (--nproc-per-node=1, local "
+        "ranks 0..0); no worker output reaches the console"], p.stderr
 
 
 def test_rendezvous_bad_listen_address(spawn):
