@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   dgt::agent::ConfigureAgentLog(parsed.options->log_format);
+  for (const std::string& w : parsed.options->warnings) spdlog::warn("dgt-run: {}", w);
   dgt::agent::Agent agent(std::move(*parsed.options));
   return agent.Run();
 }

@@ -131,15 +131,18 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "File holding the rendezvous service's bearer token", kRdzv);
 
   const std::string kStatic = "Static rendezvous (torchrun --rdzv-backend=static)";
-  add("--node-rank,--node_rank", raw.node_rank,
-      "Rank of this node with --rdzv-backend=static and --nnodes>1 (default 0)", kStatic)
-      ->type_name("INT");
+  CLI::Option* node_rank_opt = add("--node-rank,--node_rank", raw.node_rank,
+                                   "Rank of this node with --rdzv-backend=static and --nnodes>1 "
+                                   "(default 0)",
+                                   kStatic)
+                                   ->type_name("INT");
   CLI::Option* master_addr_opt = add(
       "--master-addr,--master_addr", o.master_addr,
       "Node rank 0's address: it hosts the store there (static; required for --nnodes>1)", kStatic);
-  add("--master-port,--master_port", raw.master_port,
-      "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic)
-      ->type_name("INT");
+  CLI::Option* master_port_opt =
+      add("--master-port,--master_port", raw.master_port,
+          "Store port (static, --nnodes>1: default 29500; one node: default a free port)", kStatic)
+          ->type_name("INT");
 
   const std::string kSupervision = "Supervision and restarts";
   add("--max-restarts,--max_restarts", raw.max_restarts, "Restarts after failures", kSupervision)
@@ -216,6 +219,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParsedCommandLine result;
+  std::string empty_env;  // The first numeric PET_* default set to "": refused after parsing.
   try {
     app.parse(reversed);
     // A PET_* default gives way to an explicit flag of the same setting (its alias included), as
@@ -228,9 +232,16 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                (opt == nproc_opt && per_instance_opt->count() > 0) ||
                                (opt == stop_timeout_opt && shutdown_given) ||
                                (opt == shutdown_timeout_opt && stop_given);
-      if (opt->count() == 0 && !alias_given && value != nullptr && *value != '\0') {
+      if (opt->count() > 0 || alias_given || value == nullptr) continue;
+      if (*value != '\0') {
         opt->add_result(std::string(value));
         opt->run_callback();
+      } else if (empty_env.empty() &&
+                 (opt->get_type_name() == "INT" || opt->get_type_name() == "SECONDS")) {
+        // torchrun 2.13's argparse converts a PET_* default with the flag's type: an empty
+        // PET_MAX_RESTARTS is "invalid int value: ''". An empty text default stays ignored.
+        empty_env = absl::StrCat(env, " (the default of --", LongName(opt->get_name()),
+                                 ") is set but empty: give a number or unset it");
       }
     }
   } catch (const CLI::CallForHelp&) {
@@ -250,6 +261,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   raw.process_count_set = per_instance_opt->count() > 0;
   raw.join_timeout_set = join_timeout_opt->count() > 0;
   raw.master_addr_set = master_addr_opt->count() > 0;
+  raw.node_rank_set = node_rank_opt->count() > 0;
+  raw.master_port_set = master_port_opt->count() > 0;
   raw.stop_timeout_set = stop_timeout_opt->count() > 0;
   raw.shutdown_timeout_set = shutdown_timeout_opt->count() > 0;
   raw.duplicate_stdout_set = dup_out_opt->count() > 0;
@@ -277,6 +290,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                    a.substr(eq + 1), "'\n");
       return result;
     }
+  }
+  if (!empty_env.empty()) {
+    result.exit_code = 2;
+    result.output = absl::StrCat("dgt-run: error: ", empty_env, "\n");
+    return result;
   }
   s = launch_internal::Validate(raw, app.remaining(), getenv_fn, &o);
   if (!s.ok()) {

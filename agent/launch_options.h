@@ -152,6 +152,9 @@ struct LaunchOptions {
   std::string python = "python3";
   // The training script (or program with --no-python, or module with -m) and its arguments.
   std::vector<std::string> command;
+  // Flags accepted but without effect here, one line each without a prefix (dgt-run prints them
+  // as warnings at start), e.g. "--local-ranks-filter=5: ...".
+  std::vector<std::string> warnings;
 };
 
 // The result of parsing a command line: options to run, or an exit code plus text to print

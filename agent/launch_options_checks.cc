@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "agent/launch_options.h"
@@ -338,6 +339,38 @@ absl::Status ResolveCommand(const std::vector<std::string>& rest_in,
 
 }  // namespace
 
+// Flags given that have no effect with the others, as warnings (torchrun 2.13 run.py warns of
+// an unused --master-addr the same way; it ignores a --local_ranks_filter rank without a worker
+// silently).
+void NoteIgnoredFlags(const RawFlags& raw, LaunchOptions* o) {
+  const bool static_form =
+      o->rdzv_backend == "static" && o->rdzv_endpoint.empty() && !o->standalone && o->max_nodes > 1;
+  if (raw.master_addr_set && !static_form) {
+    // One node hosts its store on this host (MASTER_ADDR is its address; --master-port, when
+    // given, is the store's port); several nodes with --rdzv-endpoint take node rank 0's address
+    // from the rendezvous service.
+    o->warnings.push_back(
+        absl::StrCat("--master-addr=", o->master_addr,
+                     " is ignored: it is used only with --rdzv-backend=static, --nnodes>1 and no "
+                     "--rdzv-endpoint (",
+                     o->max_nodes == 1 ? "one node hosts its store on this host"
+                                       : "node rank 0's address comes from the rendezvous service",
+                     ")"));
+  }
+  std::vector<std::string> missing;
+  for (int r : o->local_ranks_filter) {
+    if (r >= o->nproc_per_node) missing.push_back(absl::StrCat(r));
+  }
+  if (!missing.empty()) {
+    o->warnings.push_back(absl::StrCat(
+        "--local-ranks-filter=", raw.local_ranks_filter, ": no local rank ",
+        absl::StrJoin(missing, ", "), " on this node (--nproc-per-node=", o->nproc_per_node,
+        ", local ranks 0..", o->nproc_per_node - 1, "); ",
+        missing.size() == o->local_ranks_filter.size() ? "no worker output reaches the console"
+                                                       : "only the others are shown"));
+  }
+}
+
 absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                       const char* (*getenv_fn)(const char*), LaunchOptions* o) {
   if (auto s = ResolveNodeCounts(raw, getenv_fn, o); !s.ok()) return s;
@@ -351,7 +384,9 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (auto s = ParseChoices(raw, o); !s.ok()) return s;
   if (auto s = CheckRendezvous(raw, o); !s.ok()) return s;
   if (auto s = CheckTensorflowRoles(raw, o); !s.ok()) return s;
-  return ResolveCommand(rest, getenv_fn, o);
+  if (auto s = ResolveCommand(rest, getenv_fn, o); !s.ok()) return s;
+  NoteIgnoredFlags(raw, o);
+  return absl::OkStatus();
 }
 
 }  // namespace dgt::agent::launch_internal

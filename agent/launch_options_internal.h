@@ -67,6 +67,8 @@ struct RawFlags {
   bool process_count_set = false;
   bool join_timeout_set = false;
   bool master_addr_set = false;
+  bool node_rank_set = false;    // --node-rank given (its value may be empty: refused).
+  bool master_port_set = false;  // --master-port given (its value may be empty: refused).
   bool stop_timeout_set = false;
   bool shutdown_timeout_set = false;
   bool duplicate_stdout_set = false;
@@ -97,8 +99,8 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
 absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o, RdzvConfTimeouts* conf);
 
 // --rdzv-connect-timeout and --monitor-interval (seconds), --max-restarts, --node-rank,
-// --master-port, --worker-count and --parameter-server-count into `o` (an empty integer flag keeps
-// its default), and o->master_port_set.
+// --master-port, --worker-count and --parameter-server-count into `o`, and o->master_port_set.
+// A flag not given keeps its default; one given an empty value is refused ("needs a value").
 absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o);
 
 // What reaches the console and the log files: -r/--redirects, -t/--tee, --local-ranks-filter,

@@ -65,10 +65,12 @@ constexpr const char* kRdzvConfKeys[] = {
     "timeout",      "keep_alive_interval", "keep_alive_max_attempt", "is_host",
 };
 
-// --local-ranks-filter "0,2": the local ranks shown on the console.
+// --local-ranks-filter "0,2": the local ranks shown on the console; "" shows all. An empty item
+// ("0,,1", "0,") is refused, as torchrun 2.13's int() of each item refuses it.
 absl::StatusOr<std::set<int>> ParseRankList(const std::string& text) {
   std::set<int> out;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  if (text.empty()) return out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
     int r = 0;
     if (!absl::SimpleAtoi(item, &r) || r < 0) {
       return Bad(
@@ -203,21 +205,25 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
     if (!d.ok()) return d.status();
     *target = absl::ToDoubleSeconds(*d);
   }
-  for (const auto& [flag, text, min, max, target] :
-       {std::tuple<const char*, const std::string&, int64_t, int64_t, int*>{
-            "--max-restarts", raw.max_restarts, 0, kMaxCount, &o->max_restarts},
-        {"--standby-workers", raw.standby_workers, 0, kMaxCount, &o->standby_workers},
-        {"--node-rank", raw.node_rank, 0, kMaxCount - 1, &o->node_rank},
-        {"--master-port", raw.master_port, 1, 65535, &o->master_port},
-        {"--worker-count", raw.worker_count, 0, kMaxCount, &o->worker_count},
-        {"--parameter-server-count", raw.parameter_server_count, 0, kMaxCount,
+  // `given`: the flag (or its PET_* default) was given. --max-restarts and the others with a
+  // text default are always parsed; --node-rank and --master-port have none.
+  for (const auto& [flag, text, given, min, max, target] :
+       {std::tuple<const char*, const std::string&, bool, int64_t, int64_t, int*>{
+            "--max-restarts", raw.max_restarts, true, 0, kMaxCount, &o->max_restarts},
+        {"--standby-workers", raw.standby_workers, true, 0, kMaxCount, &o->standby_workers},
+        {"--node-rank", raw.node_rank, raw.node_rank_set, 0, kMaxCount - 1, &o->node_rank},
+        {"--master-port", raw.master_port, raw.master_port_set, 1, 65535, &o->master_port},
+        {"--worker-count", raw.worker_count, true, 0, kMaxCount, &o->worker_count},
+        {"--parameter-server-count", raw.parameter_server_count, true, 0, kMaxCount,
          &o->parameter_server_count}}) {
-    if (text.empty()) continue;  // Not given: keep the default.
+    if (!given) continue;  // Not given: keep the default.
+    // `--max-restarts ""`: refused as `--max-restarts=` is (torchrun's argparse: invalid int).
+    if (text.empty()) return Bad(absl::StrCat(flag, " needs a value, got an empty one"));
     auto n = ParseInt64(flag, text, min, max);
     if (!n.ok()) return n.status();
     *target = static_cast<int>(*n);
   }
-  o->master_port_set = !raw.master_port.empty();
+  o->master_port_set = raw.master_port_set;
   return absl::OkStatus();
 }
 

@@ -117,8 +117,17 @@ void RouteGrpcLogsToDebug() { gpr_set_log_function(&LogGrpcAtDebug); }
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls) {
   if (tls.empty()) return grpc::InsecureServerCredentials();
+  if (tls.cert_file.empty() && tls.key_file.empty()) {
+    // Only --tls-client-ca: client certificates are checked on top of the server's own TLS.
+    return absl::InvalidArgumentError(absl::StrCat("--tls-client-ca '", tls.ca_file,
+                                                   "' needs --tls-cert and --tls-key (mutual TLS "
+                                                   "is on top of the service's own TLS)"));
+  }
   if (tls.cert_file.empty() || tls.key_file.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+    return absl::InvalidArgumentError(
+        tls.key_file.empty()
+            ? absl::StrCat("--tls-cert '", tls.cert_file, "' needs --tls-key (given together)")
+            : absl::StrCat("--tls-key '", tls.key_file, "' needs --tls-cert (given together)"));
   }
   auto cert = ReadFile(tls.cert_file, "--tls-cert");
   if (!cert.ok()) return cert.status();

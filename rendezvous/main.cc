@@ -1,17 +1,27 @@
 // dgt-rendezvous: the standalone rendezvous service. Agents (dgt-run, dgt-agent) join runs here.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_parse.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "rendezvous/service.h"
@@ -35,6 +45,69 @@ absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text)
     out.emplace_back(part);
   }
   return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Binds a throwaway socket to `text` ("HOST:PORT", the value of `flag`) and closes it, so that an
+// address this host cannot serve on is reported in one line naming the flag and the value, before
+// gRPC (whose own failure is a multi-line dump) or the metrics server tries it. Nothing listens:
+// the real server binds the address right after.
+// Errors: InvalidArgument (exit 2, as any bad flag value) when the value is malformed or the
+// address is not this host's (EADDRNOTAVAIL); Unavailable (exit 1: a retry may pass) when the
+// port is in use or the bind is refused for another reason (EACCES below port 1024, ...).
+absl::Status ProbeBind(const char* flag, const std::string& text) {
+  auto hp = dgt::ParseListenAddress(text, flag);
+  if (!hp.ok()) return hp.status();
+  auto ip = dgt::ResolveToIp(hp->host);
+  if (!ip.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", ip.status().message()));
+  }
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (inet_pton(AF_INET, ip->c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(hp->port);
+    len = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, ip->c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(hp->port);
+    len = sizeof(*v6);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", text, "': not an IP address"));
+  }
+  const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::OkStatus();  // No socket to probe with: let the server report.
+  // As the servers do: a port whose old connections linger in TIME_WAIT is free.
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  const int err = errno;
+  close(fd);
+  if (rc == 0) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(flag, " '", text, "': cannot listen there: ", std::strerror(err));
+  if (err == EADDRNOTAVAIL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(message, " (not an address of this host; 0.0.0.0 or [::] for all)"));
+  }
+  if (err == EADDRINUSE) {
+    return absl::UnavailableError(absl::StrCat(message, " (another process serves that port)"));
+  }
+  return absl::UnavailableError(message);
+}
+
+void PrintError(const absl::Status& s) {
+  std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(s.message()).c_str());
+}
+
+// Exit 2 for a usage error (a bad flag value), 1 for a failure a retry may get past.
+int ExitCode(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
 }  // namespace
@@ -174,11 +247,34 @@ int main(int argc, char** argv) {
   if (!token_file.empty()) {
     auto token = dgt::rendezvous::ReadTokenFile(token_file);
     if (!token.ok()) {
-      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
-                   std::string(token.status().message()).c_str());
+      // As dgt-run's "--rdzv-token-file: ...": the flag, then the file and the reason.
+      PrintError(
+          absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message())));
       return 2;
     }
     options.token = *token;
+  }
+  for (const auto& [flag, text] :
+       {std::pair<const char*, const std::string&>{"--listen", options.listen},
+        {"--metrics-listen", options.metrics_listen}}) {
+    if (text.empty()) continue;
+    if (absl::Status s = ProbeBind(flag, text); !s.ok()) {
+      PrintError(s);
+      return ExitCode(s);
+    }
+  }
+  if (!options.metrics_listen.empty()) {
+    // Both on one port of one address: each bind alone passes the probe, the second fails.
+    auto listen = dgt::ParseListenAddress(options.listen, "--listen");
+    auto metrics = dgt::ParseListenAddress(options.metrics_listen, "--metrics-listen");
+    auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::"; };
+    if (listen.ok() && metrics.ok() && listen->port != 0 && listen->port == metrics->port &&
+        (listen->host == metrics->host || wildcard(listen->host) || wildcard(metrics->host))) {
+      PrintError(absl::InvalidArgumentError(
+          absl::StrCat("--metrics-listen '", options.metrics_listen, "' and --listen '",
+                       options.listen, "' need different ports")));
+      return 2;
+    }
   }
   // Outlives the server (declared first, destroyed last).
   std::unique_ptr<dgt::rendezvous::RunStateBackend> backend;
@@ -205,9 +301,8 @@ int main(int argc, char** argv) {
   }
   auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
-                 std::string(server.status().message()).c_str());
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    PrintError(server.status());
+    return ExitCode(server.status());
   }
   // Print the bound ports on stdout, parseable by scripts that asked for port 0.
   std::printf("dgt-rendezvous listening on port %d\n", (*server)->port());

@@ -249,6 +249,11 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
        "dgt-run: error: --tee must be 0..3 or LOCAL_RANK:0..3,..., got '0:x'\n"},
       {{"--local-ranks-filter=a", kScript},
        "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got 'a'\n"},
+      // An empty item, as torchrun 2.13's int('') refuses it.
+      {{"--local-ranks-filter", "0,,1", kScript},
+       "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got '0,,1'\n"},
+      {{"--local-ranks-filter=0,", kScript},
+       "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got '0,'\n"},
       {{"--log-format=xml", kScript},
        "dgt-run: error: --log-format must be text or json, got 'xml'\n"},
       {{"--distribution=horovod", kScript},
@@ -381,6 +386,96 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
     EXPECT_EQ(p.exit_code, 2);
     EXPECT_EQ(p.output, c.message);
   }
+}
+
+// QA1 item 6: an empty value given as its own argument is refused as "--flag=" is (torchrun
+// 2.13's argparse: "invalid int value: ''"), not taken as "not given".
+TEST(LaunchOptionsTest, EmptyNumericValueIsRefused) {
+  for (const char* flag : {"--max-restarts", "--standby-workers", "--node-rank", "--master-port",
+                           "--worker-count", "--parameter-server-count"}) {
+    auto p = Parse({"--standalone", flag, "", kScript});
+    EXPECT_FALSE(p.options.has_value()) << flag;
+    EXPECT_EQ(p.exit_code, 2) << flag;
+    EXPECT_EQ(p.output,
+              absl::StrCat("dgt-run: error: ", flag, " needs a value, got an empty one\n"));
+  }
+  // Not given at all: the defaults stay.
+  auto ok = Parse({"--standalone", kScript});
+  ASSERT_TRUE(ok.options.has_value()) << ok.output;
+  EXPECT_EQ(ok.options->max_restarts, 0);
+  EXPECT_FALSE(ok.options->master_port_set);
+}
+
+// An empty PET_* default of a numeric flag is refused, naming the variable (torchrun 2.13's
+// argparse converts PET_MAX_RESTARTS="" with int() and fails); an empty text one is ignored.
+TEST(LaunchOptionsTest, EmptyNumericPetDefaultIsRefused) {
+  auto p = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_MAX_RESTARTS") == 0 ? "" : nullptr;
+  });
+  EXPECT_FALSE(p.options.has_value());
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: PET_MAX_RESTARTS (the default of --max-restarts) is set but empty: "
+            "give a number or unset it\n");
+  auto port = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_MASTER_PORT") == 0 ? "" : nullptr;
+  });
+  EXPECT_EQ(port.exit_code, 2);
+  EXPECT_EQ(port.output,
+            "dgt-run: error: PET_MASTER_PORT (the default of --master-port) is set but empty: "
+            "give a number or unset it\n");
+  // The command line wins: the empty default is never read.
+  auto given = Parse({"--max-restarts", "2", kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_MAX_RESTARTS") == 0 ? "" : nullptr;
+  });
+  ASSERT_TRUE(given.options.has_value()) << given.output;
+  EXPECT_EQ(given.options->max_restarts, 2);
+  auto text = Parse({kScript}, [](const char* name) -> const char* {
+    return std::strcmp(name, "PET_LOG_DIR") == 0 ? "" : nullptr;
+  });
+  ASSERT_TRUE(text.options.has_value()) << text.output;
+  EXPECT_EQ(text.options->log_dir, "");
+}
+
+// Flags without effect are accepted with a warning (QA1 item 9).
+TEST(LaunchOptionsTest, IgnoredFlagsAreWarned) {
+  auto filter =
+      Parse({"--standalone", "--nproc-per-node=2", "--local-ranks-filter=1,5,7", kScript});
+  ASSERT_TRUE(filter.options.has_value()) << filter.output;
+  EXPECT_EQ(filter.options->local_ranks_filter, (std::set<int>{1, 5, 7}));
+  EXPECT_EQ(filter.options->warnings,
+            (std::vector<std::string>{
+                "--local-ranks-filter=1,5,7: no local rank 5, 7 on this node (--nproc-per-node=2, "
+                "local ranks 0..1); only the others are shown"}));
+  auto none = Parse({"--standalone", "--local-ranks-filter=5", kScript});
+  ASSERT_TRUE(none.options.has_value()) << none.output;
+  EXPECT_EQ(none.options->warnings,
+            (std::vector<std::string>{
+                "--local-ranks-filter=5: no local rank 5 on this node (--nproc-per-node=1, local "
+                "ranks 0..0); no worker output reaches the console"}));
+  auto addr = Parse({"--standalone", "--master-addr=10.9.9.9", "--master-port=1", kScript});
+  ASSERT_TRUE(addr.options.has_value()) << addr.output;
+  EXPECT_EQ(addr.options->master_port, 1);  // Used: the single node's store port.
+  EXPECT_EQ(addr.options->warnings,
+            (std::vector<std::string>{
+                "--master-addr=10.9.9.9 is ignored: it is used only with --rdzv-backend=static, "
+                "--nnodes>1 and no --rdzv-endpoint (one node hosts its store on this host)"}));
+  auto multi = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", "--master-addr=10.9.9.9", kScript});
+  ASSERT_TRUE(multi.options.has_value()) << multi.output;
+  EXPECT_EQ(multi.options->warnings,
+            (std::vector<std::string>{
+                "--master-addr=10.9.9.9 is ignored: it is used only with --rdzv-backend=static, "
+                "--nnodes>1 and no --rdzv-endpoint (node rank 0's address comes from the "
+                "rendezvous service)"}));
+  // Used: no warning.
+  auto used = Parse(
+      {"--nnodes=2", "--node-rank=1", "--master-addr=10.9.9.9", "--local-ranks-filter=0", kScript});
+  ASSERT_TRUE(used.options.has_value()) << used.output;
+  EXPECT_TRUE(used.options->warnings.empty());
+  auto empty = Parse({"--standalone", "--local-ranks-filter", "", kScript});
+  ASSERT_TRUE(empty.options.has_value()) << empty.output;
+  EXPECT_TRUE(empty.options->local_ranks_filter.empty());  // "": every rank, as torchrun.
+  EXPECT_TRUE(empty.options->warnings.empty());
 }
 
 const char* PetEnv(const char* name) {

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PYTHON, WORKERS, wait_for_port
+from conftest import BIN, PYTHON, WORKERS, dgt_env, wait_for_port
 from test_rendezvous_ops import make_certs, start_rendezvous
 
 SCRIPT = str(WORKERS / "print_env.py")
@@ -64,6 +64,14 @@ SCRIPT = str(WORKERS / "print_env.py")
      "dgt-run: error: --rdzv-conf: key 'is_host' is given twice"),
     (["--standalone", "does_not_exist.py"],
      "dgt-run: error: training script 'does_not_exist.py' does not exist"),
+    # QA1 item 6: an empty value as its own argument, as "--flag=" (torchrun: invalid int value).
+    (["--standalone", "--max-restarts", "", SCRIPT],
+     "dgt-run: error: --max-restarts needs a value, got an empty one"),
+    (["--standalone", "--master-port", "", SCRIPT],
+     "dgt-run: error: --master-port needs a value, got an empty one"),
+    # QA1 item 9: an empty item of --local-ranks-filter (torchrun: int('') fails).
+    (["--standalone", "--local-ranks-filter", "0,,1", SCRIPT],
+     "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got '0,,1'"),
 ])
 def test_usage_errors(spawn, args, message):
     p = spawn([BIN / "dgt-run", *args])
@@ -116,6 +124,27 @@ def test_conflicting_join_is_refused(spawn, rendezvous):
     assert first.popen.poll() is None  # The waiting node is untouched.
 
 
+def test_empty_numeric_pet_default_is_refused(spawn):
+    # As torchrun 2.13, whose argparse converts PET_NODE_RANK="" with int() and fails.
+    p = spawn([BIN / "dgt-run", "--standalone", SCRIPT], env=dgt_env(PET_NODE_RANK=""))
+    assert p.wait(timeout=10) == 2
+    assert p.stderr.strip().splitlines() == [
+        "dgt-run: error: PET_NODE_RANK (the default of --node-rank) is set but empty: give a "
+        "number or unset it"]
+
+
+def test_ignored_flags_are_warned(spawn):
+    p = spawn([BIN / "dgt-run", "--standalone", "--master-addr", "10.9.9.9",
+               "--local-ranks-filter", "5", SCRIPT])
+    assert p.wait(timeout=30) == 0, p.stderr
+    warnings = [l.split("] ", 2)[-1] for l in p.stderr.splitlines() if "[warning]" in l]
+    assert warnings == [
+        "dgt-run: --master-addr=10.9.9.9 is ignored: it is used only with --rdzv-backend=static, "
+        "--nnodes>1 and no --rdzv-endpoint (one node hosts its store on this host)",
+        "dgt-run: --local-ranks-filter=5: no local rank 5 on this node (--nproc-per-node=1, local "
+        "ranks 0..0); no worker output reaches the console"], p.stderr
+
+
 def test_rendezvous_bad_listen_address(spawn):
     p = spawn([BIN / "dgt-rendezvous", "--listen", "256.1.1.1:0"])
     assert p.wait(timeout=20) == 2
@@ -130,11 +159,58 @@ def test_rendezvous_bad_listen_address(spawn):
 
 
 def test_rendezvous_port_in_use_is_refused(spawn, rendezvous):
+    # One line naming the flag and the value, before gRPC's own multi-line dump; exit 1: the port
+    # may be free on a retry (docs/EXIT_CODES.md, dgt-rendezvous).
     p = spawn([BIN / "dgt-rendezvous", "--listen", rendezvous])
     assert p.wait(timeout=20) == 1
-    assert p.stderr.strip().splitlines()[-1] == (
-        f"dgt-rendezvous: error: rendezvous cannot listen on {rendezvous}: the address is in use "
-        "or not local")
+    assert p.stderr.strip().splitlines() == [
+        f"dgt-rendezvous: error: --listen '{rendezvous}': cannot listen there: Address already in "
+        "use (another process serves that port)"]
+    # The metrics port too, with the same code.
+    m = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", "--metrics-listen", rendezvous])
+    assert m.wait(timeout=20) == 1
+    assert m.stderr.strip().splitlines() == [
+        f"dgt-rendezvous: error: --metrics-listen '{rendezvous}': cannot listen there: Address "
+        "already in use (another process serves that port)"]
+
+
+def test_rendezvous_address_not_local_is_a_usage_error(spawn):
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is on no interface of this host: no retry helps (exit 2).
+    for flag, args in (("--listen", ["--listen", "192.0.2.1:0"]),
+                       ("--metrics-listen", ["--listen", "127.0.0.1:0", "--metrics-listen",
+                                             "192.0.2.1:0"])):
+        p = spawn([BIN / "dgt-rendezvous", *args])
+        assert p.wait(timeout=20) == 2
+        assert p.stderr.strip().splitlines() == [
+            f"dgt-rendezvous: error: {flag} '192.0.2.1:0': cannot listen there: Cannot assign "
+            "requested address (not an address of this host; 0.0.0.0 or [::] for all)"]
+
+
+def test_rendezvous_metrics_on_the_listen_port_is_refused(spawn):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = spawn([BIN / "dgt-rendezvous", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
+               f"0.0.0.0:{port}"])
+    assert p.wait(timeout=20) == 2
+    assert p.stderr.strip().splitlines() == [
+        f"dgt-rendezvous: error: --metrics-listen '0.0.0.0:{port}' and --listen "
+        f"'127.0.0.1:{port}' need different ports"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--token-file", "/nonexistent"],
+     "--token-file: token file: cannot read '/nonexistent'"),
+    (["--tls-client-ca", "/etc/passwd"],
+     "--tls-client-ca '/etc/passwd' needs --tls-cert and --tls-key (mutual TLS is on top of the "
+     "service's own TLS)"),
+    (["--tls-cert", "/etc/passwd"], "--tls-cert '/etc/passwd' needs --tls-key (given together)"),
+    (["--tls-key", "/etc/passwd"], "--tls-key '/etc/passwd' needs --tls-cert (given together)"),
+])
+def test_rendezvous_bad_files_name_the_flag(spawn, args, message):
+    p = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", *args])
+    assert p.wait(timeout=20) == 2
+    assert p.stderr.strip().splitlines() == [f"dgt-rendezvous: error: {message}"]
 
 
 def test_missing_program_with_no_python(spawn):

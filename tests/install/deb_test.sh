@@ -58,6 +58,30 @@ for script in postinst prerm postrm; do
   [[ $(stat -c %a "$tmp/control/$script") == 755 ]] || fail "maintainer script $script not 0755"
   sh -n "$tmp/control/$script" || fail "maintainer script $script: syntax"
 done
+# The maintainer scripts' systemd actions, run with logging stand-ins for the commands they call
+# and /run/systemd/system moved into $tmp (systemd "running"): an upgrade (configure OLD-VERSION)
+# try-restarts the service onto the new binary, a first install starts nothing, prerm stops it
+# only on remove.
+stubs=$tmp/stubs
+mkdir -p "$stubs" "$tmp/run-systemd"
+for cmd in systemctl deb-systemd-invoke systemd-sysusers systemd-tmpfiles; do
+  printf '#!/bin/sh\necho "%s $*" >> "%s"\n' "$cmd" "$tmp/actions" > "$stubs/$cmd"
+  chmod +x "$stubs/$cmd"
+done
+maint_actions() {  # SCRIPT ARGS...: the commands the script ran that touch the service
+  local script=$1
+  shift
+  sed "s|/run/systemd/system|$tmp/run-systemd|g" "$tmp/control/$script" > "$tmp/$script.test"
+  : > "$tmp/actions"
+  PATH=$stubs:$PATH sh "$tmp/$script.test" "$@" || fail "$script $*: exit $?"
+  grep -v '^systemd-sysusers\|^systemd-tmpfiles\|daemon-reload' "$tmp/actions" || true
+}
+[[ $(maint_actions postinst configure 0.0.9) == "deb-systemd-invoke try-restart dgt-rendezvous.service" ]] ||
+  fail "postinst on upgrade: $(cat "$tmp/actions")"
+[[ -z $(maint_actions postinst configure) ]] || fail "postinst on install: $(cat "$tmp/actions")"
+[[ $(maint_actions prerm remove) == "deb-systemd-invoke stop dgt-rendezvous.service" ]] ||
+  fail "prerm remove: $(cat "$tmp/actions")"
+[[ -z $(maint_actions prerm upgrade 0.1.0) ]] || fail "prerm upgrade: $(cat "$tmp/actions")"
 mapfile -t binaries < <(find "$root/usr/bin" -type f -printf '%f\n' | sort)
 [[ ${#binaries[@]} -ge 3 ]] || fail "binaries: ${binaries[*]}"
 # Every library a binary names (NEEDED) comes from a package that Depends lists, or that provides

@@ -297,7 +297,18 @@ TEST(RendezvousServerTest, BadOptionsAreReported) {
   RendezvousServerOptions half;
   half.tls.cert_file = "/x.pem";
   EXPECT_EQ(RendezvousServer::Start(half).status().message(),
-            "--tls-cert and --tls-key must be given together");
+            "--tls-cert '/x.pem' needs --tls-key (given together)");
+  RendezvousServerOptions key_only;
+  key_only.tls.key_file = "/k.pem";
+  EXPECT_EQ(RendezvousServer::Start(key_only).status().message(),
+            "--tls-key '/k.pem' needs --tls-cert (given together)");
+  // QA1 item 8: --tls-client-ca alone names itself.
+  RendezvousServerOptions ca_only;
+  ca_only.tls.ca_file = "/etc/passwd";
+  EXPECT_EQ(RendezvousServer::Start(ca_only).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RendezvousServer::Start(ca_only).status().message(),
+            "--tls-client-ca '/etc/passwd' needs --tls-cert and --tls-key (mutual TLS is on top of "
+            "the service's own TLS)");
   RendezvousServerOptions metrics;
   metrics.metrics_listen = "localhost";
   EXPECT_EQ(RendezvousServer::Start(metrics).status().message(),
