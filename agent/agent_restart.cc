@@ -171,7 +171,8 @@ std::string Agent::Summary() const {
       absl::StrAppend(&text,
                       "  note: a worker that cannot rebuild its communicator around a replaced "
                       "peer (torch.distributed process groups cannot) fails when one is "
-                      "restarted; use --restart-policy group for such trainers, or "
+                      "restarted; use --restart-policy group for such trainers, or one that "
+                      "rebuilds it: Python's dgt.recovery (Trainer) or "
                       "dgt::worker::ElasticGroup (docs/RECOVERY.md)\n");
     }
   }

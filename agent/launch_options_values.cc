@@ -210,7 +210,8 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
   for (const auto& [flag, text, given, min, max, target] :
        {std::tuple<const char*, const std::string&, bool, int64_t, int64_t, int*>{
             "--max-restarts", raw.max_restarts, true, 0, kMaxCount, &o->max_restarts},
-        {"--standby-workers", raw.standby_workers, true, 0, kMaxCount, &o->standby_workers},
+        // At most as many standbys as workers may run on a node (each is a worker's process).
+        {"--standby-workers", raw.standby_workers, true, 0, kMaxNprocPerNode, &o->standby_workers},
         {"--node-rank", raw.node_rank, raw.node_rank_set, 0, kMaxCount - 1, &o->node_rank},
         {"--master-port", raw.master_port, raw.master_port_set, 1, 65535, &o->master_port},
         {"--worker-count", raw.worker_count, true, 0, kMaxCount, &o->worker_count},

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -273,7 +274,10 @@ void WorkerGroup::Pump(Worker& w, bool is_stderr) {
 
 void WorkerGroup::PipeClosed(Worker& w) {
   --w.pipes_open;
-  if (w.standby) return;  // Not counted until activated.
+  if (w.standby) {  // Not counted until activated.
+    if (w.pipes_open == 0 && w.on_pipes_closed) std::exchange(w.on_pipes_closed, nullptr)();
+    return;
+  }
   --open_pipes_;
   if (drained() && on_drained_) {
     auto cb = std::move(on_drained_);

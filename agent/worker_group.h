@@ -114,7 +114,12 @@ class WorkerGroup {
   // output on the console as that worker's, prefixed "[standby<k>]: " (no log files). A standby
   // that exits before it reported ready turns standbys off for this group (the script does not
   // import dgt.recovery, or fails without a rank); one that exits later is replaced, at most
-  // `count` times. Errors: FailedPrecondition when no worker was started yet; as Start.
+  // `count` times. At most kStandbyBatch standbys start in this call, the rest from the event
+  // loop, kStandbyBatch per turn (a stop between batches starts no more).
+  // Errors: FailedPrecondition when no worker was started yet, or when that worker's argv[0] is
+  // not a Python interpreter (file name "python[0-9.]*": any other program would run its whole
+  // job without a rank; standbys are then off for good); as Start (for this call's batch;
+  // a later batch's error is logged and turns standbys off).
   absl::Status StartStandbys(int count);
 
   // Hands `spec` to a ready standby, which from then on is that worker (exit event, log files,
@@ -163,6 +168,8 @@ class WorkerGroup {
   void Pump(Worker& w, bool is_stderr);
   void PipeClosed(Worker& w);
   absl::Status LaunchStandby();
+  // Starts standbys up to the target, kStandbyBatch now and the rest from the event loop.
+  absl::Status LaunchStandbyBatch();
   void ReadChannel(Worker& w);
   void OnStandbyExit(Worker& w, int status);
   void TopUpStandbysLater();
@@ -187,9 +194,14 @@ class WorkerGroup {
   int standby_respawns_left_ = 0;
   bool standbys_off_ = false;
   int next_standby_index_ = 0;
+  bool standby_batch_posted_ = false;  // LaunchStandbyBatch's next batch is posted.
   // Expires with the group: posted work checks it.
   std::shared_ptr<int> life_ = std::make_shared<int>(0);
 };
+
+// Standbys started per turn of the event loop (WorkerGroup::StartStandbys): as the agent's
+// kSpawnBatch for workers.
+inline constexpr int kStandbyBatch = 32;
 
 // Variables of a worker's environment that belong to its rank, left out of a standby's
 // (BuildWorkerEnv's per-rank keys): it learns them when activated.

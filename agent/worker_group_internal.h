@@ -5,6 +5,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,8 @@ struct WorkerGroup::Worker {
   std::array<char, 16384> out_buf;
   std::array<char, 16384> err_buf;
   std::deque<std::string> stderr_tail;
+  // A standby's: run once both its output pipes reached EOF (PipeClosed).
+  std::function<void()> on_pipes_closed;
 };
 
 }  // namespace dgt::agent

@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "agent/worker_group.h"
 #include "agent/worker_group_internal.h"
@@ -28,6 +31,24 @@ namespace dgt::agent {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// Whether argv[0] names a CPython interpreter: its file name is "python" followed by nothing
+// but a version ("python", "python3", "python3.11"; any directory).
+bool LooksLikePython(const std::vector<std::string>& argv) {
+  if (argv.empty()) return false;
+  absl::string_view name = argv[0];
+  if (const size_t slash = name.rfind('/'); slash != absl::string_view::npos) {
+    name.remove_prefix(slash + 1);
+  }
+  if (!absl::ConsumePrefix(&name, "python")) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '.';
+  });
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // Warm standbys.
 
@@ -37,6 +58,16 @@ absl::Status WorkerGroup::StartStandbys(int count) {
     return absl::FailedPreconditionError("standbys start like a worker: none was started yet");
   }
   if (standby_spec_ == nullptr) {
+    // A standby waits for its rank only in `import dgt.recovery`: any other program runs its
+    // whole job without a rank (its side effects happen once more per standby), so none starts.
+    if (!LooksLikePython(first_spec_->argv)) {
+      StopStandbys();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "none started: the command '", first_spec_->argv.empty() ? "" : first_spec_->argv[0],
+          "' is not a Python interpreter (a standby must be a Python script that imports "
+          "dgt.recovery, docs/RECOVERY.md \"Warm standbys\"; with --no-python it would run the "
+          "whole program without a rank)"));
+    }
     auto spec = std::make_unique<WorkerSpec>();
     spec->argv = first_spec_->argv;
     const std::string local_rank_arg = absl::StrCat("--local_rank=", first_spec_->local_rank);
@@ -55,8 +86,27 @@ absl::Status WorkerGroup::StartStandbys(int count) {
     standby_respawns_left_ = count;
   }
   standby_target_ = count;
-  while (standbys() < standby_target_) {
+  return LaunchStandbyBatch();
+}
+
+absl::Status WorkerGroup::LaunchStandbyBatch() {
+  // As the agent starts workers (Agent::SpawnFrom): a few ms of fork/exec each, so at most
+  // kStandbyBatch per turn of the loop and the rest posted, so that a stop signal (which stops
+  // the standbys) or a worker's exit is handled between batches, not after thousands of spawns.
+  for (int i = 0; i < kStandbyBatch && standbys() < standby_target_; ++i) {
     if (absl::Status s = LaunchStandby(); !s.ok()) return s;
+  }
+  if (standbys() < standby_target_ && !standby_batch_posted_) {
+    standby_batch_posted_ = true;
+    asio::post(io_, [this, life = std::weak_ptr<int>(life_)] {
+      if (life.expired()) return;
+      standby_batch_posted_ = false;
+      if (standbys_off_) return;
+      if (absl::Status s = LaunchStandbyBatch(); !s.ok()) {
+        spdlog::warn("dgt-run: cannot start a standby: {}", s.message());
+        StopStandbys();
+      }
+    });
   }
   return absl::OkStatus();
 }
@@ -135,14 +185,30 @@ void WorkerGroup::OnStandbyExit(Worker& w, int status) {
   const std::string how = WIFSIGNALED(status)
                               ? absl::StrCat("was killed by signal ", WTERMSIG(status))
                               : absl::StrCat("exited with code ", WEXITSTATUS(status));
-  if (!w.ready) {
-    spdlog::warn(
-        "dgt-run: standby pid {} {} before it reported ready; no more standbys for this round "
-        "(--standby-workers needs a Python script that imports dgt.recovery, docs/RECOVERY.md)",
-        w.pid, how);
+  if (!w.ready && !WIFSIGNALED(status)) {
+    // It ended on its own without waiting for a rank: the script does not reach
+    // `import dgt.recovery` (or failed before: no module dgt, ...). Another would do the same.
+    // Its last stderr lines say why (with -r/--local-ranks-filter they reached no console and
+    // no file): the warning waits for its stderr to reach EOF.
     StopStandbys();
+    const pid_t pid = w.pid;
+    const int code = WEXITSTATUS(status);
+    w.on_pipes_closed = [&w, pid, code] {
+      std::string tail;
+      for (const std::string& line : w.stderr_tail) absl::StrAppend(&tail, "\n  ", line);
+      spdlog::warn(
+          "dgt-run: standby pid {} exited with code {} before it reported ready{}; no more "
+          "standbys for this round (a standby must be a Python script that imports "
+          "dgt.recovery before it reads its rank, docs/RECOVERY.md \"Warm standbys\"){}",
+          pid, code, code == 0 ? " (it ran the script without a rank)" : "",
+          tail.empty() ? std::string(" (it wrote nothing on stderr)")
+                       : absl::StrCat("; its last stderr lines:", tail));
+    };
+    if (w.pipes_open == 0) std::exchange(w.on_pipes_closed, nullptr)();
     return;
   }
+  // Killed from outside (the OOM killer, a SIGKILL), ready or not: replaced, a bounded number
+  // of times.
   if (standby_respawns_left_ <= 0) {
     spdlog::warn("dgt-run: standby pid {} {}; standbys died too often, none is started again",
                  w.pid, how);
@@ -150,7 +216,8 @@ void WorkerGroup::OnStandbyExit(Worker& w, int status) {
     return;
   }
   --standby_respawns_left_;
-  spdlog::warn("dgt-run: standby pid {} {}; starting another", w.pid, how);
+  spdlog::warn("dgt-run: standby pid {} {}{}; starting another", w.pid, how,
+               w.ready ? "" : " before it reported ready");
   TopUpStandbysLater();
 }
 
@@ -195,17 +262,33 @@ absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", spec.rank, "'s CUDA_VISIBLE_DEVICES differs from the standbys'"));
   }
+  // Env entries are the user's bytes, not always UTF-8, which JSON strings must be: an entry
+  // that is not goes base64-encoded, key and value, in "env_b64" (the standby decodes it to the
+  // same bytes), the others as plain strings in "env".
+  auto is_utf8 = [](const std::string& text) {
+    const nlohmann::json j = text;  // Dumps differ only where a byte is not valid UTF-8.
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
+           j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   nlohmann::json env = nlohmann::json::object();
+  nlohmann::json env_b64 = nlohmann::json::array();
   for (const std::string& kv : spec.env) {
     const size_t eq = kv.find('=');
-    env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    std::string key = kv.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (is_utf8(key) && is_utf8(value)) {
+      env[key] = std::move(value);
+    } else {
+      env_b64.push_back({absl::Base64Escape(key), absl::Base64Escape(value)});
+    }
   }
   nlohmann::json message = {
       {"env", env},
       {"argv_append",
        std::vector<std::string>(spec.argv.begin() + static_cast<std::ptrdiff_t>(w.argv.size()),
                                 spec.argv.end())}};
-  // Env values are the user's bytes, not always UTF-8: replace what is not, rather than throw.
+  if (!env_b64.empty()) message["env_b64"] = std::move(env_b64);
+  // Arguments are not checked: a rank's extra argument is dgt-run's "--local_rank=N".
   const std::string text =
       message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   int files[2] = {-1, -1};

@@ -94,6 +94,12 @@ class RecoveryOptions:
     formation_timeout: float = 600.0
     # Recoveries a Trainer performs before it raises RecoveryError (bounds a failure loop).
     max_recoveries: int = 100
+    # When a generation forms after a failure and no member holds the training state (every
+    # process that held it failed: nobody to copy it from): "restart" trains on from step 0 with
+    # a warning on stderr (the progress is lost); "fail" raises RecoveryError instead, so that
+    # the rank fails and a checkpoint-based restart (--restart-policy group, the job's own
+    # resume) takes over.
+    on_state_lost: str = "restart"
 
 
 @dataclasses.dataclass
@@ -556,6 +562,9 @@ class Trainer:
         self.optimizer = optimizer
         self.extra_state = extra_state
         self.options = options or RecoveryOptions()
+        if self.options.on_state_lost not in ("restart", "fail"):
+            raise ValueError(f"RecoveryOptions.on_state_lost must be 'restart' or 'fail', got "
+                             f"{self.options.on_state_lost!r}")
         self.ddp_kwargs = dict(ddp_kwargs or {})
         self.device = device
         self.on_recovered = on_recovered
@@ -756,7 +765,17 @@ class Trainer:
         dist.all_gather(gathered, mine)
         steps = [int(t.item()) for t in gathered]
         holders = [i for i, s in enumerate(steps) if s >= 0]
-        if not holders:  # Everyone is new (e.g. all restarted): DDP's own init sync suffices.
+        if not holders:
+            # Everyone is new: every process that held the state failed (here only after a
+            # failure). DDP's own init sync makes the members agree, on step 0.
+            what = (f"dgt.recovery: rank {self.env.rank}: generation {self.group.generation}: no "
+                    f"member holds the training state (every process that held it failed)")
+            if self.options.on_state_lost == "fail":
+                raise RecoveryError(f"{what}; not restarting from step 0 "
+                                    f"(RecoveryOptions.on_state_lost='fail')")
+            print(f"{what}; restarting from step 0: the progress made so far is lost "
+                  f"(RecoveryOptions(on_state_lost='fail') raises instead, for a "
+                  f"checkpoint-based restart)", file=sys.stderr, flush=True)
             return None, 0
         # The member furthest ahead (the first of them): a survivor that completed the step in
         # flight when the peer died received the full all-reduce, so its state is the run's.

@@ -5,7 +5,8 @@ without a rank. `import dgt.recovery` calls wait_if_standby(): in a standby it i
 torch.distributed and what DDP's constructor imports (WARM_IMPORTS: the slow part of a
 replacement's start), tells the agent "ready\\n" over the
 Unix socket it inherited as descriptor DGT_STANDBY_FD, and blocks until the agent writes one line
-of JSON, {"env": {...}, "argv_append": [...]}: the full environment of the rank it replaces
+of JSON, {"env": {...}, "argv_append": [...]} (entries whose bytes are not UTF-8 in
+"env_b64": [[base64 key, base64 value], ...]): the full environment of the rank it replaces
 (RANK, LOCAL_RANK, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_ERROR_FILE, ...), which replaces
 os.environ, and the arguments the rank has beyond the standby's (`--local_rank=N`). The script
 then continues as that rank. In any other process (DGT_STANDBY unset) it returns at once.
@@ -16,6 +17,8 @@ kills it (PR_SET_PDEATHSIG, set by the agent's launcher).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib
 import json
 import os
@@ -48,14 +51,27 @@ def parse_activation(line: bytes):
     """(env dict, argv_append list) from the agent's line. Raises StandbyError naming what is
     wrong."""
     try:
-        msg = json.loads(line.decode("utf-8", errors="replace"))
-    except ValueError as e:
+        msg = json.loads(line.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is one.
         raise StandbyError(f"dgt standby: the agent's activation is not JSON: {e}") from None
     env = msg.get("env") if isinstance(msg, dict) else None
     argv = msg.get("argv_append", []) if isinstance(msg, dict) else None
+    env_b64 = msg.get("env_b64", []) if isinstance(msg, dict) else None
     if (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                              for k, v in env.items())):
         raise StandbyError("dgt standby: the agent's activation has no 'env' object of strings")
+    # Entries whose bytes are not UTF-8: [base64 key, base64 value] pairs. os.fsdecode gives the
+    # str that os.environ turns back into the same bytes (surrogateescape), as Python does for
+    # the environment a process starts with.
+    if not isinstance(env_b64, list):
+        raise StandbyError("dgt standby: the agent's 'env_b64' is not a list")
+    env = dict(env)
+    for pair in env_b64:
+        try:
+            key, value = (os.fsdecode(base64.b64decode(p, validate=True)) for p in pair)
+        except (TypeError, ValueError, binascii.Error) as e:
+            raise StandbyError(f"dgt standby: bad 'env_b64' entry {pair!r}: {e}") from None
+        env[key] = value
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         raise StandbyError("dgt standby: the agent's 'argv_append' is not a list of strings")
     if "RANK" not in env:

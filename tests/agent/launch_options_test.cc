@@ -981,6 +981,10 @@ TEST(LaunchOptionsTest, StandbyWorkers) {
   auto p = Parse({"--restart-policy=rank", "--standby_workers", "2", kScript});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->standby_workers, 2);
+  // The cap is --nproc-per-node's: more would fill pid_max and delay a stop signal.
+  auto most = Parse({"--restart-policy=rank", "--standby-workers=4096", kScript});
+  ASSERT_TRUE(most.options.has_value()) << most.output;
+  EXPECT_EQ(most.options->standby_workers, 4096);
   const std::pair<std::vector<std::string>, std::string> bad[] = {
       {{"--standby-workers=1", kScript},
        "dgt-run: error: --standby-workers=1 needs --restart-policy=rank and "
@@ -989,9 +993,11 @@ TEST(LaunchOptionsTest, StandbyWorkers) {
        "dgt-run: error: --standby-workers=1 needs --restart-policy=rank and "
        "--recovery-mode=replace (standbys replace failed ranks)\n"},
       {{"--restart-policy=rank", "--standby-workers=-1", kScript},
-       "dgt-run: error: --standby-workers must be an integer from 0 to 1000000, got '-1'\n"},
+       "dgt-run: error: --standby-workers must be an integer from 0 to 4096, got '-1'\n"},
+      {{"--restart-policy=rank", "--standby-workers=4097", kScript},
+       "dgt-run: error: --standby-workers must be an integer from 0 to 4096, got '4097'\n"},
       {{"--restart-policy=rank", "--standby-workers=two", kScript},
-       "dgt-run: error: --standby-workers must be an integer from 0 to 1000000, got 'two'\n"}};
+       "dgt-run: error: --standby-workers must be an integer from 0 to 4096, got 'two'\n"}};
   for (const auto& [args, message] : bad) {
     auto r = Parse(args);
     EXPECT_FALSE(r.options.has_value()) << args[0];

@@ -4,6 +4,7 @@
 // event loop is bounded.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include "agent/worker_group.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/agent/fake_process_launcher.h"
 
 namespace dgt::agent {
@@ -100,6 +103,60 @@ TEST(StandbyTest, StandbysRunTheFirstWorkersCommandWithoutItsRank) {
   EXPECT_EQ(f.launcher.launch_order().size(), 3u);
 }
 
+// Many standbys start kStandbyBatch per turn of the event loop, so that a stop signal handled
+// between batches (StopStandbys) starts no more: dgt-run answers SIGTERM at once.
+TEST(StandbyTest, StandbysStartInBatchesAndAStopEndsTheStarting) {
+  Fixture f;
+  ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
+  ASSERT_TRUE(f.group.StartStandbys(kStandbyBatch + 8).ok());
+  EXPECT_EQ(f.launcher.launch_order().size(), 1u + kStandbyBatch);  // The first batch only.
+  ASSERT_TRUE(RunUntil(f.io, [&] { return f.group.standbys() == kStandbyBatch + 8; }));
+  EXPECT_EQ(f.launcher.launch_order().size(), 1u + kStandbyBatch + 8);
+
+  Fixture g;
+  ASSERT_TRUE(g.group.Start({Rank(0)}).ok());
+  ASSERT_TRUE(g.group.StartStandbys(3 * kStandbyBatch).ok());
+  EXPECT_EQ(g.launcher.launch_order().size(), 1u + kStandbyBatch);
+  g.group.StopStandbys();  // As Stop on SIGTERM.
+  RunUntil(
+      g.io, [] { return false; }, std::chrono::milliseconds(30));
+  EXPECT_EQ(g.launcher.launch_order().size(), 1u + kStandbyBatch);
+  EXPECT_EQ(g.group.standbys(), 0);
+}
+
+// `--no-python /bin/sh -c ...` never waits in `import dgt.recovery`: a standby would run the
+// whole program (its side effects) without a rank, so none starts.
+TEST(StandbyTest, ACommandThatIsNotPythonGetsNoStandbys) {
+  Fixture f;
+  WorkerSpec sh = Rank(0);
+  sh.argv = {"/bin/sh", "-c", "echo run >> side.txt"};
+  ASSERT_TRUE(f.group.Start({sh}).ok());
+  const absl::Status s = f.group.StartStandbys(3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "none started: the command '/bin/sh' is not a Python interpreter (a standby must be a "
+            "Python script that imports dgt.recovery, docs/RECOVERY.md \"Warm standbys\"; with "
+            "--no-python it would run the whole program without a rank)");
+  EXPECT_EQ(f.launcher.launch_order().size(), 1u);
+  EXPECT_EQ(f.group.standbys(), 0);
+  // Interpreters by any path and version are Python.
+  for (const char* python : {"python", "/usr/bin/python3", "/opt/venv/bin/python3.11"}) {
+    Fixture g;
+    WorkerSpec spec = Rank(0);
+    spec.argv[0] = python;
+    ASSERT_TRUE(g.group.Start({spec}).ok());
+    EXPECT_TRUE(g.group.StartStandbys(1).ok()) << python;
+    EXPECT_EQ(g.launcher.launch_order().size(), 2u) << python;
+  }
+  for (const char* other : {"python3-config", "/usr/bin/pythonx", "mypython3"}) {
+    Fixture g;
+    WorkerSpec spec = Rank(0);
+    spec.argv[0] = other;
+    ASSERT_TRUE(g.group.Start({spec}).ok());
+    EXPECT_EQ(g.group.StartStandbys(1).code(), absl::StatusCode::kFailedPrecondition) << other;
+  }
+}
+
 TEST(StandbyTest, NoStandbysBeforeAWorkerStarted) {
   Fixture f;
   EXPECT_EQ(f.group.StartStandbys(1).code(), absl::StatusCode::kFailedPrecondition);
@@ -161,6 +218,26 @@ TEST(StandbyTest, AReadyStandbyTakesTheRankAndAnotherIsStarted) {
   ::close(console[1]);
 }
 
+// An environment entry that is not UTF-8 (JSON strings are) goes base64-encoded, key and
+// value, so that the standby gets the exact bytes a fresh replacement would.
+TEST(StandbyTest, EnvBytesThatAreNotUtf8ReachTheStandbyBase64Encoded) {
+  Fixture f;
+  ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
+  ASSERT_TRUE(f.group.StartStandbys(1).ok());
+  const pid_t standby = f.launched(1);
+  f.Ready(standby);
+  WorkerSpec spec = Rank(0, 1);
+  spec.env = {"RANK=0", "NAME=caf\xe9", "K\xe9=v", "UTF8=caf\xc3\xa9"};
+  absl::StatusOr<pid_t> pid = f.group.ActivateStandby(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const nlohmann::json expected = {
+      {"env", {{"RANK", "0"}, {"UTF8", "caf\xc3\xa9"}}},
+      {"argv_append", {"--local_rank=0"}},
+      {"env_b64", nlohmann::json::array({nlohmann::json::array({"TkFNRQ==", "Y2Fm6Q=="}),
+                                         nlohmann::json::array({"S+k=", "dg=="})})}};
+  EXPECT_EQ(nlohmann::json::parse(f.launcher.ReadChannel(standby)), expected);
+}
+
 TEST(StandbyTest, WithoutAReadyStandbyTheReplacementIsAFreshProcess) {
   Fixture f;
   ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
@@ -216,19 +293,85 @@ TEST(StandbyTest, AStandbyWhoseChannelBrokeIsKilledAndAFreshProcessStarted) {
   EXPECT_TRUE(f.exits.empty());  // The standby's death is no worker's exit.
 }
 
+// Captures the default logger's lines while alive.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    sink->set_pattern("%l %v");
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return log_.str(); }
+
+ private:
+  std::ostringstream log_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
 TEST(StandbyTest, ACommandThatIsNotAStandbyTurnsStandbysOff) {
+  LogCapture log;
   Fixture f;
   ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
   ASSERT_TRUE(f.group.StartStandbys(2).ok());
-  // The script never imports dgt.recovery: it fails without a RANK.
-  f.launcher.ExitWithCode(f.launched(1), 1);
+  // The script never reaches `import dgt.recovery`: it fails on its own, before ready. Its
+  // stderr goes nowhere else (-r 3): the warning shows its last lines.
+  const pid_t standby = f.launched(1);
+  f.launcher.Write(standby, 2, "Traceback (most recent call last):\n");
+  f.launcher.Write(standby, 2, "ModuleNotFoundError: No module named 'dgt'\n");
+  f.launcher.ExitWithCode(standby, 1);
   ASSERT_TRUE(RunUntil(f.io, [&] { return f.group.standbys() == 0; }));
+  ASSERT_TRUE(RunUntil(f.io, [&] { return log.text().find("warning") != std::string::npos; }));
+  EXPECT_EQ(log.text(),
+            absl::StrCat("warning dgt-run: standby pid ", standby,
+                         " exited with code 1 before it reported ready; no more standbys for "
+                         "this round (a standby must be a Python script that imports "
+                         "dgt.recovery before it reads its rank, docs/RECOVERY.md \"Warm "
+                         "standbys\"); its last stderr lines:\n  Traceback (most recent call "
+                         "last):\n  ModuleNotFoundError: No module named 'dgt'\n"));
   EXPECT_EQ(f.launcher.launch_order().size(), 3u);  // None started again.
   EXPECT_EQ(f.launcher.process(f.launched(2)).signals.front(), SIGKILL);
   EXPECT_TRUE(f.exits.empty());
   EXPECT_EQ(f.group.alive(), 1);
   ASSERT_TRUE(f.group.StartStandbys(2).ok());  // Off for good.
   EXPECT_EQ(f.launcher.launch_order().size(), 3u);
+}
+
+// Code 0 before ready: the script ran as a whole without a rank; the warning says so.
+TEST(StandbyTest, AStandbyThatRanTheScriptWithoutARankIsNamed) {
+  LogCapture log;
+  Fixture f;
+  ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
+  ASSERT_TRUE(f.group.StartStandbys(1).ok());
+  const pid_t standby = f.launched(1);
+  f.launcher.ExitWithCode(standby, 0);
+  ASSERT_TRUE(RunUntil(f.io, [&] { return log.text().find("warning") != std::string::npos; }));
+  EXPECT_EQ(log.text(),
+            absl::StrCat("warning dgt-run: standby pid ", standby,
+                         " exited with code 0 before it reported ready (it ran the script "
+                         "without a rank); no more standbys for this round (a standby must be "
+                         "a Python script that imports dgt.recovery before it reads its rank, "
+                         "docs/RECOVERY.md \"Warm standbys\") (it wrote nothing on stderr)\n"));
+  EXPECT_EQ(f.launcher.launch_order().size(), 2u);
+}
+
+// Killed from outside before ready (SIGKILL, the OOM killer): not the script's fault, so it is
+// replaced like a ready standby that died, at most --standby-workers times.
+TEST(StandbyTest, AStandbyKilledBeforeReadyIsReplaced) {
+  LogCapture log;
+  Fixture f;
+  ASSERT_TRUE(f.group.Start({Rank(0)}).ok());
+  ASSERT_TRUE(f.group.StartStandbys(1).ok());
+  const pid_t first = f.launched(1);
+  f.launcher.SignalGroup(first, SIGKILL);
+  ASSERT_TRUE(RunUntil(f.io, [&] { return f.launcher.launch_order().size() == 3; }));
+  EXPECT_TRUE(f.launcher.process(f.launched(2)).request.standby_channel);
+  EXPECT_EQ(f.group.standbys(), 1);
+  EXPECT_EQ(log.text(), absl::StrCat("warning dgt-run: standby pid ", first,
+                                     " was killed by signal 9 before it reported ready; starting "
+                                     "another\n"));
+  f.Ready(f.launched(2));  // The replacement works as any standby.
+  EXPECT_EQ(f.group.standbys_ready(), 1);
 }
 
 TEST(StandbyTest, AReadyStandbyThatDiesIsReplacedAtMostCountTimes) {
@@ -282,8 +425,13 @@ TEST(StandbyTest, ForkExecStandbyGetsItsChannelAsDescriptor3) {
   boost::asio::io_context io;
   std::vector<WorkerExit> exits;
   WorkerGroup group(io, [&](const WorkerExit& e) { exits.push_back(e); });
+  // Standbys run only under a Python interpreter's name: /bin/sh as "python3".
+  const std::string python3 = ::testing::TempDir() + "standby_fork_exec_bin/python3";
+  ::mkdir((::testing::TempDir() + "standby_fork_exec_bin").c_str(), 0755);
+  ::unlink(python3.c_str());
+  ASSERT_EQ(::symlink("/bin/sh", python3.c_str()), 0);
   WorkerSpec first;
-  first.argv = {"/bin/sh", "-c",
+  first.argv = {python3, "-c",
                 "[ \"$DGT_STANDBY\" = 1 ] || exit 0; echo ready >&3; read -r line <&3; "
                 "echo \"$DGT_STANDBY_FD $line\"; exit 7"};
   first.env = {"PATH=/usr/bin:/bin", "RANK=0"};

@@ -191,8 +191,8 @@ def test_rank_policy_summary_names_the_rank_restarted_before_the_failure(spawn):
     assert "    exit code 3 at " in err[earlier:]
     assert ("  note: a worker that cannot rebuild its communicator around a replaced peer "
             "(torch.distributed process groups cannot) fails when one is restarted; use "
-            "--restart-policy group for such trainers, or dgt::worker::ElasticGroup "
-            "(docs/RECOVERY.md)\n") in err
+            "--restart-policy group for such trainers, or one that rebuilds it: Python's "
+            "dgt.recovery (Trainer) or dgt::worker::ElasticGroup (docs/RECOVERY.md)\n") in err
 
 
 def test_record_error_file_in_summary(spawn, tmp_path, torch_family):

@@ -588,6 +588,54 @@ class TwoProcessRecoveryTest(unittest.TestCase):
 
 
 
+class StateLostTest(unittest.TestCase):
+    """After a failure, a generation in which no member holds the state (every holder died)
+    restarts from step 0 with a warning, or raises with on_state_lost='fail'."""
+
+    def trainer(self, on_state_lost="restart"):
+        t = recovery.Trainer.__new__(recovery.Trainer)
+        t.group = SimpleNamespace(size=2, rank=0, generation=3, members=[0, 1])
+        t.env = SimpleNamespace(rank=0)
+        t.options = recovery.RecoveryOptions(on_state_lost=on_state_lost)
+        t.step, t._has_state, t.device = 0, False, None
+        return t
+
+    @staticmethod
+    def nobody_holds_state(out, tensor):
+        for o in out:
+            o.fill_(-1)
+
+    def test_restart_warns_that_progress_is_lost(self):
+        import contextlib
+        import io
+        from unittest import mock
+        err = io.StringIO()
+        with mock.patch.object(dist, "all_gather", self.nobody_holds_state), \
+                contextlib.redirect_stderr(err):
+            self.assertEqual(self.trainer()._sync_state(), (None, 0))
+        self.assertEqual(err.getvalue(),
+                         "dgt.recovery: rank 0: generation 3: no member holds the training state "
+                         "(every process that held it failed); restarting from step 0: the "
+                         "progress made so far is lost (RecoveryOptions(on_state_lost='fail') "
+                         "raises instead, for a checkpoint-based restart)\n")
+
+    def test_fail_raises(self):
+        from unittest import mock
+        with mock.patch.object(dist, "all_gather", self.nobody_holds_state):
+            with self.assertRaises(recovery.RecoveryError) as cm:
+                self.trainer("fail")._sync_state()
+        self.assertEqual(str(cm.exception),
+                         "dgt.recovery: rank 0: generation 3: no member holds the training state "
+                         "(every process that held it failed); not restarting from step 0 "
+                         "(RecoveryOptions.on_state_lost='fail')")
+
+    def test_bad_value_is_named(self):
+        with self.assertRaisesRegex(ValueError, "on_state_lost must be 'restart' or 'fail', got "
+                                    "'ignore'"):
+            recovery.Trainer(None, None, options=recovery.RecoveryOptions(on_state_lost="ignore"),
+                             env=SimpleNamespace(rank=0))
+
+
 class HeapFreezeTest(unittest.TestCase):
     def test_the_heap_is_frozen_before_each_ddp_wrapper(self):
         """recover()'s gc.collect() must not traverse torch's ~300k objects (0.56 s measured):

@@ -89,13 +89,30 @@ class InProcessTest(unittest.TestCase):
         env, argv = standby.parse_activation(b'{"env": {"RANK": "0"}}\n')
         self.assertEqual((env, argv), ({"RANK": "0"}, []))
 
+    def test_env_entries_that_are_not_utf8_keep_their_bytes(self):
+        # The agent sends them base64-encoded (b"caf\xe9" is Latin-1, not UTF-8).
+        line = (b'{"env": {"RANK": "0"}, "env_b64": [["TkFNRQ==", "Y2Fm6Q=="], '
+                b'["S+k=", "dg=="]]}\n')
+        env, _ = standby.parse_activation(line)
+        self.assertEqual({os.fsencode(k): os.fsencode(v) for k, v in env.items()},
+                         {b"RANK": b"0", b"NAME": b"caf\xe9", b"K\xe9": b"v"})
+        for bad, message in {
+                b'{"env": {"RANK": "0"}, "env_b64": [["TkFNRQ==", "%%"]]}\n': "bad 'env_b64'",
+                b'{"env": {"RANK": "0"}, "env_b64": [["TkFNRQ=="]]}\n': "bad 'env_b64'",
+                b'{"env": {"RANK": "0"}, "env_b64": {}}\n': "'env_b64' is not a list",
+                b'{"env": {"RANK": "caf\xe9"}}\n': "not JSON"}.items():
+            with self.assertRaises(standby.StandbyError) as cm:
+                standby.parse_activation(bad)
+            self.assertIn(message, str(cm.exception), bad)
+
 
 # A trainer's first lines: torch, then dgt.recovery (where a standby waits), then the script.
 SCRIPT = r"""
 import json, os, sys
 import dgt.recovery
 print(json.dumps({"rank": os.environ.get("RANK"), "standby": os.environ.get("DGT_STANDBY"),
-                  "argv": sys.argv[1:], "torch": "torch.distributed" in sys.modules}), flush=True)
+                  "argv": sys.argv[1:], "torch": "torch.distributed" in sys.modules,
+                  "bytes": os.environb.get(b"NAME", b"").hex()}), flush=True)
 """
 
 
@@ -122,11 +139,14 @@ class ProcessTest(unittest.TestCase):
             r, _, _ = select.select([p.stdout], [], [], 0.3)
             self.assertEqual(r, [])
             self.assertIsNone(p.poll())
-            ours.sendall(json.dumps(ACTIVATION).encode() + b"\n")
+            # NAME's value is not UTF-8: its exact bytes reach os.environb.
+            ours.sendall(json.dumps({**ACTIVATION, "env_b64": [["TkFNRQ==", "Y2Fm6Q=="]]})
+                         .encode() + b"\n")
             out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(json.loads(out), {"rank": "3", "standby": None,
-                                           "argv": ["--lr=1", "--local_rank=1"], "torch": True})
+                                           "argv": ["--lr=1", "--local_rank=1"], "torch": True,
+                                           "bytes": "636166e9"})
 
     def test_eof_before_activation_exits_without_running_the_script(self):
         ours, p = self.start()
