@@ -118,47 +118,28 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
 
 void Agent::MarkDone(int exit_status) {
   if (round_ < 0 || assignment_.master_port <= 0) return;
-  if (!round_tasks_) {
-    round_tasks_ =
-        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
-  }
-  const int64_t round = round_;
-  const int node_rank = assignment_.node_rank;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [round, node_rank, exit_status](absl::StatusOr<store::Store*> store) {
-                      absl::Status s = store.ok()
-                                           ? WriteDoneMark(**store, round, node_rank, exit_status)
-                                           : store.status();
-                      if (!s.ok())
-                        spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
-                      return s.ok();
-                    });
+  WriteDoneMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_rank, exit_status, round_client_.timeout(),
+                     [](const absl::Status& s) {
+                       if (!s.ok()) {
+                         spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
+                       }
+                     });
 }
 
 void Agent::PollMarks() {
   if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
     return;
   }
-  if (!round_tasks_) {
-    round_tasks_ =
-        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
-  }
   marks_polling_ = true;
-  const int64_t round = round_;
-  const int node_count = assignment_.node_count;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [this, round, node_count](absl::StatusOr<store::Store*> store) {
-                      absl::StatusOr<DoneMarks> marks =
-                          store.ok() ? ReadDoneMarks(**store, round, node_count)
-                                     : absl::StatusOr<DoneMarks>(store.status());
-                      asio::post(io_, [this, marks] { OnMarks(marks); });
-                      return marks.ok();
-                    });
+  ReadDoneMarksAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_count, round_client_.timeout(),
+                     [this](const absl::StatusOr<DoneMarks>& marks) { OnMarks(marks); });
 }
 
 void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_polling_ = false;
-  if (state() == NodeState::kDone) return;
+  if (!lifecycle_ || state() == NodeState::kDone) return;
   if (marks.ok()) {
     last_marks_ = *marks;
   } else {
@@ -223,12 +204,9 @@ void Agent::FinishFromMarks(int exit_status, const std::string& message) {
     return;
   }
   // Node rank 0 keeps its store until every node has seen the outcome.
-  const int64_t round = round_;
-  const int node_rank = assignment_.node_rank;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [round, node_rank](absl::StatusOr<store::Store*> store) {
-                      return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
-                    });
+  // Terminate flushes it before the agent exits.
+  WriteSeenMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_rank, round_client_.timeout(), nullptr);
   Finish(exit_status, message);
 }
 
