@@ -201,6 +201,15 @@ void Agent::Carry(const LifecycleAction& a) {
     case Kind::kPollMarks:
       PollMarks();
       return;
+    case Kind::kPollMarksLater:
+      marks_timer_.expires_after(std::chrono::milliseconds(250));
+      marks_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) PollMarks();
+      });
+      return;
+    case Kind::kFinishFromMarks:
+      FinishFromMarks(a.exit_status, a.text);
+      return;
     case Kind::kLinger:
       FinishLinger(a.exit_status, a.text);
       return;
@@ -341,7 +350,7 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   }
   // With the service there, every node hears the outcome from it: marks still pending would only
   // make this agent wait for a store that may be gone already.
-  if (!ServiceLost() && !linger_) round_client_.Drop();
+  if (!ServiceLost() && !lifecycle_->lingering()) round_client_.Drop();
   lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
   marks_timer_.cancel();

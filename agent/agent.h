@@ -201,9 +201,6 @@ class Agent {
   boost::asio::steady_timer flush_timer_;  // Bounds that flush.
   bool marks_polling_ = false;
   std::optional<DoneMarks> last_marks_;
-  std::optional<std::pair<int, std::string>> linger_;  // FinishLinger's status and message.
-  bool linger_for_seen_ = false;
-  absl::Time linger_deadline_;
   // Exit status when Prepare() fails with anything but a bad flag value.
   int prepare_exit_status_ = 1;
 
