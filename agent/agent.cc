@@ -29,6 +29,9 @@ namespace {
 
 namespace asio = boost::asio;
 
+// Connecting to the round's store, and each request to it (done marks, TensorFlow addresses).
+constexpr absl::Duration kRoundStoreTimeout = absl::Seconds(1);
+
 }  // namespace
 
 Agent::Agent(LaunchOptions options, AgentEnv env)
@@ -39,9 +42,16 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
       lifecycle_timer_(io_),
       reconnect_timer_(io_),
       marks_timer_(io_),
+      round_client_(io_.get_executor(), kRoundStoreTimeout),
+      flush_timer_(io_),
+      tf_client_(io_.get_executor(), kRoundStoreTimeout),
       tf_timer_(io_) {}
 
 Agent::~Agent() {
+  // Terminate flushed the last done mark; what is left is cancelled now, while the members its
+  // callbacks use exist (they see the lifecycle done and return).
+  round_client_.Drop();
+  tf_client_.Drop();
   // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
   // while the loop its callbacks post to still exists.
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
@@ -50,10 +60,6 @@ Agent::~Agent() {
     if (reconnect_result_ && reconnect_result_->ok()) (**reconnect_result_)->Close();
     reconnect_result_.reset();
   }
-  // Writes this node's last done mark (bounded by the store timeout) before the store goes.
-  round_tasks_.reset();
-  if (tf_tasks_) tf_tasks_->DropQueued();
-  tf_tasks_.reset();
   workers_.reset();
   retired_.clear();
   for (int fd : tf_reservations_) ::close(fd);
@@ -195,6 +201,15 @@ void Agent::Carry(const LifecycleAction& a) {
     case Kind::kPollMarks:
       PollMarks();
       return;
+    case Kind::kPollMarksLater:
+      marks_timer_.expires_after(std::chrono::milliseconds(250));
+      marks_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) PollMarks();
+      });
+      return;
+    case Kind::kFinishFromMarks:
+      FinishFromMarks(a.exit_status, a.text);
+      return;
     case Kind::kLinger:
       FinishLinger(a.exit_status, a.text);
       return;
@@ -254,6 +269,7 @@ void Agent::ApplyHeld(const LifecycleAction& a) {
 }
 
 void Agent::OnWorkerExit(const WorkerExit& e) {
+  if (state() == NodeState::kDone) return;  // Killed while the last done mark goes out.
   Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), env_.clock->Now()));
 }
 
@@ -332,18 +348,35 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   } else if (exit_status == 0) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
-  // With the service there, every node hears the outcome from it: marks still queued would only
+  // With the service there, every node hears the outcome from it: marks still pending would only
   // make this agent wait for a store that may be gone already.
-  if (round_tasks_ && !ServiceLost() && !linger_) round_tasks_->DropQueued();
+  if (!ServiceLost() && !lifecycle_->lingering()) round_client_.Drop();
   lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
   marks_timer_.cancel();
   tf_timer_.cancel();
-  if (tf_tasks_) tf_tasks_->DropQueued();
+  tf_client_.Drop();
   signals_.cancel();
+  ++session_gen_;  // The session's late callbacks are dropped.
   if (workers_) workers_->KillAll();
-  work_.reset();
-  io_.stop();
+  FlushAndStop();
+}
+
+void Agent::FlushAndStop() {
+  auto stop = [this] {
+    flush_timer_.cancel();
+    work_.reset();
+    io_.stop();
+  };
+  // Connecting (1 s) and writing (1 s) are bounded by the client; this bounds the whole.
+  flush_timer_.expires_after(std::chrono::seconds(3));
+  flush_timer_.async_wait([stop](boost::system::error_code ec) {
+    if (!ec) stop();
+  });
+  round_client_.Flush([stop](const absl::Status& s) {
+    if (!s.ok()) spdlog::debug("dgt-run: cannot write the last done mark: {}", s.message());
+    stop();
+  });
 }
 
 }  // namespace dgt::agent

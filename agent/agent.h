@@ -162,6 +162,9 @@ class Agent {
   void Finish(int exit_status, const std::string& message);
   // kFinish: prints the outcome (and the failure summary), stops every timer and the loop.
   void Terminate(int exit_status, const std::string& message);
+  // Stops the loop once round_client_ wrote what it holds (its last done or seen mark), at most
+  // 3 s from now: the agent exits after that.
+  void FlushAndStop();
   Failure RecordFailure(const WorkerExit& exit) const;
   // The failure summary: the first failure in time, then the others.
   std::string Summary() const;
@@ -192,13 +195,12 @@ class Agent {
   std::optional<int64_t> rejoin_round_;  // A rejoin for this round awaits its answer.
   rdzv_v1::Assignment current_assignment_;
   std::optional<rdzv_v1::AgentMessage> last_report_;  // Sent again after a rejoin.
-  // Done marks in the round's store.
-  std::unique_ptr<RoundStoreTasks> round_tasks_;
+  // Done marks in the round's store: one asynchronous client on io_ (no thread). Terminate runs
+  // the loop until what it holds went out (FlushAndStop), so a node's last mark is written.
+  RoundStoreClient round_client_;
+  boost::asio::steady_timer flush_timer_;  // Bounds that flush.
   bool marks_polling_ = false;
   std::optional<DoneMarks> last_marks_;
-  std::optional<std::pair<int, std::string>> linger_;  // FinishLinger's status and message.
-  bool linger_for_seen_ = false;
-  absl::Time linger_deadline_;
   // Exit status when Prepare() fails with anything but a bad flag value.
   int prepare_exit_status_ = 1;
 
@@ -232,7 +234,7 @@ class Agent {
   std::vector<std::string> tf_addresses_;
   std::vector<std::string> tf_local_addresses_;  // This node's, by local rank (kept all run).
   std::vector<int> tf_reservations_;             // Sockets holding those ports until the start.
-  std::unique_ptr<RoundStoreTasks> tf_tasks_;    // The exchange's store calls (several nodes).
+  RoundStoreClient tf_client_;                   // The exchange's store calls (several nodes).
   boost::asio::steady_timer tf_timer_;           // Between exchange steps.
   absl::Time tf_deadline_;                       // The exchange of the current round gives up.
   std::vector<Failure> failures_;                // Failures of the last attempt, in time order.

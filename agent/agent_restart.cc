@@ -16,7 +16,6 @@
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
 #include "agent/rendezvous_host.h"
-#include "agent/store_setter.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -30,13 +29,6 @@ namespace asio = boost::asio;
 
 std::string Rfc3339Millis(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
-}
-
-// Appends a torch 1.x TCPStore string field: u64 length (host order) and the bytes.
-void AppendField(std::string* out, absl::string_view s) {
-  uint64_t n = s.size();
-  out->append(reinterpret_cast<const char*>(&n), sizeof n);
-  out->append(s.data(), s.size());
 }
 
 }  // namespace
@@ -62,8 +54,9 @@ absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
 
 void Agent::EnsurePublisher() {
   if (!publisher_) {
-    publisher_ = std::make_unique<FailurePublisher>(FailurePublisher::Options{},
-                                                    FailurePublisher::ClientConnector());
+    // On the loop: its callbacks run on io_.
+    publisher_ =
+        std::make_unique<FailurePublisher>(io_.get_executor(), FailurePublisher::Options{});
   }
 }
 
@@ -76,42 +69,35 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
       absl::StrCat("rank ", e.rank, " ", e.Describe()),
       [this, e, restart, attempt, group, start](const absl::StatusOr<int>& generation) {
         const absl::Time published = absl::Now();
-        asio::post(io_, [this, e, restart, attempt, group, start, published, generation] {
-          if (generation.ok()) {
+        if (generation.ok()) {
+          spdlog::info("dgt-run: published the failure of rank {}: recovery generation {} ({} ms)",
+                       e.rank, *generation, absl::ToInt64Milliseconds(absl::Now() - start));
+        } else {
+          // Survivors still notice through their communicators, and a replacement opens the
+          // generation itself.
+          spdlog::warn("dgt-run: cannot publish the failure of rank {}: {}", e.rank,
+                       generation.status().message());
+        }
+        if (!restart) return;
+        if (lifecycle_->OnFailurePublished(/*group_current=*/workers_.get() == group)) {
+          const absl::Time started = RestartRank(e, attempt);
+          if (started != absl::InfinitePast()) {
+            // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
             spdlog::info(
-                "dgt-run: published the failure of rank {}: recovery generation {} ({} ms)", e.rank,
-                *generation, absl::ToInt64Milliseconds(absl::Now() - start));
-          } else {
-            // Survivors still notice through their communicators, and a replacement opens the
-            // generation itself.
-            spdlog::warn("dgt-run: cannot publish the failure of rank {}: {}", e.rank,
-                         generation.status().message());
+                "dgt-run: recovery timeline of rank {}: exit_seen_ns={} publish_start_ns={} "
+                "published_ns={} replacement_started_ns={}",
+                e.rank, absl::ToUnixNanos(e.time), absl::ToUnixNanos(start),
+                absl::ToUnixNanos(published), absl::ToUnixNanos(started));
           }
-          if (!restart) return;
-          if (lifecycle_->OnFailurePublished(/*group_current=*/workers_.get() == group)) {
-            const absl::Time started = RestartRank(e, attempt);
-            if (started != absl::InfinitePast()) {
-              // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
-              spdlog::info(
-                  "dgt-run: recovery timeline of rank {}: exit_seen_ns={} publish_start_ns={} "
-                  "published_ns={} replacement_started_ns={}",
-                  e.rank, absl::ToUnixNanos(e.time), absl::ToUnixNanos(start),
-                  absl::ToUnixNanos(published), absl::ToUnixNanos(started));
-            }
-          }
-          if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), env_.clock->Now()));
-        });
+        }
+        if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), env_.clock->Now()));
       });
 }
 
 void Agent::PublishRestart(int rank, int generation) {
-  // Clients put '/' in front of user keys, so a torch TCPStore client reads this as
-  // store.get("dgt/restart/<rank>").
-  std::string frame(1, '\0');  // 1.x SET.
-  AppendField(&frame, keys::RestartWireKey(rank));
-  AppendField(&frame, absl::StrCat(generation));
-  auto setter = std::make_shared<StoreSetter>(io_, std::move(frame));
-  setter->Run(assignment_.master_addr, assignment_.master_port);
+  // A torch TCPStore client reads it as store.get("dgt/restart/<rank>").
+  PublishRestartGeneration(io_.get_executor(), assignment_.master_addr, assignment_.master_port,
+                           rank, generation);
 }
 
 Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {

@@ -118,103 +118,46 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
 
 void Agent::MarkDone(int exit_status) {
   if (round_ < 0 || assignment_.master_port <= 0) return;
-  if (!round_tasks_) {
-    round_tasks_ =
-        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
-  }
-  const int64_t round = round_;
-  const int node_rank = assignment_.node_rank;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [round, node_rank, exit_status](absl::StatusOr<store::Store*> store) {
-                      absl::Status s = store.ok()
-                                           ? WriteDoneMark(**store, round, node_rank, exit_status)
-                                           : store.status();
-                      if (!s.ok())
-                        spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
-                      return s.ok();
-                    });
+  WriteDoneMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_rank, exit_status, round_client_.timeout(),
+                     [](const absl::Status& s) {
+                       if (!s.ok()) {
+                         spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
+                       }
+                     });
 }
 
 void Agent::PollMarks() {
   if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
     return;
   }
-  if (!round_tasks_) {
-    round_tasks_ =
-        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
-  }
   marks_polling_ = true;
-  const int64_t round = round_;
-  const int node_count = assignment_.node_count;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [this, round, node_count](absl::StatusOr<store::Store*> store) {
-                      absl::StatusOr<DoneMarks> marks =
-                          store.ok() ? ReadDoneMarks(**store, round, node_count)
-                                     : absl::StatusOr<DoneMarks>(store.status());
-                      asio::post(io_, [this, marks] { OnMarks(marks); });
-                      return marks.ok();
-                    });
+  ReadDoneMarksAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_count, round_client_.timeout(),
+                     [this](const absl::StatusOr<DoneMarks>& marks) { OnMarks(marks); });
 }
 
 void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   marks_polling_ = false;
-  if (state() == NodeState::kDone) return;
+  if (!lifecycle_ || state() == NodeState::kDone) return;
   if (marks.ok()) {
     last_marks_ = *marks;
   } else {
     spdlog::debug("dgt-run: cannot read the done marks: {}", marks.status().message());
   }
-  if (linger_) {
-    const bool done = last_marks_ && last_marks_->AllDone() &&
-                      (!linger_for_seen_ || last_marks_->AllSeenExcept(assignment_.node_rank));
-    if (done || env_.clock->Now() >= linger_deadline_) {
-      const auto [status, message] = *linger_;
-      Finish(status, message);
-      return;
+  std::optional<MarksView> view;
+  if (last_marks_) {
+    view.emplace();
+    view->all_done = last_marks_->AllDone();
+    view->all_succeeded = last_marks_->AllSucceeded();
+    view->seen_by_others = last_marks_->AllSeenExcept(assignment_.node_rank);
+    view->first_worker_failure = last_marks_->FirstWorkerFailure();
+    if (view->first_worker_failure >= 0) {
+      view->first_worker_failure_status = *last_marks_->status[view->first_worker_failure];
     }
-  } else if (state() == NodeState::kAwaitingOutcome && ServiceLost()) {
-    if (last_marks_ && last_marks_->AllSucceeded()) {
-      FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
-                                                 "' succeeded, as the done marks in the round's "
-                                                 "store say (the rendezvous service at ",
-                                                 rdzv_endpoint_, " is unreachable)"));
-      return;
-    }
-    // Every node is done and one failed: with no group restart left the service would end the
-    // run as failed, so the nodes need not wait out the reconnect window for it. (With a restart
-    // left, a service coming back would start one: wait for it.)
-    if (last_marks_ && last_marks_->AllDone() && !lifecycle_->GroupRestartLeft() &&
-        (lifecycle_->first_failure() || last_marks_->FirstWorkerFailure() >= 0)) {
-      int status = 0;
-      std::string message;
-      if (lifecycle_->first_failure()) {
-        // This node's own failure is the one it knows best (its time, its rank).
-        status = lifecycle_->first_failure()->ExitStatus();
-        message = lifecycle_->DescribeFailure(*lifecycle_->first_failure());
-      } else {
-        const int failed = last_marks_->FirstWorkerFailure();
-        status = *last_marks_->status[failed];
-        message = absl::StrCat("run '", options_.run_id, "' failed: the workers of node rank ",
-                               failed, " ended with exit status ", status);
-      }
-      absl::StrAppend(&message, " (done marks in the round's store; the rendezvous service at ",
-                      rdzv_endpoint_, " is unreachable)");
-      FinishFromMarks(status, message);
-      return;
-    }
-  } else if (state() == NodeState::kRunning && ServiceLost() && !lifecycle_->GroupRestartLeft()) {
-    const int failed = last_marks_ ? last_marks_->FirstWorkerFailure() : -1;
-    if (failed >= 0 && failed != assignment_.node_rank) {
-      Execute(lifecycle_->OnMarksFailure(failed, *last_marks_->status[failed]));
-      return;
-    }
-  } else {
-    return;  // The service is back (or this node is not waiting for an outcome).
   }
-  marks_timer_.expires_after(std::chrono::milliseconds(250));
-  marks_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) PollMarks();
-  });
+  // The decisions are NodeLifecycle::OnMarks's.
+  Execute(lifecycle_->OnMarks(view, ServiceLost(), env_.clock->Now()));
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -223,27 +166,22 @@ void Agent::FinishFromMarks(int exit_status, const std::string& message) {
     return;
   }
   // Node rank 0 keeps its store until every node has seen the outcome.
-  const int64_t round = round_;
-  const int node_rank = assignment_.node_rank;
-  round_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                    [round, node_rank](absl::StatusOr<store::Store*> store) {
-                      return store.ok() && WriteSeenMark(**store, round, node_rank).ok();
-                    });
+  // Terminate flushes it before the agent exits.
+  WriteSeenMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
+                     assignment_.node_rank, round_client_.timeout(), nullptr);
   Finish(exit_status, message);
 }
 
 void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_for_seen) {
-  if (state() == NodeState::kDone || linger_) return;
+  if (state() == NodeState::kDone || lifecycle_->lingering()) return;
   // With the service there, the other nodes hear from it (a new round has a new store): only
   // without it do they still depend on this node's store.
   if (!round_store_ || assignment_.node_count <= 1 || round_ < 0 || !ServiceLost()) {
     Finish(exit_status, message);
     return;
   }
-  linger_ = {exit_status, message};
-  linger_for_seen_ = wait_for_seen;
-  linger_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
-  lifecycle_->OnLingerStarted();
+  lifecycle_->OnLingerStarted(exit_status, message, wait_for_seen,
+                              env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s));
   spdlog::info(
       "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "
       "most {} s)",

@@ -207,7 +207,8 @@ void Agent::OnRejoined() {
   spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
                options_.run_id, round_, assignment_.node_rank);
   // The report may have gone to a service that died with it, or never left this node.
-  if (state() == NodeState::kAwaitingOutcome && last_report_ && session_open_ && !linger_) {
+  if (state() == NodeState::kAwaitingOutcome && last_report_ && session_open_ &&
+      !lifecycle_->lingering()) {
     (void)session_->Send(*last_report_);
   }
 }
@@ -219,7 +220,7 @@ void Agent::OnReconnectWindowOver() {
     const int failed = last_marks_->FirstWorkerFailure();
     marked = MarkedFailure{failed, *last_marks_->status[failed]};
   }
-  Execute(lifecycle_->OnReconnectWindowOver(linger_.has_value(), marked, Alive()));
+  Execute(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marked, Alive()));
 }
 
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
@@ -285,7 +286,7 @@ void Agent::OnSessionClosed(const grpc::Status& status) {
   end.refused = IsRefusal(status);
   end.error = status.error_message();
   if (HostedByAnotherNode()) end.host_lost = HostLostMessage(status);
-  end.lingering = linger_.has_value();
+  end.lingering = lifecycle_->lingering();
   Execute(lifecycle_->OnSessionClosed(end, Alive()));
 }
 

@@ -134,10 +134,6 @@ void Agent::SpawnRound(WorkerGroup* group, int restart_count) {
 }
 
 void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
-  if (!tf_tasks_) {
-    tf_tasks_ =
-        std::make_unique<RoundStoreTasks>(FailurePublisher::ClientConnector(), absl::Seconds(1));
-  }
   tf_addresses_.clear();
   tf_deadline_ = env_.clock->Now() + absl::Seconds(options_.join_timeout_s);
   spdlog::info(
@@ -160,21 +156,13 @@ void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
   const int node_count = assignment_.node_count;
   const TfRoleConfig roles{options_.parameter_server_count, options_.tf_chief,
                            options_.worker_count, options_.nproc_per_node};
-  tf_tasks_->Run(assignment_.master_addr, assignment_.master_port,
-                 [this, group, restart_count, round, node_rank, node_count, roles,
-                  own = tf_local_addresses_](absl::StatusOr<store::Store*> store) {
-                   absl::StatusOr<TfExchangeStep> step =
-                       store.ok()
-                           ? ExchangeTfAddresses(**store, round, node_rank, node_count, roles, own)
-                           : absl::StatusOr<TfExchangeStep>(store.status());
-                   asio::post(io_, [this, group, restart_count, step] {
-                     OnTfExchange(group, restart_count, step);
-                   });
-                   // A bad value or different roles are another node's, not a broken
-                   // connection.
-                   return step.ok() || step.status().code() == absl::StatusCode::kInvalidArgument ||
-                          step.status().code() == absl::StatusCode::kFailedPrecondition;
-                 });
+  // A broken connection is replaced at the next step (RoundStoreClient::For).
+  ExchangeTfAddressesAsync(
+      tf_client_.For(assignment_.master_addr, assignment_.master_port), round, node_rank,
+      node_count, roles, tf_local_addresses_, tf_client_.timeout(),
+      [this, group, restart_count](const absl::StatusOr<TfExchangeStep>& step) {
+        OnTfExchange(group, restart_count, step);
+      });
 }
 
 void Agent::OnTfExchange(WorkerGroup* group, int restart_count,

@@ -7,29 +7,25 @@
 //   dgt/done/<round>/<node_rank>       = the exit status of that node's workers ("0": succeeded)
 //   dgt/done/<round>/seen/<node_rank>  = "1" once that node learned the outcome from the marks
 //
-// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a blocking store::Store;
-// RoundStoreTasks runs them on its own thread (transitional, until agent.cc calls the *Async
-// versions over a store::AsyncClient on its event loop: no thread).
+// ReadDoneMarks/WriteDoneMark/WriteSeenMark are plain functions over a blocking store::Store (for
+// tools and tests); the agent uses the *Async versions over the store::AsyncClient that
+// RoundStoreClient keeps on its event loop (no thread).
 //
-// Thread-safety: the functions are as thread-safe as the Store; RoundStoreTasks is thread-safe.
+// Thread-safety: the functions are as thread-safe as the Store; RoundStoreClient is
+// thread-compatible (its executor's thread only).
 #ifndef DGT_AGENT_DONE_MARKS_H_
 #define DGT_AGENT_DONE_MARKS_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "agent/failure_publisher.h"
 #include "boost/asio/any_io_executor.hpp"
-#include "common/mutex.h"
 #include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
 
@@ -71,7 +67,7 @@ void WriteDoneMarkAsync(store::AsyncClient& client, int64_t round, int node_rank
 void WriteSeenMarkAsync(store::AsyncClient& client, int64_t round, int node_rank,
                         absl::Duration timeout, store::AsyncClient::StatusCallback done);
 
-// The event-loop counterpart of RoundStoreTasks: one store::AsyncClient (torch 2.x protocol, keys
+// The agent's client to the round's store: one store::AsyncClient (torch 2.x protocol, keys
 // as dgt::store clients name them) to the round's store, kept between calls and made anew when
 // the address changes or the last one broke. No thread. Thread-compatible: use it on the
 // executor's thread. Destroying it cancels what is pending (callbacks run with Cancelled).
@@ -89,8 +85,8 @@ class RoundStoreClient {
   // for this, so that its last done mark reaches the store.
   void Flush(store::AsyncClient::StatusCallback done);
 
-  // Forgets the client: what is pending completes with Cancelled (as RoundStoreTasks::
-  // DropQueued, when nobody needs the marks any more).
+  // Forgets the client: what is pending completes with Cancelled (when nobody needs the marks
+  // any more).
   void Drop();
 
  private:
@@ -98,47 +94,6 @@ class RoundStoreClient {
   const absl::Duration timeout_;
   std::unique_ptr<store::AsyncClient> client_;
   std::string address_;
-};
-
-// Runs store tasks one at a time, in order, on its own thread, over a connection to the task's
-// host:port kept between tasks (opened again when the address changes or a task reports that
-// the connection broke).
-class RoundStoreTasks {
- public:
-  // The store at host:port, or why it could not be reached within the timeout. The task returns
-  // false when the connection failed under it (it is then dropped).
-  using Task = std::function<bool(absl::StatusOr<store::Store*>)>;
-
-  RoundStoreTasks(FailurePublisher::Connector connect, absl::Duration timeout);
-  // Runs the tasks still queued (each connection bounded by the timeout), then returns: a node's
-  // last mark is written before the agent exits.
-  ~RoundStoreTasks();
-  RoundStoreTasks(const RoundStoreTasks&) = delete;
-  RoundStoreTasks& operator=(const RoundStoreTasks&) = delete;
-
-  void Run(std::string host, int port, Task task);
-  // Forgets the queued tasks (not the one running): when every node learned the run's outcome
-  // from the service, nobody needs the marks, and a node need not wait for a store that is gone.
-  void DropQueued();
-
- private:
-  struct Item {
-    std::string host;
-    int port = 0;
-    Task task;
-  };
-  void Loop();
-
-  const FailurePublisher::Connector connect_;
-  const absl::Duration timeout_;
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // Owned by the thread.
-  std::unique_ptr<store::Store> store_;
-  std::string store_address_;
-  std::thread thread_;
 };
 
 }  // namespace dgt::agent

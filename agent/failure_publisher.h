@@ -9,40 +9,26 @@
 // store was restarted: one fresh attempt). Connecting and each store request are bounded by
 // Options::timeout.
 //
-// Two ways to run them:
-//   - FailurePublisher(executor, options): on the agent's event loop, over a store::AsyncClient
-//     (torch 2.x protocol); callbacks run on that executor. No thread. Thread-compatible: use it
-//     from the executor's thread only. The destructor drops what is pending without calling back.
-//   - FailurePublisher(options, connector), transitional until agent.cc passes its executor: the
-//     blocking store::Store from `connector` on the publisher's own thread; callbacks run on that
-//     thread. Thread-safe: Publish() from any thread. The destructor waits for the publication in
-//     progress (bounded by the timeout) and drops the queued ones without calling their
-//     callbacks.
+// They run on the agent's event loop, over a store::AsyncClient (torch 2.x protocol); callbacks
+// run on that executor. No thread. Thread-compatible: use it from the executor's thread only. The
+// destructor drops what is pending without calling back.
 #ifndef DGT_AGENT_FAILURE_PUBLISHER_H_
 #define DGT_AGENT_FAILURE_PUBLISHER_H_
 
 #include <deque>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "boost/asio/any_io_executor.hpp"
-#include "common/mutex.h"
 #include "dgt/store/async_client.h"
-#include "dgt/store/store.h"
 
 namespace dgt::agent {
 
 class FailurePublisher {
  public:
-  // Opens a store connection to host:port, giving up after `timeout`.
-  using Connector = std::function<absl::StatusOr<std::unique_ptr<store::Store>>(
-      const std::string& host, int port, absl::Duration timeout)>;
   // The generation opened for the failure, or why it could not be published.
   using Done = std::function<void(absl::StatusOr<int>)>;
 
@@ -51,13 +37,8 @@ class FailurePublisher {
     absl::Duration timeout = absl::Seconds(5);  // Per publication, connecting included.
   };
 
-  // A Connector for dgt::store::Client (torch 2.x protocol).
-  static Connector ClientConnector();
-
   // On `executor`'s event loop (no thread).
   FailurePublisher(boost::asio::any_io_executor executor, Options options);
-  // Transitional: on a thread of its own, over the stores `connect` opens.
-  FailurePublisher(Options options, Connector connect);
   ~FailurePublisher();
   FailurePublisher(const FailurePublisher&) = delete;
   FailurePublisher& operator=(const FailurePublisher&) = delete;
@@ -77,7 +58,7 @@ class FailurePublisher {
     std::string reason;
     Done done;
   };
-  // Event-loop way: starts the next queued item unless one is running.
+  // Starts the next queued item unless one is running.
   void Next();
   // Connects client_ to host:port unless it is connected (or connecting) there already.
   void EnsureClient(const std::string& host, int port);
@@ -86,30 +67,13 @@ class FailurePublisher {
   // Finishes the running item with `result`.
   void Finish(const std::shared_ptr<Item>& item, absl::StatusOr<int> result);
 
-  // Thread way.
-  void Loop();
-  absl::StatusOr<int> PublishOne(const Item& item);
-  // Opens store_ to host:port unless it is open to that address already.
-  absl::Status Connect(const std::string& host, int port);
-
   const Options options_;
-  // Event-loop way.
-  std::optional<boost::asio::any_io_executor> executor_;
+  boost::asio::any_io_executor executor_;
   std::unique_ptr<store::AsyncClient> client_;
   std::string client_address_;
   std::deque<Item> pending_;
   bool running_ = false;
   bool closing_ = false;
-  // Thread way.
-  const Connector connect_;
-  Mutex mu_;  // dgt::Mutex (std::mutex underneath): TSan sees it, unlike Debian's absl::Mutex.
-  CondVar cv_;
-  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // Owned by the thread.
-  std::unique_ptr<store::Store> store_;
-  std::string store_address_;
-  std::thread thread_;
 };
 
 // Publishes "rank `rank` failed (`reason`)" over `client` as
@@ -127,7 +91,7 @@ void PublishRankFailureAsync(store::AsyncClient& client, const std::string& pref
 // host:port (torch 1.x frames, so a trainer's torch TCPStore client reads
 // store.get(keys::RestartKey(rank))), on `executor`, connecting and writing within 5 s; a failure
 // is logged as a warning. Fire and forget: the connection lives until the SET went out or failed.
-// Replaces agent.cc's StoreSetter (as torchrun's agent has no such key, dgt's own protocol).
+// dgt's own protocol: torchrun's agent has no such key.
 void PublishRestartGeneration(const boost::asio::any_io_executor& executor, const std::string& host,
                               int port, int rank, int generation);
 

@@ -62,6 +62,10 @@ const char* KindName(Kind kind) {
       return "MarkDone";
     case Kind::kPollMarks:
       return "PollMarks";
+    case Kind::kPollMarksLater:
+      return "PollMarksLater";
+    case Kind::kFinishFromMarks:
+      return "FinishFromMarks";
     case Kind::kLinger:
       return "Linger";
     case Kind::kFinish:
@@ -104,6 +108,7 @@ std::string LifecycleAction::DebugString() const {
     case Kind::kMarkDone:
       return absl::StrCat("MarkDone(", exit_status, ")");
     case Kind::kLinger:
+    case Kind::kFinishFromMarks:
     case Kind::kFinish:
       return absl::StrCat(KindName(kind), "(", exit_status, text.empty() ? "" : ", ", text, ")");
     default:

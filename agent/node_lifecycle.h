@@ -75,6 +75,16 @@ struct MarkedFailure {
   int exit_status = 0;
 };
 
+// The round's done marks as the lifecycle weighs them (the runtime reads them from the round's
+// store: agent/done_marks.h, DoneMarks).
+struct MarksView {
+  bool all_done = false;          // Every node's workers are done.
+  bool all_succeeded = false;     // ... and every status is 0.
+  bool seen_by_others = false;    // Every node but this one has learned the outcome from them.
+  int first_worker_failure = -1;  // DoneMarks::FirstWorkerFailure: a node rank, or -1.
+  int first_worker_failure_status = 0;  // That node's exit status.
+};
+
 // The run's outcome as the coordinator tells it (RunFinished).
 struct RunOutcome {
   bool succeeded = false;
@@ -105,6 +115,10 @@ struct LifecycleAction {
                             // (exit_status, text; failure when one failed; signal when stopped).
     kMarkDone,              // exit_status: this node's done mark in the round's store.
     kPollMarks,             // Read the round's done marks (OnMarks answers).
+    kPollMarksLater,        // Read them again in 250 ms (OnMarks answers).
+    kFinishFromMarks,       // exit_status, text: the outcome learned from the done marks; node
+                            // rank 0 keeps the round's store until every other node has seen it
+                            // (OnLingerStarted), the others write their seen mark and finish.
     kLinger,                // exit_status, text: finish, except that the node serving the
                             // round's store may first keep it up (runtime, done marks).
     kReconnect,             // The service is lost: reconnect within the read timeout (the
@@ -211,8 +225,23 @@ class NodeLifecycle {
                                          int alive);
   // Without the service, another node's failed done mark: stop this node's workers.
   LifecycleActions OnMarksFailure(int node_rank, int exit_status);
-  // The runtime keeps the round's store a while before finishing (kLinger accepted).
-  void OnLingerStarted() { state_ = NodeState::kAwaitingOutcome; }
+  // The runtime keeps the round's store (node rank 0, the service lost) before finishing with
+  // `exit_status` and `message`: until every node's done mark is there (and, with
+  // `wait_for_seen`, every other node has seen the outcome), at most until `deadline`. OnMarks
+  // decides when.
+  void OnLingerStarted(int exit_status, std::string message, bool wait_for_seen,
+                       absl::Time deadline);
+  bool lingering() const { return linger_.has_value(); }
+  // The round's done marks were read (kPollMarks, kPollMarksLater): `marks`, the last ones read
+  // (nullopt while none could be); `service_lost`: the rendezvous service is unreachable.
+  // Lingering: finish once they are all there (or at the deadline). Awaiting the outcome without
+  // the service: kFinishFromMarks when every node succeeded, or when every node is done, one's
+  // workers failed and no group restart is left (the service would end the run as failed).
+  // Running without the service and no group restart left: another node's failed mark stops
+  // this node's workers (OnMarksFailure). Else kPollMarksLater while the marks may still decide,
+  // nothing once they cannot.
+  LifecycleActions OnMarks(const std::optional<MarksView>& marks, bool service_lost,
+                           absl::Time now);
 
   // --- Workers -------------------------------------------------------------------------------
   // A worker exited at `now`; `alive` workers are left.
@@ -269,6 +298,13 @@ class NodeLifecycle {
   std::optional<RunOutcome> remote_outcome_;
   std::optional<std::pair<int, std::string>> leave_;
   std::optional<int> marks_failure_;
+  struct LingerPlan {
+    int exit_status = 0;
+    std::string message;
+    bool wait_for_seen = false;
+    absl::Time deadline;
+  };
+  std::optional<LingerPlan> linger_;
   // Deadlines OnTick acts on.
   std::optional<absl::Time> join_deadline_;
   std::optional<absl::Time> round_wait_deadline_;

@@ -1,6 +1,8 @@
 #include "agent/tf_cluster.h"
 
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -91,7 +93,6 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
                                                    int node_rank, int node_count,
                                                    const TfRoleConfig& roles,
                                                    const std::vector<std::string>& own) {
-  const int nproc_per_node = roles.nproc_per_node;
   // The roles first: a node whose addresses are there has its roles there too.
   if (absl::Status s = store.Set(keys::TfRolesKey(round, node_rank), EncodeTfRoles(roles));
       !s.ok()) {
@@ -114,20 +115,105 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
   for (int r = 0; r < node_count; ++r) keys.push_back(keys::TfRolesKey(round, r));
   absl::StatusOr<std::vector<std::string>> values = store.MultiGet(keys);
   if (!values.ok()) return values.status();
+  return TfClusterFromValues(*values, node_rank, node_count, roles);
+}
+
+absl::StatusOr<TfExchangeStep> TfClusterFromValues(const std::vector<std::string>& values,
+                                                   int node_rank, int node_count,
+                                                   const TfRoleConfig& roles) {
   for (int r = 0; r < node_count; ++r) {
     if (r == node_rank) continue;
-    if (absl::Status s = CheckTfRoles((*values)[node_count + r], r, roles, node_rank); !s.ok()) {
+    if (absl::Status s = CheckTfRoles(values[node_count + r], r, roles, node_rank); !s.ok()) {
       return s;
     }
   }
-  step.addresses.reserve(static_cast<size_t>(node_count) * nproc_per_node);
+  TfExchangeStep step;
+  step.addresses.reserve(static_cast<size_t>(node_count) * roles.nproc_per_node);
   for (int r = 0; r < node_count; ++r) {
     absl::StatusOr<std::vector<std::string>> node =
-        DecodeTfAddresses((*values)[r], r, nproc_per_node);
+        DecodeTfAddresses(values[r], r, roles.nproc_per_node);
     if (!node.ok()) return node.status();
     step.addresses.insert(step.addresses.end(), node->begin(), node->end());
   }
   return step;
+}
+
+void ExchangeTfAddressesAsync(store::AsyncClient& client, int64_t round, int node_rank,
+                              int node_count, const TfRoleConfig& roles,
+                              const std::vector<std::string>& own, absl::Duration timeout,
+                              std::function<void(absl::StatusOr<TfExchangeStep>)> done) {
+  // Shared by the replies of one step; `done` runs once, when the last one is in.
+  struct Step {
+    int left = 0;
+    absl::Status error;
+    std::vector<bool> present;
+    std::vector<std::string> values;  // Addresses by node rank, then roles by node rank.
+    std::function<void(absl::StatusOr<TfExchangeStep>)> done;
+    void Fail(const absl::Status& s) {
+      if (error.ok()) error = s;
+    }
+  };
+  auto step = std::make_shared<Step>();
+  step->done = std::move(done);
+  step->present.assign(node_count, false);
+  store::AsyncClient* c = &client;
+  // The roles first: a node whose addresses are there has its roles there too. SETs complete
+  // once written; their errors reach the CHECKs behind them too.
+  c->Set(keys::TfRolesKey(round, node_rank), EncodeTfRoles(roles), timeout,
+         [step](const absl::Status& s) {
+           if (!s.ok()) step->Fail(s);
+         });
+  c->Set(keys::TfAddressesKey(round, node_rank), EncodeTfAddresses(own), timeout,
+         [step](const absl::Status& s) {
+           if (!s.ok()) step->Fail(s);
+         });
+  if (node_count <= 0) {
+    c->Flush(timeout, [step](const absl::Status& s) {
+      if (!s.ok()) step->Fail(s);
+      if (!step->error.ok()) return step->done(step->error);
+      step->done(TfExchangeStep{});
+    });
+    return;
+  }
+  // Once every value is in: the cluster (or why not).
+  auto read_all = [c, step, round, node_rank, node_count, roles, timeout] {
+    step->values.assign(2 * static_cast<size_t>(node_count), "");
+    step->left = 2 * node_count;
+    for (int i = 0; i < 2 * node_count; ++i) {
+      const std::string key =
+          i < node_count ? keys::TfAddressesKey(round, i) : keys::TfRolesKey(round, i - node_count);
+      c->Get(key, timeout,
+             [step, i, node_rank, node_count, roles](const absl::StatusOr<std::string>& v) {
+               if (v.ok()) {
+                 step->values[i] = *v;
+               } else {
+                 step->Fail(v.status());
+               }
+               if (--step->left > 0) return;
+               if (!step->error.ok()) return step->done(step->error);
+               step->done(TfClusterFromValues(step->values, node_rank, node_count, roles));
+             });
+    }
+  };
+  step->left = node_count;
+  for (int r = 0; r < node_count; ++r) {
+    c->Check({keys::TfAddressesKey(round, r)}, timeout,
+             [step, r, read_all](const absl::StatusOr<bool>& present) {
+               if (present.ok()) {
+                 step->present[r] = *present;
+               } else {
+                 step->Fail(present.status());
+               }
+               if (--step->left > 0) return;
+               if (!step->error.ok()) return step->done(step->error);
+               TfExchangeStep missing;
+               for (size_t n = 0; n < step->present.size(); ++n) {
+                 if (!step->present[n]) missing.missing.push_back(static_cast<int>(n));
+               }
+               if (!missing.missing.empty()) return step->done(std::move(missing));
+               read_all();
+             });
+  }
 }
 
 }  // namespace dgt::agent

@@ -20,18 +20,22 @@
 // own: nodes given different --parameter-server-count, --tf-chief, --worker-count or
 // --nproc-per-node would build different clusters, so each refuses to start its workers.
 //
-// Thread-safety: plain functions over a store::Store, as thread-safe as the Store. The store
-// client blocks; the agent calls them on a RoundStoreTasks thread (agent/done_marks.h).
+// Thread-safety: ExchangeTfAddresses is a plain function over a blocking store::Store, as
+// thread-safe as the Store; the agent uses ExchangeTfAddressesAsync, over a store::AsyncClient on
+// its event loop (callbacks on the client's executor; no thread).
 #ifndef DGT_AGENT_TF_CLUSTER_H_
 #define DGT_AGENT_TF_CLUSTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "dgt/store/async_client.h"
 #include "dgt/store/store.h"
 
 namespace dgt::agent {
@@ -83,6 +87,20 @@ absl::StatusOr<TfExchangeStep> ExchangeTfAddresses(store::Store& store, int64_t 
                                                    int node_rank, int node_count,
                                                    const TfRoleConfig& roles,
                                                    const std::vector<std::string>& own);
+
+// As ExchangeTfAddresses, over `client` (the requests pipelined, each bounded by `timeout`): two
+// SETs, one CHECK per node rank, then one GET per address and roles key once all are there.
+// `done` runs exactly once, on the client's executor, with the step or the first error.
+void ExchangeTfAddressesAsync(store::AsyncClient& client, int64_t round, int node_rank,
+                              int node_count, const TfRoleConfig& roles,
+                              const std::vector<std::string>& own, absl::Duration timeout,
+                              std::function<void(absl::StatusOr<TfExchangeStep>)> done);
+
+// The cluster from every node's published values: `values` holds node ranks 0..node_count-1's
+// addresses, then their roles (2 * node_count strings). The errors of ExchangeTfAddresses.
+absl::StatusOr<TfExchangeStep> TfClusterFromValues(const std::vector<std::string>& values,
+                                                   int node_rank, int node_count,
+                                                   const TfRoleConfig& roles);
 
 }  // namespace dgt::agent
 

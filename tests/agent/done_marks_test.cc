@@ -1,12 +1,11 @@
-// Done marks over an in-memory store, RoundStoreTasks against a real store server, and the
-// asynchronous versions over a store::AsyncClient against the real server.
+// Done marks over an in-memory store, and the asynchronous versions over a store::AsyncClient
+// (and the agent's RoundStoreClient) against the real store server.
 #include "agent/done_marks.h"
 
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "boost/asio.hpp"
-#include "common/mutex.h"
 #include "dgt/store/client.h"
 #include "dgt/store/memory_store.h"
 #include "dgt/store/server.h"
@@ -71,82 +70,6 @@ TEST(DoneMarksTest, AFailedNodeIsNamed) {
   auto bad = ReadDoneMarks(s, 0, 2);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(), "done mark dgt/done/0/0 must be an exit status, got 'x'");
-}
-
-TEST(DoneMarksTest, TasksRunInOrderAndQueuedOnesRunBeforeDestruction) {
-  store::ServerOptions options;
-  options.host = "127.0.0.1";
-  store::Server server(options);
-  ASSERT_TRUE(server.Start().ok());
-  std::vector<int> order;
-  Mutex mu;
-  {
-    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Seconds(5));
-    for (int i = 0; i < 3; ++i) {
-      tasks.Run("127.0.0.1", server.port(), [&, i](absl::StatusOr<store::Store*> s) {
-        EXPECT_TRUE(s.ok()) << s.status();
-        if (!s.ok()) return false;
-        EXPECT_TRUE(WriteDoneMark(**s, 0, i, i).ok());
-        MutexLock lock(&mu);
-        order.push_back(i);
-        return true;
-      });
-    }
-  }  // The destructor runs what is still queued.
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
-  std::optional<DoneMarks> read;
-  {
-    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Seconds(5));
-    tasks.Run("127.0.0.1", server.port(), [&](absl::StatusOr<store::Store*> s) {
-      if (!s.ok()) return false;
-      auto m = ReadDoneMarks(**s, 0, 3);
-      EXPECT_TRUE(m.ok()) << m.status();
-      if (m.ok()) read = *m;
-      return m.ok();
-    });
-  }
-  ASSERT_TRUE(read.has_value());
-  EXPECT_EQ(read->status, (std::vector<std::optional<int>>{0, 1, 2}));
-}
-
-TEST(DoneMarksTest, DroppedTasksNeverRun) {
-  int ran = 0;
-  {
-    RoundStoreTasks tasks(FailurePublisher::ClientConnector(), absl::Milliseconds(300));
-    Mutex gate_mu;
-    bool open = false;
-    CondVar gate;
-    // The first task holds the thread until the others are queued and dropped.
-    tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
-      MutexLock lock(&gate_mu);
-      while (!open) gate.Wait(&gate_mu);
-      return false;
-    });
-    for (int i = 0; i < 3; ++i) {
-      tasks.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*>) {
-        ++ran;
-        return false;
-      });
-    }
-    tasks.DropQueued();
-    MutexLock lock(&gate_mu);
-    open = true;
-    gate.SignalAll();
-  }
-  EXPECT_EQ(ran, 0);
-}
-
-TEST(DoneMarksTest, AnUnreachableStoreIsReportedToTheTask) {
-  absl::Status seen;
-  {
-    RoundStoreTasks t(FailurePublisher::ClientConnector(), absl::Milliseconds(300));
-    t.Run("127.0.0.1", 1, [&](absl::StatusOr<store::Store*> s) {
-      seen = s.status();
-      return false;
-    });
-  }
-  EXPECT_FALSE(seen.ok());
-  EXPECT_TRUE(absl::StartsWith(seen.message(), "store at 127.0.0.1:1: ")) << seen;
 }
 
 // Runs `io` until `done()` or 10 s.
@@ -268,6 +191,76 @@ TEST(RoundStoreClientTest, KeepsOneClientPerAddressAndReplacesABrokenOne) {
   round.Drop();
   ASSERT_EQ(dropped.size(), 1u);
   EXPECT_EQ(dropped[0].code(), absl::StatusCode::kCancelled);
+}
+
+// What the agent issued before Flush() is in the store, in order, once Flush() completes: a
+// node's last mark is written before the agent exits.
+TEST(RoundStoreClientTest, WritesIssuedBeforeFlushAreInTheStoreWhenItCompletes) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  std::vector<absl::Status> flushed;
+  {
+    RoundStoreClient round(io.get_executor(), absl::Seconds(5));
+    for (int i = 0; i < 3; ++i) {
+      WriteDoneMarkAsync(round.For("127.0.0.1", server.port()), 0, i, i, round.timeout(), nullptr);
+    }
+    WriteDoneMarkAsync(round.For("127.0.0.1", server.port()), 0, 1, 7, round.timeout(), nullptr);
+    round.Flush([&](const absl::Status& s) { flushed.push_back(s); });
+    RunUntil(io, [&] { return !flushed.empty(); });
+  }
+  ASSERT_EQ(flushed, std::vector<absl::Status>{absl::OkStatus()});
+  store::ClientOptions co;
+  co.port = server.port();
+  auto blocking = store::Client::Connect(co);
+  ASSERT_TRUE(blocking.ok());
+  auto marks = ReadDoneMarks(**blocking, 0, 3);
+  ASSERT_TRUE(marks.ok()) << marks.status();
+  EXPECT_EQ(marks->status, (std::vector<std::optional<int>>{0, 7, 2}));  // The later write won.
+}
+
+// Dropped before they went out: they never reach the store, and their callbacks say so.
+TEST(RoundStoreClientTest, DroppedWritesNeverReachTheStore) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  RoundStoreClient round(io.get_executor(), absl::Seconds(5));
+  std::vector<absl::Status> writes;
+  for (int i = 0; i < 3; ++i) {
+    WriteDoneMarkAsync(round.For("127.0.0.1", server.port()), 5, i, 0, round.timeout(),
+                       [&](const absl::Status& s) { writes.push_back(s); });
+  }
+  round.Drop();  // Not yet connected: the loop has not run.
+  ASSERT_EQ(writes.size(), 3u);
+  for (const absl::Status& s : writes) EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  std::vector<absl::Status> flushed;
+  round.Flush([&](const absl::Status& s) { flushed.push_back(s); });  // No client: Ok.
+  RunUntil(io, [&] { return !flushed.empty(); });
+  io.restart();
+  io.run_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(flushed, std::vector<absl::Status>{absl::OkStatus()});
+  store::ClientOptions co;
+  co.port = server.port();
+  auto blocking = store::Client::Connect(co);
+  ASSERT_TRUE(blocking.ok());
+  auto marks = ReadDoneMarks(**blocking, 5, 3);
+  ASSERT_TRUE(marks.ok());
+  EXPECT_EQ(marks->status, (std::vector<std::optional<int>>(3, std::nullopt)));
+}
+
+TEST(RoundStoreClientTest, AnUnreachableStoreIsNamed) {
+  boost::asio::io_context io;
+  RoundStoreClient round(io.get_executor(), absl::Milliseconds(300));
+  std::vector<absl::Status> results;
+  WriteDoneMarkAsync(round.For("127.0.0.1", 1), 0, 0, 0, round.timeout(),
+                     [&](const absl::Status& s) { results.push_back(s); });
+  round.Flush([&](const absl::Status& s) { results.push_back(s); });
+  RunUntil(io, [&] { return results.size() == 2; });
+  ASSERT_EQ(results.size(), 2u);
+  for (const absl::Status& s : results) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(absl::StartsWith(s.message(), "cannot reach the store at 127.0.0.1:1: ")) << s;
+  }
 }
 
 }  // namespace

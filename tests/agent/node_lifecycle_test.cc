@@ -57,6 +57,16 @@
 //                                               test_service_lost_for_good_stops_both_nodes_with_69,
 //                                             test_rendezvous_faults.py::
 //                                               test_outcome_from_done_marks_when_the_service_stays_away
+// OutcomeFromDoneMarks                        test_rendezvous_faults.py::
+//                                               test_outcome_from_done_marks_when_the_service_stays_away
+// FailedMarkEndsTheRunWithoutTheService       test_rendezvous_faults.py::
+//                                               test_failure_from_done_marks_when_the_service_stays_away
+// AnotherNodesFailedMarkStopsTheWorkers       test_rendezvous_faults.py::
+//                                               test_failure_from_done_marks_when_the_service_stays_away
+// LingerUntilEveryMarkOrTheDeadline           test_rendezvous_faults.py::
+//                                               test_outcome_from_done_marks_when_the_service_stays_away
+//                                             (node rank 0 keeps the store until node rank 1
+//                                             has seen the outcome; the deadline unit only)
 // StaticTwoNodesSucceed                       test_supervision.py::test_static_backend_two_nodes
 // StaticFailureOnTheOtherNode                 test_supervision.py::
 //                                               test_static_backend_failure_stops_the_other_node
@@ -837,6 +847,128 @@ TEST(NodeLifecycleTest, ReconnectWindowOver) {
                                        "; this node's workers succeeded, but the outcome of run "
                                        "'job' is unknown)")));
   EXPECT_THAT(marked.Do(marked.lc().OnReconnectWindowOver(true, std::nullopt, 0)), ElementsAre());
+}
+
+MarksView Marks(bool all_done, int failed = -1, int failed_status = 0, bool seen = false) {
+  MarksView m;
+  m.all_done = all_done;
+  m.all_succeeded = all_done && failed < 0;
+  m.first_worker_failure = failed;
+  m.first_worker_failure_status = failed_status;
+  m.seen_by_others = seen;
+  return m;
+}
+
+// `h` runs node rank `node_rank` of 2, whose workers succeeded: it awaits the outcome.
+void AwaitOutcome(Harness& h, int node_rank = 1) {
+  h.Start(Round(0, 0, node_rank, 2));
+  h.Exit(0, 0);
+  h.Exit(1, 0);
+  h.Drained();
+  EXPECT_EQ(h.lc().state(), NodeState::kAwaitingOutcome);
+}
+
+TEST(NodeLifecycleTest, OutcomeFromDoneMarks) {
+  Harness h;
+  AwaitOutcome(h);
+  EXPECT_THAT(h.Do(h.lc().OnMarks(std::nullopt, true, h.clock().Now())),
+              ElementsAre("PollMarksLater"));  // None read yet.
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false), true, h.clock().Now())),
+              ElementsAre("PollMarksLater"));  // Node rank 0 not done yet.
+  // The service is back: it tells the outcome, the marks are not needed.
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), false, h.clock().Now())), ElementsAre());
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, h.clock().Now())),
+              ElementsAre("FinishFromMarks(0, every node of run 'job' succeeded, as the done "
+                          "marks in the round's store say (the rendezvous service at "
+                          "10.0.0.1:29400 is unreachable))"));
+}
+
+TEST(NodeLifecycleTest, FailedMarkEndsTheRunWithoutTheService) {
+  const std::string marks =
+      " (done marks in the round's store; the rendezvous service at 10.0.0.1:29400 is "
+      "unreachable)";
+  Harness h;
+  AwaitOutcome(h);
+  // Node rank 0's agent gave up on the service (69): not a worker failure, the outcome is not
+  // known.
+  MarksView gave_up = Marks(true);
+  gave_up.all_succeeded = false;
+  EXPECT_THAT(h.Do(h.lc().OnMarks(gave_up, true, h.clock().Now())), ElementsAre("PollMarksLater"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true, 0, 3), true, h.clock().Now())),
+              ElementsAre(absl::StrCat("FinishFromMarks(3, run 'job' failed: the workers of node "
+                                       "rank 0 ended with exit status 3",
+                                       marks, ")")));
+  // This node's own failure is the one it names.
+  Harness own;
+  own.Start(Round(0, 0, 1, 2));
+  own.Exit(1, 3);
+  own.Drained();
+  EXPECT_THAT(own.Do(own.lc().OnMarks(Marks(true, 1, 3), true, own.clock().Now())),
+              ElementsAre(absl::StrCat("FinishFromMarks(3, ", Who(3, 1001), marks, ")")));
+  // A group restart left: a service coming back would start one; wait for it.
+  NodeLifecycle::Options restartable = BaseOptions();
+  restartable.max_restarts = 1;
+  Harness left(restartable);
+  AwaitOutcome(left);
+  EXPECT_THAT(left.Do(left.lc().OnMarks(Marks(true, 0, 3), true, left.clock().Now())),
+              ElementsAre("PollMarksLater"));
+}
+
+TEST(NodeLifecycleTest, AnotherNodesFailedMarkStopsTheWorkers) {
+  Harness h;
+  h.Start(Round(0, 0, 1, 2));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false), true, h.clock().Now())),
+              ElementsAre("PollMarksLater"));
+  // Its own failed mark: this node handles its own failure already.
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false, 1, 3), true, h.clock().Now())),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false, 0, 3), false, h.clock().Now())), ElementsAre());
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false, 0, 3), true, h.clock().Now())),
+              ElementsAre("Log(error): the workers of node rank 0 ended with exit status 3 (done "
+                          "marks in the round's store; the rendezvous service is unreachable); "
+                          "stopping this node's workers",
+                          "StopWorkers(SIGTERM)"));
+  EXPECT_EQ(h.lc().state(), NodeState::kStopping);
+  // With a group restart left the service decides (when it comes back).
+  NodeLifecycle::Options restartable = BaseOptions();
+  restartable.max_restarts = 1;
+  Harness left(restartable);
+  left.Start(Round(0, 0, 1, 2));
+  EXPECT_THAT(left.Do(left.lc().OnMarks(Marks(false, 0, 3), true, left.clock().Now())),
+              ElementsAre());
+}
+
+TEST(NodeLifecycleTest, LingerUntilEveryMarkOrTheDeadline) {
+  Harness h;
+  AwaitOutcome(h, 0);
+  const absl::Time deadline = h.clock().Now() + absl::Seconds(60);
+  h.lc().OnLingerStarted(0, "done", /*wait_for_seen=*/false, deadline);
+  EXPECT_TRUE(h.lc().lingering());
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(false), true, h.clock().Now())),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, h.clock().Now())),
+              ElementsAre("Finish(0, done)"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, h.clock().Now())), ElementsAre());
+  // Waiting for the other nodes to have seen the outcome (FinishFromMarks on node rank 0), at
+  // most until the deadline.
+  Harness seen;
+  AwaitOutcome(seen, 0);
+  seen.lc().OnLingerStarted(3, "failed", /*wait_for_seen=*/true,
+                            seen.clock().Now() + absl::Seconds(60));
+  EXPECT_THAT(seen.Do(seen.lc().OnMarks(Marks(true, 1, 3), true, seen.clock().Now())),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(seen.Do(seen.lc().OnMarks(Marks(true, 1, 3, true), true, seen.clock().Now())),
+              ElementsAre("Finish(3, failed)"));
+  Harness late;
+  AwaitOutcome(late, 0);
+  late.lc().OnLingerStarted(69, "lost", /*wait_for_seen=*/true,
+                            late.clock().Now() + absl::Seconds(60));
+  late.clock().Advance(absl::Seconds(59));
+  EXPECT_THAT(late.Do(late.lc().OnMarks(std::nullopt, true, late.clock().Now())),
+              ElementsAre("PollMarksLater"));
+  late.clock().Advance(absl::Seconds(1));
+  EXPECT_THAT(late.Do(late.lc().OnMarks(std::nullopt, true, late.clock().Now())),
+              ElementsAre("Finish(69, lost)"));
 }
 
 }  // namespace

@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "agent/worker_env.h"
+#include "boost/asio.hpp"
 #include "common/store_keys.h"
+#include "dgt/store/async_client.h"
 #include "dgt/store/memory_store.h"
+#include "dgt/store/server.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
@@ -166,6 +169,67 @@ TEST(TfClusterTest, NodesWithDifferentRolesAreRefusedOnBoth) {
             "--parameter-server-count=1 --tf-chief --worker-count=0 --nproc-per-node=2; the "
             "nodes would build different TensorFlow clusters: give every node the same "
             "--parameter-server-count, --tf-chief, --worker-count and --nproc-per-node");
+}
+
+// The agent's way: the same exchange over a store::AsyncClient against the real store server,
+// with a node whose roles differ and an unreachable store.
+TEST(TfClusterAsyncTest, ExchangesOverTheAsyncClient) {
+  store::Server server{store::ServerOptions{}};
+  ASSERT_TRUE(server.Start().ok());
+  boost::asio::io_context io;
+  store::AsyncClientOptions o;
+  o.port = server.port();
+  store::AsyncClient c(io.get_executor(), o);
+  c.Connect(absl::Seconds(5), nullptr);
+  auto step = [&](int node_rank, const TfRoleConfig& roles, const std::vector<std::string>& own) {
+    std::vector<absl::StatusOr<TfExchangeStep>> results;
+    ExchangeTfAddressesAsync(
+        c, 2, node_rank, 2, roles, own, absl::Seconds(5),
+        [&](const absl::StatusOr<TfExchangeStep>& r) { results.push_back(r); });
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (results.empty() && absl::Now() < deadline) {
+      io.restart();
+      io.run_for(std::chrono::milliseconds(5));
+    }
+    io.restart();
+    io.run_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(results.size(), 1u);
+    return results.empty() ? absl::StatusOr<TfExchangeStep>(absl::UnknownError("not called"))
+                           : results[0];
+  };
+  auto first = step(1, Nproc(2), {"b:1", "b:2"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->missing, (std::vector<int>{0}));
+  EXPECT_TRUE(first->addresses.empty());
+  auto both = step(0, Nproc(2), {"a:1", "a:2"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(both->missing.empty());
+  EXPECT_EQ(both->addresses, (std::vector<std::string>{"a:1", "a:2", "b:1", "b:2"}));
+  // The keys the blocking exchange reads.
+  store::MemoryStore mem;
+  ASSERT_TRUE(mem.Set(keys::TfRolesKey(2, 1), EncodeTfRoles(Nproc(2))).ok());
+  ASSERT_TRUE(mem.Set(keys::TfAddressesKey(2, 1), R"(["b:1","b:2"])").ok());
+  auto blocking = ExchangeTfAddresses(mem, 2, 0, 2, Nproc(2), {"a:1", "a:2"});
+  ASSERT_TRUE(blocking.ok());
+  EXPECT_EQ(blocking->addresses, both->addresses);
+  // Node rank 1 again, with other roles: refused, naming the flag.
+  auto refused = step(1, TfRoleConfig{1, false, 0, 2}, {"b:1", "b:2"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "TF_CONFIG: node rank 0 was started with --parameter-server-count=0, this node (node "
+            "rank 1) with --parameter-server-count=1; the nodes would build different TensorFlow "
+            "clusters: give every node the same --parameter-server-count, --tf-chief, "
+            "--worker-count and --nproc-per-node");
+  // A bad value from another node.
+  c.Set(keys::TfRolesKey(2, 1), EncodeTfRoles(Nproc(2)), absl::Seconds(5));
+  c.Set(keys::TfAddressesKey(2, 1), R"(["b:1"])", absl::Seconds(5));
+  auto bad = step(0, Nproc(2), {"a:1", "a:2"});
+  EXPECT_EQ(bad.status(),
+            absl::InvalidArgumentError("TF_CONFIG addresses of node rank 1 must be 2 address(es), "
+                                       "one per worker (--nproc-per-node), got '[\"b:1\"]'"));
+  server.Stop();
+  auto gone = step(0, Nproc(2), {"a:1", "a:2"});
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kUnavailable) << gone.status();
 }
 
 }  // namespace
