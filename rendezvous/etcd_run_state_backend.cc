@@ -527,8 +527,18 @@ absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
   }
   Stage stage = std::move(it->second);
   stages_.erase(it);
-  return GuardedWrite("commit", std::string(run_id), stage.expected,
-                      std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease);
+  absl::StatusOr<Revision> written =
+      GuardedWrite("commit", std::string(run_id), stage.expected,
+                   std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease);
+  if (!written.ok()) {
+    // The round state machine does not redo a failed commit yet (docs/ETCD.md, limits): say so
+    // where an operator looks, rather than let the run stall in silence.
+    spdlog::error(
+        "etcd backend: {}; this change to run '{}' is lost and not redone: a report or a round "
+        "end that was in it must come again (docs/ETCD.md, limits)",
+        std::string(written.status().message()), std::string(run_id));
+  }
+  return written;
 }
 
 absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {

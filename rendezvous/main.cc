@@ -17,6 +17,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -35,6 +36,13 @@ namespace {
 absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
+    // etcd's own flags take URLs; this client speaks plain gRPC to HOST:PORT only.
+    if (absl::StrContains(part, "://")) {
+      return absl::InvalidArgumentError(absl::StrCat("--etcd-endpoints: '", part,
+                                                     "' is a URL; give HOST:PORT without a scheme "
+                                                     "(in '",
+                                                     text, "')"));
+    }
     const size_t colon = part.rfind(':');
     int port = 0;
     if (colon == absl::string_view::npos || colon == 0 ||

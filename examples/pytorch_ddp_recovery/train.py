@@ -83,6 +83,9 @@ def main():
     first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     device = None
     if args.backend == "nccl":
+        if not torch.cuda.is_available():
+            sys.exit(f"train.py: --backend nccl needs CUDA: torch {torch.__version__} has no CUDA "
+                     "device here (torch.cuda.is_available() is False)")
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
 

@@ -101,6 +101,9 @@ def test_one_replica_serves_a_job_with_its_run_state_in_etcd(spawn, etcd):
     (["--backend=etcd"], "--backend=etcd needs --etcd-endpoints=HOST:PORT,..."),
     (["--backend=etcd", "--etcd-endpoints=127.0.0.1:2379,nohost"],
      "--etcd-endpoints: 'nohost' is not HOST:PORT (in '127.0.0.1:2379,nohost')"),
+    (["--backend=etcd", "--etcd-endpoints=http://127.0.0.1:2379"],
+     "--etcd-endpoints: 'http://127.0.0.1:2379' is a URL; give HOST:PORT without a scheme "
+     "(in 'http://127.0.0.1:2379')"),
     (["--backend=etcd", "--etcd-endpoints=h:0"],
      "--etcd-endpoints: 'h:0' is not HOST:PORT (in 'h:0')"),
     (["--etcd-endpoints=h:1"], "--etcd-endpoints 'h:1' needs --backend=etcd (the backend is memory)"),
