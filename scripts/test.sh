@@ -4,7 +4,8 @@
 #            then the .deb's checks (ctest -L install)
 #   asan     unit and integration tests under AddressSanitizer + UBSan + LeakSanitizer (clang)
 #   tsan     unit and integration tests under ThreadSanitizer, with -Wthread-safety (clang)
-#   lint     clang-format and clang-tidy over the files changed by the last commit
+#   lint     clang-format over every tracked C++ file, clang-tidy over every product .cc file
+#            (scripts/lint.sh build; results cached per file)
 # DGT_TEST_STAGES="release asan" runs a subset. Prints how long each stage took.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,10 +16,10 @@ namespace {
 using dgt::store::wire::DetectFamily;
 using dgt::store::wire::Family;
 using dgt::store::wire::Limits;
+using dgt::store::wire::ParseReply;
 using dgt::store::wire::ParseRequest;
 using dgt::store::wire::ParseResult;
 using dgt::store::wire::ParseStatus;
-using dgt::store::wire::ParseReply;
 using dgt::store::wire::Reply;
 using dgt::store::wire::ReplyShape;
 using dgt::store::wire::Request;
