@@ -7,25 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/exit_codes.h"
+#include "agent/node_lifecycle_internal.h"
 
 namespace dgt::agent {
 namespace {
 
-using Kind = LifecycleAction::Kind;
-using Level = LifecycleAction::Level;
-
-LifecycleAction Make(Kind kind) {
-  LifecycleAction a;
-  a.kind = kind;
-  return a;
-}
-
-LifecycleAction Log(Level level, std::string text) {
-  LifecycleAction a = Make(Kind::kLog);
-  a.level = level;
-  a.text = std::move(text);
-  return a;
-}
+using lifecycle_internal::Kind;
+using lifecycle_internal::Level;
+using lifecycle_internal::Log;
+using lifecycle_internal::Make;
 
 bool WorkersOfRound(NodeState s) {
   return s == NodeState::kRunning || s == NodeState::kRestarting || s == NodeState::kStopping ||
