@@ -16,6 +16,8 @@ packages=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libgrpc-dev
   libabsl-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libibverbs-dev libgloo-dev
+  # dgt-agent: its config file (/etc/dgt/agent.yaml) and sd_notify (Type=notify, WATCHDOG)
+  libyaml-cpp-dev libsystemd-dev
   # Tests
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
   iproute2 iptables procps psmisc openssl python3-venv
