@@ -10,15 +10,16 @@
 #     bound recorded in docs/OPERATIONS.md's table;
 #   - `cmake --install --prefix` installs the same files, its units starting that prefix's binaries;
 #   - the Python package and the pkg-config files work from the extracted tree.
-# Usage: deb_test.sh SOURCE_DIR BUILD_DIR VERSION WITH_MAN(ON|OFF) WITH_NCCL(ON|OFF)
-# ([agent] entries of deb-files.txt, dgt-agent and its unit, are expected when BUILD_DIR/bin has
-# dgt-agent.)
+# Usage: deb_test.sh SOURCE_DIR BUILD_DIR VERSION WITH_MAN(ON|OFF) WITH_NCCL(ON|OFF) [WITH_AGENT]
+# (WITH_AGENT ON|OFF, default ON: whether the build makes dgt-agent, the [agent] entries of
+# deb-files.txt.)
 set -euo pipefail
 src=$1
 build=$2
 version=$3
 with_man=$4
 with_nccl=$5
+with_agent=${6:-ON}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() {
@@ -38,7 +39,7 @@ deb=$tmp/out/dgt_${version}_$(dpkg --print-architecture).deb
 expected=$(grep -v '^#' "$src/tests/install/deb-files.txt" |
   { if [[ $with_man == ON ]]; then cat; else grep -v '\[man\]'; fi; } |
   { if [[ $with_nccl == ON ]]; then cat; else grep -v '\[nccl\]'; fi; } |
-  { if [[ -x $build/bin/dgt-agent ]]; then cat; else grep -v '\[agent\]'; fi; } |
+  { if [[ $with_agent == ON ]]; then cat; else grep -v '\[agent\]'; fi; } |
   sed -E 's/\[[a-z]+\] *//g' | LC_ALL=C sort -k2)
 listing=$(dpkg-deb -c "$deb")
 actual=$(awk '{print $1, $6}' <<<"$listing" | LC_ALL=C sort -k2)
