@@ -36,8 +36,14 @@ from conftest import BIN, REPO, Proc, wait_for
 WORKER = REPO / "tests" / "e2e" / "workers" / "jobs_netns_worker.py"
 BUILD = Path(os.environ.get("DGT_BUILD_DIR", BIN.parent))
 TOOLS = ("ip", "dpkg-deb", "cpack", "useradd", "userdel", "setpriv", "pgrep")
-# dgt-agent.service's CapabilityBoundingSet= and NoNewPrivileges=yes, for setpriv.
-AGENT_CAPS = "-all,+setuid,+setgid,+kill,+chown,+dac_override"
+
+
+def unit_bounding_set(unit):
+    """setpriv's --bounding-set for the packaged unit's CapabilityBoundingSet= (one line)."""
+    caps = re.findall(r"^CapabilityBoundingSet=(.*)$", unit.read_text(), re.M)
+    assert len(caps) == 1, f"{unit}: CapabilityBoundingSet= lines {caps}"
+    assert re.search(r"^NoNewPrivileges=yes$", unit.read_text(), re.M), unit
+    return ",".join(["-all"] + [f"+{c.lower().removeprefix('cap_')}" for c in caps[0].split()])
 
 
 def _cannot_run():
@@ -242,6 +248,8 @@ class Fleet:
         self.token.chmod(0o600)
         _, self.endpoint = hosts.rendezvous("--submit-token-file", self.token)
         self.agents = {}
+        # The daemons keep only what dgt-agent.service leaves them (and no new privileges).
+        self.caps = unit_bounding_set(hosts.root / "usr/lib/systemd/system/dgt-agent.service")
         for k in (1, 2):
             work = hosts.base / f"node{k}" / "jobs"
             work.mkdir(parents=True)
@@ -264,7 +272,7 @@ class Fleet:
     def start_agent(self, k):
         cfg = self.h.base / f"node{k}" / "agent.yaml"
         self.agents[k] = self.h.spawn(k, [self.h.bin / "dgt-agent", "--config", cfg],
-                                      f"agent{k}-{len(self.h.procs)}", caps=AGENT_CAPS)
+                                      f"agent{k}-{len(self.h.procs)}", caps=self.caps)
 
     def dgt(self, *args, check=True, timeout=30):
         r = sh("ip", "netns", "exec", self.h.ns[3], self.h.bin / "dgt", *args,
