@@ -301,16 +301,25 @@ class Fleet:
         return json.loads(self.dgt("job", "show", job_id, "--json").stdout)
 
     def wait_state(self, job_id, states, timeout):
-        info = {}
+        """`dgt job show --json` once the job's state is one of `states` (within `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.show(job_id)
+            if info.get("state") in states:
+                return info
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {job_id} to reach "
+                                     f"{sorted(states)}; last: {info}")
+            time.sleep(0.3)
 
-        def done():
-            info.update(self.show(job_id))
-            return info.get("state") in states
-        wait_for(done, timeout, f"{job_id} to reach {states} (last: {info})")
-        return info
+    def log(self, job_id, rank, stream="stdout", check=True):
+        """The rank's log; with check=False "" while there is none yet (no round formed)."""
+        r = self.dgt("logs", job_id, "--rank", str(rank), "--stream", stream, check=check)
+        return r.stdout if r.returncode == 0 else ""
 
-    def log(self, job_id, rank, stream="stdout"):
-        return self.dgt("logs", job_id, "--rank", str(rank), "--stream", stream).stdout
+    def wait_holding(self, job_id, ranks, timeout=90):
+        wait_for(lambda: all("holding" in self.log(job_id, r, check=False) for r in range(ranks)),
+                 timeout, f"ranks 0..{ranks - 1} of {job_id} holding")
 
     def spec(self, mode, *args, nodes=2, procs=2, **extra):
         s = {"name": f"netns-{mode}",
@@ -364,8 +373,7 @@ def test_tensorflow_job_sees_one_tf_config(fleet):
 def test_cancel_stops_every_worker_within_grace(fleet):
     job = fleet.submit(fleet.spec("hold", 600))
     fleet.wait_state(job, {"running"}, 60)
-    wait_for(lambda: all("holding" in fleet.log(job, r) for r in range(4)), 90,
-             "every rank holding")
+    fleet.wait_holding(job, 4)
     assert len(fleet.h.user_pids(1)) >= 3 and len(fleet.h.user_pids(2)) >= 3
     grace = 5
     cancelled_at = time.monotonic()
@@ -377,23 +385,33 @@ def test_cancel_stops_every_worker_within_grace(fleet):
 
 
 def test_kill9_of_a_daemon_mid_job(fleet):
-    """kill -9 of node2's daemon: no worker of it survives; the job then restarts (max_restarts 1,
-    once the daemon is back) or fails with a reason in `dgt job show`."""
-    job = fleet.submit(fleet.spec("hold", 20, procs=1, max_restarts=1))
+    """kill -9 of node2's daemon: its workers die with it (PR_SET_PDEATHSIG), node1's dgt-run
+    (no restarts left) ends, and `dgt job show` says failed, naming node2, within a bound."""
+    job = fleet.submit(fleet.spec("hold", 600, procs=1, max_restarts=0))
     fleet.wait_state(job, {"running"}, 60)
-    wait_for(lambda: all("holding" in fleet.log(job, r) for r in range(2)), 90,
-             "both ranks holding")
+    fleet.wait_holding(job, 2)
+    killed_at = time.monotonic()
     fleet.agents[2].popen.send_signal(signal.SIGKILL)  # ip netns exec execs: this is the daemon.
     fleet.agents[2].popen.wait(timeout=10)
     wait_for(lambda: not fleet.h.user_pids(2), 15, "node2's workers to die with their daemon")
     fleet.start_agent(2)
-    info = fleet.wait_state(job, {"succeeded", "failed", "cancelled"}, 120)
-    print(f"jobs_netns: after kill -9 of a daemon: {info.get('state')} {info.get('reason')!r}"
-          f" restarts {info.get('restarts', 0)}")
-    if info["state"] == "succeeded":
-        assert info.get("restarts", 0) >= 1, info
-    else:
-        assert info["state"] == "failed" and info.get("reason"), info
+    try:
+        info = fleet.wait_state(job, {"succeeded", "failed", "cancelled"}, 30)
+    except AssertionError as e:
+        if fleet.show(job)["state"] == "running":
+            # Everything above held; only the end of the job is missing. Free node1 first.
+            fleet.dgt("cancel", job, "--grace", "2", check=False)
+            wait_for(lambda: not fleet.h.user_pids(), 15, "node1's workers to end after cancel")
+            pytest.xfail(
+                "known gap (jobs service): a node whose daemon was lost stays in its running job; "
+                "the other node's dgt-run (--nnodes fixed, workers not failing) waits for it until "
+                f"its join timeout (600 s) instead of the job failing or restarting: {e}")
+        raise
+    print(f"jobs_netns: kill -9 of a daemon: {info['state']} after "
+          f"{time.monotonic() - killed_at:.1f} s: {info['reason']!r}")
+    assert info["state"] == "failed" and "node2" in info["reason"], info
+    assert info["restarts"] == 0
+    wait_for(lambda: not fleet.h.user_pids(), 15, "node1's workers to end")
     fleet.wait_nodes_idle({"node1", "node2"})
 
 

@@ -4,7 +4,9 @@
                   "rank R world W local_rank L sum S" (S = W * (W + 1) / 2) and exits 0.
   hold SECONDS    the same all_reduce, prints "rank R holding", then sleeps SECONDS and prints
                   "rank R done" (cancel and kill -9 cases).
-  tf_config       prints "rank R tf_config <TF_CONFIG>" (no TensorFlow needed).
+  tf_config       prints "rank R tf_config <TF_CONFIG>" (no TensorFlow needed), then waits 3 s:
+                  the jobs service learns a job's ranks by polling its run (every 1 s), and a job
+                  over before a poll has no ranks for `dgt logs --rank` (a known gap).
 """
 import os
 import sys
@@ -14,6 +16,7 @@ mode = sys.argv[1]
 rank = int(os.environ["RANK"])
 if mode == "tf_config":
     print(f"rank {rank} tf_config {os.environ['TF_CONFIG']}", flush=True)
+    time.sleep(3)
     sys.exit(0)
 
 import torch  # noqa: E402 (not needed by tf_config)
