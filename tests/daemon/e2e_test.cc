@@ -32,6 +32,9 @@ namespace fs = std::filesystem;
 using testing::DescribeAll;
 using testing::FakeJobsService;
 
+// dgt-run's exit code when SIGTERM stopped its run (what a drain reports).
+constexpr int kDrainedExit = 143;
+
 int FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -58,7 +61,7 @@ bool Listening(int port) {
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -84,8 +87,9 @@ int WaitExit(pid_t pid, absl::Duration timeout) {
   return -1;
 }
 
-// PIDs whose command line contains `needle`.
-std::vector<pid_t> Pids(const std::string& needle) {
+// PIDs whose command line (arguments joined by spaces) contains `needle`, or with `exact`, is
+// `needle`.
+std::vector<pid_t> Pids(const std::string& needle, bool exact = false) {
   std::vector<pid_t> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/proc", ec)) {
@@ -94,7 +98,10 @@ std::vector<pid_t> Pids(const std::string& needle) {
     std::ifstream in(e.path() / "cmdline", std::ios::binary);
     std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+    if (!cmd.empty()) cmd.pop_back();  // The last argument's NUL.
+    if (exact ? cmd == needle : cmd.find(needle) != std::string::npos) {
+      out.push_back(std::stoi(name));
+    }
   }
   return out;
 }
@@ -123,8 +130,7 @@ class DaemonE2eTest : public ::testing::Test {
         << "node_name: e2e-node\nrun_as_user: " << pw->pw_name << "\nallow_root: true\n"
         << "work_dir: " << dir_ << "/jobs\ndgt_run: " << DGT_BIN_DIR << "/dgt-run\n"
         << "stop_grace_s: 5\nlabels: {pool: e2e}\n";
-    agent_ = Spawn({std::string(DGT_BIN_DIR) + "/dgt-agent", "--config", dir_ + "/agent.yaml"},
-                   dir_ + "/agent.log");
+    StartAgent();
   }
   void TearDown() override {
     if (agent_ > 0) {
@@ -137,11 +143,28 @@ class DaemonE2eTest : public ::testing::Test {
     }
     if (HasFailure()) {
       std::cerr << "--- agent.log\n" << Slurp(dir_ + "/agent.log");
-      for (const char* j : {"job-1", "job-2"}) {
+      for (const char* j : {"job-1", "job-2", "job-3", "job-4"}) {
         std::cerr << "--- " << j << "/dgt-run.log\n" << Slurp(dir_ + "/jobs/" + j + "/dgt-run.log");
       }
     }
     fs::remove_all(dir_);
+  }
+
+  void StartAgent() {
+    agent_ = Spawn({std::string(DGT_BIN_DIR) + "/dgt-agent", "--config", dir_ + "/agent.yaml"},
+                   dir_ + "/agent.log");
+  }
+
+  // Waits until each command line in `commands` runs twice (once per local rank).
+  static bool WaitForProcesses(const std::vector<std::string>& commands) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    for (;;) {
+      bool all = true;
+      for (const auto& c : commands) all = all && Pids(c, true).size() == 2;
+      if (all) return true;
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
   }
 
   bool WaitFor(const std::string& line, absl::Duration timeout) {
@@ -224,13 +247,7 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
   // Processes that ignore SIGTERM: only the SIGKILL at the end of the grace period stops them.
   service_.Send(Start("job-2", "trap '' TERM; sleep 613 & sleep 614; wait"));
   ASSERT_TRUE(WaitFor("update job-2 started 0", absl::Seconds(10)));
-  const absl::Time running_by = absl::Now() + absl::Seconds(30);
-  while ((Pids("sleep 613").size() < 2 || Pids("sleep 614").size() < 2) &&
-         absl::Now() < running_by) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_EQ(Pids("sleep 613").size(), 2u);
-  ASSERT_EQ(Pids("sleep 614").size(), 2u);
+  ASSERT_TRUE(WaitForProcesses({"sleep 613", "sleep 614"}));
   dgt::jobs::v1::ControlMessage cancel;
   cancel.mutable_cancel()->set_job_id("job-2");
   cancel.mutable_cancel()->set_grace_s(2);
@@ -240,17 +257,44 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
   const absl::Duration took = absl::Now() - cancelled;
   EXPECT_GE(took, absl::Seconds(1.5));
   EXPECT_LT(took, absl::Seconds(4));
-  EXPECT_EQ(Pids("sleep 613"), std::vector<pid_t>{});
-  EXPECT_EQ(Pids("sleep 614"), std::vector<pid_t>{});
-  EXPECT_EQ(Pids(dir_ + "/jobs/job-2"), std::vector<pid_t>{});  // No dgt-run either.
+  // No sleep, no worker shell (its command line names them), no dgt-run (nor its argv).
+  EXPECT_EQ(Pids("sleep 61"), std::vector<pid_t>{});
+  EXPECT_EQ(Pids("--rdzv-id=job-2"), std::vector<pid_t>{});
 
+  // SIGTERM drains: the running job is stopped, its exit reported, then the stream closed.
+  service_.Send(Start("job-3", "sleep 615"));
+  ASSERT_TRUE(WaitForProcesses({"sleep 615"}));
   ::kill(agent_, SIGTERM);
   EXPECT_EQ(WaitExit(agent_, absl::Seconds(10)), 0);
   agent_ = -1;
-  const auto all = DescribeAll(service_.received());
-  ASSERT_GE(all.size(), 2u);
-  EXPECT_EQ(all[all.size() - 2], "draining");
-  EXPECT_EQ(all.back(), "<end>");
+  auto all = DescribeAll(service_.received());
+  ASSERT_GE(all.size(), 4u);
+  EXPECT_EQ(
+      std::vector<std::string>(all.end() - 4, all.end()),
+      (std::vector<std::string>{"update job-3 started 0", "draining",
+                                "update job-3 exited " + std::to_string(kDrainedExit), "<end>"}));
+  EXPECT_EQ(Pids("sleep 615"), std::vector<pid_t>{});
+
+  // A restarted daemon registers again and takes the next job; kill -9 of it (a crash) leaves
+  // none of the job's processes behind.
+  StartAgent();
+  ASSERT_TRUE(service_.WaitFor(
+      [](const auto& ms) {
+        return std::count_if(ms.begin(), ms.end(), [](const auto& m) { return m.has_hello(); }) ==
+               2;
+      },
+      absl::Seconds(20)));
+  service_.Send(Start("job-4", "sleep 616"));
+  ASSERT_TRUE(WaitForProcesses({"sleep 616"}));
+  ::kill(agent_, SIGKILL);
+  EXPECT_EQ(WaitExit(agent_, absl::Seconds(10)), 128 + SIGKILL);
+  agent_ = -1;
+  const absl::Time gone_by = absl::Now() + absl::Seconds(5);
+  while (!Pids("sleep 616").empty() && absl::Now() < gone_by) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(Pids("sleep 616"), std::vector<pid_t>{});
+  EXPECT_EQ(Pids("--rdzv-id=job-4"), std::vector<pid_t>{});
 }
 
 }  // namespace
