@@ -121,7 +121,7 @@ absl::StatusOr<JobLaunch> BuildJobLaunch(const AgentConfig& config,
   a.push_back(config.dgt_run);
   a.push_back(absl::StrCat("--nnodes=", spec.instance_count()));
   if (nproc >= 1) a.push_back(absl::StrCat("--nproc-per-node=", nproc));
-  a.push_back("--rdzv-backend=dgt");
+  a.emplace_back("--rdzv-backend=dgt");
   a.push_back("--rdzv-endpoint=" + start.rdzv_endpoint());
   a.push_back("--rdzv-id=" + id);
   a.push_back("--node-id=" + config.node_name);

@@ -29,13 +29,16 @@ using testing::DescribeAll;
 using ::testing::ElementsAre;
 using testing::FakeJobsService;
 
-constexpr char kFakeDgtRun[] = R"(#!/bin/sh
+// clang-format off
+constexpr char kFakeDgtRun[] = R"sh(#!/bin/sh
 trap 'echo "dgt-run got TERM"; exit 143' TERM
 echo "args: $*"
 case "$*" in *quick*) echo "quick job done"; exit 7;; esac
+case "$*" in *whoami*) echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) user=$USER home=$HOME pwd=$(pwd) env=$(env | sort | tr '\n' ' ')"; exit 0;; esac
 sleep 30 &
 wait
-)";
+)sh";
+// clang-format on
 
 std::string CurrentUser() {
   const struct passwd* pw = ::getpwuid(::geteuid());
@@ -70,6 +73,7 @@ class DaemonTest : public ::testing::Test {
     char tmpl[] = "/tmp/dgt-daemon-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    ::chmod(dir_.c_str(), 0755);  // The run-as user of RunsJobsAsTheConfiguredUser enters it.
     const std::string script = dir_ + "/fake-dgt-run";
     std::ofstream(script) << kFakeDgtRun;
     ::chmod(script.c_str(), 0755);
@@ -268,6 +272,34 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   const auto notes = Notes();
   EXPECT_GE(std::count(notes.begin(), notes.end(), "WATCHDOG=1"), 2);
   EXPECT_EQ(std::count(notes.begin(), notes.end(), "READY=1"), 1);
+}
+
+TEST_F(DaemonTest, RunsJobsAsTheConfiguredUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  const struct passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  const uid_t uid = nobody->pw_uid;
+  const gid_t gid = nobody->pw_gid;
+  const std::string home = nobody->pw_dir;
+  const std::string shell = nobody->pw_shell;
+  config_.run_as_user = "nobody";
+  config_.allow_root = false;
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  service_.Send(StartJob("job-u", "whoami"));
+  ASSERT_TRUE(WaitFor("update job-u exited 0"));
+  // The job's environment is exactly what the contract lists (PWD is the shell's own).
+  const std::string job_dir = dir_ + "/jobs/job-u";
+  EXPECT_EQ(service_.received().back().update().message(),
+            "uid=" + std::to_string(uid) + " gid=" + std::to_string(gid) +
+                " groups=" + std::to_string(gid) + " user=nobody home=" + home + " pwd=" + job_dir +
+                " env=HOME=" + home + " LOGNAME=nobody PATH=/usr/local/bin:/usr/bin:/bin PWD=" +
+                job_dir + " SHELL=" + shell + " USER=nobody");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/jobs/job-u").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(StopDaemon(), 0);
 }
 
 }  // namespace

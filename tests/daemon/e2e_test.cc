@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,7 +59,8 @@ bool Listening(int port) {
   return ok;
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
+            const std::vector<std::string>& extra_env = {}) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -66,8 +68,12 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  for (const auto& e : extra_env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0) << args[0];
+  EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0) << args[0];
   posix_spawn_file_actions_destroy(&fa);
   return pid;
 }
@@ -150,9 +156,32 @@ class DaemonE2eTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
+  // The first start runs as under systemd: NOTIFY_SOCKET (a datagram socket the test reads)
+  // and WATCHDOG_USEC=400000 (WATCHDOG=1 every 200 ms).
   void StartAgent() {
+    std::vector<std::string> env;
+    if (notify_fd_ < 0) {
+      const std::string path = dir_ + "/notify.sock";
+      notify_fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+      ASSERT_EQ(::bind(notify_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+      env = {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=400000"};
+    }
     agent_ = Spawn({std::string(DGT_BIN_DIR) + "/dgt-agent", "--config", dir_ + "/agent.yaml"},
-                   dir_ + "/agent.log");
+                   dir_ + "/agent.log", env);
+  }
+
+  // The sd_notify datagrams received so far.
+  std::vector<std::string> Notifications() {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      notes_.emplace_back(buf, n);
+    }
+    return notes_;
   }
 
   // Waits until each command line in `commands` runs twice (once per local rank).
@@ -219,6 +248,8 @@ class DaemonE2eTest : public ::testing::Test {
   std::string rdzv_endpoint_;
   pid_t rdzv_ = -1;
   pid_t agent_ = -1;
+  int notify_fd_ = -1;
+  std::vector<std::string> notes_;
 };
 
 TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
@@ -274,6 +305,26 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
       (std::vector<std::string>{"update job-3 started 0", "draining",
                                 "update job-3 exited " + std::to_string(kDrainedExit), "<end>"}));
   EXPECT_EQ(Pids("sleep 615"), std::vector<pid_t>{});
+
+  // What systemd was told, in order (WATCHDOG=1 left out; counted).
+  const std::string ep = service_.endpoint();
+  std::vector<std::string> states;
+  int watchdogs = 0;
+  for (const auto& n : Notifications()) {
+    if (n == "WATCHDOG=1") {
+      ++watchdogs;
+    } else if (n.rfind("STATUS=connecting", 0) != 0) {
+      states.push_back(n);
+    }
+  }
+  EXPECT_EQ(states, (std::vector<std::string>{"READY=1", "STATUS=registered with " + ep + "; idle",
+                                              "STATUS=registered with " + ep + "; running job-1",
+                                              "STATUS=registered with " + ep + "; idle",
+                                              "STATUS=registered with " + ep + "; running job-2",
+                                              "STATUS=registered with " + ep + "; idle",
+                                              "STATUS=registered with " + ep + "; running job-3",
+                                              "STATUS=draining; stopping 1 job(s)", "STOPPING=1"}));
+  EXPECT_GE(watchdogs, 5);  // About 3 s at one per 200 ms.
 
   // A restarted daemon registers again and takes the next job; kill -9 of it (a crash) leaves
   // none of the job's processes behind.
