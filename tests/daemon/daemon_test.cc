@@ -302,5 +302,31 @@ TEST_F(DaemonTest, RunsJobsAsTheConfiguredUser) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
+// A standby replica ("standby:" refusal) hands over to the next endpoint; a refusal of another
+// kind (ALREADY_EXISTS: the name is registered) retries the same endpoint, backing off.
+TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
+  FakeJobsService standby;
+  standby.RefuseWith(
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "standby: the leader is 10.0.0.1:29400"));
+  config_.rendezvous_endpoints = {standby.endpoint(), service_.endpoint()};
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_EQ(StopDaemon(), 0);
+
+  FakeJobsService taken;
+  taken.RefuseWith(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "node-t is registered"));
+  config_.rendezvous_endpoints = {taken.endpoint(), service_.endpoint()};
+  StartDaemon();
+  // 200 + 400 + 400 + 400 ms of backoff (max_backoff 400 ms here): 4 or 5 refusals in 1.6 s,
+  // and no hello at the second endpoint.
+  absl::SleepFor(absl::Milliseconds(1600));
+  EXPECT_GE(taken.refused(), 4);
+  EXPECT_LE(taken.refused(), 6);
+  const auto d = DescribeAll(service_.received());
+  EXPECT_EQ(std::count(d.begin(), d.end(), "hello node-t"), 1);  // The first daemon's only.
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
 }  // namespace
 }  // namespace dgt::daemon

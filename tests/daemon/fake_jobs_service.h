@@ -45,8 +45,27 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
 
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
 
+  // Every Register from now on is refused with `status` (as a standby replica or a service
+  // that knows the node already would).
+  void RefuseWith(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    refuse_ = std::move(status);
+    refuse_set_ = true;
+  }
+  int refused() {
+    absl::MutexLock lock(&mu_);
+    return refused_;
+  }
+
   grpc::Status Register(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<ControlMessage, NodeMessage>* stream) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (refuse_set_) {
+        ++refused_;
+        return refuse_;
+      }
+    }
     bool reading = true;
     std::thread reader([&] {
       NodeMessage m;
@@ -108,6 +127,9 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
   std::vector<NodeMessage> received_ ABSL_GUARDED_BY(mu_);
   std::deque<ControlMessage> outbox_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool refuse_set_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status refuse_ ABSL_GUARDED_BY(mu_);
+  int refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One line per message, for exact comparisons: "hello node-a", "update job-1 started 0",
