@@ -14,10 +14,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -135,7 +137,7 @@ class DaemonE2eTest : public ::testing::Test {
         << "rendezvous_endpoints: [\"" << service_.endpoint() << "\"]\n"
         << "node_name: e2e-node\nrun_as_user: " << pw->pw_name << "\nallow_root: true\n"
         << "work_dir: " << dir_ << "/jobs\ndgt_run: " << DGT_BIN_DIR << "/dgt-run\n"
-        << "stop_grace_s: 5\nlabels: {pool: e2e}\n";
+        << "stop_grace_s: 5\n";
     StartAgent();
   }
   void TearDown() override {
@@ -153,6 +155,9 @@ class DaemonE2eTest : public ::testing::Test {
         std::cerr << "--- " << j << "/dgt-run.log\n" << Slurp(dir_ + "/jobs/" + j + "/dgt-run.log");
       }
     }
+    stop_notes_ = true;
+    if (notes_reader_.joinable()) notes_reader_.join();
+    if (notify_fd_ >= 0) ::close(notify_fd_);
     fs::remove_all(dir_);
   }
 
@@ -168,20 +173,29 @@ class DaemonE2eTest : public ::testing::Test {
       std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
       ASSERT_EQ(::bind(notify_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
       env = {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=400000"};
+      notes_reader_ = std::thread([this] { ReadNotifications(); });
     }
     agent_ = Spawn({std::string(DGT_BIN_DIR) + "/dgt-agent", "--config", dir_ + "/agent.yaml"},
                    dir_ + "/agent.log", env);
   }
 
-  // The sd_notify datagrams received so far.
+  // The sd_notify datagrams received so far. A thread drains the socket as systemd does: a
+  // full datagram queue (net.unix.max_dgram_qlen) would block the daemon's sd_notify.
   std::vector<std::string> Notifications() {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      notes_.emplace_back(buf, n);
-    }
+    absl::MutexLock lock(&notes_mu_);
     return notes_;
+  }
+  void ReadNotifications() {
+    char buf[4096];
+    while (!stop_notes_.load()) {
+      const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
+      if (n > 0) {
+        absl::MutexLock lock(&notes_mu_);
+        notes_.emplace_back(buf, n);
+      } else {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
   }
 
   // Waits until each command line in `commands` runs twice (once per local rank).
@@ -249,13 +263,16 @@ class DaemonE2eTest : public ::testing::Test {
   pid_t rdzv_ = -1;
   pid_t agent_ = -1;
   int notify_fd_ = -1;
-  std::vector<std::string> notes_;
+  std::thread notes_reader_;
+  std::atomic<bool> stop_notes_{false};
+  absl::Mutex notes_mu_;
+  std::vector<std::string> notes_ ABSL_GUARDED_BY(notes_mu_);
 };
 
 TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
   ASSERT_TRUE(WaitFor("hello e2e-node", absl::Seconds(20)));
   const auto hello = service_.received()[0].hello();
-  EXPECT_EQ(hello.labels().at("pool"), "e2e");
+  EXPECT_EQ(hello.labels_size(), 0);
   EXPECT_EQ(hello.version(), "0.1.0");
 
   service_.Send(Start("job-1",
@@ -288,7 +305,12 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
   const absl::Duration took = absl::Now() - cancelled;
   EXPECT_GE(took, absl::Seconds(1.5));
   EXPECT_LT(took, absl::Seconds(4));
-  // No sleep, no worker shell (its command line names them), no dgt-run (nor its argv).
+  // No sleep, no worker shell (its command line names them), no dgt-run (nor its argv) soon
+  // after the SIGKILL (a killed process takes a moment to go).
+  const absl::Time gone_2 = cancelled + absl::Seconds(3.5);
+  while ((!Pids("sleep 61").empty() || !Pids("--rdzv-id=job-2").empty()) && absl::Now() < gone_2) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_EQ(Pids("sleep 61"), std::vector<pid_t>{});
   EXPECT_EQ(Pids("--rdzv-id=job-2"), std::vector<pid_t>{});
 
@@ -307,6 +329,11 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
   EXPECT_EQ(Pids("sleep 615"), std::vector<pid_t>{});
 
   // What systemd was told, in order (WATCHDOG=1 left out; counted).
+  const absl::Time stopping_by = absl::Now() + absl::Seconds(5);
+  while (Notifications().empty() || Notifications().back() != "STOPPING=1") {
+    if (absl::Now() > stopping_by) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   const std::string ep = service_.endpoint();
   std::vector<std::string> states;
   int watchdogs = 0;
@@ -335,6 +362,31 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
                2;
       },
       absl::Seconds(20)));
+  // SIGHUP: a bad file is refused and the old config kept (no new registration); a good one
+  // registers again with the new labels.
+  const std::string config = Slurp(dir_ + "/agent.yaml");
+  std::ofstream(dir_ + "/agent.yaml") << config << "colour: blue\n";
+  ::kill(agent_, SIGHUP);
+  const std::string refused =
+      "config reload failed, keeping the old config: " + dir_ + "/agent.yaml: colour: unknown key";
+  const absl::Time logged_by = absl::Now() + absl::Seconds(10);
+  while (Slurp(dir_ + "/agent.log").find(refused) == std::string::npos && absl::Now() < logged_by) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(Slurp(dir_ + "/agent.log").find(refused), std::string::npos);
+  const auto hellos = [](const std::vector<dgt::jobs::v1::NodeMessage>& ms) {
+    return std::count_if(ms.begin(), ms.end(), [](const auto& m) { return m.has_hello(); });
+  };
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(hellos(service_.received()), 2);
+  std::ofstream(dir_ + "/agent.yaml") << config << "labels: {pool: e2e2}\n";
+  ::kill(agent_, SIGHUP);
+  ASSERT_TRUE(service_.WaitFor([&](const auto& ms) { return hellos(ms) == 3; }, absl::Seconds(10)));
+  auto ms = service_.received();
+  const auto last_hello =
+      std::find_if(ms.rbegin(), ms.rend(), [](const auto& m) { return m.has_hello(); })->hello();
+  EXPECT_EQ(last_hello.labels().at("pool"), "e2e2");
+
   service_.Send(Start("job-4", "sleep 616"));
   ASSERT_TRUE(WaitForProcesses({"sleep 616"}));
   ::kill(agent_, SIGKILL);
