@@ -342,5 +342,20 @@ TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
+// dgt-run gone after the config was checked (a package upgrade): the job ends with 127 and says
+// why; the daemon keeps serving.
+TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
+  config_.dgt_run = dir_ + "/no-dgt-run";
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  service_.Send(StartJob("job-m", "true"));
+  ASSERT_TRUE(WaitFor("update job-m exited 127"));
+  EXPECT_EQ(service_.received().back().update().message(),
+            "dgt-agent: cannot execute " + dir_ + "/no-dgt-run");
+  const auto d = DescribeAll(service_.received());
+  EXPECT_THAT(d, ElementsAre("hello node-t", "update job-m started 0", "update job-m exited 127"));
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
 }  // namespace
 }  // namespace dgt::daemon
