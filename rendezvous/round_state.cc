@@ -895,7 +895,7 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
       const std::string lost =
           absl::StrCat(missing, " of ", run.expected_members, " node(s) of round ", run.round,
                        " did not rejoin within ", absl::FormatDuration(options_.rejoin_timeout),
-                       " after the rendezvous service restarted or another replica took over");
+                       " after the rendezvous service restarted");
       counters_.nodes_lost += missing;
       EndRecovery(run);
       std::optional<std::string> restart = std::move(run.deferred_restart);
