@@ -533,7 +533,7 @@ absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
   if (!written.ok()) {
     // Nothing of the event is sent: the round state machine reports the failure and the service
     // steps down; the agents rejoin a leader that reads the runs afresh (docs/ETCD.md, Replicas).
-    spdlog::warn("etcd backend: {}; the change to run '{}' is not written",
+    spdlog::warn("{}; the change to run '{}' is not written",
                  std::string(written.status().message()), std::string(run_id));
   }
   return written;

@@ -380,8 +380,8 @@ int main(int argc, char** argv) {
       service->TakeOver();
     };
     election_options.on_lost = [service, etcd_backend](const absl::Status& why) {
-      etcd_backend->SetLeaderFence(0);
       service->StepDown(why);
+      etcd_backend->SetLeaderFence(0);
     };
     election_options.on_leader = [service](const dgt::rendezvous::LeaderInfo& leader) {
       service->SetLeader(leader.replica, leader.address);

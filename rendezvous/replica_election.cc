@@ -106,8 +106,10 @@ void ReplicaElection::Loop() {
       if (revoked.ok() || absl::IsNotFound(revoked)) stale_lease_ = 0;
     }
     absl::StatusOr<etcd::Lease> lease = client_->LeaseGrant(options_.lease_ttl_s);
-    absl::StatusOr<etcd::TxnResult> txn = lease.status();
-    if (lease.ok()) {
+    absl::StatusOr<etcd::TxnResult> txn = absl::UnknownError("no lease");
+    if (!lease.ok()) {
+      txn = lease.status();
+    } else {
       txn = client_->Txn(
           {etcd::Compare::CreateRevisionIs(options_.key, 0)},
           {etcd::Op::Put(options_.key, EncodeLeaderInfo({options_.replica_id, options_.address}),

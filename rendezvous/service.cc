@@ -191,8 +191,7 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
         grpc::StatusCode::UNAVAILABLE,
         absl::StrCat("standby: dgt-rendezvous replica ", replica_id_, " is a standby; ",
                      leader_address_.empty() ? std::string("no leader now")
-                                             : absl::StrCat("the leader is ", leader_address_,
-                                                            " (replica ", leader_replica_, ")"))));
+                                             : absl::StrCat("the leader is ", leader_address_))));
   }
   int& open = sessions_per_peer_[peer_ip];
   if (max_sessions_per_peer_ > 0 && open >= max_sessions_per_peer_) {
