@@ -246,7 +246,14 @@ class Fleet:
         self.token = hosts.base / "submit.token"
         self.token.write_text("netns-submit-token\n")
         self.token.chmod(0o600)
-        _, self.endpoint = hosts.rendezvous("--submit-token-file", self.token)
+        # The nodes' token, as docs/OPERATIONS.md sets it up: root's, readable by the job user's
+        # group (the daemon passes it to dgt-run, which runs as that user).
+        self.node_token = hosts.base / "node.token"
+        self.node_token.write_text("netns-node-token\n")
+        shutil.chown(self.node_token, "root", hosts.user)
+        self.node_token.chmod(0o640)
+        _, self.endpoint = hosts.rendezvous("--submit-token-file", self.token, "--token-file",
+                                            self.node_token)
         self.agents = {}
         # The daemons keep only what dgt-agent.service leaves them (and no new privileges).
         self.caps = unit_bounding_set(hosts.root / "usr/lib/systemd/system/dgt-agent.service")
@@ -264,6 +271,7 @@ class Fleet:
                 f"labels: {{netns: \"node{k}\"}}\n"
                 f"run_as_user: {hosts.user}\n"
                 f"work_dir: {work}\n"
+                f"token_file: {self.node_token}\n"
                 f"stop_grace_s: 5\n"
                 f"watchdog: false\n")
             self.start_agent(k)
