@@ -345,6 +345,9 @@ class Fleet:
 def fleet(hosts):
     if not (hosts.bin / "dgt-agent").exists():
         _skip_or_fail("the .deb has no dgt-agent (this build does not make it)")
+    usage = sh(hosts.bin / "dgt-rendezvous", "--help").stdout
+    if "--submit-token-file" not in usage:
+        _skip_or_fail("the .deb's dgt-rendezvous serves no jobs (no --submit-token-file)")
     return Fleet(hosts)
 
 
