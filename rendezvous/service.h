@@ -19,6 +19,7 @@
 #include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "jobs/jobs_service.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/keepalive.h"
 #include "rendezvous/metrics_http.h"
@@ -48,6 +49,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   // Prometheus text exposition of the service's state and counters.
   std::string RenderMetrics();
+
+  // The operators' view of one run (RoundStateMachine::Status); nullopt for an unknown run. The
+  // jobs service polls its started jobs' runs here.
+  std::optional<RunStatus> RunStatusOf(const std::string& run_id);
 
  private:
   class SessionReactor;
@@ -86,6 +91,12 @@ struct RendezvousServerOptions {
   // Open Session streams allowed from one peer IP (RESOURCE_EXHAUSTED beyond); 0: no limit. One
   // agent holds one stream per run, so a normal host needs a handful.
   int max_sessions_per_peer = 1024;
+  // The jobs service (dgt.jobs.v1.Jobs, jobs/jobs_service.h) on the same port: dgt-rendezvous
+  // serves it, dgt-run's embedded service does not. jobs.agent_token is `token`;
+  // jobs.run_status is this service's; an empty jobs.scheduler.rdzv_endpoint becomes the bound
+  // address (the host name for a wildcard --listen).
+  bool serve_jobs = false;
+  jobs::JobsServiceOptions jobs;
 };
 
 class RendezvousServer {
@@ -106,6 +117,7 @@ class RendezvousServer {
  private:
   RendezvousServer() = default;
   std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<jobs::JobsService> jobs_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

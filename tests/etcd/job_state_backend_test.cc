@@ -64,7 +64,8 @@ TEST_F(EtcdJobStateBackendTest, UnavailableNamesTheKey) {
   absl::Status s = (*backend)->PutJob(job);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StartsWith(s.message(), "etcd job state: put of /dgt/jobs/job/job-1: ")) << s;
-  EXPECT_EQ(EtcdJobStateBackend::Open({.prefix = ""}).status().code(),
+  options.prefix = "";
+  EXPECT_EQ(EtcdJobStateBackend::Open(options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
