@@ -14,7 +14,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "agent/exit_codes.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
@@ -26,6 +25,15 @@ namespace dgt::cli {
 namespace {
 
 namespace v1 = ::dgt::jobs::v1;
+
+// docs/EXIT_CODES.md ("dgt"), the values of agent/exit_codes.h (the CLI links no agent).
+namespace agent {
+constexpr int kExitSuccess = 0;
+constexpr int kExitLauncherError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitRendezvousUnavailable = 69;
+constexpr int kExitNotAdmitted = 77;
+}  // namespace agent
 
 struct CommonFlags {
   std::string endpoint;

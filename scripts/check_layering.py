@@ -34,7 +34,8 @@ import sys
 from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
-PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "worker_runtime", "agent", "cli"]
+PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "jobs", "worker_runtime", "agent",
+                "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
 DEP_ALIASES = {"${DGT_IBVERBS_LIBRARY}": "ibverbs", "${CMAKE_DL_LIBS}": "dl"}
@@ -45,12 +46,12 @@ DIR_OWNER = {"common": "common", "store": "store", "agent": "agent", "cli": "cli
              "etcd": "etcd_client"}
 
 # Generated headers (dgt::proto) and third-party include prefixes -> the dependency they need.
-GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
+GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "dgt/jobs/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
                       "etcd/auth/", "google/api/"]
 THIRD_PARTY = [
     ("grpcpp/", {"gRPC::grpc++"}), ("grpc/", {"gRPC::grpc++"}),
     ("google/protobuf/", {"protobuf::libprotobuf", "gRPC::grpc++"}),
-    ("gloo/", {"gloo"}), ("infiniband/", {"ibverbs"}), ("boost/", {"Boost::headers"}),
+    ("yaml-cpp/", {"yaml-cpp"}), ("gloo/", {"gloo"}), ("infiniband/", {"ibverbs"}), ("boost/", {"Boost::headers"}),
     ("nlohmann/", {"nlohmann_json::nlohmann_json"}), ("CLI/", {"CLI11::CLI11"}),
     ("spdlog/", {"spdlog::spdlog"}), ("fmt/", {"spdlog::spdlog"}),
     ("openssl/", {"OpenSSL::SSL", "OpenSSL::Crypto"}), ("nccl.h", {"@nccl"}),
@@ -114,6 +115,10 @@ RULES = [
                                                                        "dgt-rendezvous"],
          include=["agent/*", "dgt/store/*", "store/*", "dgt/worker/*", "gloo/*"],
          link=["agent", "store", "worker*", "net_discovery", "recovery_keys", "gloo", "ibverbs"]),
+    Rule("the job spec and the scheduler are pure: no gRPC, no Asio, no etcd, no agent",
+         targets=["job_spec", "jobs_core"],
+         include=["grpcpp/*", "grpc/*", "*.grpc.pb.h", "boost/*", "etcd/*", "agent/*",
+                  "rendezvous/service.h"]),
     Rule("etcd_client is a plain etcd v3 client: no dgt domain", targets=["etcd_client"],
          include=["rendezvous/*", "agent/*", "store/*", "dgt/store/*", "dgt/worker/*",
                   "dgt/rendezvous/*"],

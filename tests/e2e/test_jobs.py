@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import BIN, wait_for
+from test_rendezvous_etcd import etcd, etcdctl  # noqa: F401 (the etcd fixture)
 
 FAKE_DAEMON = BIN.parent / "tests" / "fake_node_daemon"
 
@@ -38,8 +39,8 @@ def show(endpoint, job_id):
 class FakeDaemon:
     """fake_node_daemon: what the service sends is read from its stdout file, one JSON a line."""
 
-    def __init__(self, tmp_path, endpoint, name, labels=()):
-        self.out_path = tmp_path / f"daemon-{name}.out"
+    def __init__(self, tmp_path, endpoint, name, labels=(), index=0):
+        self.out_path = tmp_path / f"daemon{index}-{name}.out"
         self._out = open(self.out_path, "wb")
         args = [FAKE_DAEMON, "--endpoint", endpoint, "--name", name]
         for label in labels:
@@ -72,7 +73,7 @@ def daemons(tmp_path):
     started = []
 
     def make(endpoint, name, labels=()):
-        d = FakeDaemon(tmp_path, endpoint, name, labels)
+        d = FakeDaemon(tmp_path, endpoint, name, labels, index=len(started))
         started.append(d)
         return d
 
@@ -111,6 +112,12 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
                  "environment_variables": {"GREETING": "hi"}, "node_labels": {"pool": "a"}},
     }
     assert "start" not in str(other.messages())
+    # A second daemon with a registered name is refused.
+    dup = daemons(endpoint, "a", ["pool=a"])
+    dup.popen.stdin.close()
+    wait_for(lambda: dup.messages(), 20, "the duplicate daemon's stream to end")
+    assert dup.messages() == [{"status": 6, "message": "node 'a' is already registered (another "
+                                                       "daemon holds the name)"}]
     assert show(endpoint, "job-1")["state"] == "starting"
     nodes = dgt(endpoint, "nodes")
     assert nodes.returncode == 0, nodes.stderr
@@ -241,3 +248,23 @@ def test_spec_errors_and_submit_tokens(spawn, tmp_path):
     assert out.returncode == 69
     assert out.stderr.startswith("dgt jobs: error: no jobs service answered at 127.0.0.1:1 "
                                  "within 2s")
+
+
+def test_queue_survives_a_restart_with_etcd(spawn, etcd, tmp_path):  # noqa: F811
+    flags = ["--backend=etcd", f"--etcd-endpoints={etcd}", "--allow-unauthenticated-submit"]
+    endpoint, first = start_rendezvous(spawn, *flags)
+    job = tmp_path / "job.yaml"
+    job.write_text("command: 'true'\ninstance_count: 2\n")
+    assert dgt(endpoint, "submit", job).stdout == "job-1\n"
+    record = etcdctl(etcd, "get", "/dgt/jobs/job/job-1", "--print-value-only")
+    assert record.returncode == 0, record.stderr
+    value = json.loads(record.stdout)
+    assert value["version"] == 1
+    assert value["job"]["job_id"] == "job-1" and value["job"]["state"] == "queued"
+    first.popen.terminate()
+    assert first.wait(20) == 0
+    endpoint, _ = start_rendezvous(spawn, *flags)
+    info = show(endpoint, "job-1")
+    assert info["state"] == "queued"
+    assert info["reason"] == "needs 2 idle nodes; 0 match"
+    assert dgt(endpoint, "submit", job).stdout == "job-2\n"
