@@ -98,11 +98,11 @@ class Connection {
   template <typename Call>
   int Run(Call call) {
     grpc::Status st;
-    for (size_t i = 0; i < stubs_.size(); ++i) {
+    for (const auto& stub : stubs_) {
       grpc::ClientContext ctx;
       dgt::rendezvous::AuthorizeCall(client_, &ctx);
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-      st = call(*stubs_[i], &ctx);
+      st = call(*stub, &ctx);
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     }
     return ExitFor(st);
