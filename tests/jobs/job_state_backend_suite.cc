@@ -30,6 +30,7 @@ v1::JobInfo MakeJob(const std::string& id, double submitted, const std::string& 
 
 std::vector<std::string> Ids(const std::vector<v1::JobInfo>& jobs) {
   std::vector<std::string> out;
+  out.reserve(jobs.size());
   for (const auto& j : jobs) out.push_back(j.job_id());
   return out;
 }

@@ -32,7 +32,7 @@ std::vector<std::string> Describe(const std::vector<Action>& actions) {
   return out;
 }
 
-v1::JobSpec Spec(int nodes, int per_node, std::map<std::string, std::string> labels = {}) {
+v1::JobSpec Spec(int nodes, int per_node, const std::map<std::string, std::string>& labels = {}) {
   v1::JobSpec spec;
   spec.set_command("python train.py");
   spec.set_instance_count(nodes);
@@ -41,8 +41,8 @@ v1::JobSpec Spec(int nodes, int per_node, std::map<std::string, std::string> lab
   return spec;
 }
 
-v1::NodeHello Hello(const std::string& name, std::map<std::string, std::string> labels = {},
-                    std::vector<std::string> running = {}) {
+v1::NodeHello Hello(const std::string& name, const std::map<std::string, std::string>& labels = {},
+                    const std::vector<std::string>& running = {}) {
   v1::NodeHello hello;
   hello.set_node_name(name);
   hello.set_hostname(name + ".example");
