@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
   int first = 0;
   int channels = 64;
   double timeout_s = 120;
+  double between_rounds_s = 0;
   app.add_option("--endpoint", endpoint, "dgt-rendezvous HOST:PORT")->required();
   app.add_option("--agents", agents, "Simulated agents")->check(CLI::Range(2, 100000));
   app.add_option("--channels", channels, "TCP connections")->check(CLI::Range(1, 4096));
@@ -165,6 +167,10 @@ int main(int argc, char** argv) {
                  "(default: --agents)");
   app.add_option("--first-index", first, "Index of this process's first agent");
   app.add_option("--timeout-s", timeout_s, "Give up after this many seconds");
+  app.add_option("--between-rounds-s", between_rounds_s,
+                 "Seconds to wait after round 0 is assigned (\"round 0 assigned\" is printed "
+                 "first) before an agent is lost; lets run.sh read the etcd metrics per round")
+      ->check(CLI::Range(0.0, 60.0));
   CLI11_PARSE(app, argc, argv);
 
   if (total == 0) total = agents;
@@ -208,6 +214,11 @@ int main(int argc, char** argv) {
     std::vector<double> lat;
     for (auto t : shared.round0_at) lat.push_back(Ms(t - shared.last_join_written));
     Percentiles("per-agent assignment after the last join", lat);
+  }
+  if (ok && between_rounds_s > 0) {
+    std::printf("round 0 assigned; waiting %.1f s\n", between_rounds_s);
+    std::fflush(stdout);
+    absl::SleepFor(absl::Seconds(between_rounds_s));
   }
   if (ok) {
     // One agent vanishes (its stream is cancelled, as when its process dies): the survivors get

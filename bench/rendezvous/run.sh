@@ -21,21 +21,104 @@ COUNTS=("$@")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+free_port() { "${DGT_PYTHON:-/usr/bin/python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A fresh three-member etcd on loopback (Debian's etcd, $DGT_ETCD_BIN to override), data in a
+# temporary directory; sets ETCD_ENDPOINTS (HOST:PORT,...), ETCD_URLS, ETCD_PIDS, ETCD_DIR.
+etcd_start() {
+  local etcd=${DGT_ETCD_BIN:-/usr/bin/etcd} cluster="" i
+  ETCD_DIR=$(mktemp -d /tmp/dgt-bench-etcd.XXXXXX)
+  ETCD_ENDPOINTS=""; ETCD_URLS=(); ETCD_PIDS=()
+  local cports=() pports=()
+  for i in 0 1 2; do cports+=("$(free_port)"); pports+=("$(free_port)"); done
+  for i in 0 1 2; do cluster+="${cluster:+,}m$i=http://127.0.0.1:${pports[$i]}"; done
+  for i in 0 1 2; do
+    "$etcd" --name "m$i" --data-dir "$ETCD_DIR/m$i" \
+      --listen-client-urls "http://127.0.0.1:${cports[$i]}" \
+      --advertise-client-urls "http://127.0.0.1:${cports[$i]}" \
+      --listen-peer-urls "http://127.0.0.1:${pports[$i]}" \
+      --initial-advertise-peer-urls "http://127.0.0.1:${pports[$i]}" \
+      --initial-cluster "$cluster" --initial-cluster-token dgt-bench --initial-cluster-state new \
+      --heartbeat-interval "${ETCD_HEARTBEAT_MS:-50}" --election-timeout "${ETCD_ELECTION_MS:-500}" \
+      --logger zap --log-level error >"$ETCD_DIR/m$i.log" 2>&1 &
+    ETCD_PIDS+=($!)
+    ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}127.0.0.1:${cports[$i]}"
+    ETCD_URLS+=("http://127.0.0.1:${cports[$i]}")
+  done
+  for _ in $(seq 100); do
+    curl -sf "${ETCD_URLS[0]}/health" 2>/dev/null | grep -q '"health":"true"' && return 0
+    sleep 0.1
+  done
+  echo "etcd did not become healthy within 10 s (logs in $ETCD_DIR)"; return 1
+}
+
+etcd_stop() {
+  local p
+  for p in "${ETCD_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${ETCD_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$ETCD_DIR"
+}
+
+# etcd's KV requests served so far, summed over the members (grpc_server_handled_total of
+# etcdserverpb.KV, every code): "txn range put deleterange".
+etcd_requests() {
+  local u
+  for u in "${ETCD_URLS[@]}"; do curl -sf "$u/metrics" || true; done | awk '
+    /^grpc_server_handled_total/ && /grpc_service="etcdserverpb.KV"/ {
+      m = $0; sub(/.*grpc_method="/, "", m); sub(/".*/, "", m); n[m] += $NF }
+    END { printf "%d %d %d %d\n", n["Txn"], n["Range"], n["Put"], n["DeleteRange"] }'
+}
+
+# etcd's data on disk after a run (the members' db files, summed), in KiB.
+etcd_db_kib() { du -sk "$ETCD_DIR" | awk '{print $1}'; }
+
 dgt_runs() {
   for n in "${COUNTS[@]}"; do
-    local out pid port
-    out=$(mktemp)
-    # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
-    "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 >"$out" 2>/dev/null &
-    pid=$!
-    for _ in $(seq 50); do grep -q "listening on port" "$out" && break; sleep 0.1; done
-    port=$(grep -o 'port [0-9]*' "$out" | awk '{print $2}')
-    echo "== $n agents"
-    timeout 200 "$BUILD/bin/rendezvous_bench" --endpoint "127.0.0.1:$port" --agents "$n" \
-      --channels "${CHANNELS:-100}" --timeout-s 150 || echo "(benchmark failed for $n agents)"
-    echo "service peak RSS: $(grep VmHWM /proc/$pid/status | awk '{print $2, $3}')"
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    rm -f "$out"
+    for backend in ${BACKENDS:-memory etcd}; do
+      local out pid port bench_out bpid before mid after
+      out=$(mktemp); bench_out=$(mktemp)
+      local extra=()
+      if [ "$backend" = etcd ]; then
+        etcd_start || { echo "== $n agents, backend etcd"; echo "(etcd failed to start)"; continue; }
+        extra=(--backend etcd --etcd-endpoints "$ETCD_ENDPOINTS")
+      fi
+      # Every simulated agent connects from 127.0.0.1: lift the per-peer session limit (1,024).
+      "$BUILD/bin/dgt-rendezvous" --listen 127.0.0.1:0 --max-sessions-per-peer 0 "${extra[@]}" \
+        >"$out" 2>&1 &
+      pid=$!
+      for _ in $(seq 100); do grep -q "listening on port" "$out" && break; sleep 0.1; done
+      port=$(grep -o 'listening on port [0-9]*' "$out" | awk '{print $4}')
+      echo "== $n agents, backend $backend"
+      [ "$backend" = etcd ] && before=$(etcd_requests)
+      timeout 300 "$BUILD/bin/rendezvous_bench" --endpoint "127.0.0.1:$port" --agents "$n" \
+        --channels "${CHANNELS:-100}" --timeout-s "${BENCH_TIMEOUT_S:-240}" --between-rounds-s 1 \
+        >"$bench_out" 2>&1 &
+      bpid=$!
+      if [ "$backend" = etcd ]; then
+        # The etcd requests of round 0 (every join): read while the bench waits between rounds.
+        for _ in $(seq $(( ${BENCH_TIMEOUT_S:-240} * 20 ))); do
+          grep -q -e "round 0 assigned" -e FAILED "$bench_out" && break
+          kill -0 "$bpid" 2>/dev/null || break
+          sleep 0.05
+        done
+        mid=$(etcd_requests)
+      fi
+      wait "$bpid" || echo "(benchmark failed for $n agents, backend $backend)"
+      grep -v "round 0 assigned" "$bench_out"
+      echo "service peak RSS: $(grep VmHWM /proc/$pid/status | awk '{print $2, $3}')"
+      if [ "$backend" = etcd ]; then
+        sleep 0.5  # The last commits of round 1.
+        after=$(etcd_requests)
+        read -r t0 r0 _ _ <<<"$before"; read -r t1 r1 _ _ <<<"$mid"; read -r t2 r2 _ _ <<<"$after"
+        echo "etcd requests, round 0 (every join): $((t1 - t0)) Txn, $((r1 - r0)) Range"
+        echo "etcd requests, loss -> round 1: $((t2 - t1)) Txn, $((r2 - r1)) Range"
+        echo "etcd data on disk after the run: $(etcd_db_kib) KiB"
+        grep -i -m3 -e "error" -e "too large" "$out" | cut -c1-300 || true
+      fi
+      kill "$pid"; wait "$pid" 2>/dev/null || true
+      [ "$backend" = etcd ] && etcd_stop
+      rm -f "$out" "$bench_out"
+    done
   done
 }
 
