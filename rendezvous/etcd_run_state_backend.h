@@ -68,11 +68,26 @@
 
 namespace dgt::rendezvous {
 
-// The JSON value of a run's key (see above); `writer` identifies the write.
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer);
-// The record in a key's value, and its writer. Errors: InvalidArgument for a value that is not
-// JSON of this shape, naming what is wrong; Unimplemented for another "version".
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr);
+// Separates a run's key from its node buckets' keys: `<prefix><run id>\x1f<bucket>`. A run id
+// with this byte is refused (InvalidArgument).
+inline constexpr char kNodeBucketSeparator = '\x1f';
+// How many node buckets a run of at most `max_nodes` nodes gets: one per 32 nodes, 1..100.
+int NodeBuckets(int32_t max_nodes);
+// The bucket of a node (FNV-1a of its id, modulo `buckets`).
+int NodeBucket(absl::string_view node_id, int buckets);
+// The JSON value of a run's key: the run without its nodes (see above); `writer` identifies the
+// write, `buckets` is the run's number of node buckets.
+std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets = 1);
+// The record in a run key's value (no nodes), its writer and its number of node buckets.
+// Errors: InvalidArgument for a value that is not JSON of this shape, naming what is wrong;
+// Unimplemented for another "version".
+absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr,
+                                          int* buckets = nullptr);
+// The JSON value of a node bucket's key: {"version": 2, "nodes": [[node_id, session, address,
+// nproc, store_port, node_rank, succeeded, failed, last_contact], ...]}.
+std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes);
+// The nodes in a bucket's value. Errors as DecodeRunRecord's.
+absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value);
 
 class EtcdRunStateBackend final : public RunStateBackend {
  public:
@@ -134,11 +149,14 @@ class EtcdRunStateBackend final : public RunStateBackend {
     std::shared_ptr<const RunRecord> run;
     Revision revision = 0;
     LeaseId lease = kNoLease;
+    int buckets = 0;  // Node buckets in etcd.
   };
   struct Stage {
     RunRecord run;
     Revision expected = 0;  // 0: a new run.
     LeaseId lease = kNoLease;
+    int buckets = 0;                        // 0: a new run (NodeBuckets(max_nodes) at Commit).
+    std::shared_ptr<const RunRecord> base;  // The record read: Commit writes the buckets changed.
   };
   struct WatchEntry {
     std::function<void(const RunEvent&)> fn;
@@ -147,18 +165,23 @@ class EtcdRunStateBackend final : public RunStateBackend {
 
   explicit EtcdRunStateBackend(Options options);
 
-  // The guarded put or delete of `key` (compare mod_revision == expected), deciding a lost answer
-  // by reading back. `value` empty: delete. Returns the revision written; Aborted naming the
-  // current revision; NotFound for a delete of an absent key. Updates the view.
+  // The guarded put or delete of a run (compare the run key's mod_revision == expected; one Txn
+  // putting the run key and the node buckets that differ from `base`, all of them when `base` is
+  // null, or deleting the run key and its buckets when `run` is null), deciding a lost answer by
+  // reading back. `buckets`: the run's bucket count in etcd (0: new, from max_nodes). Returns the
+  // revision written; Aborted naming the current revision; NotFound for a delete of an absent
+  // run. Updates the view.
   absl::StatusOr<Revision> GuardedWrite(absl::string_view what, const std::string& run_id,
                                         Revision expected, std::shared_ptr<const RunRecord> run,
-                                        LeaseId lease);
-  // Applies a key read back (absent when `kv` is null) at `revision` to the view.
-  void ApplyRead(const std::string& run_id, const etcd::KeyValue* kv, Revision read_revision)
+                                        LeaseId lease, const RunRecord* base, int buckets);
+  // Applies a run read back (its run key, absent when `kv` is null, and its bucket keys) at
+  // `read_revision` to the view.
+  void ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
+                 const std::vector<const etcd::KeyValue*>& buckets, Revision read_revision)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts (run non-null) or removes a run in the view after this replica's own write at `revision`.
   void ApplyLocal(const std::string& run_id, std::shared_ptr<const RunRecord> run,
-                  Revision revision, LeaseId lease);
+                  Revision revision, LeaseId lease, int buckets);
   // The watch thread's batch.
   void OnWatchEvents(const std::vector<etcd::Event>& events);
   // At the start of each write: drops records kept for pointers handed out before it, and
