@@ -3,24 +3,34 @@
 // backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
 // rendezvous that links it (dgt::rendezvous_etcd).
 //
-// Keys and values: one key per run, `<prefix><run_id>` (default prefix "/dgt/runs/"), whose value
-// is the RunRecord as JSON, versioned: {"version": 1, "writer": "<replica id>:<write>", "run":
-// {...}} (times as Unix nanoseconds, durations as nanoseconds, infinite ones as "inf"/"-inf").
-// "writer" names the write uniquely, so that a write whose answer was lost can be recognised
-// when read back. A value of another version, or one that does not parse, is skipped with a
-// warning (the run is invisible to this replica) and a write over it is refused (compare fails).
+// Keys and values (record version 2): per run, a run key `<prefix><run_id>` (default prefix
+// "/dgt/runs/") whose value is the RunRecord without its nodes as JSON: {"version": 2, "writer":
+// "<replica id>:<write>", "buckets": B, "run": {...}} (times as Unix nanoseconds, durations as
+// nanoseconds, infinite ones as "inf"/"-inf"); and the nodes in B bucket keys
+// `<prefix><run_id>\x1f<k>` (NodeBucket: FNV-1a of the node id modulo B; B =
+// NodeBuckets(max_nodes), one per 32 nodes, 1..100, fixed at creation), so that a join writes the
+// run key and one bucket, not the whole run (O(N^2) bytes per round), and a 10,000-node run fits
+// etcd's 1.5 MiB request and 128-op Txn limits. "writer" names the write uniquely, so that a write
+// whose answer was lost can be recognised when read back. A value of another version, or one that
+// does not parse, is skipped with a warning (the run is invisible to this replica) and a write over
+// it is refused (compare fails).
 //
 // How each call maps to etcd:
-// - Revision: the key's mod_revision (etcd's cluster-wide revision of the run's last put).
+// - Revision: the run key's mod_revision (etcd's cluster-wide revision of the run's last write;
+//   every write puts the run key).
 // - Find, RevisionOf, ForEach, size: served from a local view (plus this replica's stages). The
 //   view is loaded by one Range of the prefix at Open and kept current by one Watch of the prefix
 //   from the revision after that read, and by this replica's own writes (so a reader sees its
 //   own write at once; the watch's later copy of it is not applied twice, nor is an older event).
 // - Create, Mutable: stage a copy (with the revision it was read at) for the caller to change.
-// - Commit, CompareAndPut: one Txn: if mod_revision(key) == revision read (0: absent), put the
-//   value (with the lease), else get the key. A failed compare is Aborted ("run 'x' is at
-//   revision N, expected M") and updates the view with what was read.
-// - Delete: one Txn deleting the key; CompareAndDelete: one Txn comparing mod_revision first.
+// - Commit, CompareAndPut: one Txn: if mod_revision(run key) == revision read (0: absent), put
+//   the run key and the node buckets that changed since the record was read (Commit; every
+//   bucket for CompareAndPut), a bucket left empty deleted, all with the lease; else get the run
+//   key and its buckets. A failed compare is Aborted ("run 'x' is at revision N, expected M") and
+//   updates the view with what was read. Costs O(nodes) CPU per commit (the stage is a copy,
+//   compared node by node with the record read) and O(nodes / B) bytes per changed bucket.
+// - Delete: one Txn deleting the run key and its buckets; CompareAndDelete: the same Txn
+//   comparing the run key's mod_revision first.
 // - GrantLease, KeepAlive, RevokeLease: LeaseGrant (ttl rounded up to whole seconds; etcd may
 //   raise a TTL below its minimum), LeaseKeepAliveOnce, LeaseRevoke. etcd deletes a lease's keys
 //   when it ends, on the etcd leader's clock: `now` is ignored, ExpireLeases does nothing, and the
