@@ -144,7 +144,9 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 void Percentiles(const char* what, std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]; };
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
   std::printf("%s: p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", what, at(0.50), at(0.99), v.back());
 }
 
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
         std::make_unique<SimAgent>(first + i, total, stubs[i % channels].get(), &shared, i));
   }
   const absl::Time abs_deadline = absl::Now() + absl::Seconds(timeout_s);
-  auto wait_for = [&](std::function<bool()> predicate) {
+  auto wait_for = [&](const std::function<bool()>& predicate) {
     absl::MutexLock lock(&shared.mu);
     return shared.mu.AwaitWithDeadline(absl::Condition(&predicate), abs_deadline);
   };
