@@ -903,6 +903,29 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(
   }
 }
 
+absl::StatusOr<RunRecord> EtcdRunStateBackend::ReadRun(etcd::Client& client,
+                                                       absl::string_view prefix,
+                                                       absl::string_view run_id) {
+  const std::string key = absl::StrCat(prefix, run_id);
+  absl::StatusOr<etcd::TxnResult> txn =
+      client.Txn({}, {etcd::Op::Get(key), etcd::Op::GetPrefix(key + kNodeBucketSeparator)});
+  if (!txn.ok()) return txn.status();
+  if (txn->results.size() != 2 || txn->results[0].kvs.empty()) {
+    return absl::NotFoundError(absl::StrCat("no run key ", key));
+  }
+  absl::StatusOr<RunRecord> run = DecodeRunRecord(txn->results[0].kvs[0].value);
+  if (!run.ok()) return run.status();
+  for (const etcd::KeyValue& kv : txn->results[1].kvs) {
+    absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(kv.value);
+    if (!nodes.ok()) return nodes.status();
+    for (NodeRecord& n : *nodes) {
+      std::string id = n.node_id;
+      run->nodes.insert_or_assign(std::move(id), std::move(n));
+    }
+  }
+  return run;
+}
+
 absl::StatusOr<LeaseId> EtcdRunStateBackend::GrantLease(absl::Duration ttl, absl::Time /*now*/) {
   ReleaseRetired();
   if (ttl <= absl::ZeroDuration()) {

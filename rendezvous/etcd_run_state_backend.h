@@ -141,6 +141,12 @@ class EtcdRunStateBackend final : public RunStateBackend {
   WatchId Watch(std::function<void(const RunEvent&)> fn) override;
   void CancelWatch(WatchId id) override;
 
+  // The run `run_id` as stored under `prefix` (its run key and node buckets, read in one Txn),
+  // for tools and tests that read etcd without a backend. Errors: NotFound when the run key is
+  // absent; the decode's errors; the client's.
+  static absl::StatusOr<RunRecord> ReadRun(etcd::Client& client, absl::string_view prefix,
+                                           absl::string_view run_id);
+
   // The key of `run_id`.
   std::string KeyOf(absl::string_view run_id) const {
     return options_.prefix + std::string(run_id);

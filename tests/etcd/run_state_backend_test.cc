@@ -304,7 +304,12 @@ TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) 
   EXPECT_EQ(*(*b)->Find("big"), *(*a)->Find("big"));
   EXPECT_EQ((*b)->RevisionOf("big"), *r3);
 
-  // A third replica opened now reads the same run from the keys.
+  // Read from the keys without a backend, and by a third replica opened now.
+  absl::StatusOr<RunRecord> read = EtcdRunStateBackend::ReadRun(**raw, options.prefix, "big");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, *(*a)->Find("big"));
+  EXPECT_EQ(EtcdRunStateBackend::ReadRun(**raw, options.prefix, "none").status().message(),
+            "no run key " + options.prefix + "none");
   auto c = EtcdRunStateBackend::Open(options);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_NE((*c)->Find("big"), nullptr);
