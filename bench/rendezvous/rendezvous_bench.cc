@@ -420,8 +420,9 @@ int RunFailover(const std::vector<std::string>& endpoints, const std::vector<int
         shared.killed_at = Clock::now();
       }
       ::kill(pids[leader], SIGKILL);
-      std::printf("SIGKILLed the replica at %s (pid %d)\n", endpoints[leader].c_str(),
-                  pids[leader]);
+      std::printf("SIGKILLed the replica at %s (pid %d) at %s UTC\n", endpoints[leader].c_str(),
+                  pids[leader],
+                  absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone()).c_str());
       const bool ok = wait_for([&] { return shared.back == agents; });
       absl::MutexLock lock(&shared.mu);
       if (!ok) {

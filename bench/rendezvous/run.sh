@@ -92,6 +92,7 @@ etcd_delta() {
 dgt_runs() {
   for n in "${COUNTS[@]}"; do
     for backend in ${BACKENDS:-memory etcd}; do
+      [ "$backend" = none ] && continue  # BACKENDS=none: only the failover run.
       local out pid port bench_out bpid before mid after
       out=$(mktemp); bench_out=$(mktemp)
       local extra=()
