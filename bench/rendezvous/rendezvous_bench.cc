@@ -387,8 +387,10 @@ int RunFailover(const std::vector<std::string>& endpoints, const std::vector<int
   int exit_code = 0;
   {
     Retrier retrier;
+    sims.reserve(agents);
     for (int i = 0; i < agents; ++i) {
       std::vector<v1::Rendezvous::Stub*> mine;
+      mine.reserve(stubs.size());
       for (auto& per_endpoint : stubs) mine.push_back(per_endpoint[i % channels].get());
       sims.push_back(std::make_unique<FailoverAgent>(i, agents, mine, &shared, &retrier));
     }
