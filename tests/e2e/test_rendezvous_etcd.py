@@ -95,11 +95,11 @@ def test_one_replica_serves_a_job_with_its_run_state_in_etcd(spawn, etcd):
     bucket = etcdctl(etcd, "get", "/e2e/runs/etcdjob\x1f0", "--print-value-only")
     assert bucket.returncode == 0, bucket.stderr
     assert sorted(n[5] for n in json.loads(bucket.stdout)["nodes"]) == [0, 1]
-    # The run key and its one node bucket under the prefix, nothing else (0x1f is whitespace to
-    # str.split: split lines).
+    # The run key and its one node bucket under the prefix, and the replicas' leader key beside
+    # it (docs/ETCD.md). 0x1f is whitespace to str.split: split lines.
     keys = etcdctl(etcd, "get", "/e2e/", "--prefix", "--keys-only")
-    assert [k for k in keys.stdout.splitlines() if k] == ["/e2e/runs/etcdjob",
-                                                          "/e2e/runs/etcdjob\x1f0"]
+    assert [k for k in keys.stdout.splitlines() if k] == [
+        "/e2e/runs.leader", "/e2e/runs/etcdjob", "/e2e/runs/etcdjob\x1f0"]
 
 
 @pytest.mark.parametrize("args,message", [
