@@ -327,6 +327,56 @@ TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) 
             "run id 'x\\x1fy' has the byte 0x1f, which the etcd backend's keys reserve");
 }
 
+// A bucket left empty is deleted (by Commit and by CompareAndPut, which writes every bucket), and
+// another replica's view, following the watch, loses the nodes with it.
+TEST(EtcdBackendScaleTest, ABucketLeftEmptyIsDeletedAndTheOtherReplicaFollows) {
+  SkipWithoutEtcd();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  EtcdCluster* cluster = SharedCluster();
+  ASSERT_NE(cluster, nullptr);
+  EtcdRunStateBackend::Options options;
+  options.client.endpoints = cluster->endpoints();
+  options.prefix = "/dgt-test/empty-bucket/runs/";
+  auto raw = etcd::Client::Create(options.client);
+  ASSERT_TRUE(raw.ok());
+  Events b_events;
+  auto a = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  (*b)->Watch(b_events.Callback());
+  const std::string bucket_key = options.prefix + "small" + kNodeBucketSeparator + "0";
+
+  RunRecord* run = (*a)->Create("small").value();
+  run->max_nodes = 2;  // One bucket.
+  run->nodes["n1"].node_id = "n1";
+  run->nodes["n2"].node_id = "n2";
+  ASSERT_TRUE((*a)->Commit("small").ok());
+  ASSERT_TRUE((*raw)->Get(bucket_key).ok());
+
+  (*a)->Mutable("small")->nodes.clear();
+  ASSERT_TRUE((*a)->Commit("small").ok());
+  EXPECT_EQ((*raw)->Get(bucket_key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(b_events.Await(2).size(), 2u);
+  EXPECT_TRUE((*b)->Find("small")->nodes.empty());
+
+  // CompareAndPut: the nodes back, then none again over the revision read.
+  RunRecord whole = *(*a)->Find("small");
+  whole.nodes["n3"].node_id = "n3";
+  absl::StatusOr<Revision> put = (*a)->CompareAndPut(whole, (*a)->RevisionOf("small"));
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(b_events.Await(3).size(), 3u);
+  EXPECT_EQ((*b)->Find("small")->nodes.size(), 1u);
+  whole.nodes.clear();
+  put = (*a)->CompareAndPut(whole, *put);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ((*raw)->Get(bucket_key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(b_events.Await(4).size(), 4u);
+  EXPECT_TRUE((*b)->Find("small")->nodes.empty());
+  EXPECT_EQ(*(*b)->Find("small"), *(*a)->Find("small"));
+  ASSERT_TRUE((*raw)->DeletePrefix(options.prefix).ok());
+}
+
 class EtcdBackendFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
