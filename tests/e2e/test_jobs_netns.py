@@ -7,11 +7,14 @@ GPU-less nodes. A throwaway system user (removed at the end) runs the workers: P
 the peers venv (the `python2` fixture), gloo over the veths.
 
 - dgt-run from the .deb: a 2-node x 2-process job across the namespaces, each rank's log line.
-- dgt-agent from the .deb (skipped while the build makes none; fails under CI=true): two daemons,
-  confined to the capabilities dgt-agent.service keeps (setpriv --bounding-set, no-new-privs),
-  take `dgt submit`ted jobs: a 2x2 PyTorch job's logs through `dgt logs --rank N`, a tensorflow
-  job's one TF_CONFIG, cancel (every worker gone within the grace), kill -9 of a daemon mid-job
-  (the job restarts or fails with a reason), a daemon restarted takes the next job.
+- dgt-agent from the .deb (skipped while the build makes none or its dgt-rendezvous serves no
+  jobs; fails under CI=true): two daemons, confined to the capability bounding set of the packaged
+  dgt-agent.service (setpriv --bounding-set, no-new-privs), with a nodes' token and a submit
+  token as docs/OPERATIONS.md sets them up, take `dgt submit`ted jobs: a 2x2 PyTorch job's logs
+  through `dgt logs --rank N`, a tensorflow job's one TF_CONFIG, cancel (every worker gone within
+  the grace), kill -9 of a daemon mid-job (its workers die with it; the job should fail naming the
+  node: xfail while the service leaves it running), a daemon restarted (SIGTERM drain) takes the
+  next job, the packaged examples/job.yaml queues with its reason.
 - `systemd-analyze verify` on the packaged units.
 
 Needs root, iproute2, dpkg-deb, cpack, useradd and setpriv; skipped with the reason otherwise, and
@@ -439,3 +442,16 @@ def test_restarted_daemon_takes_the_next_job(fleet):
     assert [n.get("node_name", n.get("nodeName")) for n in info["nodes"]] == ["node1"]
     assert [fleet.log(job, r) for r in range(2)] == \
         [f"rank {r} world 2 local_rank {r} sum 3\n" for r in range(2)]
+
+
+def test_packaged_example_job_is_valid(fleet):
+    """The .deb's examples/job.yaml is a valid job: queued (no node has its labels), saying
+    why, then cancelled (a queued job blocks the ones behind it)."""
+    example = fleet.h.root / "usr/share/doc/dgt/examples/job.yaml"
+    job = fleet.dgt("submit", example).stdout.strip()
+    info = fleet.show(job)
+    assert info["state"] == "queued" and info["spec"]["instance_count"] == 2, info
+    assert "pool" in info["reason"], info
+    assert fleet.show(job)["spec"]["distribution"]["process_count_per_instance"] == 2
+    fleet.dgt("cancel", job)
+    assert fleet.wait_state(job, {"cancelled"}, 10)["state"] == "cancelled"
