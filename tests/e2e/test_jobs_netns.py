@@ -38,7 +38,7 @@ from conftest import BIN, REPO, Proc, wait_for
 
 WORKER = REPO / "tests" / "e2e" / "workers" / "jobs_netns_worker.py"
 BUILD = Path(os.environ.get("DGT_BUILD_DIR", BIN.parent))
-TOOLS = ("ip", "dpkg-deb", "cpack", "useradd", "userdel", "setpriv", "pgrep")
+TOOLS = ("ip", "dpkg-deb", "cpack", "useradd", "userdel", "setpriv", "pgrep", "systemd-analyze")
 
 
 def unit_bounding_set(unit):
@@ -202,7 +202,9 @@ def expected_line(rank):
 
 def test_units_verify(hosts):
     units = sorted((hosts.root / "usr/lib/systemd/system").glob("*.service"))
-    assert "dgt-rendezvous.service" in [u.name for u in units]
+    with_agent = (hosts.bin / "dgt-agent").exists()
+    assert [u.name for u in units] == \
+        ["dgt-agent.service"] * with_agent + ["dgt-rendezvous.service"]
     for unit in units:
         text = unit.read_text().replace("/usr/bin/", f"{hosts.root}/usr/bin/")
         copy = hosts.out / unit.name
