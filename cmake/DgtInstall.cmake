@@ -44,6 +44,11 @@ install(TARGETS ${DGT_INSTALLED_BINARIES} RUNTIME DESTINATION ${CMAKE_INSTALL_BI
 file(GLOB DGT_UNIT_TEMPLATES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/*.service.in)
 foreach(_unit_in ${DGT_UNIT_TEMPLATES})
   get_filename_component(_unit ${_unit_in} NAME_WLE)
+  # A unit only with its binary (dgt-agent.service needs a build that makes dgt-agent).
+  get_filename_component(_unit_bin ${_unit} NAME_WLE)
+  if(NOT TARGET ${_unit_bin})
+    continue()
+  endif()
   # One staging file per destination, so concurrent installs to different prefixes do not race.
   install(CODE "
     string(MD5 _dgt_dest \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}\")

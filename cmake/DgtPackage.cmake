@@ -14,7 +14,9 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed-training launcher (torchrun r
 set(CPACK_PACKAGE_DESCRIPTION
     "dgt launches and supervises distributed training jobs: dgt-run (a\n"
     "torchrun-compatible launcher), dgt-rendezvous (the elastic rendezvous\n"
-    "service, with a systemd unit), dgt (store, status and recovery tools),\n"
+    "service, with a systemd unit), dgt-agent (the node daemon that runs\n"
+    "submitted jobs, with a systemd unit), dgt (store, status, recovery and\n"
+    "job tools),\n"
     "the embeddable store and worker libraries (headers, CMake package,\n"
     "pkg-config) and the dgt Python package for in-place recovery of\n"
     "PyTorch trainers.")

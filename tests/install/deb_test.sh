@@ -10,13 +10,16 @@
 #     bound recorded in docs/OPERATIONS.md's table;
 #   - `cmake --install --prefix` installs the same files, its units starting that prefix's binaries;
 #   - the Python package and the pkg-config files work from the extracted tree.
-# Usage: deb_test.sh SOURCE_DIR BUILD_DIR VERSION WITH_MAN(ON|OFF) WITH_NCCL(ON|OFF)
+# Usage: deb_test.sh SOURCE_DIR BUILD_DIR VERSION WITH_MAN(ON|OFF) WITH_NCCL(ON|OFF) [WITH_AGENT]
+# (WITH_AGENT ON|OFF, default ON: whether the build makes dgt-agent, the [agent] entries of
+# deb-files.txt.)
 set -euo pipefail
 src=$1
 build=$2
 version=$3
 with_man=$4
 with_nccl=$5
+with_agent=${6:-ON}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() {
@@ -36,6 +39,7 @@ deb=$tmp/out/dgt_${version}_$(dpkg --print-architecture).deb
 expected=$(grep -v '^#' "$src/tests/install/deb-files.txt" |
   { if [[ $with_man == ON ]]; then cat; else grep -v '\[man\]'; fi; } |
   { if [[ $with_nccl == ON ]]; then cat; else grep -v '\[nccl\]'; fi; } |
+  { if [[ $with_agent == ON ]]; then cat; else grep -v '\[agent\]'; fi; } |
   sed -E 's/\[[a-z]+\] *//g' | LC_ALL=C sort -k2)
 listing=$(dpkg-deb -c "$deb")
 actual=$(awk '{print $1, $6}' <<<"$listing" | LC_ALL=C sort -k2)
@@ -79,7 +83,7 @@ maint_actions() {  # SCRIPT ARGS...: the commands the script ran that touch the 
 [[ $(maint_actions postinst configure 0.0.9) == "deb-systemd-invoke try-restart dgt-rendezvous.service" ]] ||
   fail "postinst on upgrade: $(cat "$tmp/actions")"
 [[ -z $(maint_actions postinst configure) ]] || fail "postinst on install: $(cat "$tmp/actions")"
-[[ $(maint_actions prerm remove) == "deb-systemd-invoke stop dgt-rendezvous.service" ]] ||
+[[ $(maint_actions prerm remove) == "deb-systemd-invoke stop dgt-agent.service dgt-rendezvous.service" ]] ||
   fail "prerm remove: $(cat "$tmp/actions")"
 [[ -z $(maint_actions prerm upgrade 0.1.0) ]] || fail "prerm upgrade: $(cat "$tmp/actions")"
 mapfile -t binaries < <(find "$root/usr/bin" -type f -printf '%f\n' | sort)
@@ -124,7 +128,7 @@ IFS=: read -r _ _ uid gid gecos home shell <<<"$user"
 [[ $gecos == "dgt distributed-training launcher" ]] || fail "dgt user: $user"
 systemd-tmpfiles --root="$root" --create dgt.conf > "$tmp/tmpfiles.log" 2>&1 ||
   { cat "$tmp/tmpfiles.log" >&2; fail "systemd-tmpfiles"; }
-for dir in /var/lib/dgt /var/log/dgt; do
+for dir in /var/lib/dgt /var/log/dgt /var/lib/dgt/jobs; do
   got=$(stat -c '%a %u %g' "$root$dir") || fail "tmpfiles.d made no $dir"
   [[ $got == "750 $uid $gid" ]] || fail "$dir: mode uid gid $got, want 750 $uid $gid"
 done
