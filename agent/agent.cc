@@ -117,7 +117,7 @@ void Agent::CreateLifecycle(RestartBackend backend) {
   NodeLifecycle::Options o;
   o.run_id = options_.run_id;
   o.node_id = options_.node_id;
-  o.rdzv_endpoint = rdzv_endpoint_;
+  o.rdzv_endpoint = EndpointsText();
   o.advertised_address = advertised_address_;
   o.min_nodes = options_.min_nodes;
   o.nproc_per_node = options_.nproc_per_node;

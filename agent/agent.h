@@ -21,6 +21,7 @@
 #include "agent/agent_env.h"
 #include "agent/coordinator.h"
 #include "agent/done_marks.h"
+#include "agent/endpoint_rotation.h"
 #include "agent/error_file.h"
 #include "agent/failure_publisher.h"
 #include "agent/group_watchdog.h"
@@ -78,18 +79,30 @@ class Agent {
   absl::Status PrepareStatic();
   // Sets up the logs for `assignment_`, then its round starts (NodeLifecycle::OnRoundApplied).
   void BeginRun(const std::string& reason);
-  // Opens a Session stream whose callbacks reach this agent's loop while `gen` is the current
-  // session generation (a replaced session's late callbacks are dropped). Blocks up to `timeout`.
+  // Opens a Session stream to `endpoint` whose callbacks reach this agent's loop while `gen` is
+  // the current session generation (a replaced session's late callbacks are dropped). Blocks up
+  // to `timeout` (several replicas: gives up at once on a refused connection).
   absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenSession(uint64_t gen,
+                                                                 const std::string& endpoint,
                                                                  absl::Duration timeout);
+  // Several replicas: opens the first session that connects, trying them in turn
+  // (EndpointRotation) until `timeout` (--rdzv-connect-timeout) passes.
+  // Errors: DeadlineExceeded naming every replica; Unauthenticated when every failure was a TLS
+  // disagreement.
+  absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenFirstReplica(absl::Duration timeout);
+  // The endpoints for messages: "a:1" or "a:1,b:2".
+  std::string EndpointsText() const;
   // The JoinRequest for this node, with JoinRequest.rejoin when it holds a round of the run.
   rdzv_v1::AgentMessage MakeJoin() const;
   std::optional<rdzv_v1::Assignment> RejoinAssignment() const;
-  // The service is lost (not hosted by another node): workers keep running, and the agent
-  // reconnects with jittered exponential backoff (100 ms doubling to 5 s) until
+  // The service is lost (not hosted by another node), or a session ended before the service
+  // took it (a standby replica): workers keep running, and the agent reconnects through the
+  // endpoints (agent/endpoint_rotation.h: one endpoint, jittered exponential backoff, 100 ms
+  // doubling to 5 s; several, the next one at once, at most 200 ms after a full pass) until
   // --rdzv-conf read_timeout passes (OnReconnectWindowOver).
   void StartReconnect(const grpc::Status& status);
-  void ScheduleReconnect();
+  // The next attempt after `pause`.
+  void ScheduleReconnect(absl::Duration pause);
   void TryReconnect();
   void OnReconnectAttempt(uint64_t gen);
   void OnReconnectWindowOver();
@@ -187,8 +200,11 @@ class Agent {
   uint64_t session_gen_ = 0;  // Generation of session_; callbacks of older ones are dropped.
   std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
   grpc::Status closed_status_;  // How the last session ended (kReconnect logs it).
-  absl::Duration reconnect_backoff_;
-  std::thread reconnect_thread_;  // One connection attempt at a time.
+  // The endpoints of --rdzv-endpoint (one, or the replicas of one service) and which is next.
+  std::unique_ptr<EndpointRotation> rotation_;
+  bool session_accepted_ = false;  // The service answered the current session (not an Error).
+  std::string lost_endpoint_;      // The replica whose session was lost last (for the log).
+  std::thread reconnect_thread_;   // One connection attempt at a time.
   dgt::Mutex reconnect_mu_;
   std::optional<absl::StatusOr<std::unique_ptr<RendezvousSession>>> reconnect_result_
       ABSL_GUARDED_BY(reconnect_mu_);
@@ -205,7 +221,7 @@ class Agent {
   int prepare_exit_status_ = 1;
 
   std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
-  std::string rdzv_endpoint_;
+  std::string rdzv_endpoint_;  // The endpoint of the current session (rotation_->current()).
   std::string advertised_address_;
   // The standby store: listening, never used by a round; its port is what the rendezvous may
   // name as MASTER_PORT next.

@@ -4,9 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -61,11 +63,51 @@ absl::Status Agent::Prepare() {
 
   std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
   std::optional<HostPort> endpoint;
-  if (!options_.rdzv_endpoint.empty()) {
+  // Several replicas of dgt-rendezvous (--rdzv-endpoint a:29400,b:29400): never hosted here.
+  std::vector<HostPort> replicas;
+  if (absl::StrContains(options_.rdzv_endpoint, ',')) {
+    DGT_ASSIGN_OR_RETURN(replicas,
+                         ParseEndpointList(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+  }
+  std::vector<std::string> endpoints;  // Resolved, in the given order.
+  std::string route_to;                // An IP of the service: MASTER_ADDR routes to it.
+  if (!replicas.empty()) {
+    std::string unresolved;
+    for (const HostPort& hp : replicas) {
+      auto ip = ResolveToIp(hp.host);
+      if (!ip.ok()) {
+        // gRPC resolves the name again at each attempt: it may appear later (a Kubernetes
+        // service's DNS record).
+        spdlog::warn("dgt-run: --rdzv-endpoint: {}; trying it by name", ip.status().message());
+        unresolved = std::string(ip.status().message());
+        endpoints.push_back(FormatHostPort(hp.host, hp.port));
+        continue;
+      }
+      if (route_to.empty()) route_to = *ip;
+      std::string resolved = FormatHostPort(*ip, hp.port);
+      auto same = std::find(endpoints.begin(), endpoints.end(), resolved);
+      if (same != endpoints.end()) {
+        const HostPort& earlier = replicas[same - endpoints.begin()];
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--rdzv-endpoint=", options_.rdzv_endpoint, ": ",
+            FormatHostPort(earlier.host, earlier.port), " and ", FormatHostPort(hp.host, hp.port),
+            " are both ", resolved, "; list each replica once"));
+      }
+      endpoints.push_back(std::move(resolved));
+    }
+    if (route_to.empty()) {
+      prepare_exit_status_ = kExitRendezvousUnavailable;
+      return absl::UnavailableError(
+          absl::StrCat("--rdzv-endpoint: no replica's name resolves (last: ", unresolved, ")"));
+    }
+    rdzv_endpoint_ = endpoints.front();
+  } else if (!options_.rdzv_endpoint.empty()) {
     DGT_ASSIGN_OR_RETURN(endpoint,
                          ParseHostPortOrFree(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
   }
-  if (options_.rdzv_endpoint.empty()) {
+  if (!replicas.empty()) {
+    // Resolved above.
+  } else if (options_.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
     auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
     if (!server.ok()) return server.status();
@@ -118,8 +160,8 @@ absl::Status Agent::Prepare() {
       advertised_address_ = *ip;
     }
   } else {
-    auto hp = ParseHostPort(rdzv_endpoint_, 29400, "rendezvous endpoint");
-    auto local = RoutedLocalAddress(hp->host);
+    if (route_to.empty()) route_to = ParseHostPort(rdzv_endpoint_, 29400, "endpoint")->host;
+    auto local = RoutedLocalAddress(route_to);
     if (!local.ok()) return local.status();
     advertised_address_ = *local;
   }
@@ -147,10 +189,14 @@ absl::Status Agent::Prepare() {
     DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
+  if (endpoints.empty()) endpoints.push_back(rdzv_endpoint_);
+  rotation_ = std::make_unique<EndpointRotation>(std::move(endpoints));
   CreateLifecycle(RestartBackend::kRendezvous);
   coordinator_ =
       std::make_unique<SessionBackend>([this](const LifecycleAction& a) { ReportToService(a); });
-  auto session = OpenSession(session_gen_, absl::Seconds(options_.connect_timeout_s));
+  auto session = rotation_->several() ? OpenFirstReplica(absl::Seconds(options_.connect_timeout_s))
+                                      : OpenSession(session_gen_, rotation_->current(),
+                                                    absl::Seconds(options_.connect_timeout_s));
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
       prepare_exit_status_ = kExitRendezvousUnavailable;
@@ -161,6 +207,7 @@ absl::Status Agent::Prepare() {
   }
   session_ = std::move(*session);
   session_open_ = true;
+  rdzv_endpoint_ = rotation_->current();
 
   if (auto s = session_->Send(MakeJoin()); !s.ok()) {
     // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback

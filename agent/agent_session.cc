@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -45,12 +46,19 @@ bool IsRefusal(const grpc::Status& status) {
   }
 }
 
+// Whether a Session stream ended with a standby replica's answer (the HA contract, issue 16).
+bool IsStandbyAnswer(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         absl::StartsWith(status.error_message(), "standby:");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t gen,
+                                                                      const std::string& endpoint,
                                                                       absl::Duration timeout) {
   return RendezvousSession::Open(
-      rdzv_endpoint_, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
+      endpoint, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
       [this, gen](const rdzv_v1::ServiceMessage& m) {
         asio::post(io_, [this, gen, m] {
           if (gen == session_gen_) OnServiceMessage(m);
@@ -60,7 +68,43 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t g
         asio::post(io_, [this, gen, status] {
           if (gen == session_gen_) OnSessionClosed(status);
         });
-      });
+      },
+      /*fail_fast=*/rotation_->several());
+}
+
+absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenFirstReplica(absl::Duration timeout) {
+  // Before the loop runs (Prepare): blocking is fine, and real time is what gRPC waits in.
+  const absl::Time deadline = absl::Now() + timeout;
+  bool all_tls = true;  // Every failure was a TLS disagreement (not admitted, exit 77).
+  std::string telling;  // The last failure that is not "nothing there".
+  // Each attempt takes at least a connect or a pause, and at most 1 s: bounded by `deadline`.
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    auto session =
+        OpenSession(session_gen_, rotation_->current(), std::min(left, absl::Seconds(1)));
+    if (session.ok()) return session;
+    spdlog::debug("dgt-run: rendezvous replica {}: {}", rotation_->current(),
+                  session.status().message());
+    if (session.status().code() == absl::StatusCode::kUnauthenticated) {
+      telling = std::string(session.status().message());
+    } else {
+      all_tls = false;
+    }
+    if (session.status().code() == absl::StatusCode::kInvalidArgument) return session.status();
+    absl::SleepFor(std::min(rotation_->OnAttemptFailed(), deadline - absl::Now()));
+  }
+  std::string message = absl::StrCat(
+      "cannot reach any of the ", rotation_->endpoints().size(), " rendezvous replicas at ",
+      absl::StrJoin(rotation_->endpoints(), ", "), " within ", absl::FormatDuration(timeout),
+      " (is dgt-rendezvous running there? see --rdzv-connect-timeout)");
+  if (all_tls && !telling.empty()) return absl::UnauthenticatedError(telling);
+  if (!telling.empty()) absl::StrAppend(&message, "; one failed otherwise: ", telling);
+  return absl::DeadlineExceededError(message);
+}
+
+std::string Agent::EndpointsText() const {
+  return rotation_ ? absl::StrJoin(rotation_->endpoints(), ",") : rdzv_endpoint_;
 }
 
 rdzv_v1::AgentMessage Agent::MakeJoin() const {
@@ -102,15 +146,35 @@ std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
 }
 
 void Agent::StartReconnect(const grpc::Status& status) {
-  if (!reconnect_deadline_) {
-    reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
-    reconnect_backoff_ = absl::Milliseconds(100);
+  const std::string ended = rotation_->current();
+  const bool was_accepted = session_accepted_;
+  session_accepted_ = false;
+  // A session the service had taken was lost; one it never took (a standby replica, a service
+  // going down) is a failed attempt: the next endpoint, or the backoff's next step.
+  const absl::Duration pause = was_accepted ? rotation_->OnLost() : rotation_->OnAttemptFailed();
+  if (was_accepted) lost_endpoint_ = ended;
+  const std::string keep = workers_ && workers_->alive() > 0 ? "workers keep running; " : "";
+  const bool first = !reconnect_deadline_;
+  if (first) reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
+  if (!rotation_->several()) {
+    if (first) {
+      spdlog::warn(
+          "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
+          "(--rdzv-conf read_timeout)",
+          ended, status.error_message(), keep, options_.reconnect_timeout_s);
+    }
+  } else if (IsStandbyAnswer(status)) {
+    spdlog::info("dgt-run: the rendezvous replica at {} is a standby ({}); trying {}", ended,
+                 status.error_message(), rotation_->current());
+  } else if (first || was_accepted) {
     spdlog::warn(
-        "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
-        "(--rdzv-conf read_timeout)",
-        rdzv_endpoint_, status.error_message(),
-        workers_ && workers_->alive() > 0 ? "workers keep running; " : "",
-        options_.reconnect_timeout_s);
+        "dgt-run: {} the rendezvous replica at {} ({}); {}trying the replicas from {} for up to "
+        "{:.1f} s (--rdzv-conf read_timeout)",
+        was_accepted ? "lost" : "no session from", ended, status.error_message(), keep,
+        rotation_->current(), absl::ToDoubleSeconds(*reconnect_deadline_ - env_.clock->Now()));
+  } else {
+    spdlog::info("dgt-run: the rendezvous replica at {} did not take the session ({}); trying {}",
+                 ended, status.error_message(), rotation_->current());
   }
   // Running workers without a restart left: another node's failure (its done mark) stops them
   // even while the service is away.
@@ -118,22 +182,18 @@ void Agent::StartReconnect(const grpc::Status& status) {
       (state() == NodeState::kRunning && !lifecycle_->GroupRestartLeft())) {
     PollMarks();
   }
-  ScheduleReconnect();
+  ScheduleReconnect(pause);
 }
 
-void Agent::ScheduleReconnect() {
+void Agent::ScheduleReconnect(absl::Duration pause) {
   if (!reconnect_deadline_ || state() == NodeState::kDone) return;
   if (env_.clock->Now() >= *reconnect_deadline_) {
     OnReconnectWindowOver();
     return;
   }
-  // Jittered (half to all of the backoff) so that the nodes of a big job do not all reconnect
+  // The pause is jittered (EndpointRotation) so that the nodes of a big job do not all reconnect
   // to a restarted service at the same instant.
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  const absl::Duration delay = reconnect_backoff_ * jitter(rng);
-  reconnect_backoff_ = std::min(reconnect_backoff_ * 2, absl::Seconds(5));
-  reconnect_timer_.expires_after(absl::ToChronoMilliseconds(delay));
+  reconnect_timer_.expires_after(absl::ToChronoMilliseconds(pause));
   reconnect_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) TryReconnect();
   });
@@ -153,8 +213,8 @@ void Agent::TryReconnect() {
   const absl::Duration attempt = std::min(left, absl::Seconds(1));
   const uint64_t gen = ++session_gen_;
   session_open_ = false;
-  reconnect_thread_ = std::thread([this, gen, attempt] {
-    auto session = OpenSession(gen, attempt);
+  reconnect_thread_ = std::thread([this, gen, attempt, endpoint = rotation_->current()] {
+    auto session = OpenSession(gen, endpoint, attempt);
     {
       dgt::MutexLock lock(&reconnect_mu_);
       reconnect_result_ = std::move(session);
@@ -177,12 +237,14 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
   }
   if (!result.ok()) {
     spdlog::debug("dgt-run: reconnecting: {}", result.status().message());
-    ScheduleReconnect();
+    ScheduleReconnect(rotation_->OnAttemptFailed());
     return;
   }
   if (session_) session_->Close();  // The broken one; its end was delivered already.
   session_ = std::move(*result);
   session_open_ = true;
+  session_accepted_ = false;
+  rdzv_endpoint_ = rotation_->current();
   rdzv_v1::AgentMessage join = MakeJoin();
   rejoin_round_.reset();
   if (join.join().has_rejoin()) rejoin_round_ = join.join().rejoin().round();
@@ -206,9 +268,13 @@ void Agent::OnRejoined() {
   ServiceBack();
   spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
                options_.run_id, round_, assignment_.node_rank);
-  // The report may have gone to a service that died with it, or never left this node.
-  if (state() == NodeState::kAwaitingOutcome && last_report_ && session_open_ &&
-      !lifecycle_->lingering()) {
+  // The report of this round may have gone to a service (or a leader replica) that died before
+  // it counted it, or never left this node; no RunFinished came, or the agent would be done or
+  // lingering. The service counts a node's report once.
+  if (state() == NodeState::kAwaitingOutcome && last_report_ &&
+      last_report_->report().round() == round_ && session_open_ && !lifecycle_->lingering()) {
+    spdlog::info("dgt-run: sending this node's report of round {} again to {}", round_,
+                 rdzv_endpoint_);
     (void)session_->Send(*last_report_);
   }
 }
@@ -226,6 +292,17 @@ void Agent::OnReconnectWindowOver() {
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   // A fresh join after reconnecting is answered: the service is back. (A rejoin's answer is its
   // Assignment, OnRejoined.)
+  if (!message.has_error() && !session_accepted_) {
+    session_accepted_ = true;
+    rotation_->OnAccepted();
+    if (rotation_->several() && !lost_endpoint_.empty() && lost_endpoint_ != rdzv_endpoint_) {
+      spdlog::info(
+          "dgt-run: the rendezvous replica at {} took this node's session (the one at {} "
+          "was lost)",
+          rdzv_endpoint_, lost_endpoint_);
+    }
+    lost_endpoint_.clear();
+  }
   if (ServiceLost() && !rejoin_round_ && !message.has_error()) ServiceBack();
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:

@@ -105,7 +105,9 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
       "static, c10d or dgt: all use dgt's rendezvous (etcd: use dgt-rendezvous)", kRdzv);
   add("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
-      "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port)", kRdzv);
+      "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port), or several "
+      "replicas of dgt-rendezvous: HOST:PORT,HOST:PORT,...",
+      kRdzv);
   add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
   add("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
       "key=value,...: join_timeout, last_call_timeout (seconds), is_host (true/false, 1/0), "

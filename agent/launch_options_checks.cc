@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -166,6 +167,11 @@ absl::Status CheckRendezvous(const RawFlags& raw, LaunchOptions* o) {
     if (o->max_nodes != 1) {
       return Bad(absl::StrCat("--standalone runs a single node, but --nnodes=", nnodes_text));
     }
+    if (absl::StrContains(o->rdzv_endpoint, ',')) {
+      return Bad(absl::StrCat(
+          "--standalone embeds its own rendezvous, but --rdzv-endpoint=", o->rdzv_endpoint,
+          " names replicas of dgt-rendezvous; use one or the other"));
+    }
     if (!o->rdzv_endpoint.empty()) {
       return Bad("--standalone embeds its own rendezvous; do not pass --rdzv-endpoint");
     }
@@ -184,7 +190,19 @@ absl::Status CheckRendezvous(const RawFlags& raw, LaunchOptions* o) {
       !s.ok()) {
     return s;
   }
-  if (!o->rdzv_endpoint.empty()) {
+  if (absl::StrContains(o->rdzv_endpoint, ',')) {
+    // Replicas of one dgt-rendezvous service (docs/RENDEZVOUS.md "Several replicas"), for every
+    // --rdzv-backend, as one endpoint is; torchrun has no list form.
+    auto list = ParseEndpointList(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
+    if (!list.ok()) return list.status();
+    if (list->size() > 1 && o->rdzv_is_host == true) {
+      return Bad(
+          absl::StrCat("--rdzv-conf is_host=1 hosts the rendezvous at one address, but "
+                       "--rdzv-endpoint=",
+                       o->rdzv_endpoint, " names ", list->size(),
+                       " replicas of dgt-rendezvous; give one endpoint, or drop is_host"));
+    }
+  } else if (!o->rdzv_endpoint.empty()) {
     auto hp = ParseHostPortOrFree(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
     if (hp->port == 0 && o->max_nodes > 1) {

@@ -6,17 +6,36 @@
 #include "spdlog/spdlog.h"
 
 namespace dgt::agent {
+namespace {
+
+// Whether `channel` becomes READY before `deadline` without passing through TRANSIENT_FAILURE
+// (gRPC's WaitForConnected keeps retrying a refused connection until its deadline).
+bool ConnectOnce(grpc::Channel& channel, std::chrono::system_clock::time_point deadline) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  // Each change is one transition (IDLE, CONNECTING, READY or TRANSIENT_FAILURE): bounded.
+  for (int changes = 0; changes < 16; ++changes) {
+    if (state == GRPC_CHANNEL_READY) return true;
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
+    if (!channel.WaitForStateChange(state, deadline)) return false;  // The deadline passed.
+    state = channel.GetState(/*try_to_connect=*/true);
+  }
+  return false;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RendezvousSession>> RendezvousSession::Open(
     const std::string& endpoint, absl::Duration connect_timeout,
-    const rendezvous::ClientOptions& client, MessageCallback on_message, ClosedCallback on_closed) {
+    const rendezvous::ClientOptions& client, MessageCallback on_message, ClosedCallback on_closed,
+    bool fail_fast) {
   auto channel = rendezvous::CreateClientChannel(endpoint, client);
   if (!channel.ok()) return channel.status();
   std::unique_ptr<RendezvousSession> s(new RendezvousSession());
   rendezvous::AuthorizeCall(client, &s->context_);
   s->channel_ = *std::move(channel);
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(connect_timeout);
-  if (!s->channel_->WaitForConnected(deadline)) {
+  if (!(fail_fast ? ConnectOnce(*s->channel_, deadline)
+                  : s->channel_->WaitForConnected(deadline))) {
     // A call that does not wait for the channel fails at once with its last transport error:
     // refused, or a TLS handshake that failed (agent/connect_failure.h tells which).
     grpc::ClientContext probe;

@@ -31,12 +31,16 @@ class RendezvousSession {
   // Connects to `endpoint` ("host:port"), retrying until `connect_timeout` passes, then opens the
   // Session stream. `client` carries TLS, token and keepalive (rendezvous/client.h; with its
   // defaults a silent service is declared dead after 3 s).
-  // Errors: DeadlineExceeded when the service was not reachable in time; Unauthenticated when
-  // something answered but the TLS settings disagree; InvalidArgument for unreadable TLS files.
+  // `fail_fast`: give up as soon as the first connection attempt fails (refused, handshake
+  // failed) instead of retrying until `connect_timeout`: the caller has other replicas to try
+  // (agent/endpoint_rotation.h).
+  // Errors: DeadlineExceeded when the service was not reachable in time (or, fail_fast, refused);
+  // Unauthenticated when something answered but the TLS settings disagree; InvalidArgument for
+  // unreadable TLS files.
   static absl::StatusOr<std::unique_ptr<RendezvousSession>> Open(
       const std::string& endpoint, absl::Duration connect_timeout,
-      const rendezvous::ClientOptions& client, MessageCallback on_message,
-      ClosedCallback on_closed);
+      const rendezvous::ClientOptions& client, MessageCallback on_message, ClosedCallback on_closed,
+      bool fail_fast = false);
 
   ~RendezvousSession();
 

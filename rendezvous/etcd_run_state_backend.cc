@@ -531,12 +531,10 @@ absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
       GuardedWrite("commit", std::string(run_id), stage.expected,
                    std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease);
   if (!written.ok()) {
-    // The round state machine does not redo a failed commit yet (docs/ETCD.md, limits): say so
-    // where an operator looks, rather than let the run stall in silence.
-    spdlog::error(
-        "etcd backend: {}; this change to run '{}' is lost and not redone: a report or a round "
-        "end that was in it must come again (docs/ETCD.md, limits)",
-        std::string(written.status().message()), std::string(run_id));
+    // Nothing of the event is sent: the round state machine reports the failure and the service
+    // steps down; the agents rejoin a leader that reads the runs afresh (docs/ETCD.md, Replicas).
+    spdlog::warn("{}; the change to run '{}' is not written",
+                 std::string(written.status().message()), std::string(run_id));
   }
   return written;
 }
@@ -550,8 +548,21 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
   // nothing more, so it is sent again (bounded) until one answer comes.
   const absl::Time deadline = absl::Now() + options_.decide_timeout;
   bool lost_answer = false;
+  std::vector<etcd::Compare> compares;
+  std::vector<etcd::Op> otherwise;
+  const int64_t fence = fence_.load();
+  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+    return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
+                                                    "' (key ", key, "): ", fenced.message()));
+  }
   while (true) {
-    absl::StatusOr<etcd::TxnResult> txn = client_->Txn({}, {etcd::Op::Delete(key)});
+    absl::StatusOr<etcd::TxnResult> txn =
+        client_->Txn(compares, {etcd::Op::Delete(key)}, otherwise);
+    if (txn.ok() && !txn->succeeded) {
+      absl::Status fenced = CheckFence(fence, *txn, 0);
+      return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
+                                                      "' (key ", key, "): ", fenced.message()));
+    }
     if (txn.ok()) {
       const int64_t deleted = txn->results.empty() ? 0 : txn->results[0].count;
       if (deleted > 0 || lost_answer) {
@@ -605,14 +616,18 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view wha
   const std::string key = KeyOf(run_id);
   const std::string writer = NextWriter();
   const std::string value = run != nullptr ? EncodeRunRecord(*run, writer) : "";
-  const std::vector<etcd::Compare> compares = {etcd::Compare::ModRevisionIs(key, expected)};
+  std::vector<etcd::Compare> compares = {etcd::Compare::ModRevisionIs(key, expected)};
   const std::vector<etcd::Op> then = {run != nullptr ? etcd::Op::Put(key, value, lease)
                                                      : etcd::Op::Delete(key)};
-  const std::vector<etcd::Op> otherwise = {etcd::Op::Get(key)};
+  std::vector<etcd::Op> otherwise = {etcd::Op::Get(key)};
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
                                                "' (key ", key, "): ", s.message()));
   };
+  const int64_t fence = fence_.load();
+  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+    return fail(fenced);
+  }
 
   const absl::Time deadline = absl::Now() + options_.decide_timeout;
   bool lost_answer = false;
@@ -666,6 +681,11 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view wha
         return txn->revision;
       }
     }
+    if (absl::Status fenced = CheckFence(fence, *txn, 1); !fenced.ok()) {
+      MutexLock lock(&mu_);
+      ApplyRead(run_id, current, txn->revision);
+      return fail(fenced);
+    }
     {
       MutexLock lock(&mu_);
       ApplyRead(run_id, current, txn->revision);
@@ -677,6 +697,46 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view wha
                                            current == nullptr ? 0 : current->mod_revision,
                                            ", expected ", expected));
   }
+}
+
+absl::Status EtcdRunStateBackend::AddFence(int64_t fence, std::vector<etcd::Compare>& compares,
+                                           std::vector<etcd::Op>& otherwise) const {
+  if (options_.leader_key.empty()) return absl::OkStatus();
+  if (fence == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("fenced: this replica holds no leader key (",
+                                                      options_.leader_key,
+                                                      "): only the leader writes runs"));
+  }
+  compares.push_back(etcd::Compare::CreateRevisionIs(options_.leader_key, fence));
+  otherwise.push_back(etcd::Op::Get(options_.leader_key));
+  return absl::OkStatus();
+}
+
+absl::Status EtcdRunStateBackend::CheckFence(int64_t fence, const etcd::TxnResult& txn,
+                                             size_t index) const {
+  if (options_.leader_key.empty() || txn.succeeded) return absl::OkStatus();
+  int64_t holder = 0;
+  if (index < txn.results.size() && !txn.results[index].kvs.empty()) {
+    holder = txn.results[index].kvs[0].create_revision;
+  }
+  if (holder == fence) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "fenced: the leader key ", options_.leader_key,
+      holder == 0 ? " is gone" : absl::StrCat(" was created at revision ", holder),
+      ", this replica's term began at revision ", fence, ": it is no longer the leader"));
+}
+
+absl::Status EtcdRunStateBackend::Reload() {
+  DiscardStages();
+  {
+    MutexLock lock(&mu_);
+    retired_.clear();
+  }
+  absl::Status reloaded = Resync();
+  // Resync dropped the watch before reading: without a read there is no watch, and the next
+  // write tries again.
+  if (!reloaded.ok()) watch_ended_.store(true);
+  return reloaded;
 }
 
 absl::StatusOr<LeaseId> EtcdRunStateBackend::GrantLease(absl::Duration ttl, absl::Time /*now*/) {

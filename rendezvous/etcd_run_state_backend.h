@@ -83,6 +83,11 @@ class EtcdRunStateBackend final : public RunStateBackend {
     std::string prefix = "/dgt/runs/";
     // How long a write whose answer was lost keeps trying to learn its outcome.
     absl::Duration decide_timeout = absl::Seconds(10);
+    // The replicas' leader key (rendezvous/replica_election.h), or empty: no fence. When set,
+    // every write also compares create_revision(leader_key) == the revision SetLeaderFence was
+    // given, so that a replica deposed since it won (its lease ended, another replica holds the
+    // key now) can never commit; until SetLeaderFence gives a revision every write is refused.
+    std::string leader_key;
   };
 
   // Connects, reads every run under the prefix and starts watching it. Errors: InvalidArgument
@@ -115,6 +120,18 @@ class EtcdRunStateBackend final : public RunStateBackend {
 
   WatchId Watch(std::function<void(const RunEvent&)> fn) override;
   void CancelWatch(WatchId id) override;
+
+  void DiscardStages() override { stages_.clear(); }
+  // Re-reads the prefix (Range), tells the watchers of what changed, and watches again from
+  // after that read.
+  absl::Status Reload() override;
+
+  // The create_revision of the leader key this replica holds (its term), or 0 when it holds none
+  // (every write is then refused with FAILED_PRECONDITION). Thread-safe: the election's thread
+  // sets it while a write may be in flight (the write uses the value it read when it started).
+  // Only with Options::leader_key. A write the fence refused fails FAILED_PRECONDITION
+  // "fenced: ..." naming the key and both revisions.
+  void SetLeaderFence(int64_t create_revision) { fence_.store(create_revision); }
 
   // The key of `run_id`.
   std::string KeyOf(absl::string_view run_id) const {
@@ -169,6 +186,13 @@ class EtcdRunStateBackend final : public RunStateBackend {
   absl::Status Resync();
   // Starts the watch of the prefix from `revision`.
   absl::Status StartWatch(Revision revision);
+  // With Options::leader_key: adds the fence's compare (and a read of the key to the else
+  // branch); FAILED_PRECONDITION when `fence` is 0 (this replica holds no leader key).
+  absl::Status AddFence(int64_t fence, std::vector<etcd::Compare>& compares,
+                        std::vector<etcd::Op>& otherwise) const;
+  // After a Txn that did not succeed: FAILED_PRECONDITION "fenced: ..." when the leader key (read
+  // in the else branch's op `index`) is not the one created at `fence`; OK otherwise.
+  absl::Status CheckFence(int64_t fence, const etcd::TxnResult& txn, size_t index) const;
   // Drops this replica's stage of the run; whether there was one.
   bool DropStage(absl::string_view run_id);
   std::string NextWriter();
@@ -189,6 +213,7 @@ class EtcdRunStateBackend final : public RunStateBackend {
   int64_t decided_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> watch_ended_{false};
+  std::atomic<int64_t> fence_{0};  // SetLeaderFence.
 
   Mutex watch_mu_;  // Held while callbacks run, so that CancelWatch waits for a delivery.
   std::map<WatchId, WatchEntry> watches_ ABSL_GUARDED_BY(watch_mu_);

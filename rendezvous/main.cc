@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "rendezvous/service.h"
 #ifdef DGT_WITH_ETCD_BACKEND
 #include "rendezvous/etcd_run_state_backend.h"
+#include "rendezvous/replica_election.h"
 #endif
 
 namespace {
@@ -146,6 +148,9 @@ int main(int argc, char** argv) {
   std::string backend_name = "memory";
   std::string etcd_endpoints;
   std::string etcd_prefix = "/dgt/runs/";
+  std::string replica_id;
+  std::string advertise_address;
+  std::string leader_lease_s = "2";
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
@@ -189,6 +194,17 @@ int main(int argc, char** argv) {
       ->type_name("HOST:PORT,...");
   app.add_option("--etcd-prefix", etcd_prefix, "etcd key prefix of the runs (--backend=etcd)")
       ->capture_default_str();
+  app.add_option("--replica-id", replica_id,
+                 "This replica's name among the replicas on one --etcd-prefix (default "
+                 "HOSTNAME:PORT; --backend=etcd)");
+  app.add_option("--advertise-address", advertise_address,
+                 "HOST:PORT agents reach this replica at, told by standbys (default: --listen; "
+                 "--backend=etcd)");
+  app.add_option("--leader-lease-s", leader_lease_s,
+                 "TTL of the leader's etcd lease: a dead leader is replaced this long after its "
+                 "last renewal (etcd 3.4's minimum is 2 with default etcd timing; --backend=etcd)")
+      ->type_name("SECONDS")
+      ->capture_default_str();
   app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", dgt::kVersion));
   try {
     app.parse(argc, argv);
@@ -227,6 +243,8 @@ int main(int argc, char** argv) {
           &options.max_sessions_per_peer);
   integer("--max-waiting-nodes-per-run", max_waiting_nodes, 0, kMaxCount,
           &options.rounds.max_waiting_nodes_per_run);
+  int64_t lease_ttl_s = 2;
+  integer("--leader-lease-s", leader_lease_s, 1, 3600, &lease_ttl_s);
   std::vector<std::string> endpoints;
   if (bad.ok() && backend_name != "memory" && backend_name != "etcd") {
     bad = absl::InvalidArgumentError(
@@ -242,6 +260,15 @@ int main(int argc, char** argv) {
     }
     if (bad.ok() && etcd_prefix.empty()) {
       bad = absl::InvalidArgumentError("--etcd-prefix: must not be empty");
+    }
+  }
+  if (bad.ok() && !advertise_address.empty()) {
+    auto hp = dgt::ParseListenAddress(advertise_address, "--advertise-address");
+    if (!hp.ok()) {
+      bad = hp.status();
+    } else if (hp->port == 0) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("--advertise-address '", advertise_address, "': needs a port in 1..65535"));
     }
   }
   if (bad.ok() && backend_name == "memory" && !etcd_endpoints.empty()) {
@@ -286,19 +313,31 @@ int main(int argc, char** argv) {
   }
   // Outlives the server (declared first, destroyed last).
   std::unique_ptr<dgt::rendezvous::RunStateBackend> backend;
+#ifdef DGT_WITH_ETCD_BACKEND
+  dgt::rendezvous::EtcdRunStateBackend* etcd_backend = nullptr;
+  // Set once the election runs (after the server: its callbacks need the service); the service's
+  // step-down callback resigns through it.
+  std::atomic<dgt::rendezvous::ReplicaElection*> election_ptr{nullptr};
+#endif
   if (backend_name == "etcd") {
 #ifdef DGT_WITH_ETCD_BACKEND
     dgt::rendezvous::EtcdRunStateBackend::Options etcd_options;
     etcd_options.client.endpoints = endpoints;
     etcd_options.prefix = etcd_prefix;
+    etcd_options.leader_key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
     auto opened = dgt::rendezvous::EtcdRunStateBackend::Open(etcd_options);
     if (!opened.ok()) {
       std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
                    std::string(opened.status().message()).c_str());
       return 1;
     }
+    etcd_backend = opened->get();
     backend = *std::move(opened);
     options.rounds.backend = backend.get();
+    options.elected = true;
+    options.on_step_down = [&election_ptr](const absl::Status& why) {
+      if (auto* e = election_ptr.load()) e->Resign(why);
+    };
     spdlog::info("dgt-rendezvous: run state in etcd at {} under {}", etcd_endpoints, etcd_prefix);
 #else
     std::fprintf(stderr,
@@ -307,11 +346,58 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
+  if (options.elected) {
+    auto listen = dgt::ParseListenAddress(options.listen, "--listen");
+    if (replica_id.empty()) {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
+      replica_id = absl::StrCat(host, ":", listen.ok() ? listen->port : 0);
+    }
+    options.replica_id = replica_id;
+  }
   auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
     PrintError(server.status());
     return ExitCode(server.status());
   }
+#ifdef DGT_WITH_ETCD_BACKEND
+  std::unique_ptr<dgt::rendezvous::ReplicaElection> election;
+  if (options.elected) {
+    if (advertise_address.empty()) {
+      auto listen = dgt::ParseListenAddress(options.listen, "--listen");
+      advertise_address =
+          dgt::FormatHostPort(listen.ok() ? listen->host : "127.0.0.1", (*server)->port());
+    }
+    dgt::rendezvous::RendezvousService* service = (*server)->service();
+    dgt::rendezvous::ReplicaElectionOptions election_options;
+    election_options.client.endpoints = endpoints;
+    election_options.key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
+    election_options.replica_id = replica_id;
+    election_options.address = advertise_address;
+    election_options.lease_ttl_s = lease_ttl_s;
+    election_options.on_won = [service, etcd_backend](int64_t term) {
+      etcd_backend->SetLeaderFence(term);
+      service->TakeOver();
+    };
+    election_options.on_lost = [service, etcd_backend](const absl::Status& why) {
+      service->StepDown(why);
+      etcd_backend->SetLeaderFence(0);
+    };
+    election_options.on_leader = [service](const dgt::rendezvous::LeaderInfo& leader) {
+      service->SetLeader(leader.replica, leader.address);
+    };
+    auto started = dgt::rendezvous::ReplicaElection::Start(std::move(election_options));
+    if (!started.ok()) {
+      PrintError(started.status());
+      return ExitCode(started.status());
+    }
+    election = *std::move(started);
+    election_ptr.store(election.get());
+    spdlog::info("dgt-rendezvous: replica {} (agents reach it at {}) campaigns for {} (lease {} s)",
+                 replica_id, advertise_address, dgt::rendezvous::LeaderKeyFor(etcd_prefix),
+                 lease_ttl_s);
+  }
+#endif
   // Print the bound ports on stdout, parseable by scripts that asked for port 0.
   std::printf("dgt-rendezvous listening on port %d\n", (*server)->port());
   if ((*server)->metrics_port() != 0) {
@@ -322,6 +408,13 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("dgt-rendezvous: signal {}, shutting down", sig);
+#ifdef DGT_WITH_ETCD_BACKEND
+  if (election) {
+    // A leader gives its key up first, so that a standby takes over at once.
+    election_ptr.store(nullptr);
+    election->Stop();
+  }
+#endif
   (*server)->Shutdown();
   return 0;
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace dgt::rendezvous {
@@ -62,15 +61,68 @@ RunRecord& RoundStateMachine::CreateRun(const std::string& run_id) {
 }
 
 void RoundStateMachine::DeleteRun(const std::string& run_id) {
-  (void)backend_->Delete(run_id);
+  absl::Status deleted = backend_->Delete(run_id);
+  if (!deleted.ok() && !absl::IsNotFound(deleted) && commit_failure_.ok()) {
+    commit_failure_ = deleted;
+  }
   touched_.erase(std::remove(touched_.begin(), touched_.end(), run_id), touched_.end());
 }
 
 void RoundStateMachine::CommitTouched() {
-  // In memory a commit cannot fail; a backend whose commit aborts (another replica won) drops
-  // the stage and refreshes its view, and the round state redone from it is the next event's.
-  for (const std::string& run_id : touched_) (void)backend_->Commit(run_id);
+  // In memory a commit cannot fail. A commit that fails (etcd unreachable, another writer first,
+  // fenced) ends the event: the rest is not written either, and the caller sends nothing.
+  for (const std::string& run_id : touched_) {
+    if (!commit_failure_.ok()) break;
+    absl::StatusOr<Revision> written = backend_->Commit(run_id);
+    if (!written.ok()) commit_failure_ = written.status();
+  }
   touched_.clear();
+  if (!commit_failure_.ok()) backend_->DiscardStages();
+}
+
+std::vector<Outgoing> RoundStateMachine::Committed(std::vector<Outgoing> out) {
+  const bool failed_before = !commit_failure_.ok();
+  CommitTouched();
+  if (commit_failure_.ok()) return out;
+  if (!failed_before) ++counters_.failed_commits;
+  return {};
+}
+
+void RoundStateMachine::ForgetSessions() { sessions_.clear(); }
+
+absl::Status RoundStateMachine::AdoptRuns(absl::Time now) {
+  touched_.clear();
+  backend_->DiscardStages();
+  sessions_.clear();
+  commit_failure_ = absl::OkStatus();
+  if (absl::Status reloaded = backend_->Reload(); !reloaded.ok()) {
+    commit_failure_ = reloaded;
+    return reloaded;
+  }
+  std::vector<std::string> ids;
+  backend_->ForEach([&](const RunRecord& run) { ids.push_back(run.run_id); });
+  for (const std::string& run_id : ids) {
+    RunRecord* found = Touch(run_id);
+    if (found == nullptr) continue;
+    RunRecord& run = *found;
+    for (auto& [id, node] : run.nodes) node.session = 0;
+    run.connected = 0;
+    if (run.state == RunState::kRunning) {
+      // The members rejoin with their assignment (RejoinImpl), as after a restart of the
+      // service; until all did (or the window passed) the run decides nothing.
+      if (!run.recovering) run.expected_members = run.members;
+      run.recovering = true;
+      run.rank_rejoined.assign(run.expected_members, false);
+      run.rejoin_deadline = now + options_.rejoin_timeout;
+      for (auto it = run.nodes.begin(); it != run.nodes.end();) {
+        auto next = std::next(it);
+        if (it->second.node_rank >= 0) EraseNode(run, it);
+        it = next;
+      }
+    }
+  }
+  CommitTouched();
+  return commit_failure_;
 }
 
 NodeRecord* RoundStateMachine::NodeOf(SessionId session, RunRecord** run) {
@@ -104,8 +156,8 @@ void RoundStateMachine::DetachSession(RunRecord& run, NodeRecord& node) {
 
 std::vector<Outgoing> RoundStateMachine::OnJoin(SessionId session, const JoinRequest& join,
                                                 absl::Time now) {
-  std::vector<Outgoing> out = JoinImpl(session, join, now);
-  CommitTouched();
+  if (!commit_failure_.ok()) return {};
+  std::vector<Outgoing> out = Committed(JoinImpl(session, join, now));
   ++counters_.joins;
   if (!sessions_.contains(session)) ++counters_.refused_joins;
   return out;
@@ -618,7 +670,12 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
 
 std::vector<Outgoing> RoundStateMachine::OnReport(SessionId session, const NodeReport& report,
                                                   absl::Time now) {
-  absl::Cleanup commit = [this] { CommitTouched(); };
+  if (!commit_failure_.ok()) return {};
+  return Committed(ReportImpl(session, report, now));
+}
+
+std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const NodeReport& report,
+                                                    absl::Time now) {
   std::vector<Outgoing> out;
   RunRecord* run = nullptr;
   NodeRecord* node = NodeOf(session, &run);
@@ -686,7 +743,12 @@ void RoundStateMachine::FinishWithEarliestFailure(RunRecord& run, absl::Time now
 
 std::vector<Outgoing> RoundStateMachine::OnStoreReady(SessionId session, const StoreReady& ready,
                                                       absl::Time now) {
-  absl::Cleanup commit = [this] { CommitTouched(); };
+  if (!commit_failure_.ok()) return {};
+  return Committed(StoreReadyImpl(session, ready, now));
+}
+
+std::vector<Outgoing> RoundStateMachine::StoreReadyImpl(SessionId session, const StoreReady& ready,
+                                                        absl::Time now) {
   std::vector<Outgoing> out;
   RunRecord* run = nullptr;
   NodeRecord* node = NodeOf(session, &run);
@@ -770,7 +832,11 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
 }
 
 std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl::Time now) {
-  absl::Cleanup commit = [this] { CommitTouched(); };
+  if (!commit_failure_.ok()) return {};
+  return Committed(SessionClosedImpl(session, now));
+}
+
+std::vector<Outgoing> RoundStateMachine::SessionClosedImpl(SessionId session, absl::Time now) {
   std::vector<Outgoing> out;
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return out;
@@ -795,7 +861,11 @@ std::vector<Outgoing> RoundStateMachine::OnSessionClosed(SessionId session, absl
 }
 
 std::vector<Outgoing> RoundStateMachine::OnTick(absl::Time now) {
-  absl::Cleanup commit = [this] { CommitTouched(); };
+  if (!commit_failure_.ok()) return {};
+  return Committed(TickImpl(now));
+}
+
+std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
   std::vector<Outgoing> out;
   // Only runs with a deadline passed have anything to do; the others are not written.
   std::vector<std::string> due;

@@ -101,6 +101,28 @@ class RoundStateMachine {
   // The earliest time OnTick has something to do, if any.
   std::optional<absl::Time> NextDeadline() const;
 
+  // Why the last event's commit failed (RunStateBackend::Commit or Delete: etcd unreachable,
+  // ABORTED by another writer, or FAILED_PRECONDITION "fenced" once this replica is no longer
+  // the leader), or OK. When an event's commit fails, its On* returns no message at all (nothing
+  // computed from an event that was not written may reach an agent), the stages left are
+  // discarded, and every later On* returns nothing until AdoptRuns: the service steps down
+  // (docs/ETCD.md, "Replicas").
+  const absl::Status& commit_failure() const { return commit_failure_; }
+
+  // Forgets every session (this replica stopped serving: its agent streams are ended). Writes
+  // nothing.
+  void ForgetSessions();
+
+  // Takes over every run as a replica that just became the leader (issue 16): re-reads the runs
+  // (RunStateBackend::Reload), forgets every session (they were another replica's, or this
+  // one's in an earlier term), clears commit_failure(), and writes each run back with no node
+  // holding a session: a running run goes into recovery (its members must rejoin with their
+  // assignment within rejoin_timeout from `now`, as after a restart of the service; its waiting
+  // nodes stay and re-attach with a plain join), a gathering run keeps its nodes (they re-attach
+  // with a plain join with the same node id), a closed run keeps its outcome for late rejoins.
+  // Errors: the reload's or a commit's; the runs not yet written stay as they were.
+  absl::Status AdoptRuns(absl::Time now);
+
   using RunState = ::dgt::rendezvous::RunState;
   std::optional<RunState> StateOf(const std::string& run_id) const;
 
@@ -118,6 +140,7 @@ class RoundStateMachine {
     uint64_t nodes_lost = 0;
     uint64_t runs_succeeded = 0;
     uint64_t runs_failed = 0;
+    uint64_t failed_commits = 0;  // Events whose commit failed (nothing of them was sent).
   };
   const Counters& counters() const { return counters_; }
   // Runs per state, for metrics.
@@ -168,8 +191,15 @@ class RoundStateMachine {
   // A new run, staged likewise.
   Run& CreateRun(const std::string& run_id);
   void DeleteRun(const std::string& run_id);
-  // Commits every run the event touched (RunStateBackend::Commit).
+  // Commits every run the event touched (RunStateBackend::Commit), stopping at the first
+  // failure (kept in commit_failure_, the rest discarded).
   void CommitTouched();
+  // The end of every On*: commits, and returns `out`, or nothing when the commit failed.
+  std::vector<Outgoing> Committed(std::vector<Outgoing> out);
+  std::vector<Outgoing> ReportImpl(SessionId session, const NodeReport& report, absl::Time now);
+  std::vector<Outgoing> StoreReadyImpl(SessionId session, const StoreReady& ready, absl::Time now);
+  std::vector<Outgoing> SessionClosedImpl(SessionId session, absl::Time now);
+  std::vector<Outgoing> TickImpl(absl::Time now);
   // The earliest time OnTick has something to do for `run`, if any.
   std::optional<absl::Time> NextDeadlineOf(const Run& run) const;
 
@@ -180,6 +210,7 @@ class RoundStateMachine {
   // Runs staged by the event being handled, committed at its end.
   std::vector<std::string> touched_;
   absl::flat_hash_map<SessionId, SessionRef> sessions_;
+  absl::Status commit_failure_;
 };
 
 }  // namespace dgt::rendezvous

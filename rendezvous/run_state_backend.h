@@ -201,6 +201,17 @@ class RunStateBackend {
   // not write to the backend.
   virtual WatchId Watch(std::function<void(const RunEvent&)> fn) = 0;
   virtual void CancelWatch(WatchId id) = 0;
+
+  // --- Replicas taking over (issue 16; docs/ETCD.md, "Replicas").
+
+  // Drops every stage not committed (an event whose commit failed: nothing of it may be written
+  // later). In memory stages are the records themselves: nothing to drop.
+  virtual void DiscardStages() {}
+  // Re-reads every run from the store into the view, so that a replica that just became the
+  // leader decides on what the last leader committed, not on a view its watch may not have
+  // brought up to date yet. In memory: nothing to do. Errors: the store's (etcd: UNAVAILABLE
+  // naming the endpoints).
+  virtual absl::Status Reload() { return absl::OkStatus(); }
 };
 
 // The embedded default: runs in a std::map, revisions from a counter, leases on the caller's

@@ -18,8 +18,13 @@ namespace dgt::rendezvous {
 class RendezvousService::SessionReactor final
     : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:
-  SessionReactor(RendezvousService* service, SessionId id, std::string peer, std::string peer_ip)
-      : service_(service), id_(id), peer_(std::move(peer)), peer_ip_(std::move(peer_ip)) {
+  SessionReactor(RendezvousService* service, SessionId id, std::string peer, std::string peer_ip,
+                 uint64_t term)
+      : service_(service),
+        id_(id),
+        peer_(std::move(peer)),
+        peer_ip_(std::move(peer_ip)),
+        term_(term) {
     StartRead(&incoming_);
   }
 
@@ -29,6 +34,16 @@ class RendezvousService::SessionReactor final
     if (finish_requested_) return;
     queue_.push_back(std::move(message));
     if (close) close_after_queue_ = true;
+    MaybeWriteLocked();
+  }
+
+  // Drops what is queued (but a write in flight) and finishes the stream with `status`.
+  void Abort(grpc::Status status) {
+    dgt::MutexLock lock(&mu_);
+    if (finish_requested_) return;
+    while (queue_.size() > (writing_ ? 1U : 0U)) queue_.pop_back();
+    final_status_ = std::move(status);
+    close_after_queue_ = true;
     MaybeWriteLocked();
   }
 
@@ -70,6 +85,7 @@ class RendezvousService::SessionReactor final
 
   const std::string& peer() const { return peer_; }
   const std::string& peer_ip() const { return peer_ip_; }
+  uint64_t term() const { return term_; }
 
  private:
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -81,7 +97,7 @@ class RendezvousService::SessionReactor final
     }
     if (close_after_queue_) {
       finish_requested_ = true;
-      Finish(grpc::Status::OK);
+      Finish(final_status_);
     }
   }
 
@@ -89,6 +105,7 @@ class RendezvousService::SessionReactor final
   const SessionId id_;
   const std::string peer_;
   const std::string peer_ip_;
+  const uint64_t term_;
   v1::AgentMessage incoming_;
   dgt::Mutex mu_;
   // A list, not a deque: an empty std::deque still holds a 512-byte block, 5 MB per 10,000
@@ -97,6 +114,7 @@ class RendezvousService::SessionReactor final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
 };
 
 // Ends a call at once with a status (an unauthenticated Session).
@@ -122,10 +140,16 @@ std::string PeerIp(const std::string& peer) {
 }  // namespace
 
 RendezvousService::RendezvousService(RoundStateOptions options, std::string token,
-                                     int max_sessions_per_peer)
+                                     int max_sessions_per_peer, bool elected,
+                                     std::string replica_id,
+                                     std::function<void(const absl::Status&)> on_step_down)
     : token_(std::move(token)),
       max_sessions_per_peer_(max_sessions_per_peer),
-      machine_(std::move(options)) {
+      machine_(std::move(options)),
+      elected_(elected),
+      replica_id_(std::move(replica_id)),
+      on_step_down_(std::move(on_step_down)),
+      leader_(!elected) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -161,6 +185,14 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
   }
   std::string peer_ip = PeerIp(context->peer());
   dgt::MutexLock lock(&mu_);
+  if (!leader_) {
+    // The contract agents rely on (--rdzv-endpoint a,b): "standby:" moves them to the next one.
+    return new RejectReactor(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("standby: dgt-rendezvous replica ", replica_id_, " is a standby; ",
+                     leader_address_.empty() ? std::string("no leader now")
+                                             : absl::StrCat("the leader is ", leader_address_))));
+  }
   int& open = sessions_per_peer_[peer_ip];
   if (max_sessions_per_peer_ > 0 && open >= max_sessions_per_peer_) {
     // One line per 1,000 refusals: a flood must not flood the log too.
@@ -175,14 +207,14 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
   }
   ++open;
   SessionId id = next_session_++;
-  auto* reactor = new SessionReactor(this, id, context->peer(), std::move(peer_ip));
+  auto* reactor = new SessionReactor(this, id, context->peer(), std::move(peer_ip), term_);
   sessions_[id] = reactor;
   return reactor;
 }
 
 void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
   dgt::MutexLock lock(&mu_);
-  if (stopping_) return;
+  if (stopping_ || !ServingLocked(session)) return;
   absl::Time now = absl::Now();
   absl::StatusOr<AgentMessage> converted = FromProto(message);
   if (!converted.ok()) {
@@ -206,14 +238,79 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
   } else if (const auto* ready = std::get_if<StoreReady>(&*converted)) {
     Dispatch(machine_.OnStoreReady(session, *ready, now));
   }
+  CheckCommitLocked();
+}
+
+bool RendezvousService::ServingLocked(SessionId session) {
+  if (!elected_) return true;
+  if (!leader_) return false;
+  auto it = sessions_.find(session);
+  return it == sessions_.end() || it->second->term() == term_;
+}
+
+void RendezvousService::CheckCommitLocked() {
+  const absl::Status failure = machine_.commit_failure();
+  if (failure.ok() || !elected_ || !leader_) return;
+  StepDownLocked(failure);
+  if (on_step_down_) on_step_down_(failure);
+}
+
+void RendezvousService::StepDownLocked(const absl::Status& why) {
+  if (!leader_ || !elected_) return;
+  leader_ = false;
+  ++term_;
+  machine_.ForgetSessions();
+  const std::string message =
+      absl::StrCat("replica ", replica_id_, " lost its leadership: ", why.message());
+  spdlog::warn("rendezvous: {}; ending {} agent session(s)", message, sessions_.size());
+  for (auto& [id, reactor] : sessions_) {
+    reactor->Abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
+  }
+  timer_cv_.SignalAll();
+}
+
+void RendezvousService::StepDown(const absl::Status& why) {
+  dgt::MutexLock lock(&mu_);
+  StepDownLocked(why);
+}
+
+void RendezvousService::TakeOver() {
+  dgt::MutexLock lock(&mu_);
+  if (stopping_ || leader_ || !elected_) return;
+  ++term_;
+  if (absl::Status adopted = machine_.AdoptRuns(absl::Now()); !adopted.ok()) {
+    spdlog::warn("rendezvous: replica {} won the election but cannot take the runs over: {}",
+                 replica_id_, adopted.ToString());
+    if (on_step_down_) on_step_down_(adopted);
+    return;
+  }
+  leader_ = true;
+  leader_replica_ = replica_id_;
+  leader_address_.clear();
+  spdlog::info("rendezvous: replica {} leads: {} run(s) taken over", replica_id_,
+               machine_.run_count());
+  timer_cv_.SignalAll();
+}
+
+void RendezvousService::SetLeader(const std::string& replica, const std::string& address) {
+  dgt::MutexLock lock(&mu_);
+  if (leader_) return;
+  leader_replica_ = replica;
+  leader_address_ = address;
+}
+
+bool RendezvousService::is_leader() {
+  dgt::MutexLock lock(&mu_);
+  return leader_;
 }
 
 void RendezvousService::OnSessionEnded(SessionId session) {
   dgt::MutexLock lock(&mu_);
   // The service itself is shutting down and ending every stream: nodes are not lost, and no new
   // round (or "stop your workers") must come of it.
-  if (stopping_) return;
+  if (stopping_ || !ServingLocked(session)) return;
   Dispatch(machine_.OnSessionClosed(session, absl::Now()));
+  CheckCommitLocked();
   timer_cv_.SignalAll();  // A join deadline may have started.
 }
 
@@ -295,6 +392,11 @@ std::string RendezvousService::RenderMetrics() {
   for (const auto& [state, n] : machine_.RunsByState()) {
     absl::StrAppend(&out, "dgt_rendezvous_runs{state=\"", state, "\"} ", n, "\n");
   }
+  absl::StrAppend(&out,
+                  "# HELP dgt_rendezvous_leader 1 when this replica serves agents (the leader; "
+                  "always with --backend=memory), 0 for a standby.\n",
+                  "# TYPE dgt_rendezvous_leader gauge\n", "dgt_rendezvous_leader ", leader_ ? 1 : 0,
+                  "\n");
   absl::StrAppend(&out, "# HELP dgt_rendezvous_sessions Open agent sessions.\n",
                   "# TYPE dgt_rendezvous_sessions gauge\n", "dgt_rendezvous_sessions ",
                   sessions_.size(), "\n");
@@ -311,16 +413,25 @@ std::string RendezvousService::RenderMetrics() {
   counter("dgt_rendezvous_nodes_lost_total", "Members lost while their round ran.", c.nodes_lost);
   counter("dgt_rendezvous_runs_succeeded_total", "Runs that ended with success.", c.runs_succeeded);
   counter("dgt_rendezvous_runs_failed_total", "Runs that ended with a failure.", c.runs_failed);
+  counter("dgt_rendezvous_failed_commits_total",
+          "Events whose write to the run state failed (the replica stepped down).",
+          c.failed_commits);
   return out;
 }
 
 void RendezvousService::TimerLoop() {
   dgt::MutexLock lock(&mu_);
   while (!stopping_) {
+    if (!leader_) {
+      // A standby decides nothing; TakeOver wakes the loop.
+      timer_cv_.Wait(&mu_);
+      continue;
+    }
     std::optional<absl::Time> next = machine_.NextDeadline();
     absl::Time now = absl::Now();
     if (next && *next <= now) {
       Dispatch(machine_.OnTick(now));
+      CheckCommitLocked();
       continue;
     }
     timer_cv_.WaitWithDeadline(&mu_, next.value_or(absl::InfiniteFuture()));
@@ -340,8 +451,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   auto credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
-  server->service_ = std::make_unique<RendezvousService>(options.rounds, options.token,
-                                                         options.max_sessions_per_peer);
+  server->service_ = std::make_unique<RendezvousService>(
+      options.rounds, options.token, options.max_sessions_per_peer, options.elected,
+      options.replica_id, options.on_step_down);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *credentials, &server->port_);

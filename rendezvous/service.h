@@ -9,6 +9,7 @@
 #ifndef DGT_RENDEZVOUS_SERVICE_H_
 #define DGT_RENDEZVOUS_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,8 +32,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // `token`: when non-empty, every RPC must carry "authorization: Bearer <token>", else it fails
   // with UNAUTHENTICATED. `max_sessions_per_peer`: when > 0, a Session stream from a peer address
   // (IP, any port) that already has that many open fails with RESOURCE_EXHAUSTED.
+  // `elected`, `replica_id`, `on_step_down`: see "Replicas" below and RendezvousServerOptions.
   explicit RendezvousService(RoundStateOptions options = {}, std::string token = "",
-                             int max_sessions_per_peer = 0);
+                             int max_sessions_per_peer = 0, bool elected = false,
+                             std::string replica_id = "",
+                             std::function<void(const absl::Status&)> on_step_down = {});
   ~RendezvousService() override;
 
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* Session(
@@ -49,6 +53,26 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Prometheus text exposition of the service's state and counters.
   std::string RenderMetrics();
 
+  // --- Replicas (--backend=etcd; docs/ETCD.md, "Replicas"). A service made with
+  // `elected` (RendezvousServerOptions::elected) starts as a standby: it refuses Session streams
+  // with UNAVAILABLE "standby: dgt-rendezvous replica <id> is a standby; the leader is <address>"
+  // (or "no leader now"), serves GetStatus from its view, and decides nothing until TakeOver.
+  // Without `elected` (the memory backend) it is always the leader.
+
+  // This replica won the election: adopts every run (RoundStateMachine::AdoptRuns: read afresh,
+  // running runs wait for their agents' rejoins) and serves. When adopting fails (etcd), it
+  // stays a standby and calls `on_step_down` to give the leadership up. Called on the election's
+  // thread; holds the service's mutex while it reads and writes the runs (etcd calls, each bounded
+  // by the client's call_timeout): no agent is served meanwhile anyway.
+  void TakeOver();
+  // This replica is no longer the leader (`why`): every Session ends with UNAVAILABLE "replica
+  // <id> lost its leadership: <why>", the sessions are forgotten (nothing is written about them),
+  // and Session streams are refused as a standby's. Idempotent.
+  void StepDown(const absl::Status& why);
+  // As a standby: who leads now (empty: nobody), for the refusal's message.
+  void SetLeader(const std::string& replica, const std::string& address);
+  bool is_leader();
+
  private:
   class SessionReactor;
 
@@ -56,6 +80,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void OnSessionEnded(SessionId session);
   void Unregister(SessionId session);
   void Dispatch(std::vector<Outgoing> outgoing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After each event: a failed commit ends the leadership (StepDownLocked, then on_step_down_).
+  void CheckCommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepDownLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether events of `session` are to be handled: this replica leads and opened it in this term.
+  bool ServingLocked(SessionId session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
   bool Authorized(const grpc::CallbackServerContext* context) const;
 
@@ -70,6 +99,14 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(mu_);
   uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  const bool elected_;
+  const std::string replica_id_;
+  const std::function<void(const absl::Status&)> on_step_down_;
+  bool leader_ ABSL_GUARDED_BY(mu_);
+  // Incremented at each takeover and step-down; a session belongs to the term it was opened in.
+  uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string leader_replica_ ABSL_GUARDED_BY(mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(mu_);
   std::thread timer_;
 };
 
@@ -86,6 +123,13 @@ struct RendezvousServerOptions {
   // Open Session streams allowed from one peer IP (RESOURCE_EXHAUSTED beyond); 0: no limit. One
   // agent holds one stream per run, so a normal host needs a handful.
   int max_sessions_per_peer = 1024;
+  // One of several replicas electing a leader (rendezvous/replica_election.h): start as a
+  // standby, serve after RendezvousService::TakeOver. `replica_id` names it in messages;
+  // `on_step_down` is called (under the service's mutex: it must not block or call back) when
+  // the service gives its leadership up by itself (a failed commit): ReplicaElection::Resign.
+  bool elected = false;
+  std::string replica_id;
+  std::function<void(const absl::Status&)> on_step_down;
 };
 
 class RendezvousServer {
@@ -98,6 +142,7 @@ class RendezvousServer {
   ~RendezvousServer();
 
   int port() const { return port_; }
+  RendezvousService* service() const { return service_.get(); }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // Stops accepting, ends every session, and waits up to `grace` for in-flight calls. `quiet`:
   // as RendezvousService::Stop.

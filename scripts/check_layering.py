@@ -34,7 +34,8 @@ import sys
 from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
-PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "worker_runtime", "agent", "cli"]
+PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "worker_runtime", "agent", "daemon",
+                "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
 DEP_ALIASES = {"${DGT_IBVERBS_LIBRARY}": "ibverbs", "${CMAKE_DL_LIBS}": "dl"}
@@ -42,10 +43,10 @@ DEP_ALIASES = {"${DGT_IBVERBS_LIBRARY}": "ibverbs", "${CMAKE_DL_LIBS}": "dl"}
 # Headers without a .cc of their own, and folders' default owners.
 HEADER_OWNER = {"rendezvous/keepalive.h": "rendezvous_credentials"}
 DIR_OWNER = {"common": "common", "store": "store", "agent": "agent", "cli": "cli",
-             "etcd": "etcd_client"}
+             "etcd": "etcd_client", "daemon": "daemon"}
 
 # Generated headers (dgt::proto) and third-party include prefixes -> the dependency they need.
-GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
+GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "dgt/jobs/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
                       "etcd/auth/", "google/api/"]
 THIRD_PARTY = [
     ("grpcpp/", {"gRPC::grpc++"}), ("grpc/", {"gRPC::grpc++"}),
@@ -54,6 +55,7 @@ THIRD_PARTY = [
     ("nlohmann/", {"nlohmann_json::nlohmann_json"}), ("CLI/", {"CLI11::CLI11"}),
     ("spdlog/", {"spdlog::spdlog"}), ("fmt/", {"spdlog::spdlog"}),
     ("openssl/", {"OpenSSL::SSL", "OpenSSL::Crypto"}), ("nccl.h", {"@nccl"}),
+    ("yaml-cpp/", {"yaml-cpp"}), ("systemd/", {"PkgConfig::LIBSYSTEMD"}),
     ("cuda", {"@nccl"}), ("gtest/", {"@never"}), ("gmock/", {"@never"}),
 ]
 
@@ -153,6 +155,14 @@ RULES = [
                   "rendezvous/service.h", "rendezvous/round_state.h", "store/wire.h",
                   "store/engine.h"],
          link=["agent", "worker", "worker_nccl", "gloo", "rendezvous"]),
+    Rule("the node daemon runs dgt-run as a process: no agent, no store, no server, no Gloo",
+         targets=["daemon", "dgt-agent"],
+         include=["agent/*", "store/*", "dgt/store/*", "gloo/*", "nccl.h",
+                  "dgt/worker/communicator.h", "dgt/worker/*_communicator.h",
+                  "dgt/worker/elastic_group.h", "rendezvous/service.h", "rendezvous/round_state.h",
+                  "rendezvous/run_state_backend.h", "rendezvous/metrics_http.h", "etcd/*"],
+         link=["agent", "store", "worker", "worker_nccl", "gloo", "rendezvous", "rendezvous_etcd",
+               "etcd_client", "recovery_keys"]),
     Rule("no product file includes test code", targets=["*"],
          include=["tests/*", "gtest/*", "gmock/*"]),
 ]
@@ -160,6 +170,7 @@ RULES = [
 # Shipped binaries and the shared libraries ldd may not show for them.
 LDD_RULES = {
     "dgt-run": ["libgloo*", "libnccl*", "libcudart*", "libcuda.so*"],
+    "dgt-agent": ["libgloo*", "libnccl*", "libcudart*", "libcuda.so*"],
     "dgt": ["libgloo*", "libnccl*", "libcudart*", "libcuda.so*"],
     "dgt-rendezvous": ["libgloo*", "libnccl*", "libcudart*", "libcuda.so*", "libibverbs*"],
 }

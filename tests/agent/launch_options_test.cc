@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,6 +167,46 @@ TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
   auto p = Parse({"--nnodes=2", "--rdzv-endpoint=h:1", "--rdzv-conf=read_timeout=7.5", kScript});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->reconnect_timeout_s, 7.5);
+}
+
+// Replicas of one dgt-rendezvous service (issue 16): every item is checked, for any backend.
+TEST(LaunchOptionsTest, RdzvEndpointListOfReplicas) {
+  for (const char* backend : {"static", "c10d", "dgt"}) {
+    auto p = Parse({"--nnodes=2", std::string("--rdzv-backend=") + backend,
+                    "--rdzv-endpoint=10.0.0.1:29400,10.0.0.2", kScript});
+    ASSERT_TRUE(p.options.has_value()) << p.output;
+    EXPECT_EQ(p.options->rdzv_endpoint, "10.0.0.1:29400,10.0.0.2");
+  }
+  auto one_node = Parse({"--rdzv-endpoint=a:1,b:2", "--rdzv-conf=is_host=0", kScript});
+  ASSERT_TRUE(one_node.options.has_value()) << one_node.output;
+}
+
+TEST(LaunchOptionsTest, RdzvEndpointListBadInput) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--nnodes=2", "--rdzv-endpoint=a:29400,b:x", kScript},
+       "dgt-run: error: --rdzv-endpoint: port must be 1..65535, got 'b:x' (item 2 of "
+       "'a:29400,b:x')\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=a:29400,,b:29400", kScript},
+       "dgt-run: error: --rdzv-endpoint: empty item 2 in 'a:29400,,b:29400'\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=a:29400,b:0", kScript},
+       "dgt-run: error: --rdzv-endpoint: port must be 1..65535, got 'b:0' (item 2 of "
+       "'a:29400,b:0')\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=a:29400,b,a", kScript},
+       "dgt-run: error: --rdzv-endpoint: 'a:29400' is listed twice in 'a:29400,b,a'\n"},
+      {{"--standalone", "--rdzv-endpoint=a:1,b:1", kScript},
+       "dgt-run: error: --standalone embeds its own rendezvous, but --rdzv-endpoint=a:1,b:1 names "
+       "replicas of dgt-rendezvous; use one or the other\n"},
+      {{"--nnodes=2", "--rdzv-endpoint=a:1,b:1", "--rdzv-conf=is_host=1", kScript},
+       "dgt-run: error: --rdzv-conf is_host=1 hosts the rendezvous at one address, but "
+       "--rdzv-endpoint=a:1,b:1 names 2 replicas of dgt-rendezvous; give one endpoint, or drop "
+       "is_host\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto p = Parse(args);
+    EXPECT_FALSE(p.options.has_value());
+    EXPECT_EQ(p.exit_code, 2) << p.output;
+    EXPECT_EQ(p.output, message);
+  }
 }
 
 TEST(LaunchOptionsTest, HelpListsRdzvConfKeys) {

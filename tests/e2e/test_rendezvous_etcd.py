@@ -91,9 +91,9 @@ def test_one_replica_serves_a_job_with_its_run_state_in_etcd(spawn, etcd):
     assert run["round"] == 0
     assert run["world_size"] == 2
     assert sorted(n["node_rank"] for n in run["nodes"]) == [0, 1]
-    # One key per run under the prefix, nothing else.
+    # One key per run under the prefix, and the replicas' leader key beside it (docs/ETCD.md).
     keys = etcdctl(etcd, "get", "/e2e/", "--prefix", "--keys-only")
-    assert [k for k in keys.stdout.split() if k] == ["/e2e/runs/etcdjob"]
+    assert [k for k in keys.stdout.split() if k] == ["/e2e/runs.leader", "/e2e/runs/etcdjob"]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -1,0 +1,68 @@
+// dgt-agent's configuration file (/etc/dgt/agent.yaml, yaml-cpp): the keys of the jobs contract
+// (docs/OPERATIONS.md "dgt-agent" lists them with their defaults). Parsing checks every key and
+// value, so that `dgt-agent --check` and a SIGHUP reload refuse a bad file before it is used.
+//
+// Thread-compatible free functions.
+#ifndef DGT_DAEMON_CONFIG_H_
+#define DGT_DAEMON_CONFIG_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "rendezvous/credentials.h"
+
+namespace dgt::daemon {
+
+struct AgentConfig {
+  // "host:port" of every dgt-rendezvous replica, tried in order (required, >= 1).
+  std::vector<std::string> rendezvous_endpoints;
+  // The node's name on the fleet and dgt-run's --node-id (default: the hostname).
+  std::string node_name;
+  // Address other nodes reach this one at (dgt-run --local-addr); empty: dgt-run decides.
+  std::string advertise_address;
+  std::map<std::string, std::string> labels;
+  // Jobs run as this user; a user with uid 0 is refused unless allow_root.
+  std::string run_as_user = "dgt";
+  bool allow_root = false;
+  // Absolute; each job gets <work_dir>/<job id>/.
+  std::string work_dir = "/var/lib/dgt/jobs";
+  // TLS to the service and the agents' bearer token (also passed to dgt-run).
+  rendezvous::TlsFiles tls;
+  std::string token_file;
+  // Absolute path of dgt-run (default: dgt-run next to dgt-agent).
+  std::string dgt_run;
+  // SIGTERM -> SIGKILL grace, in seconds, for a job's processes when the daemon drains, and for
+  // a CancelJob without grace_s.
+  double stop_grace_s = 30;
+  // WATCHDOG=1 pings; unset: on when systemd asks for them (WATCHDOG_USEC).
+  std::optional<bool> watchdog;
+};
+
+// What the defaults depend on (the machine, the binary's location).
+struct ConfigDefaults {
+  std::string hostname;
+  std::string dgt_run;
+};
+
+// Parses `yaml_text` (the contents of `file_name`, used in messages) and checks every value:
+// endpoints are host:port, the run-as user exists (and is not root without allow_root), paths
+// are absolute, TLS and token files are readable and well-formed, dgt_run is executable,
+// 0 < stop_grace_s <= 3600.
+// Errors: InvalidArgument, "<file_name>: <key path>: <what>, got <value>", for a YAML syntax
+// error "<file_name>:<line>:<column>: <parser message>"; an unknown key names it.
+absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
+                                             absl::string_view file_name,
+                                             const ConfigDefaults& defaults);
+
+// Reads `path` and parses it. Errors: InvalidArgument naming the path when it cannot be read,
+// else as ParseAgentConfig.
+absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path,
+                                            const ConfigDefaults& defaults);
+
+}  // namespace dgt::daemon
+
+#endif  // DGT_DAEMON_CONFIG_H_

@@ -1,0 +1,400 @@
+#include "daemon/daemon.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/version.h"
+#include "daemon/job_command.h"
+#include "daemon/job_logs.h"
+#include "daemon/node_facts.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dgt::daemon {
+
+namespace v1 = dgt::jobs::v1;
+
+namespace {
+constexpr absl::Duration kInitialBackoff = absl::Milliseconds(200);
+// Children are reaped at least this often.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+// After the last job of a drain: how long the service may take to close its side.
+constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
+// Beyond stop_grace_s: how long a drain waits for killed jobs to be reaped.
+constexpr absl::Duration kDrainSlack = absl::Seconds(10);
+}  // namespace
+
+struct Daemon::Stream {
+  uint64_t id = 0;
+  std::string endpoint;
+  std::unique_ptr<v1::Jobs::Stub> stub;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::NodeMessage, v1::ControlMessage>> rw;
+  std::thread reader;
+  bool registered = false;
+  bool ended = false;
+  absl::Time register_deadline;
+};
+
+Daemon::Daemon(AgentConfig config, DaemonEnv env)
+    : config_(std::move(config)), env_(std::move(env)), backoff_(kInitialBackoff) {
+  client_options_.tls = config_.tls;
+  if (!config_.token_file.empty()) {
+    auto token = rendezvous::ReadTokenFile(config_.token_file);
+    if (token.ok()) {
+      client_options_.token = *token;
+    } else {
+      spdlog::error("token_file: {}", token.status().ToString());
+    }
+  }
+}
+
+Daemon::~Daemon() {
+  if (stream_ != nullptr) {
+    stream_->context->TryCancel();
+    if (stream_->reader.joinable()) stream_->reader.join();
+  }
+}
+
+void Daemon::Push(Event event) {
+  absl::MutexLock lock(&mu_);
+  events_.push_back(std::move(event));
+  cv_.Signal();
+}
+
+bool Daemon::WaitEvent(Event* out, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (events_.empty()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (events_.empty()) return false;
+  *out = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void Daemon::RequestStop() { Push(Event{Event::kStop, 0, {}}); }
+void Daemon::RequestReload() { Push(Event{Event::kReload, 0, {}}); }
+
+void Daemon::Notify(const std::string& state) {
+  if (env_.notify) env_.notify(state);
+}
+
+void Daemon::UpdateStatus() {
+  std::string status;
+  if (stopping_) {
+    status = absl::StrCat("draining; stopping ", runner_.size(), " job(s)");
+  } else if (stream_ != nullptr && stream_->registered) {
+    const auto ids = runner_.RunningIds();
+    status = absl::StrCat("registered with ", stream_->endpoint, "; ",
+                          ids.empty() ? "idle" : "running " + absl::StrJoin(ids, ", "));
+  } else {
+    status = absl::StrCat(
+        "connecting to ",
+        config_.rendezvous_endpoints[endpoint_index_ % config_.rendezvous_endpoints.size()]);
+  }
+  if (status == last_status_) return;
+  last_status_ = status;
+  Notify("STATUS=" + status);
+}
+
+v1::NodeMessage Daemon::MakeHello() const {
+  v1::NodeMessage m;
+  auto* h = m.mutable_hello();
+  h->set_node_name(config_.node_name);
+  h->set_hostname(env_.hostname);
+  for (const auto& a : NodeAddresses(config_.advertise_address)) h->add_addresses(a);
+  h->set_gpu_count(CountGpus(env_.dev_dir));
+  if (env_.verbs != nullptr) {
+    for (const auto& d : RdmaDevices(*env_.verbs)) h->add_rdma_devices(d);
+  }
+  for (const auto& [k, v] : config_.labels) (*h->mutable_labels())[k] = v;
+  for (const auto& id : runner_.RunningIds()) h->add_running_job_ids(id);
+  h->set_version(kVersion);
+  return m;
+}
+
+bool Daemon::Connect(const std::string& endpoint) {
+  auto& channel = channels_[endpoint];
+  if (channel == nullptr) {
+    auto created = rendezvous::CreateClientChannel(endpoint, client_options_);
+    if (!created.ok()) {
+      spdlog::error("cannot connect to {}: {}", endpoint, created.status().ToString());
+      return false;
+    }
+    channel = *created;
+  }
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + env_.connect_timeout))) {
+    spdlog::warn("jobs service at {} not reachable within {}", endpoint,
+                 absl::FormatDuration(env_.connect_timeout));
+    return false;
+  }
+  auto s = std::make_unique<Stream>();
+  s->id = next_stream_id_++;
+  s->endpoint = endpoint;
+  s->stub = v1::Jobs::NewStub(channel);
+  s->context = std::make_unique<grpc::ClientContext>();
+  rendezvous::AuthorizeCall(client_options_, s->context.get());
+  s->rw = s->stub->Register(s->context.get());
+  s->register_deadline = absl::Now() + env_.register_timeout;
+  const v1::NodeMessage hello = MakeHello();
+  if (!s->rw->Write(hello)) spdlog::warn("{}: sending NodeHello failed", endpoint);
+  auto* rw = s->rw.get();
+  const uint64_t id = s->id;
+  s->reader = std::thread([this, rw, id] {
+    v1::ControlMessage m;
+    while (rw->Read(&m)) Push(Event{Event::kControl, id, m});
+    Push(Event{Event::kStreamEnded, id, {}});
+  });
+  stream_ = std::move(s);
+  spdlog::info("registering node {} with {}", config_.node_name, endpoint);
+  return true;
+}
+
+bool Daemon::Send(const v1::NodeMessage& message) {
+  if (stream_ == nullptr || !stream_->registered || stream_->ended) return false;
+  return stream_->rw->Write(message);
+}
+
+void Daemon::SendUpdate(const std::string& job_id, const std::string& event, int exit_code,
+                        const std::string& message) {
+  v1::NodeMessage m;
+  auto* u = m.mutable_update();
+  u->set_job_id(job_id);
+  u->set_event(event);
+  u->set_exit_code(exit_code);
+  u->set_message(message);
+  if (!Send(m)) pending_updates_.push_back(std::move(m));
+}
+
+void Daemon::OnStreamEnded() {
+  Stream& s = *stream_;
+  s.ended = true;
+  if (s.reader.joinable()) s.reader.join();
+  const grpc::Status status = s.rw->Finish();
+  const bool was_registered = s.registered;
+  const std::string& msg = status.error_message();
+  const bool other_endpoint = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                              status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+                              absl::StartsWith(msg, "standby:");
+  spdlog::warn("registration with {} ended: {} ({}){}", s.endpoint,
+               static_cast<int>(status.error_code()), msg,
+               other_endpoint ? "; trying the next endpoint" : "");
+  if (other_endpoint) ++endpoint_index_;
+  stream_.reset();
+  const absl::Time now = absl::Now();
+  if (was_registered) {
+    backoff_ = kInitialBackoff;
+    next_connect_ = now;
+  } else {
+    next_connect_ = now + backoff_;
+    backoff_ = std::min(backoff_ * 2, env_.max_backoff);
+  }
+}
+
+void Daemon::OnControl(const v1::ControlMessage& message) {
+  switch (message.kind_case()) {
+    case v1::ControlMessage::kRegistered: {
+      stream_->registered = true;
+      backoff_ = kInitialBackoff;
+      spdlog::info("registered as {} with {}", message.registered().node_name(), stream_->endpoint);
+      if (!ready_sent_) {
+        ready_sent_ = true;
+        Notify("READY=1");
+      }
+      while (!pending_updates_.empty() && Send(pending_updates_.front())) {
+        pending_updates_.pop_front();
+      }
+      if (stopping_) {
+        v1::NodeMessage d;
+        d.mutable_draining();
+        Send(d);
+      }
+      break;
+    }
+    case v1::ControlMessage::kStart:
+      OnStart(message.start());
+      break;
+    case v1::ControlMessage::kCancel: {
+      const auto& c = message.cancel();
+      const double grace_s = c.grace_s() > 0 ? c.grace_s() : config_.stop_grace_s;
+      if (!runner_.Cancel(c.job_id(), absl::Seconds(grace_s), absl::Now())) {
+        spdlog::warn("CancelJob for {}: not running here", c.job_id());
+      }
+      break;
+    }
+    case v1::ControlMessage::kReadLog:
+      OnReadLog(message.read_log());
+      break;
+    default:
+      spdlog::warn("ignoring an unknown control message");
+  }
+}
+
+void Daemon::OnStart(const v1::StartJob& start) {
+  const std::string& id = start.job_id();
+  if (runner_.Has(id)) {
+    spdlog::info("StartJob {}: already running here", id);
+    return;
+  }
+  auto fail = [&](const std::string& why) {
+    spdlog::error("job {} not started: {}", id, why);
+    SendUpdate(id, "exited", 1, "could not start: " + why);
+  };
+  if (stopping_) return fail("the node is draining");
+  auto user = LookupRunAsUser(config_.run_as_user, config_.allow_root);
+  if (!user.ok()) return fail(std::string(user.status().message()));
+  auto launch = BuildJobLaunch(config_, start, *user, env_.environ);
+  if (!launch.ok()) return fail(std::string(launch.status().message()));
+  if (auto s = runner_.Start(id, *launch, *user); !s.ok()) {
+    return fail(std::string(s.message()));
+  }
+  SendUpdate(id, "started", 0, "");
+}
+
+void Daemon::OnReadLog(const v1::ReadLog& request) {
+  v1::NodeMessage m;
+  auto* chunk = m.mutable_log();
+  chunk->set_request_id(request.request_id());
+  auto read = ReadJobLog(config_.work_dir, request.job_id(), request.local_rank(), request.stream(),
+                         request.offset(), request.max_bytes(), !runner_.Has(request.job_id()));
+  if (read.ok()) {
+    chunk->set_data(std::move(read->data));
+    chunk->set_next_offset(read->next_offset);
+    chunk->set_eof(read->eof);
+  } else {
+    chunk->set_code(static_cast<int>(read.status().code()));  // absl and gRPC codes agree.
+    chunk->set_error(std::string(read.status().message()));
+    chunk->set_next_offset(request.offset());
+  }
+  Send(m);
+}
+
+void Daemon::OnJobExit(const JobRunner::Exit& exit) {
+  SendUpdate(exit.job_id, "exited", exit.exit_code, exit.message);
+}
+
+void Daemon::OnStop() {
+  if (stopping_) return;
+  stopping_ = true;
+  const absl::Time now = absl::Now();
+  spdlog::info("draining: {} job(s) get SIGTERM, SIGKILL after {} s", runner_.size(),
+               config_.stop_grace_s);
+  if (stream_ != nullptr && stream_->registered) {
+    v1::NodeMessage d;
+    d.mutable_draining();
+    Send(d);
+  }
+  runner_.CancelAll(absl::Seconds(config_.stop_grace_s), now);
+  drain_deadline_ = now + absl::Seconds(config_.stop_grace_s) + kDrainSlack;
+}
+
+void Daemon::OnReload() {
+  if (!env_.reload) {
+    spdlog::warn("SIGHUP: no config file to reload");
+    return;
+  }
+  auto fresh = env_.reload();
+  if (!fresh.ok()) {
+    spdlog::error("config reload failed, keeping the old config: {}", fresh.status().message());
+    return;
+  }
+  const bool changed = fresh->labels != config_.labels ||
+                       fresh->rendezvous_endpoints != config_.rendezvous_endpoints;
+  config_.labels = fresh->labels;
+  config_.rendezvous_endpoints = fresh->rendezvous_endpoints;
+  spdlog::info("config reloaded (labels, rendezvous_endpoints; other keys need a restart){}",
+               changed ? "; registering again" : "");
+  if (changed) {
+    endpoint_index_ = 0;
+    if (stream_ != nullptr) stream_->context->TryCancel();
+    next_connect_ = absl::Now();
+  }
+}
+
+void Daemon::CloseStream() {
+  if (stream_ == nullptr) return;
+  stream_->rw->WritesDone();
+  // The service ends its side when it sees ours end; wait a little for it.
+  const absl::Time deadline = absl::Now() + kCloseTimeout;
+  Event e;
+  while (stream_ != nullptr && !stream_->ended && WaitEvent(&e, deadline)) {
+    if (e.kind == Event::kStreamEnded && e.stream_id == stream_->id) stream_->ended = true;
+  }
+  if (!stream_->ended) stream_->context->TryCancel();
+  if (stream_->reader.joinable()) stream_->reader.join();
+  const grpc::Status status = stream_->rw->Finish();
+  spdlog::info("deregistered from {} ({})", stream_->endpoint,
+               status.ok() ? "OK" : status.error_message());
+  stream_.reset();
+}
+
+void Daemon::OnEvent(Event& event) {
+  switch (event.kind) {
+    case Event::kStop:
+      OnStop();
+      break;
+    case Event::kReload:
+      OnReload();
+      break;
+    case Event::kControl:
+      if (stream_ != nullptr && event.stream_id == stream_->id) OnControl(event.message);
+      break;
+    case Event::kStreamEnded:
+      if (stream_ != nullptr && event.stream_id == stream_->id) OnStreamEnded();
+      break;
+  }
+}
+
+int Daemon::Run() {
+  absl::Time next_watchdog = absl::Now();
+  const bool watchdog = env_.watchdog_interval > absl::ZeroDuration();
+  for (;;) {
+    absl::Time now = absl::Now();
+    for (const auto& exit : runner_.Poll(now)) OnJobExit(exit);
+    if (stopping_ && runner_.size() == 0) {
+      CloseStream();
+      spdlog::info("drained; exiting");
+      return 0;
+    }
+    if (stopping_ && now >= drain_deadline_) {
+      spdlog::error("drain: {} job(s) not reaped after SIGKILL; exiting", runner_.size());
+      CloseStream();
+      return 0;
+    }
+    if (stream_ == nullptr && !stopping_ && now >= next_connect_) {
+      const auto& eps = config_.rendezvous_endpoints;
+      if (!Connect(eps[endpoint_index_ % eps.size()])) {
+        ++endpoint_index_;
+        next_connect_ = absl::Now() + backoff_;
+        backoff_ = std::min(backoff_ * 2, env_.max_backoff);
+      }
+      now = absl::Now();
+    }
+    if (stream_ != nullptr && !stream_->registered && !stream_->ended &&
+        now >= stream_->register_deadline) {
+      spdlog::warn("{}: no Registered within {}; giving up on this stream", stream_->endpoint,
+                   absl::FormatDuration(env_.register_timeout));
+      stream_->register_deadline = absl::InfiniteFuture();
+      stream_->context->TryCancel();
+    }
+    if (watchdog && now >= next_watchdog) {
+      Notify("WATCHDOG=1");
+      next_watchdog = now + env_.watchdog_interval;
+    }
+    UpdateStatus();
+
+    absl::Time deadline = now + kPollInterval;
+    if (watchdog) deadline = std::min(deadline, next_watchdog);
+    if (stream_ == nullptr && !stopping_) deadline = std::min(deadline, next_connect_);
+    if (auto kill_at = runner_.NextDeadline()) deadline = std::min(deadline, *kill_at);
+    Event event;
+    if (WaitEvent(&event, deadline)) OnEvent(event);
+  }
+}
+
+}  // namespace dgt::daemon

@@ -1,0 +1,129 @@
+// dgt-agent's main loop: holds the node's Register stream to the jobs service (dgt.jobs.v1,
+// proto/dgt/jobs/v1/jobs.proto) and runs the jobs it is sent.
+//
+// - Registration: tries rendezvous_endpoints in order; an endpoint that is not reachable within
+//   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED, or refuses with a "standby:" message
+//   (a replica that is not the leader) hands over to the next one. Attempts back off from
+//   200 ms, doubling, to max_backoff; a stream that breaks after registering is registered
+//   again at once, forever (NodeHello.running_job_ids keeps running jobs on this node).
+// - Jobs: StartJob runs dgt-run (job_command.h, job_runner.h) and answers JobUpdate "started",
+//   or "exited" with exit code 1 and the reason when it cannot start; its end answers "exited"
+//   with dgt-run's code (held back while not registered and sent after the next Registered).
+//   CancelJob: SIGTERM, SIGKILL after grace_s (0: stop_grace_s). ReadLog: a LogChunk
+//   (job_logs.h).
+// - systemd (through DaemonEnv::notify): READY=1 at the first Registered, STATUS= on every
+//   change ("registered with H:P; idle", "registered with H:P; running job-3", "connecting to
+//   H:P", "draining"), WATCHDOG=1 every watchdog_interval.
+// - RequestStop (SIGTERM) drains: Draining to the service, every job cancelled with stop_grace_s,
+//   their "exited" updates sent, then the stream half-closed (deregistration); Run returns 0.
+// - RequestReload (SIGHUP): DaemonEnv::reload; a new config's labels and endpoints are applied
+//   (the node registers again with them); a failed reload is logged and the old config kept.
+//
+// Thread-safety: Run() on one thread (it forks the jobs: that thread must live as long as they
+// do); RequestStop/RequestReload from any thread.
+#ifndef DGT_DAEMON_DAEMON_H_
+#define DGT_DAEMON_DAEMON_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/config.h"
+#include "daemon/job_runner.h"
+#include "dgt/jobs/v1/jobs.grpc.pb.h"
+#include "dgt/worker/net_discovery.h"
+#include "rendezvous/client.h"
+
+namespace dgt::daemon {
+
+struct DaemonEnv {
+  // Receives sd_notify(3) state strings ("READY=1", "STATUS=...", "WATCHDOG=1"); none: dropped.
+  std::function<void(const std::string&)> notify;
+  // WATCHDOG=1 period; zero: none.
+  absl::Duration watchdog_interval = absl::ZeroDuration();
+  // Where GPUs are counted (node_facts.h CountGpus).
+  std::string dev_dir = "/dev";
+  // RDMA device table; null: none reported.
+  worker::VerbsApi* verbs = nullptr;
+  std::string hostname;
+  // Re-reads the config file (SIGHUP); null: reload is refused (logged).
+  std::function<absl::StatusOr<AgentConfig>()> reload;
+  // The daemon's environment, of which jobs get PATH, LANG, LC_ALL, TZ (job_command.h).
+  std::map<std::string, std::string> environ;
+  absl::Duration connect_timeout = absl::Seconds(3);
+  // How long a new stream may wait for Registered before it is given up.
+  absl::Duration register_timeout = absl::Seconds(10);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
+
+class Daemon {
+ public:
+  Daemon(AgentConfig config, DaemonEnv env);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Runs until RequestStop() has drained; returns the process exit code (0).
+  int Run();
+  void RequestStop();
+  void RequestReload();
+
+ private:
+  struct Stream;
+  struct Event {
+    enum Kind { kControl, kStreamEnded, kStop, kReload } kind = kControl;
+    uint64_t stream_id = 0;
+    dgt::jobs::v1::ControlMessage message;
+  };
+
+  void Push(Event event);
+  bool WaitEvent(Event* out, absl::Time deadline);
+  bool Connect(const std::string& endpoint);
+  void OnEvent(Event& event);
+  void OnControl(const dgt::jobs::v1::ControlMessage& message);
+  void OnStreamEnded();
+  void OnStart(const dgt::jobs::v1::StartJob& start);
+  void OnReadLog(const dgt::jobs::v1::ReadLog& request);
+  void OnStop();
+  void OnReload();
+  void OnJobExit(const JobRunner::Exit& exit);
+  void SendUpdate(const std::string& job_id, const std::string& event, int exit_code,
+                  const std::string& message);
+  bool Send(const dgt::jobs::v1::NodeMessage& message);
+  void CloseStream();
+  void UpdateStatus();
+  void Notify(const std::string& state);
+  dgt::jobs::v1::NodeMessage MakeHello() const;
+
+  AgentConfig config_;
+  DaemonEnv env_;
+  rendezvous::ClientOptions client_options_;
+  JobRunner runner_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::unique_ptr<Stream> stream_;
+  uint64_t next_stream_id_ = 1;
+  size_t endpoint_index_ = 0;
+  absl::Duration backoff_;
+  absl::Time next_connect_ = absl::InfinitePast();
+  bool ready_sent_ = false;
+  bool stopping_ = false;
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
+  std::deque<dgt::jobs::v1::NodeMessage> pending_updates_;
+  std::string last_status_;
+
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dgt::daemon
+
+#endif  // DGT_DAEMON_DAEMON_H_

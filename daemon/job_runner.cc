@@ -1,0 +1,265 @@
+#include "daemon/job_runner.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/errno_status.h"
+#include "common/logging.h"
+
+namespace dgt::daemon {
+namespace {
+
+// Writes `msg` to fd 2 in a forked child (async-signal-safe) and exits with `code`.
+[[noreturn]] void ChildFail(const char* msg, int code) {
+  const size_t n = std::strlen(msg);
+  if (::write(2, msg, n) < 0) {
+    // Nothing else to do in a child that failed.
+  }
+  ::_exit(code);
+}
+
+std::string LastLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > 4096 ? size - 4096 : 0;
+  in.seekg(start);
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(tail, '\n')) {
+    absl::string_view t = absl::StripAsciiWhitespace(line);
+    if (!t.empty()) last = std::string(t);
+  }
+  return last;
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+std::set<pid_t> ProcessGroupsBelow(pid_t root) {
+  std::multimap<pid_t, pid_t> children;  // ppid -> pid
+  std::map<pid_t, pid_t> pgrp;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    // After "pid (comm)": state ppid pgrp ...
+    std::vector<absl::string_view> f =
+        absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+    pid_t ppid = 0;
+    pid_t group = 0;
+    if (f.size() < 3 || !absl::SimpleAtoi(f[1], &ppid) || !absl::SimpleAtoi(f[2], &group)) {
+      continue;
+    }
+    children.emplace(ppid, pid);
+    pgrp[pid] = group;
+  }
+  std::set<pid_t> groups;
+  if (pgrp.count(root) == 0) return groups;
+  std::vector<pid_t> todo = {root};
+  std::set<pid_t> seen;
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    if (!seen.insert(p).second) continue;
+    if (auto it = pgrp.find(p); it != pgrp.end() && it->second > 1) groups.insert(it->second);
+    auto [lo, hi] = children.equal_range(p);
+    for (auto it = lo; it != hi; ++it) todo.push_back(it->second);
+  }
+  return groups;
+}
+
+absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch,
+                              const RunAsUser& user) {
+  if (Has(job_id)) return absl::AlreadyExistsError(absl::StrCat("job ", job_id, " is running"));
+  const bool switch_user = ::geteuid() == 0;
+  if (!switch_user && ::geteuid() != user.uid) {
+    return absl::FailedPreconditionError(absl::StrCat("dgt-agent runs as uid ", ::geteuid(),
+                                                      ", not root, and cannot run jobs as ",
+                                                      user.name, " (uid ", user.uid, ")"));
+  }
+  std::error_code ec;
+  const std::filesystem::path job_dir(launch.job_dir);
+  if (!std::filesystem::exists(job_dir.parent_path(), ec)) {
+    std::filesystem::create_directories(job_dir.parent_path(), ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create work_dir ", job_dir.parent_path().string(), ": ", ec.message()));
+    }
+  }
+  if (::mkdir(launch.job_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(errno, absl::StrCat("mkdir ", launch.job_dir));
+  }
+  if (switch_user && ::chown(launch.job_dir.c_str(), user.uid, user.gid) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("chown ", launch.job_dir, " to ", user.name));
+  }
+  const int log_fd =
+      ::open(launch.dgt_run_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (log_fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", launch.dgt_run_log));
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    ::close(log_fd);
+    return ErrnoToStatus(errno, "open /dev/null");
+  }
+
+  // Everything the child needs, prepared before fork (only async-signal-safe calls after it).
+  std::vector<char*> argv;
+  for (const auto& a : launch.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : launch.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const std::string exec_fail = absl::StrCat("dgt-agent: cannot execute ", launch.argv[0], "\n");
+  const std::string chdir_fail =
+      absl::StrCat("dgt-agent: cannot change to the job's directory ", launch.cwd, "\n");
+  const std::string user_fail = absl::StrCat("dgt-agent: cannot switch to user ", user.name, "\n");
+  const pid_t parent = ::getpid();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(log_fd);
+    ::close(null_fd);
+    return ErrnoToStatus(err, "fork");
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::setsid();
+    ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    if (switch_user) {
+      if (::setgroups(user.groups.size(), user.groups.data()) != 0 || ::setgid(user.gid) != 0 ||
+          ::setuid(user.uid) != 0) {
+        ChildFail(user_fail.c_str(), 126);
+      }
+    }
+    // After the user switch: a credential change clears the parent-death signal.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // The daemon died before the prctl.
+    if (::chdir(launch.cwd.c_str()) != 0) ChildFail(chdir_fail.c_str(), 126);
+    ::execve(argv[0], argv.data(), envp.data());
+    ChildFail(exec_fail.c_str(), 127);
+  }
+  ::close(log_fd);
+  ::close(null_fd);
+  Job job;
+  job.pid = pid;
+  job.dgt_run_log = launch.dgt_run_log;
+  jobs_.emplace(job_id, std::move(job));
+  spdlog::info("job {}: started dgt-run (pid {}) as {} in {}", job_id, pid, user.name, launch.cwd);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> JobRunner::RunningIds() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+bool JobRunner::Cancel(const std::string& job_id, absl::Duration grace, absl::Time now) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;
+  Job& job = it->second;
+  const absl::Time kill_at = now + std::max(grace, absl::ZeroDuration());
+  if (job.cancelled && job.kill_at.has_value() && *job.kill_at <= kill_at) return true;
+  job.cancelled = true;
+  job.kill_at = kill_at;
+  auto groups = ProcessGroupsBelow(job.pid);
+  job.groups.insert(groups.begin(), groups.end());
+  // Before dgt-run's setsid() its group does not exist yet: signal the process itself.
+  if (::kill(-job.pid, SIGTERM) != 0) ::kill(job.pid, SIGTERM);
+  spdlog::info("job {}: cancelled; SIGTERM to dgt-run (pid {}), SIGKILL in {}", job_id, job.pid,
+               absl::FormatDuration(grace));
+  return true;
+}
+
+void JobRunner::CancelAll(absl::Duration grace, absl::Time now) {
+  for (const auto& id : RunningIds()) Cancel(id, grace, now);
+}
+
+void JobRunner::Kill(Job& job) {
+  auto groups = ProcessGroupsBelow(job.pid);
+  job.groups.insert(groups.begin(), groups.end());
+  job.groups.insert(job.pid);
+  for (pid_t g : job.groups) ::kill(-g, SIGKILL);
+  ::kill(job.pid, SIGKILL);
+  job.killed = true;
+}
+
+std::vector<JobRunner::Exit> JobRunner::Poll(absl::Time now) {
+  for (auto& [id, job] : jobs_) {
+    if (job.kill_at.has_value() && !job.killed && now >= *job.kill_at) {
+      spdlog::warn("job {}: still running after the grace period; SIGKILL", id);
+      Kill(job);
+    }
+  }
+  std::vector<Exit> out;
+  for (int i = 0; i < 4096; ++i) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+      if (it->second.pid != pid) continue;
+      Job& job = it->second;
+      // What the workers left behind (dgt-run stops them; this is for a dgt-run that could not).
+      if (job.cancelled) {
+        for (pid_t g : job.groups) {
+          if (g != pid) ::kill(-g, SIGKILL);
+        }
+      }
+      Exit e;
+      e.job_id = it->first;
+      e.exit_code = ExitCode(status);
+      e.message = LastLine(job.dgt_run_log);
+      e.cancelled = job.cancelled;
+      spdlog::info("job {}: dgt-run (pid {}) exited with {}", e.job_id, pid, e.exit_code);
+      out.push_back(std::move(e));
+      jobs_.erase(it);
+      break;
+    }
+  }
+  return out;
+}
+
+std::optional<absl::Time> JobRunner::NextDeadline() const {
+  std::optional<absl::Time> next;
+  for (const auto& [id, job] : jobs_) {
+    if (job.kill_at.has_value() && !job.killed && (!next || *job.kill_at < *next)) {
+      next = job.kill_at;
+    }
+  }
+  return next;
+}
+
+}  // namespace dgt::daemon

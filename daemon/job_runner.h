@@ -1,0 +1,91 @@
+// Starts and stops jobs' dgt-run processes for dgt-agent. Each dgt-run runs as the job's user in
+// a session (process group) of its own, with PR_SET_PDEATHSIG(SIGKILL) set after the user switch
+// (a uid change clears it), so that a crashed daemon leaves no dgt-run behind; dgt-run's workers
+// carry the same signal against dgt-run (agent/process_launcher.cc), and under systemd
+// KillMode=control-group takes anything left.
+//
+// Cancel: SIGTERM to dgt-run's process group (dgt-run stops its workers gracefully), then at the
+// deadline SIGKILL to every process group seen below dgt-run (the workers run in sessions of
+// their own), at cancel time or at the deadline, and to dgt-run's.
+//
+// Not thread-safe: one thread (the daemon's loop) calls every method. Start() must be called
+// from a thread that lives as long as the jobs (PR_SET_PDEATHSIG fires when the forking thread
+// ends).
+#ifndef DGT_DAEMON_JOB_RUNNER_H_
+#define DGT_DAEMON_JOB_RUNNER_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/job_command.h"
+
+namespace dgt::daemon {
+
+// A process-tree snapshot: the process groups of `root` and of every process below it
+// (/proc/<pid>/stat's ppid and pgrp fields). Empty when `root` is gone.
+std::set<pid_t> ProcessGroupsBelow(pid_t root);
+
+class JobRunner {
+ public:
+  struct Exit {
+    std::string job_id;
+    // dgt-run's exit status, 128 + N when signal N ended it.
+    int exit_code = 0;
+    // dgt-run's last non-empty line of output (<job_dir>/dgt-run.log).
+    std::string message;
+    bool cancelled = false;
+  };
+
+  JobRunner() = default;
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Creates <job_dir> (owned by `user`; <work_dir> is created 0755 when missing), opens
+  // <job_dir>/dgt-run.log for dgt-run's output, and forks and execs launch.argv as `user`
+  // (setgroups, setgid, setuid in the child; skipped when the daemon already runs as user.uid).
+  // Errors: AlreadyExists for a running job id; FailedPrecondition when the daemon is not root
+  // and `user` is another user; the errno's status naming the path for a directory or file that
+  // cannot be made. A failed exec shows as an Exit with code 127 (126: the user switch or the
+  // chdir failed), its reason in `message`.
+  absl::Status Start(const std::string& job_id, const JobLaunch& launch, const RunAsUser& user);
+
+  bool Has(const std::string& job_id) const { return jobs_.count(job_id) > 0; }
+  std::vector<std::string> RunningIds() const;
+  size_t size() const { return jobs_.size(); }
+
+  // SIGTERM now, SIGKILL at now + grace (grace <= 0: at once). False for an unknown job. A
+  // second cancel keeps the earlier deadline.
+  bool Cancel(const std::string& job_id, absl::Duration grace, absl::Time now);
+  void CancelAll(absl::Duration grace, absl::Time now);
+
+  // Sends due SIGKILLs and reaps: returns the jobs whose dgt-run ended (also reaps orphans handed
+  // to this process as a child subreaper).
+  std::vector<Exit> Poll(absl::Time now);
+
+  // The earliest pending SIGKILL, if any.
+  std::optional<absl::Time> NextDeadline() const;
+
+ private:
+  struct Job {
+    pid_t pid = -1;
+    std::string dgt_run_log;
+    std::optional<absl::Time> kill_at;
+    bool cancelled = false;
+    bool killed = false;
+    std::set<pid_t> groups;  // Seen below dgt-run at cancel time.
+  };
+  void Kill(Job& job);
+
+  std::map<std::string, Job> jobs_;
+};
+
+}  // namespace dgt::daemon
+
+#endif  // DGT_DAEMON_JOB_RUNNER_H_

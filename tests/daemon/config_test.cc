@@ -1,0 +1,158 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dgt::daemon {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dgt-config-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    defaults_.hostname = "host-a";
+    defaults_.dgt_run = "/bin/true";
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  // The error message of parsing `yaml` (with the required endpoint prepended unless `bare`).
+  std::string Error(const std::string& yaml, bool bare = false) {
+    const std::string text = bare ? yaml : "rendezvous_endpoints: [\"h:1\"]\n" + yaml;
+    auto c = ParseAgentConfig(text, "agent.yaml", defaults_);
+    EXPECT_FALSE(c.ok()) << yaml;
+    if (c.ok()) return "";
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(c.status().message());
+  }
+
+  std::string dir_;
+  ConfigDefaults defaults_;
+};
+
+TEST_F(ConfigTest, DefaultsAndEveryKey) {
+  auto c = ParseAgentConfig(
+      "rendezvous_endpoints: [\"10.0.0.1:29400\"]\nrun_as_user: root\n"
+      "allow_root: true\n",
+      "agent.yaml", defaults_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rendezvous_endpoints, std::vector<std::string>{"10.0.0.1:29400"});
+  EXPECT_EQ(c->node_name, "host-a");
+  EXPECT_EQ(c->advertise_address, "");
+  EXPECT_TRUE(c->labels.empty());
+  EXPECT_EQ(c->work_dir, "/var/lib/dgt/jobs");
+  EXPECT_EQ(c->dgt_run, "/bin/true");
+  EXPECT_EQ(c->stop_grace_s, 30);
+  EXPECT_FALSE(c->watchdog.has_value());
+  EXPECT_TRUE(c->tls.empty());
+
+  const std::string token = Write("token", "s3cret\n");
+  auto full = ParseAgentConfig(
+      "rendezvous_endpoints: [\"a:1\", \"[::1]:2\"]\nnode_name: gpu-7\n"
+      "advertise_address: 10.1.2.3\nlabels: {gpu: a100, zone: \"1\"}\nrun_as_user: root\n"
+      "allow_root: yes\nwork_dir: /srv/jobs\ntoken_file: " +
+          token + "\ndgt_run: /bin/sh\nstop_grace_s: 2.5\nwatchdog: false\n",
+      "agent.yaml", defaults_);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->rendezvous_endpoints, (std::vector<std::string>{"a:1", "[::1]:2"}));
+  EXPECT_EQ(full->node_name, "gpu-7");
+  EXPECT_EQ(full->advertise_address, "10.1.2.3");
+  EXPECT_EQ(full->labels, (std::map<std::string, std::string>{{"gpu", "a100"}, {"zone", "1"}}));
+  EXPECT_TRUE(full->allow_root);
+  EXPECT_EQ(full->work_dir, "/srv/jobs");
+  EXPECT_EQ(full->token_file, token);
+  EXPECT_EQ(full->dgt_run, "/bin/sh");
+  EXPECT_EQ(full->stop_grace_s, 2.5);
+  EXPECT_EQ(full->watchdog, std::optional<bool>(false));
+}
+
+TEST_F(ConfigTest, EveryError) {
+  const std::string root = "run_as_user: root\nallow_root: true\n";
+  EXPECT_EQ(Error("[1, 2]\n", true),
+            "agent.yaml: must be a map of keys (rendezvous_endpoints: [...], ...)");
+  EXPECT_EQ(Error("a: [1,\n", true).substr(0, 13), "agent.yaml:2:");
+  EXPECT_EQ(Error("node_name: x\n", true),
+            "agent.yaml: rendezvous_endpoints: is required (a list of \"host:port\")");
+  EXPECT_EQ(
+      Error("rendezvous_endpoints: []\n", true),
+      "agent.yaml: rendezvous_endpoints: must be a non-empty list of \"host:port\", got '[]'");
+  EXPECT_EQ(Error("rendezvous_endpoints: [\"h:1\", \"h\"]\n", true),
+            "agent.yaml: rendezvous_endpoints[1]: must be host:port with a port in 1..65535, "
+            "got 'h'");
+  EXPECT_EQ(Error("rendezvous_endpoints: [\"h:99999\"]\n", true),
+            "agent.yaml: rendezvous_endpoints[0]: must be host:port with a port in 1..65535, "
+            "got 'h:99999'");
+  EXPECT_EQ(Error(root + "colour: blue\n"),
+            "agent.yaml: colour: unknown key (known: rendezvous_endpoints, node_name, "
+            "advertise_address, labels, run_as_user, allow_root, work_dir, tls, token_file, "
+            "dgt_run, stop_grace_s, watchdog)");
+  EXPECT_EQ(Error(root + "node_name: a b\n"),
+            "agent.yaml: node_name: may hold only letters, digits, '-', '_' and '.', got 'a b'");
+  EXPECT_EQ(Error(root + "node_name: [x]\n"), "agent.yaml: node_name: must be a string, got '[x]'");
+  EXPECT_EQ(Error(root + "advertise_address: 10.0.0.1/24\n"),
+            "agent.yaml: advertise_address: must be a host name or an IP address (no port), got "
+            "'10.0.0.1/24'");
+  EXPECT_EQ(Error(root + "labels: [a]\n"),
+            "agent.yaml: labels: must be a map of name: value, got '[a]'");
+  EXPECT_EQ(Error(root + "labels: {gpu: [a]}\n"),
+            "agent.yaml: labels.gpu: must be a string, got '[a]'");
+  EXPECT_EQ(Error("run_as_user: no-such-user-dgt\n"),
+            "agent.yaml: run_as_user: no such user, got 'no-such-user-dgt'");
+  EXPECT_EQ(Error("run_as_user: root\n"),
+            "agent.yaml: run_as_user: jobs may not run as root (uid 0) unless allow_root: true "
+            "is set, got 'root'");
+  EXPECT_EQ(Error("run_as_user: root\nallow_root: maybe\n"),
+            "agent.yaml: allow_root: must be true or false, got 'maybe'");
+  EXPECT_EQ(Error(root + "watchdog: 3\n"), "agent.yaml: watchdog: must be true or false, got '3'");
+  EXPECT_EQ(Error(root + "work_dir: jobs\n"),
+            "agent.yaml: work_dir: must be an absolute path, got 'jobs'");
+  EXPECT_EQ(Error(root + "dgt_run: /nonexistent/dgt-run\n"),
+            "agent.yaml: dgt_run: must be an executable file (dgt-run), got "
+            "'/nonexistent/dgt-run'");
+  EXPECT_EQ(
+      Error(root + "token_file: " + Write("empty", "  \n") + "\n"),
+      "agent.yaml: token_file: must be a readable, non-empty token file, got '" + dir_ + "/empty'");
+  EXPECT_EQ(Error(root + "tls: {ca_file: /nonexistent/ca.pem}\n"),
+            "agent.yaml: tls.ca_file: cannot read the file (No such file or directory), got "
+            "'/nonexistent/ca.pem'");
+  EXPECT_EQ(Error(root + "tls: {ca: /x}\n"),
+            "agent.yaml: tls.ca: unknown key (tls takes ca_file, cert_file, key_file)");
+  EXPECT_EQ(Error(root + "tls: {cert_file: " + Write("c.pem", "x") + "}\n"),
+            "agent.yaml: tls: cert_file and key_file go together (mutual TLS); one is missing");
+  EXPECT_EQ(Error(root + "tls: {ca_file: " + Write("ca.pem", "not pem") + "}\n").substr(0, 16),
+            "agent.yaml: tls:");
+  EXPECT_EQ(Error(root + "stop_grace_s: 0\n"),
+            "agent.yaml: stop_grace_s: must be a number of seconds in (0, 3600], got '0'");
+  EXPECT_EQ(Error(root + "stop_grace_s: soon\n"),
+            "agent.yaml: stop_grace_s: must be a number of seconds in (0, 3600], got 'soon'");
+  EXPECT_EQ(Error(root + "node_name: a\nnode_name: b\n").substr(0, 11), "agent.yaml:");
+}
+
+TEST_F(ConfigTest, LoadNamesTheFile) {
+  auto missing = LoadAgentConfig(dir_ + "/nope.yaml", defaults_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            dir_ + "/nope.yaml: cannot read the config file (No such file or directory)");
+  const std::string path = Write("a.yaml",
+                                 "rendezvous_endpoints: [\"h:1\"]\nstop_grace_s: -1\n"
+                                 "run_as_user: root\nallow_root: true\n");
+  auto bad = LoadAgentConfig(path, defaults_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            path + ": stop_grace_s: must be a number of seconds in (0, 3600], got '-1'");
+}
+
+}  // namespace
+}  // namespace dgt::daemon

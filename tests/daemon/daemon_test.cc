@@ -1,0 +1,361 @@
+// The daemon's loop against the in-test jobs service, with a shell script standing in for
+// dgt-run: the drain order (Draining, then the cancelled job's exit, then the stream's end),
+// systemd notifications, re-registration after a break with the running jobs named, endpoint
+// rotation, reload, ReadLog and start failures.
+#include "daemon/daemon.h"
+
+#include <netinet/in.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/daemon/fake_jobs_service.h"
+
+namespace dgt::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::DescribeAll;
+using ::testing::ElementsAre;
+using testing::FakeJobsService;
+
+// clang-format off
+constexpr char kFakeDgtRun[] = R"sh(#!/bin/sh
+trap 'echo "dgt-run got TERM"; exit 143' TERM
+echo "args: $*"
+case "$*" in *quick*) echo "quick job done"; exit 7;; esac
+case "$*" in *whoami*) echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) user=$USER home=$HOME pwd=$(pwd) env=$(env | sort | tr '\n' ' ')"; exit 0;; esac
+sleep 30 &
+wait
+)sh";
+// clang-format on
+
+std::string CurrentUser() {
+  const struct passwd* pw = ::getpwuid(::geteuid());
+  return pw != nullptr ? pw->pw_name : "root";
+}
+
+// A port nothing listens on (bound once, then closed).
+std::string DeadEndpoint() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool Has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dgt-daemon-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::chmod(dir_.c_str(), 0755);  // The run-as user of RunsJobsAsTheConfiguredUser enters it.
+    const std::string script = dir_ + "/fake-dgt-run";
+    std::ofstream(script) << kFakeDgtRun;
+    ::chmod(script.c_str(), 0755);
+    config_.rendezvous_endpoints = {service_.endpoint()};
+    config_.node_name = "node-t";
+    config_.run_as_user = CurrentUser();
+    config_.allow_root = true;
+    config_.work_dir = dir_ + "/jobs";
+    config_.dgt_run = script;
+    config_.stop_grace_s = 5;
+    env_.hostname = "host-t";
+    env_.dev_dir = dir_ + "/dev";
+    fs::create_directories(env_.dev_dir);
+    for (const char* f : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
+      std::ofstream(env_.dev_dir + "/" + f);
+    }
+    env_.connect_timeout = absl::Milliseconds(300);
+    env_.max_backoff = absl::Milliseconds(400);
+    env_.notify = [this](const std::string& s) {
+      absl::MutexLock lock(&mu_);
+      notes_.push_back(s);
+    };
+  }
+  void TearDown() override {
+    if (daemon_ != nullptr) {
+      daemon_->RequestStop();
+      if (done_.valid()) done_.wait_for(std::chrono::seconds(20));
+    }
+    fs::remove_all(dir_);
+  }
+
+  void StartDaemon() {
+    daemon_ = std::make_unique<Daemon>(config_, env_);
+    done_ = std::async(std::launch::async, [this] { return daemon_->Run(); });
+  }
+  int StopDaemon() {
+    daemon_->RequestStop();
+    EXPECT_EQ(done_.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    const int rc = done_.get();
+    daemon_.reset();
+    return rc;
+  }
+  std::vector<std::string> Notes() {
+    absl::MutexLock lock(&mu_);
+    return notes_;
+  }
+  bool WaitForCount(const std::string& line, size_t n, absl::Duration timeout = absl::Seconds(15)) {
+    return service_.WaitFor(
+        [&](const auto& ms) {
+          auto d = DescribeAll(ms);
+          return static_cast<size_t>(std::count(d.begin(), d.end(), line)) >= n;
+        },
+        timeout);
+  }
+  bool WaitFor(const std::string& line) { return WaitForCount(line, 1); }
+
+  static dgt::jobs::v1::ControlMessage StartJob(const std::string& id, const std::string& cmd) {
+    dgt::jobs::v1::ControlMessage m;
+    auto* s = m.mutable_start();
+    s->set_job_id(id);
+    s->set_rdzv_endpoint("127.0.0.1:1");
+    s->mutable_spec()->set_command(cmd);
+    s->mutable_spec()->set_instance_count(1);
+    s->mutable_spec()->mutable_distribution()->set_process_count_per_instance(2);
+    return m;
+  }
+
+  FakeJobsService service_;
+  std::string dir_;
+  AgentConfig config_;
+  DaemonEnv env_;
+  std::unique_ptr<Daemon> daemon_;
+  std::future<int> done_;
+  absl::Mutex mu_;
+  std::vector<std::string> notes_;
+};
+
+class FakeVerbs final : public worker::VerbsApi {
+ public:
+  absl::StatusOr<std::vector<worker::IbDevice>> ListDevices() override {
+    return std::vector<worker::IbDevice>{{"mlx5_0", {}}, {"mlx5_1", {}}};
+  }
+};
+
+TEST_F(DaemonTest, DrainStopsJobsThenDeregisters) {
+  FakeVerbs verbs;
+  env_.verbs = &verbs;
+  config_.advertise_address = "10.9.8.7";
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  const auto hello = service_.received()[0].hello();
+  EXPECT_EQ(hello.hostname(), "host-t");
+  EXPECT_EQ(hello.gpu_count(), 2);
+  EXPECT_EQ(hello.version(), "0.1.0");
+  EXPECT_EQ(hello.running_job_ids_size(), 0);
+  EXPECT_THAT(hello.rdma_devices(), ElementsAre("mlx5_0", "mlx5_1"));
+  ASSERT_GE(hello.addresses_size(), 1);
+  EXPECT_EQ(hello.addresses(0), "10.9.8.7");
+  service_.Send(StartJob("job-1", "sleep 30"));
+  ASSERT_TRUE(WaitFor("update job-1 started 0"));
+  // The script has set its trap once it has printed its arguments.
+  const std::string log_path = dir_ + "/jobs/job-1/dgt-run.log";
+  const absl::Time up_by = absl::Now() + absl::Seconds(10);
+  while (Slurp(log_path).find("args:") == std::string::npos && absl::Now() < up_by) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+
+  const absl::Time stop = absl::Now();
+  EXPECT_EQ(StopDaemon(), 0);
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(5));  // SIGTERM sufficed: no SIGKILL wait.
+  EXPECT_THAT(DescribeAll(service_.received()),
+              ElementsAre("hello node-t", "update job-1 started 0", "draining",
+                          "update job-1 exited 143", "<end>"));
+  EXPECT_EQ(service_.received()[3].update().message(), "dgt-run got TERM");
+  std::ifstream log(dir_ + "/jobs/job-1/dgt-run.log");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_EQ(first,
+            "args: --nnodes=1 --nproc-per-node=2 --rdzv-backend=dgt "
+            "--rdzv-endpoint=127.0.0.1:1 --rdzv-id=job-1 --node-id=node-t --local-addr=10.9.8.7 "
+            "--max-restarts=0 --restart-policy=group --log-dir " +
+                dir_ + "/jobs/job-1/logs --redirects 3 --no-python -- /bin/sh -c sleep 30");
+
+  const auto notes = Notes();
+  const std::string ep = service_.endpoint();
+  auto at = [&](const std::string& s) {
+    return std::find(notes.begin(), notes.end(), s) - notes.begin();
+  };
+  ASSERT_TRUE(Has(notes, "READY=1"));
+  EXPECT_LT(at("STATUS=connecting to " + ep), at("READY=1"));
+  EXPECT_LT(at("READY=1"), at("STATUS=registered with " + ep + "; running job-1"));
+  EXPECT_LT(at("STATUS=registered with " + ep + "; running job-1"),
+            at("STATUS=draining; stopping 1 job(s)"));
+  EXPECT_EQ(std::count(notes.begin(), notes.end(), "READY=1"), 1);
+  EXPECT_FALSE(Has(notes, "WATCHDOG=1"));  // No watchdog interval given.
+}
+
+TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
+  config_.rendezvous_endpoints = {DeadEndpoint(), service_.endpoint()};
+  env_.watchdog_interval = absl::Milliseconds(50);
+  AgentConfig reloaded = config_;
+  reloaded.labels = {{"zone", "b"}};
+  absl::Mutex reload_mu;
+  bool reload_ok = false;
+  env_.reload = [&]() -> absl::StatusOr<AgentConfig> {
+    absl::MutexLock lock(&reload_mu);
+    if (!reload_ok) return absl::InvalidArgumentError("agent.yaml: labels: bad");
+    return reloaded;
+  };
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));  // After the dead first endpoint.
+
+  // A job that ends by itself: its exit code and last line.
+  service_.Send(StartJob("job-q", "quick"));
+  ASSERT_TRUE(WaitFor("update job-q exited 7"));
+  auto ms = service_.received();
+  EXPECT_EQ(ms.back().update().message(), "quick job done");
+
+  // ReadLog: unknown job, bad rank.
+  dgt::jobs::v1::ControlMessage read;
+  read.mutable_read_log()->set_request_id(41);
+  read.mutable_read_log()->set_job_id("job-x");
+  service_.Send(read);
+  ASSERT_TRUE(WaitFor("log 41 5"));
+  read.mutable_read_log()->set_request_id(42);
+  read.mutable_read_log()->set_job_id("Bad/Id");
+  service_.Send(read);
+  ASSERT_TRUE(WaitFor("log 42 3"));
+  EXPECT_EQ(service_.received().back().log().error(),
+            "job id must be 1..64 bytes of [a-z0-9-], got 'Bad/Id'");
+
+  // A bad spec is answered "exited" with the reason.
+  auto bad = StartJob("job-b", "true");
+  bad.mutable_start()->mutable_spec()->mutable_distribution()->set_type("mpi");
+  service_.Send(bad);
+  ASSERT_TRUE(WaitFor("update job-b exited 1"));
+  EXPECT_EQ(service_.received().back().update().message(),
+            "could not start: job job-b: distribution.type must be pytorch or tensorflow, got "
+            "'mpi' (mpi is not supported by dgt-run)");
+
+  // A running job survives a failed reload untouched, and a good one registers again with the
+  // new labels and the running job named.
+  service_.Send(StartJob("job-2", "sleep 30"));
+  ASSERT_TRUE(WaitFor("update job-2 started 0"));
+  daemon_->RequestReload();
+  absl::SleepFor(absl::Milliseconds(300));
+  const auto before = DescribeAll(service_.received());
+  EXPECT_EQ(std::count(before.begin(), before.end(), "hello node-t"), 1);
+  {
+    absl::MutexLock lock(&reload_mu);
+    reload_ok = true;
+  }
+  daemon_->RequestReload();
+  ASSERT_TRUE(WaitForCount("hello node-t", 2));
+  ms = service_.received();
+  const auto second =
+      std::find_if(ms.rbegin(), ms.rend(), [](const auto& m) { return m.has_hello(); })->hello();
+  EXPECT_EQ(second.labels().at("zone"), "b");
+  ASSERT_EQ(second.running_job_ids_size(), 1);
+  EXPECT_EQ(second.running_job_ids(0), "job-2");
+
+  // CancelJob with a grace: SIGTERM, the script's own exit.
+  dgt::jobs::v1::ControlMessage cancel;
+  cancel.mutable_cancel()->set_job_id("job-2");
+  cancel.mutable_cancel()->set_grace_s(3);
+  service_.Send(cancel);
+  ASSERT_TRUE(WaitFor("update job-2 exited 143"));
+  EXPECT_EQ(StopDaemon(), 0);
+  const auto notes = Notes();
+  EXPECT_GE(std::count(notes.begin(), notes.end(), "WATCHDOG=1"), 2);
+  EXPECT_EQ(std::count(notes.begin(), notes.end(), "READY=1"), 1);
+}
+
+TEST_F(DaemonTest, RunsJobsAsTheConfiguredUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  const struct passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  const uid_t uid = nobody->pw_uid;
+  const gid_t gid = nobody->pw_gid;
+  const std::string home = nobody->pw_dir;
+  const std::string shell = nobody->pw_shell;
+  config_.run_as_user = "nobody";
+  config_.allow_root = false;
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  service_.Send(StartJob("job-u", "whoami"));
+  ASSERT_TRUE(WaitFor("update job-u exited 0"));
+  // The job's environment is exactly what the contract lists (PWD is the shell's own).
+  const std::string job_dir = dir_ + "/jobs/job-u";
+  EXPECT_EQ(service_.received().back().update().message(),
+            "uid=" + std::to_string(uid) + " gid=" + std::to_string(gid) +
+                " groups=" + std::to_string(gid) + " user=nobody home=" + home + " pwd=" + job_dir +
+                " env=HOME=" + home + " LOGNAME=nobody PATH=/usr/local/bin:/usr/bin:/bin PWD=" +
+                job_dir + " SHELL=" + shell + " USER=nobody");
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/jobs/job-u").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
+// A standby replica ("standby:" refusal) hands over to the next endpoint; a refusal of another
+// kind (ALREADY_EXISTS: the name is registered) retries the same endpoint, backing off.
+TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
+  FakeJobsService standby;
+  standby.RefuseWith(
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "standby: the leader is 10.0.0.1:29400"));
+  config_.rendezvous_endpoints = {standby.endpoint(), service_.endpoint()};
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_EQ(StopDaemon(), 0);
+
+  FakeJobsService taken;
+  taken.RefuseWith(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "node-t is registered"));
+  config_.rendezvous_endpoints = {taken.endpoint(), service_.endpoint()};
+  StartDaemon();
+  // 200 + 400 + 400 + 400 ms of backoff (max_backoff 400 ms here): 4 or 5 refusals in 1.6 s
+  // (fewer on a loaded machine, never more: the backoff holds), and no hello at the second
+  // endpoint.
+  absl::SleepFor(absl::Milliseconds(1600));
+  EXPECT_GE(taken.refused(), 2);
+  EXPECT_LE(taken.refused(), 6);
+  const auto d = DescribeAll(service_.received());
+  EXPECT_EQ(std::count(d.begin(), d.end(), "hello node-t"), 1);  // The first daemon's only.
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
+// dgt-run gone after the config was checked (a package upgrade): the job ends with 127 and says
+// why; the daemon keeps serving.
+TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
+  config_.dgt_run = dir_ + "/no-dgt-run";
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  service_.Send(StartJob("job-m", "true"));
+  ASSERT_TRUE(WaitFor("update job-m exited 127"));
+  EXPECT_EQ(service_.received().back().update().message(),
+            "dgt-agent: cannot execute " + dir_ + "/no-dgt-run");
+  const auto d = DescribeAll(service_.received());
+  EXPECT_THAT(d, ElementsAre("hello node-t", "update job-m started 0", "update job-m exited 127"));
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
+}  // namespace
+}  // namespace dgt::daemon

@@ -1,0 +1,156 @@
+// An in-test dgt.jobs.v1.Jobs service: only Register. It records every NodeMessage a daemon sends
+// (and "<end>" when a stream ends), answers each NodeHello with Registered, and sends the
+// ControlMessages a test queues. Waits have deadlines; nothing blocks a test forever.
+#ifndef DGT_TESTS_DAEMON_FAKE_JOBS_SERVICE_H_
+#define DGT_TESTS_DAEMON_FAKE_JOBS_SERVICE_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dgt/jobs/v1/jobs.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace dgt::daemon::testing {
+
+class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
+ public:
+  using NodeMessage = dgt::jobs::v1::NodeMessage;
+  using ControlMessage = dgt::jobs::v1::ControlMessage;
+
+  // Starts a server on 127.0.0.1 on a free port.
+  FakeJobsService() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeJobsService() override { Shutdown(); }
+
+  void Shutdown() {
+    {
+      absl::MutexLock lock(&mu_);
+      shutdown_ = true;
+    }
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      server_.reset();
+    }
+  }
+
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // Every Register from now on is refused with `status` (as a standby replica or a service
+  // that knows the node already would).
+  void RefuseWith(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    refuse_ = std::move(status);
+    refuse_set_ = true;
+  }
+  int refused() {
+    absl::MutexLock lock(&mu_);
+    return refused_;
+  }
+
+  grpc::Status Register(grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<ControlMessage, NodeMessage>* stream) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (refuse_set_) {
+        ++refused_;
+        return refuse_;
+      }
+    }
+    bool reading = true;
+    std::thread reader([&] {
+      NodeMessage m;
+      while (stream->Read(&m)) {
+        absl::MutexLock lock(&mu_);
+        received_.push_back(m);
+        if (m.has_hello()) {
+          ControlMessage reply;
+          reply.mutable_registered()->set_node_name(m.hello().node_name());
+          outbox_.push_back(reply);
+        }
+      }
+      absl::MutexLock lock(&mu_);
+      NodeMessage end;
+      end.mutable_update()->set_event("<end>");
+      received_.push_back(end);
+      reading = false;
+    });
+    for (;;) {
+      ControlMessage out;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&] { return !outbox_.empty() || !reading || shutdown_; };
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+        if (!reading || shutdown_) break;
+        if (context->IsCancelled()) break;
+        if (outbox_.empty()) continue;
+        out = outbox_.front();
+        outbox_.pop_front();
+      }
+      stream->Write(out);
+    }
+    reader.join();
+    return grpc::Status::OK;
+  }
+
+  void Send(const ControlMessage& m) {
+    absl::MutexLock lock(&mu_);
+    outbox_.push_back(m);
+  }
+
+  // Waits until `pred` holds for the messages received so far; false at the timeout.
+  bool WaitFor(const std::function<bool(const std::vector<NodeMessage>&)>& pred,
+               absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&] { return pred(received_); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+  }
+
+  std::vector<NodeMessage> received() {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  std::vector<NodeMessage> received_ ABSL_GUARDED_BY(mu_);
+  std::deque<ControlMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool refuse_set_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status refuse_ ABSL_GUARDED_BY(mu_);
+  int refused_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One line per message, for exact comparisons: "hello node-a", "update job-1 started 0",
+// "log 7 0 <data>", "draining", "<end>".
+inline std::string Describe(const dgt::jobs::v1::NodeMessage& m) {
+  if (m.has_hello()) return "hello " + m.hello().node_name();
+  if (m.has_draining()) return "draining";
+  if (m.has_log()) {
+    return "log " + std::to_string(m.log().request_id()) + " " + std::to_string(m.log().code());
+  }
+  if (m.update().event() == "<end>") return "<end>";
+  return "update " + m.update().job_id() + " " + m.update().event() + " " +
+         std::to_string(m.update().exit_code());
+}
+
+inline std::vector<std::string> DescribeAll(const std::vector<dgt::jobs::v1::NodeMessage>& ms) {
+  std::vector<std::string> out;
+  for (const auto& m : ms) out.push_back(Describe(m));
+  return out;
+}
+
+}  // namespace dgt::daemon::testing
+
+#endif  // DGT_TESTS_DAEMON_FAKE_JOBS_SERVICE_H_

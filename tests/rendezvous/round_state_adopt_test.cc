@@ -1,0 +1,231 @@
+// RoundStateMachine as a replica that becomes the leader (AdoptRuns) and as one whose commit
+// fails (commit_failure), on the in-memory backend and a simulated clock: exact messages.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "rendezvous/round_state.h"
+#include "rendezvous/run_state_backend.h"
+
+namespace dgt::rendezvous {
+namespace {
+
+using RunState = RoundStateMachine::RunState;
+const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
+
+JoinRequest Join(const std::string& node_id, int min_nodes, int max_nodes) {
+  JoinRequest j;
+  j.run_id = "job";
+  j.node_id = node_id;
+  j.min_nodes = min_nodes;
+  j.max_nodes = max_nodes;
+  j.nproc_per_node = 2;
+  j.address = "10.0.0." + node_id.substr(node_id.size() - 1);
+  j.store_port = 29500;
+  j.last_call_timeout = absl::Seconds(30);
+  j.join_timeout = absl::Seconds(600);
+  return j;
+}
+
+// The in-memory backend whose commits fail while `fail` is set (a replica whose etcd write
+// failed: unreachable, or fenced).
+class FailingBackend final : public RunStateBackend {
+ public:
+  absl::Status fail;
+  const RunRecord* Find(absl::string_view id) const override { return mem_.Find(id); }
+  Revision RevisionOf(absl::string_view id) const override { return mem_.RevisionOf(id); }
+  void ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const override { mem_.ForEach(fn); }
+  size_t size() const override { return mem_.size(); }
+  absl::StatusOr<RunRecord*> Create(absl::string_view id) override { return mem_.Create(id); }
+  RunRecord* Mutable(absl::string_view id) override { return mem_.Mutable(id); }
+  absl::StatusOr<Revision> Commit(absl::string_view id) override {
+    ++commits;
+    if (!fail.ok()) return fail;
+    return mem_.Commit(id);
+  }
+  absl::Status Delete(absl::string_view id) override { return mem_.Delete(id); }
+  absl::StatusOr<Revision> CompareAndPut(const RunRecord& run, Revision expected,
+                                         LeaseId lease) override {
+    return mem_.CompareAndPut(run, expected, lease);
+  }
+  absl::Status CompareAndDelete(absl::string_view id, Revision expected) override {
+    return mem_.CompareAndDelete(id, expected);
+  }
+  absl::StatusOr<LeaseId> GrantLease(absl::Duration ttl, absl::Time now) override {
+    return mem_.GrantLease(ttl, now);
+  }
+  absl::Status KeepAlive(LeaseId lease, absl::Time now) override {
+    return mem_.KeepAlive(lease, now);
+  }
+  absl::Status RevokeLease(LeaseId lease) override { return mem_.RevokeLease(lease); }
+  void ExpireLeases(absl::Time now) override { mem_.ExpireLeases(now); }
+  WatchId Watch(std::function<void(const RunEvent&)> fn) override { return mem_.Watch(fn); }
+  void CancelWatch(WatchId id) override { mem_.CancelWatch(id); }
+  absl::Status Reload() override {
+    ++reloads;
+    return reload;
+  }
+  absl::Status reload;
+  int commits = 0;
+  int reloads = 0;
+
+ private:
+  InMemoryRunStateBackend mem_;
+};
+
+NodeReport Success(int64_t round) {
+  NodeReport r;
+  r.round = round;
+  r.succeeded = true;
+  return r;
+}
+
+template <typename Kind>
+const Kind* Find(const std::vector<Outgoing>& out, SessionId s) {
+  for (const Outgoing& o : out) {
+    if (o.session == s && std::holds_alternative<Kind>(o.message))
+      return &std::get<Kind>(o.message);
+  }
+  return nullptr;
+}
+
+// Two nodes ran round 0 of "job" on sessions 1 and 2; returns their assignments by node id.
+std::map<std::string, Assignment> RunTwoNodes(RoundStateMachine& m, int min_nodes = 2) {
+  std::map<std::string, Assignment> held;
+  std::vector<Outgoing> all;
+  for (auto& o : m.OnJoin(1, Join("n1", min_nodes, 2), kT0)) all.push_back(o);
+  for (auto& o : m.OnJoin(2, Join("n2", min_nodes, 2), kT0)) all.push_back(o);
+  for (auto& o : m.OnStoreReady(1, StoreReady{30001}, kT0)) all.push_back(o);
+  for (const Outgoing& o : all) {
+    if (const auto* a = std::get_if<Assignment>(&o.message)) {
+      held[o.session == 1 ? "n1" : "n2"] = *a;
+    }
+  }
+  return held;
+}
+
+JoinRequest RejoinWith(const std::string& node_id, const Assignment& a, int min_nodes = 2) {
+  JoinRequest j = Join(node_id, min_nodes, 2);
+  j.rejoin = a;
+  return j;
+}
+
+TEST(AdoptRunsTest, RunningRunWaitsForItsMembersToRejoinWithTheirAssignments) {
+  FailingBackend backend;
+  RoundStateOptions options;
+  options.backend = &backend;
+  RoundStateMachine m(options);
+  auto held = RunTwoNodes(m);
+  ASSERT_EQ(held.size(), 2u);
+  ASSERT_EQ(held["n1"].round, 0);
+  const uint64_t rounds = m.counters().rounds;
+
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(5)).ok());
+  EXPECT_EQ(backend.reloads, 1);
+  EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
+  // The old sessions are the old leader's: unknown here.
+  auto stale = m.OnReport(1, Success(0), kT0 + absl::Seconds(6));
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(stale[0].message).status.message(), "report before join");
+  // No member left in the stored run until they rejoin.
+  EXPECT_TRUE(m.Status("job")[0].nodes.empty());
+
+  auto first = m.OnJoin(11, RejoinWith("n2", held["n2"]), kT0 + absl::Seconds(7));
+  ASSERT_EQ(first.size(), 1u);
+  const Assignment* ack = Find<Assignment>(first, 11);
+  ASSERT_NE(ack, nullptr);
+  EXPECT_EQ(ack->node_rank, held["n2"].node_rank);
+  EXPECT_EQ(ack->round, 0);
+  EXPECT_EQ(ack->master_port, held["n2"].master_port);
+  EXPECT_EQ(ack->world_size, 4);
+  EXPECT_EQ(ack->reason, "rejoined");
+  // n2's success before n1 is back is not the run's.
+  EXPECT_TRUE(m.OnReport(11, Success(0), kT0 + absl::Seconds(8)).empty());
+  auto second = m.OnJoin(12, RejoinWith("n1", held["n1"]), kT0 + absl::Seconds(9));
+  ASSERT_NE(Find<Assignment>(second, 12), nullptr);
+  EXPECT_EQ(Find<Assignment>(second, 12)->node_rank, 0);
+  auto done = m.OnReport(12, Success(0), kT0 + absl::Seconds(10));
+  ASSERT_NE(Find<RunFinished>(done, 11), nullptr);
+  ASSERT_NE(Find<RunFinished>(done, 12), nullptr);
+  EXPECT_EQ(Find<RunFinished>(done, 12)->message, "all 2 nodes succeeded");
+  EXPECT_EQ(m.counters().rounds, rounds);  // No round started over.
+}
+
+TEST(AdoptRunsTest, MembersThatDoNotRejoinWithinTheWindowAreLost) {
+  RoundStateOptions options;
+  options.rejoin_timeout = absl::Seconds(20);
+  RoundStateMachine m(options);
+  auto held = RunTwoNodes(m, /*min_nodes=*/1);
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(5)).ok());
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(25));
+  ASSERT_NE(
+      Find<Assignment>(m.OnJoin(11, RejoinWith("n1", held["n1"], 1), kT0 + absl::Seconds(6)), 11),
+      nullptr);
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(24)).empty());
+  auto out = m.OnTick(kT0 + absl::Seconds(25));
+  const Assignment* next = Find<Assignment>(out, 11);
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->round, 1);
+  EXPECT_EQ(next->node_count, 1);
+  EXPECT_EQ(next->node_rank, 0);
+  EXPECT_EQ(next->reason,
+            "node lost: 1 of 2 node(s) of round 0 did not rejoin within 20s after the rendezvous "
+            "service restarted");
+}
+
+TEST(AdoptRunsTest, GatheringRunKeepsItsNodesWhichReattachWithAPlainJoin) {
+  RoundStateMachine m;
+  ASSERT_TRUE(m.OnJoin(1, Join("n1", 2, 2), kT0).size() == 1);  // JoinProgress.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
+  ASSERT_EQ(m.Status("job").size(), 1u);
+  ASSERT_EQ(m.Status("job")[0].nodes.size(), 1u);
+  EXPECT_EQ(m.Status("job")[0].nodes[0].node_id, "n1");
+  // The same node id again (its agent reconnected to the new leader): not a second agent.
+  auto again = m.OnJoin(7, Join("n1", 2, 2), kT0 + absl::Seconds(2));
+  EXPECT_EQ(Find<Refusal>(again, 7), nullptr);
+  auto out = m.OnJoin(8, Join("n2", 2, 2), kT0 + absl::Seconds(3));
+  ASSERT_NE(Find<Assignment>(out, 7), nullptr);
+  ASSERT_NE(Find<Assignment>(out, 8), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 7)->node_rank, 0);
+  EXPECT_EQ(Find<Assignment>(out, 8)->node_rank, 1);
+  EXPECT_EQ(Find<Assignment>(out, 8)->node_count, 2);
+}
+
+TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
+  FailingBackend backend;
+  RoundStateOptions options;
+  options.backend = &backend;
+  RoundStateMachine m(options);
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  backend.fail = absl::FailedPreconditionError("fenced: test");
+  // This join would close the round (two Assignments): its commit fails, nothing is sent.
+  EXPECT_TRUE(m.OnJoin(2, Join("n2", 2, 2), kT0).empty());
+  EXPECT_EQ(m.commit_failure(), absl::FailedPreconditionError("fenced: test"));
+  EXPECT_EQ(m.counters().failed_commits, 1u);
+  const int commits = backend.commits;
+  // Until AdoptRuns, no event is handled (or written).
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Hours(2)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(1, kT0).empty());
+  EXPECT_EQ(backend.commits, commits);
+  EXPECT_EQ(m.counters().failed_commits, 1u);
+  // Adopting fails while the store does not answer, and the failure stays.
+  backend.reload = absl::UnavailableError("etcd down");
+  EXPECT_EQ(m.AdoptRuns(kT0), absl::UnavailableError("etcd down"));
+  EXPECT_FALSE(m.commit_failure().ok());
+  backend.reload = absl::OkStatus();
+  backend.fail = absl::OkStatus();
+  ASSERT_TRUE(m.AdoptRuns(kT0).ok());
+  EXPECT_TRUE(m.commit_failure().ok());
+  auto out = m.OnJoin(3, Join("n3", 2, 2), kT0);
+  EXPECT_EQ(Find<Refusal>(out, 3), nullptr);
+}
+
+}  // namespace
+}  // namespace dgt::rendezvous
