@@ -34,8 +34,6 @@ from test_rendezvous_etcd import ETCD, ETCDCTL, free_port, need_etcd
 
 WORKER = WORKERS / "ha_steps.py"
 WORLD = 4
-HA_PENDING = "needs ha/multi: leader election (--replica-id, standby answers) and agents with " \
-    "several --rdzv-endpoint (issue 16, tasks/ha_contract.txt) are not on this branch yet"
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
@@ -377,7 +375,6 @@ def leading(python2, endpoint):
     return session_answer(python2, endpoint) == "REFUSED 3 --nproc-per-node must be >= 1, got 0"
 
 
-@pytest.mark.skip(reason=HA_PENDING)
 def test_every_etcd_member_stopped_mid_job_then_back(spawn, tmp_path, etcd3, python2, capsys):
     rdzv, endpoint = start_replica(spawn, "rdzv", etcd3.endpoints, "/ha2/runs/", "--replica-id=r1")
     job = Job(spawn, tmp_path, python2, "ha2", endpoint)
@@ -426,7 +423,6 @@ def test_every_etcd_member_stopped_mid_job_then_back(spawn, tmp_path, etcd3, pyt
               "healthy again")
 
 
-@pytest.mark.skip(reason=HA_PENDING)
 def test_leading_replica_killed_mid_job_the_standby_takes_over(
         spawn, tmp_path, etcd3, python2, capsys):
     a, ep_a = start_replica(spawn, "rdzvA", etcd3.endpoints, "/ha3/runs/", "--replica-id=rA")
@@ -488,7 +484,6 @@ def veth_netns():
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
 
 
-@pytest.mark.skip(reason=HA_PENDING)
 def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
         spawn, tmp_path, veth_netns, cluster_factory, python2, capsys):
     host_ip, ns_ip = veth_netns["host_ip"], veth_netns["ns_ip"]
