@@ -276,6 +276,12 @@ class Job:
         return pid
 
 
+def writer_of(cluster, key):
+    """The replica instance that last wrote the run at `key` (its record's "writer" without the
+    write count)."""
+    return cluster.get_json(key)["writer"].rsplit(":", 1)[0]
+
+
 def assert_run_record(cluster, key, run_id):
     value = cluster.get_json(key)
     run = value["run"]
@@ -390,8 +396,9 @@ def test_every_etcd_member_stopped_mid_job_then_back(spawn, tmp_path, etcd3, pyt
     # A new join meanwhile is refused by the standby it became, with UNAVAILABLE.
     late = spawn([BIN / "dgt-run", "--nnodes=1", "--nproc-per-node=1",
                   f"--rdzv-endpoint={endpoint}", "--rdzv-id=ha2-late", "--node-id=late",
-                  "--rdzv-connect-timeout=4", "--rdzv-conf=read_timeout=4", WORKER, "--until-file", tmp_path / "never",
-                  "--max-seconds", "5"], name="late", env=job.env)
+                  "--rdzv-connect-timeout=4", "--rdzv-conf=read_timeout=4", WORKER,
+                  "--until-file", tmp_path / "never", "--max-seconds", "5"],
+                 name="late", env=job.env)
     assert late.wait(timeout=30) == 69, late.stderr
     assert ("dgt-run: lost the rendezvous service at "
             f"{endpoint} (standby: dgt-rendezvous replica r1 is a standby; no leader now)"
@@ -428,13 +435,13 @@ def test_leading_replica_killed_mid_job_the_standby_takes_over(
     a, ep_a = start_replica(spawn, "rdzvA", etcd3.endpoints, "/ha3/runs/", "--replica-id=rA")
     wait_for(lambda: leading(python2, ep_a), 15, "replica rA to lead")
     b, ep_b = start_replica(spawn, "rdzvB", etcd3.endpoints, "/ha3/runs/", "--replica-id=rB")
-    answer = session_answer(python2, ep_b)
-    assert answer.startswith("UNAVAILABLE standby: dgt-rendezvous replica rB is a standby; "
-                             f"the leader is {ep_a}"), answer
+    assert session_answer(python2, ep_b) == (
+        f"UNAVAILABLE standby: dgt-rendezvous replica rB is a standby; the leader is {ep_a}")
     job = Job(spawn, tmp_path, python2, "ha3", f"{ep_a},{ep_b}")
     job.start()
     job.wait_steps(3, 90, "every rank at step 3")
     pids = job.worker_pids()
+    first_writer = writer_of(etcd3, "/ha3/runs/ha3")
     a.kill()
     killed = time.monotonic()
     for agent in job.agents:
@@ -446,6 +453,7 @@ def test_leading_replica_killed_mid_job_the_standby_takes_over(
         assert (f"dgt-run: the rendezvous replica at {ep_b} took this node's session (the one at "
                 f"{ep_a} was lost)") in agent.stderr, agent.stderr
     assert_run_record(etcd3, "/ha3/runs/ha3", "ha3")
+    assert writer_of(etcd3, "/ha3/runs/ha3") != first_writer  # rB wrote the end.
     with capsys.disabled():
         print(f"\nleading replica SIGKILLed: both agents back in the run via the standby after "
               f"{failover:.2f} s")
@@ -495,12 +503,14 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
     wait_for(lambda: leading(python2, ep_cut), 15, "replica rcut (in the namespace) to lead")
     other, ep_other = start_replica(spawn, "rdzv_other", etcd.endpoints, "/ha4/runs/",
                                     "--replica-id=rother", f"--leader-lease-s={lease_s}")
-    assert session_answer(python2, ep_other).startswith("UNAVAILABLE standby:")
+    assert session_answer(python2, ep_other) == (
+        f"UNAVAILABLE standby: dgt-rendezvous replica rother is a standby; the leader is {ep_cut}")
     job = Job(spawn, tmp_path, python2, "ha4", f"{ep_cut},{ep_other}")
     job.start()
     job.wait_steps(3, 90, "every rank at step 3")
     pids = job.worker_pids()
 
+    first_writer = writer_of(etcd, "/ha4/runs/ha4")
     ports = ",".join(str(p) for p in etcd.client_ports)
     veth_netns["sh"]("iptables", "-A", "OUTPUT", "-d", host_ip, "-p", "tcp", "-m", "multiport",
                      "--dports", ports, "-j", "DROP")
@@ -511,7 +521,8 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
 
     def cut_stands_by():
         answers.append(session_answer(python2, ep_cut))
-        return answers[-1].startswith("UNAVAILABLE standby:")
+        return answers[-1].startswith(
+            "UNAVAILABLE standby: dgt-rendezvous replica rcut is a standby; ")
 
     wait_for(cut_stands_by, lease_s + 2 + 3, "the cut replica to answer standby")
     stood_by = time.monotonic() - cut_at
@@ -524,7 +535,9 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
         assert (f"dgt-run: the rendezvous replica at {ep_other} took this node's session (the one "
                 f"at {ep_cut} was lost)") in agent.stderr, agent.stderr
     assert cut.popen.poll() is None, cut.stderr  # Cut off, not crashed.
-    assert session_answer(python2, ep_cut).startswith("UNAVAILABLE standby:")
+    assert session_answer(python2, ep_cut).startswith(
+        "UNAVAILABLE standby: dgt-rendezvous replica rcut is a standby; ")
     assert_run_record(etcd, "/ha4/runs/ha4", "ha4")
+    assert writer_of(etcd, "/ha4/runs/ha4") != first_writer  # rother wrote the end.
     with capsys.disabled():
         print(f"\nreplica cut from etcd: standby after {stood_by:.2f} s (lease {lease_s} s)")
