@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/doctor_command.h"
+#include "cli/jobs_command.h"
 #include "cli/recovery_command.h"
 #include "cli/status_command.h"
 #include "cli/store_command.h"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   dgt::cli::AddStatusCommand(app, &run);
   dgt::cli::AddDoctorCommand(app, &run);
   dgt::cli::AddRecoveryCommand(app, &run);
+  dgt::cli::AddJobsCommands(app, &run);
   if (std::string unknown = UnknownCommand(app, argc, argv); !unknown.empty()) {
     std::cerr << "dgt: error: " << unknown << "\n";
     return 2;

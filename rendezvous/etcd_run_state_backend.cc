@@ -5,7 +5,9 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
@@ -16,7 +18,12 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kRecordVersion = 1;
+constexpr int kRecordVersion = 2;
+// Node buckets: about this many nodes per bucket key, and at most this many buckets, so that a
+// commit that changes every node (a round start) stays one Txn within etcd's default
+// --max-txn-ops (128): the run key plus every bucket.
+constexpr int kNodesPerBucket = 32;
+constexpr int kMaxBuckets = 100;
 
 json TimeToJson(absl::Time t) {
   if (t == absl::InfiniteFuture()) return "inf";
@@ -95,19 +102,30 @@ RunState StateFromJson(const json& j) {
   throw std::invalid_argument("unknown state '" + name + "'");
 }
 
+// A node as a JSON array (compact: a bucket of 100 nodes is about 7 KB):
+// [node_id, session, address, nproc, store_port, node_rank, succeeded, failed, last_contact].
+json NodeToJson(const NodeRecord& n) {
+  return json::array({n.node_id, n.session, n.address, n.nproc, n.store_port, n.node_rank,
+                      n.succeeded, n.failed, TimeToJson(n.last_contact)});
+}
+
+NodeRecord NodeFromJson(const json& j) {
+  if (!j.is_array() || j.size() != 9) throw std::invalid_argument("a node is not an array of 9");
+  NodeRecord node;
+  node.node_id = j[0].get<std::string>();
+  node.session = j[1].get<SessionId>();
+  node.address = j[2].get<std::string>();
+  node.nproc = j[3].get<int32_t>();
+  node.store_port = j[4].get<int32_t>();
+  node.node_rank = j[5].get<int32_t>();
+  node.succeeded = j[6].get<bool>();
+  node.failed = j[7].get<bool>();
+  node.last_contact = TimeFromJson(j[8]);
+  return node;
+}
+
+// The run without its nodes (they are in the bucket keys).
 json RunToJson(const RunRecord& r) {
-  json nodes = json::array();
-  for (const auto& [id, n] : r.nodes) {
-    nodes.push_back(json{{"node_id", n.node_id},
-                         {"session", n.session},
-                         {"address", n.address},
-                         {"nproc", n.nproc},
-                         {"store_port", n.store_port},
-                         {"node_rank", n.node_rank},
-                         {"succeeded", n.succeeded},
-                         {"failed", n.failed},
-                         {"last_contact", TimeToJson(n.last_contact)}});
-  }
   json failures = json::array();
   for (const WorkerFailure& f : r.failures) failures.push_back(FailureToJson(f));
   return json{
@@ -119,7 +137,6 @@ json RunToJson(const RunRecord& r) {
       {"last_call_timeout", DurationToJson(r.last_call_timeout)},
       {"join_timeout", DurationToJson(r.join_timeout)},
       {"state", RunStateName(r.state)},
-      {"nodes", std::move(nodes)},
       {"connected", r.connected},
       {"members", r.members},
       {"succeeded", r.succeeded},
@@ -159,20 +176,6 @@ RunRecord RunFromJson(const json& j) {
   r.last_call_timeout = DurationFromJson(j.at("last_call_timeout"));
   r.join_timeout = DurationFromJson(j.at("join_timeout"));
   r.state = StateFromJson(j.at("state"));
-  for (const json& n : j.at("nodes")) {
-    NodeRecord node;
-    node.node_id = n.at("node_id").get<std::string>();
-    node.session = n.at("session").get<SessionId>();
-    node.address = n.at("address").get<std::string>();
-    node.nproc = n.at("nproc").get<int32_t>();
-    node.store_port = n.at("store_port").get<int32_t>();
-    node.node_rank = n.at("node_rank").get<int32_t>();
-    node.succeeded = n.at("succeeded").get<bool>();
-    node.failed = n.at("failed").get<bool>();
-    node.last_contact = TimeFromJson(n.at("last_contact"));
-    std::string id = node.node_id;
-    r.nodes.emplace(std::move(id), std::move(node));
-  }
   r.connected = j.at("connected").get<int32_t>();
   r.members = j.at("members").get<int32_t>();
   r.succeeded = j.at("succeeded").get<int32_t>();
@@ -203,18 +206,123 @@ RunRecord RunFromJson(const json& j) {
   return r;
 }
 
+// Whether two records differ in one node, by bucket: marks the bucket of every node added,
+// removed or changed between `before` and `after` (both sorted by node id). O(nodes).
+void MarkChangedBuckets(const std::map<std::string, NodeRecord>& before,
+                        const std::map<std::string, NodeRecord>& after, int buckets,
+                        std::vector<bool>* dirty) {
+  auto b = before.begin();
+  auto a = after.begin();
+  while (b != before.end() || a != after.end()) {
+    if (a == after.end() || (b != before.end() && b->first < a->first)) {
+      (*dirty)[NodeBucket(b->first, buckets)] = true;
+      ++b;
+    } else if (b == before.end() || a->first < b->first) {
+      (*dirty)[NodeBucket(a->first, buckets)] = true;
+      ++a;
+    } else {
+      if (!(a->second == b->second)) (*dirty)[NodeBucket(a->first, buckets)] = true;
+      ++a;
+      ++b;
+    }
+  }
+}
+
+// A key under the prefix, split: the run id and the node bucket (-1: the run's own key).
+// False for a bucket suffix that is not a number.
+bool SplitKey(absl::string_view rest, std::string* run_id, int* bucket) {
+  const size_t sep = rest.find(kNodeBucketSeparator);
+  if (sep == absl::string_view::npos) {
+    *run_id = std::string(rest);
+    *bucket = -1;
+    return true;
+  }
+  *run_id = std::string(rest.substr(0, sep));
+  return absl::SimpleAtoi(rest.substr(sep + 1), bucket) && *bucket >= 0 && *bucket < kMaxBuckets;
+}
+
+// The keys of each run in a read of the prefix.
+struct RunKeys {
+  const etcd::KeyValue* run = nullptr;
+  std::vector<const etcd::KeyValue*> buckets;
+};
+
+std::map<std::string, RunKeys, std::less<>> GroupByRun(const std::vector<etcd::KeyValue>& kvs,
+                                                       size_t prefix_size) {
+  std::map<std::string, RunKeys, std::less<>> runs;
+  for (const etcd::KeyValue& kv : kvs) {
+    std::string run_id;
+    int bucket = -1;
+    if (!SplitKey(absl::string_view(kv.key).substr(prefix_size), &run_id, &bucket)) {
+      spdlog::warn("etcd backend: skipping key {}: not a run or node bucket key", kv.key);
+      continue;
+    }
+    RunKeys& keys = runs[run_id];
+    if (bucket < 0) {
+      keys.run = &kv;
+    } else {
+      keys.buckets.push_back(&kv);
+    }
+  }
+  return runs;
+}
+
 std::string LeaseGone(LeaseId lease) {
   return absl::StrCat("lease ", lease, " does not exist (expired?)");
 }
 
 }  // namespace
 
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer) {
-  return json{{"version", kRecordVersion}, {"writer", std::string(writer)}, {"run", RunToJson(run)}}
+int NodeBuckets(int32_t max_nodes) {
+  const int64_t wanted = (static_cast<int64_t>(max_nodes) + kNodesPerBucket - 1) / kNodesPerBucket;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxBuckets));
+}
+
+int NodeBucket(absl::string_view node_id, int buckets) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits: stable across builds and hosts.
+  for (unsigned char c : node_id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return static_cast<int>(h % static_cast<uint64_t>(std::max(buckets, 1)));
+}
+
+std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets) {
+  return json{{"version", kRecordVersion},
+              {"writer", std::string(writer)},
+              {"buckets", buckets},
+              {"run", RunToJson(run)}}
       .dump();
 }
 
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer) {
+std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes) {
+  json list = json::array();
+  for (const NodeRecord* n : nodes) list.push_back(NodeToJson(*n));
+  return json{{"version", kRecordVersion}, {"nodes", std::move(list)}}.dump();
+}
+
+absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value) {
+  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("node bucket: not a JSON object");
+  }
+  auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() ||
+      version->get<int64_t>() != kRecordVersion) {
+    return absl::UnimplementedError(absl::StrCat("node bucket: not version ", kRecordVersion,
+                                                 " (this dgt reads version ", kRecordVersion, ")"));
+  }
+  try {
+    std::vector<NodeRecord> nodes;
+    for (const json& n : j.at("nodes")) nodes.push_back(NodeFromJson(n));
+    return nodes;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("node bucket: ", e.what()));
+  }
+}
+
+absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer,
+                                          int* buckets) {
   json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("run record: not a JSON object");
@@ -229,6 +337,12 @@ absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* 
   }
   try {
     if (writer != nullptr) *writer = j.at("writer").get<std::string>();
+    const int b = j.at("buckets").get<int>();
+    if (b < 1 || b > kMaxBuckets) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run record: \"buckets\" ", b, " is not in 1..", kMaxBuckets));
+    }
+    if (buckets != nullptr) *buckets = b;
     return RunFromJson(j.at("run"));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run record: ", e.what()));
@@ -261,8 +375,8 @@ absl::StatusOr<std::unique_ptr<EtcdRunStateBackend>> EtcdRunStateBackend::Open(O
   {
     MutexLock lock(&backend->mu_);
     backend->known_revision_ = all->revision;
-    for (const etcd::KeyValue& kv : all->kvs) {
-      backend->ApplyRead(kv.key.substr(backend->options_.prefix.size()), &kv, all->revision);
+    for (const auto& [id, keys] : GroupByRun(all->kvs, backend->options_.prefix.size())) {
+      if (keys.run != nullptr) backend->ApplyRead(id, keys.run, keys.buckets, all->revision);
     }
   }
   absl::Status watching = backend->StartWatch(all->revision + 1);
@@ -291,21 +405,24 @@ absl::Status EtcdRunStateBackend::Resync() {
   std::vector<RunEvent> deliver;
   {
     MutexLock lock(&mu_);
-    std::map<std::string, const etcd::KeyValue*, std::less<>> read;
-    for (const etcd::KeyValue& kv : all->kvs) read[kv.key.substr(options_.prefix.size())] = &kv;
+    std::map<std::string, RunKeys, std::less<>> read = GroupByRun(all->kvs, options_.prefix.size());
     std::vector<std::string> gone;
     for (const auto& [id, entry] : view_) {
-      if (!read.contains(id) && entry.revision < all->revision) gone.push_back(id);
+      auto r = read.find(id);
+      if ((r == read.end() || r->second.run == nullptr) && entry.revision < all->revision) {
+        gone.push_back(id);
+      }
     }
     for (const std::string& id : gone) {
-      ApplyRead(id, nullptr, all->revision);
+      ApplyRead(id, nullptr, {}, all->revision);
       deliver.push_back(RunEvent{RunEvent::Type::kDelete, id, all->revision});
     }
-    for (const auto& [id, kv] : read) {
+    for (const auto& [id, keys] : read) {
+      if (keys.run == nullptr) continue;
       auto it = view_.find(id);
-      if (it != view_.end() && it->second.revision >= kv->mod_revision) continue;
-      ApplyRead(id, kv, all->revision);
-      deliver.push_back(RunEvent{RunEvent::Type::kPut, id, kv->mod_revision});
+      if (it != view_.end() && it->second.revision >= keys.run->mod_revision) continue;
+      ApplyRead(id, keys.run, keys.buckets, all->revision);
+      deliver.push_back(RunEvent{RunEvent::Type::kPut, id, keys.run->mod_revision});
     }
     known_revision_ = std::max(known_revision_, all->revision);
     ++resyncs_;
@@ -330,6 +447,7 @@ int64_t EtcdRunStateBackend::resyncs() const {
 }
 
 void EtcdRunStateBackend::ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
+                                    const std::vector<const etcd::KeyValue*>& buckets,
                                     Revision read_revision) {
   auto it = view_.find(run_id);
   if (kv == nullptr) {
@@ -341,22 +459,36 @@ void EtcdRunStateBackend::ApplyRead(const std::string& run_id, const etcd::KeyVa
     return;
   }
   if (it != view_.end() && it->second.revision >= kv->mod_revision) return;
-  absl::StatusOr<RunRecord> run = DecodeRunRecord(kv->value);
+  int bucket_count = 0;
+  absl::StatusOr<RunRecord> run = DecodeRunRecord(kv->value, nullptr, &bucket_count);
+  for (const etcd::KeyValue* b : buckets) {
+    if (!run.ok()) break;
+    absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(b->value);
+    if (!nodes.ok()) {
+      run = absl::Status(nodes.status().code(),
+                         absl::StrCat("bucket key ", b->key, ": ", nodes.status().message()));
+      break;
+    }
+    for (NodeRecord& n : *nodes) {
+      std::string id = n.node_id;
+      run->nodes.insert_or_assign(std::move(id), std::move(n));
+    }
+  }
   if (!run.ok()) {
-    spdlog::warn("etcd backend: skipping key {} (revision {}): {}", kv->key, kv->mod_revision,
+    spdlog::warn("etcd backend: skipping run key {} (revision {}): {}", kv->key, kv->mod_revision,
                  run.status().ToString());
     return;
   }
   if (it != view_.end()) retired_.push_back(std::move(it->second.run));
-  view_[run_id] =
-      Entry{std::make_shared<const RunRecord>(*std::move(run)), kv->mod_revision, kv->lease};
+  view_[run_id] = Entry{std::make_shared<const RunRecord>(*std::move(run)), kv->mod_revision,
+                        kv->lease, bucket_count};
   Revision& floor = floors_[run_id];
   floor = std::max(floor, kv->mod_revision);
 }
 
 void EtcdRunStateBackend::ApplyLocal(const std::string& run_id,
                                      std::shared_ptr<const RunRecord> run, Revision revision,
-                                     LeaseId lease) {
+                                     LeaseId lease, int buckets) {
   MutexLock lock(&mu_);
   known_revision_ = std::max(known_revision_, revision);
   Revision& floor = floors_[run_id];
@@ -370,43 +502,89 @@ void EtcdRunStateBackend::ApplyLocal(const std::string& run_id,
       return;
     }
   }
-  if (run != nullptr) view_[run_id] = Entry{std::move(run), revision, lease};
+  if (run != nullptr) view_[run_id] = Entry{std::move(run), revision, lease, buckets};
 }
 
 void EtcdRunStateBackend::OnWatchEvents(const std::vector<etcd::Event>& events) {
+  // One write of a run (its run key and the node buckets it changed, one revision) is one group,
+  // applied together and delivered as one RunEvent.
+  struct Group {
+    std::string run_id;
+    Revision revision = 0;
+    const etcd::Event* run_event = nullptr;
+    std::vector<std::pair<int, const etcd::Event*>> buckets;
+  };
+  std::vector<Group> groups;
+  std::map<std::pair<std::string, Revision>, size_t> index;
+  for (const etcd::Event& e : events) {
+    if (!absl::StartsWith(e.kv.key, options_.prefix)) continue;
+    std::string run_id;
+    int bucket = -1;
+    if (!SplitKey(absl::string_view(e.kv.key).substr(options_.prefix.size()), &run_id, &bucket)) {
+      continue;
+    }
+    auto [it, added] = index.try_emplace({run_id, e.kv.mod_revision}, groups.size());
+    if (added) groups.push_back(Group{std::move(run_id), e.kv.mod_revision, nullptr, {}});
+    Group& g = groups[it->second];
+    if (bucket < 0) {
+      g.run_event = &e;
+    } else {
+      g.buckets.emplace_back(bucket, &e);
+    }
+  }
   std::vector<RunEvent> deliver;
   {
     MutexLock lock(&mu_);
-    for (const etcd::Event& e : events) {
-      if (!absl::StartsWith(e.kv.key, options_.prefix)) continue;
-      std::string run_id = e.kv.key.substr(options_.prefix.size());
-      const Revision revision = e.kv.mod_revision;
+    for (Group& g : groups) {
+      const std::string& run_id = g.run_id;
+      const Revision revision = g.revision;
       known_revision_ = std::max(known_revision_, revision);
+      if (g.run_event == nullptr) continue;  // Never alone: each write puts or deletes the run key.
+      const bool deleted = g.run_event->type == etcd::Event::Type::kDelete;
       auto floor = floors_.find(run_id);
       const bool stale = floor != floors_.end() && revision <= floor->second;
       if (floor != floors_.end() && revision >= floor->second) floors_.erase(floor);
       if (!stale) {
         auto it = view_.find(run_id);
-        if (e.type == etcd::Event::Type::kDelete) {
+        if (deleted) {
           if (it != view_.end()) {
             retired_.push_back(std::move(it->second.run));
             view_.erase(it);
           }
         } else {
-          absl::StatusOr<RunRecord> run = DecodeRunRecord(e.kv.value);
+          int bucket_count = 0;
+          absl::StatusOr<RunRecord> run =
+              DecodeRunRecord(g.run_event->kv.value, nullptr, &bucket_count);
+          if (run.ok() && it != view_.end()) run->nodes = it->second.run->nodes;
+          for (const auto& [bucket, e] : g.buckets) {
+            if (!run.ok()) break;
+            // The bucket's nodes are replaced by what it holds now (none once it is deleted).
+            std::erase_if(run->nodes, [&, b = bucket](const auto& node) {
+              return NodeBucket(node.first, bucket_count) == b;
+            });
+            if (e->type == etcd::Event::Type::kDelete) continue;
+            absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(e->kv.value);
+            if (!nodes.ok()) {
+              run = nodes.status();
+              break;
+            }
+            for (NodeRecord& n : *nodes) {
+              std::string id = n.node_id;
+              run->nodes.insert_or_assign(std::move(id), std::move(n));
+            }
+          }
           if (run.ok()) {
             if (it != view_.end()) retired_.push_back(std::move(it->second.run));
-            view_[run_id] =
-                Entry{std::make_shared<const RunRecord>(*std::move(run)), revision, e.kv.lease};
+            view_[run_id] = Entry{std::make_shared<const RunRecord>(*std::move(run)), revision,
+                                  g.run_event->kv.lease, bucket_count};
           } else {
-            spdlog::warn("etcd backend: skipping key {} (revision {}): {}", e.kv.key, revision,
-                         run.status().ToString());
+            spdlog::warn("etcd backend: skipping run key {} (revision {}): {}", g.run_event->kv.key,
+                         revision, run.status().ToString());
           }
         }
       }
-      deliver.push_back(RunEvent{
-          e.type == etcd::Event::Type::kPut ? RunEvent::Type::kPut : RunEvent::Type::kDelete,
-          std::move(run_id), revision});
+      deliver.push_back(
+          RunEvent{deleted ? RunEvent::Type::kDelete : RunEvent::Type::kPut, run_id, revision});
     }
   }
   MutexLock lock(&watch_mu_);
@@ -494,6 +672,11 @@ size_t EtcdRunStateBackend::size() const {
 
 absl::StatusOr<RunRecord*> EtcdRunStateBackend::Create(absl::string_view run_id) {
   ReleaseRetired();
+  if (absl::StrContains(run_id, kNodeBucketSeparator)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run id '", absl::CHexEscape(run_id),
+                     "' has the byte 0x1f, which the etcd backend's keys reserve"));
+  }
   if (Find(run_id) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat("run '", run_id, "' already exists"));
   }
@@ -516,6 +699,8 @@ RunRecord* EtcdRunStateBackend::Mutable(absl::string_view run_id) {
   stage.run = *entry.run;
   stage.expected = entry.revision;
   stage.lease = entry.lease;
+  stage.buckets = entry.buckets;
+  stage.base = std::move(entry.run);
   return &stage.run;
 }
 
@@ -529,7 +714,8 @@ absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
   stages_.erase(it);
   absl::StatusOr<Revision> written =
       GuardedWrite("commit", std::string(run_id), stage.expected,
-                   std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease);
+                   std::make_shared<const RunRecord>(std::move(stage.run)), stage.lease,
+                   stage.base.get(), stage.buckets);
   if (!written.ok()) {
     // Nothing of the event is sent: the round state machine reports the failure and the service
     // steps down; the agents rejoin a leader that reads the runs afresh (docs/ETCD.md, Replicas).
@@ -556,8 +742,9 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
                                                     "' (key ", key, "): ", fenced.message()));
   }
   while (true) {
-    absl::StatusOr<etcd::TxnResult> txn =
-        client_->Txn(compares, {etcd::Op::Delete(key)}, otherwise);
+    absl::StatusOr<etcd::TxnResult> txn = client_->Txn(
+        compares, {etcd::Op::Delete(key), etcd::Op::DeletePrefix(key + kNodeBucketSeparator)},
+        otherwise);
     if (txn.ok() && !txn->succeeded) {
       absl::Status fenced = CheckFence(fence, *txn, 0);
       return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
@@ -566,7 +753,7 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
     if (txn.ok()) {
       const int64_t deleted = txn->results.empty() ? 0 : txn->results[0].count;
       if (deleted > 0 || lost_answer) {
-        ApplyLocal(id, nullptr, txn->revision, kNoLease);
+        ApplyLocal(id, nullptr, txn->revision, kNoLease, 0);
         if (lost_answer) {
           MutexLock lock(&mu_);
           ++decided_;
@@ -597,29 +784,63 @@ absl::StatusOr<Revision> EtcdRunStateBackend::CompareAndPut(const RunRecord& run
                                                             LeaseId lease) {
   ReleaseRetired();
   DropStage(run.run_id);
+  if (absl::StrContains(run.run_id, kNodeBucketSeparator)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run id '", absl::CHexEscape(run.run_id),
+                     "' has the byte 0x1f, which the etcd backend's keys reserve"));
+  }
+  // The buckets already in etcd: those of the record this replica knows at `expected` (a write
+  // at another revision fails its compare anyway). Every bucket is written (or deleted): the
+  // stored nodes are not known to be those of `run`.
+  int buckets = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = view_.find(run.run_id);
+    if (it != view_.end() && it->second.revision == expected) buckets = it->second.buckets;
+  }
   return GuardedWrite("compare-and-put", run.run_id, expected,
-                      std::make_shared<const RunRecord>(run), lease);
+                      std::make_shared<const RunRecord>(run), lease, nullptr, buckets);
 }
 
 absl::Status EtcdRunStateBackend::CompareAndDelete(absl::string_view run_id, Revision expected) {
   ReleaseRetired();
   DropStage(run_id);
-  return GuardedWrite("compare-and-delete", std::string(run_id), expected, nullptr, kNoLease)
+  return GuardedWrite("compare-and-delete", std::string(run_id), expected, nullptr, kNoLease,
+                      nullptr, 0)
       .status();
 }
 
-absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view what,
-                                                           const std::string& run_id,
-                                                           Revision expected,
-                                                           std::shared_ptr<const RunRecord> run,
-                                                           LeaseId lease) {
+absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(
+    absl::string_view what, const std::string& run_id, Revision expected,
+    std::shared_ptr<const RunRecord> run, LeaseId lease, const RunRecord* base, int buckets) {
   const std::string key = KeyOf(run_id);
+  const std::string bucket_prefix = key + kNodeBucketSeparator;
   const std::string writer = NextWriter();
-  const std::string value = run != nullptr ? EncodeRunRecord(*run, writer) : "";
   std::vector<etcd::Compare> compares = {etcd::Compare::ModRevisionIs(key, expected)};
-  const std::vector<etcd::Op> then = {run != nullptr ? etcd::Op::Put(key, value, lease)
-                                                     : etcd::Op::Delete(key)};
-  std::vector<etcd::Op> otherwise = {etcd::Op::Get(key)};
+  std::vector<etcd::Op> then;
+  if (run == nullptr) {
+    then = {etcd::Op::Delete(key), etcd::Op::DeletePrefix(bucket_prefix)};
+  } else {
+    // The run key, and the node buckets that changed since `base` (every bucket without one).
+    if (buckets <= 0) buckets = NodeBuckets(run->max_nodes);
+    std::vector<bool> dirty(buckets, base == nullptr);
+    if (base != nullptr) MarkChangedBuckets(base->nodes, run->nodes, buckets, &dirty);
+    std::vector<std::vector<const NodeRecord*>> nodes(buckets);
+    for (const auto& [id, node] : run->nodes) {
+      const int b = NodeBucket(id, buckets);
+      if (dirty[b]) nodes[b].push_back(&node);
+    }
+    then.push_back(etcd::Op::Put(key, EncodeRunRecord(*run, writer, buckets), lease));
+    for (int b = 0; b < buckets; ++b) {
+      if (!dirty[b]) continue;
+      std::string bucket_key = absl::StrCat(bucket_prefix, b);
+      then.push_back(nodes[b].empty()
+                         ? etcd::Op::Delete(std::move(bucket_key))
+                         : etcd::Op::Put(std::move(bucket_key), EncodeNodeBucket(nodes[b]), lease));
+    }
+  }
+  // The run key and its buckets; the fence (if any) reads the leader key third.
+  std::vector<etcd::Op> otherwise = {etcd::Op::Get(key), etcd::Op::GetPrefix(bucket_prefix)};
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
                                                "' (key ", key, "): ", s.message()));
@@ -660,7 +881,7 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view wha
       ++decided_;
     }
     if (txn->succeeded) {
-      ApplyLocal(run_id, std::move(run), txn->revision, lease);
+      ApplyLocal(run_id, std::move(run), txn->revision, lease, buckets);
       return txn->revision;
     }
     const etcd::KeyValue* current =
@@ -671,24 +892,28 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(absl::string_view wha
         std::string current_writer;
         absl::StatusOr<RunRecord> there = DecodeRunRecord(current->value, &current_writer);
         if (there.ok() && current_writer == writer) {
-          ApplyLocal(run_id, std::move(run), current->mod_revision, lease);
+          ApplyLocal(run_id, std::move(run), current->mod_revision, lease, buckets);
           return current->mod_revision;
         }
       }
       // A delete whose key is gone: the outcome asked for holds (ours or another's delete).
       if (run == nullptr && current == nullptr) {
-        ApplyLocal(run_id, nullptr, txn->revision, kNoLease);
+        ApplyLocal(run_id, nullptr, txn->revision, kNoLease, 0);
         return txn->revision;
       }
     }
-    if (absl::Status fenced = CheckFence(fence, *txn, 1); !fenced.ok()) {
+    std::vector<const etcd::KeyValue*> current_buckets;
+    if (txn->results.size() > 1) {
+      for (const etcd::KeyValue& kv : txn->results[1].kvs) current_buckets.push_back(&kv);
+    }
+    if (absl::Status fenced = CheckFence(fence, *txn, 2); !fenced.ok()) {
       MutexLock lock(&mu_);
-      ApplyRead(run_id, current, txn->revision);
+      ApplyRead(run_id, current, current_buckets, txn->revision);
       return fail(fenced);
     }
     {
       MutexLock lock(&mu_);
-      ApplyRead(run_id, current, txn->revision);
+      ApplyRead(run_id, current, current_buckets, txn->revision);
     }
     if (run == nullptr && current == nullptr) {
       return absl::NotFoundError(absl::StrCat("no run '", run_id, "'"));
@@ -737,6 +962,29 @@ absl::Status EtcdRunStateBackend::Reload() {
   // write tries again.
   if (!reloaded.ok()) watch_ended_.store(true);
   return reloaded;
+}
+
+absl::StatusOr<RunRecord> EtcdRunStateBackend::ReadRun(etcd::Client& client,
+                                                       absl::string_view prefix,
+                                                       absl::string_view run_id) {
+  const std::string key = absl::StrCat(prefix, run_id);
+  absl::StatusOr<etcd::TxnResult> txn =
+      client.Txn({}, {etcd::Op::Get(key), etcd::Op::GetPrefix(key + kNodeBucketSeparator)});
+  if (!txn.ok()) return txn.status();
+  if (txn->results.size() != 2 || txn->results[0].kvs.empty()) {
+    return absl::NotFoundError(absl::StrCat("no run key ", key));
+  }
+  absl::StatusOr<RunRecord> run = DecodeRunRecord(txn->results[0].kvs[0].value);
+  if (!run.ok()) return run.status();
+  for (const etcd::KeyValue& kv : txn->results[1].kvs) {
+    absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(kv.value);
+    if (!nodes.ok()) return nodes.status();
+    for (NodeRecord& n : *nodes) {
+      std::string id = n.node_id;
+      run->nodes.insert_or_assign(std::move(id), std::move(n));
+    }
+  }
+  return run;
 }
 
 absl::StatusOr<LeaseId> EtcdRunStateBackend::GrantLease(absl::Duration ttl, absl::Time /*now*/) {

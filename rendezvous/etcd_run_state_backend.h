@@ -3,24 +3,34 @@
 // backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
 // rendezvous that links it (dgt::rendezvous_etcd).
 //
-// Keys and values: one key per run, `<prefix><run_id>` (default prefix "/dgt/runs/"), whose value
-// is the RunRecord as JSON, versioned: {"version": 1, "writer": "<replica id>:<write>", "run":
-// {...}} (times as Unix nanoseconds, durations as nanoseconds, infinite ones as "inf"/"-inf").
-// "writer" names the write uniquely, so that a write whose answer was lost can be recognised
-// when read back. A value of another version, or one that does not parse, is skipped with a
-// warning (the run is invisible to this replica) and a write over it is refused (compare fails).
+// Keys and values (record version 2): per run, a run key `<prefix><run_id>` (default prefix
+// "/dgt/runs/") whose value is the RunRecord without its nodes as JSON: {"version": 2, "writer":
+// "<replica id>:<write>", "buckets": B, "run": {...}} (times as Unix nanoseconds, durations as
+// nanoseconds, infinite ones as "inf"/"-inf"); and the nodes in B bucket keys
+// `<prefix><run_id>\x1f<k>` (NodeBucket: FNV-1a of the node id modulo B; B =
+// NodeBuckets(max_nodes), one per 32 nodes, 1..100, fixed at creation), so that a join writes the
+// run key and one bucket, not the whole run (O(N^2) bytes per round), and a 10,000-node run fits
+// etcd's 1.5 MiB request and 128-op Txn limits. "writer" names the write uniquely, so that a write
+// whose answer was lost can be recognised when read back. A value of another version, or one that
+// does not parse, is skipped with a warning (the run is invisible to this replica) and a write over
+// it is refused (compare fails).
 //
 // How each call maps to etcd:
-// - Revision: the key's mod_revision (etcd's cluster-wide revision of the run's last put).
+// - Revision: the run key's mod_revision (etcd's cluster-wide revision of the run's last write;
+//   every write puts the run key).
 // - Find, RevisionOf, ForEach, size: served from a local view (plus this replica's stages). The
 //   view is loaded by one Range of the prefix at Open and kept current by one Watch of the prefix
 //   from the revision after that read, and by this replica's own writes (so a reader sees its
 //   own write at once; the watch's later copy of it is not applied twice, nor is an older event).
 // - Create, Mutable: stage a copy (with the revision it was read at) for the caller to change.
-// - Commit, CompareAndPut: one Txn: if mod_revision(key) == revision read (0: absent), put the
-//   value (with the lease), else get the key. A failed compare is Aborted ("run 'x' is at
-//   revision N, expected M") and updates the view with what was read.
-// - Delete: one Txn deleting the key; CompareAndDelete: one Txn comparing mod_revision first.
+// - Commit, CompareAndPut: one Txn: if mod_revision(run key) == revision read (0: absent), put
+//   the run key and the node buckets that changed since the record was read (Commit; every
+//   bucket for CompareAndPut), a bucket left empty deleted, all with the lease; else get the run
+//   key and its buckets. A failed compare is Aborted ("run 'x' is at revision N, expected M") and
+//   updates the view with what was read. Costs O(nodes) CPU per commit (the stage is a copy,
+//   compared node by node with the record read) and O(nodes / B) bytes per changed bucket.
+// - Delete: one Txn deleting the run key and its buckets; CompareAndDelete: the same Txn
+//   comparing the run key's mod_revision first.
 // - GrantLease, KeepAlive, RevokeLease: LeaseGrant (ttl rounded up to whole seconds; etcd may
 //   raise a TTL below its minimum), LeaseKeepAliveOnce, LeaseRevoke. etcd deletes a lease's keys
 //   when it ends, on the etcd leader's clock: `now` is ignored, ExpireLeases does nothing, and the
@@ -68,11 +78,26 @@
 
 namespace dgt::rendezvous {
 
-// The JSON value of a run's key (see above); `writer` identifies the write.
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer);
-// The record in a key's value, and its writer. Errors: InvalidArgument for a value that is not
-// JSON of this shape, naming what is wrong; Unimplemented for another "version".
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr);
+// Separates a run's key from its node buckets' keys: `<prefix><run id>\x1f<bucket>`. A run id
+// with this byte is refused (InvalidArgument).
+inline constexpr char kNodeBucketSeparator = '\x1f';
+// How many node buckets a run of at most `max_nodes` nodes gets: one per 32 nodes, 1..100.
+int NodeBuckets(int32_t max_nodes);
+// The bucket of a node (FNV-1a of its id, modulo `buckets`).
+int NodeBucket(absl::string_view node_id, int buckets);
+// The JSON value of a run's key: the run without its nodes (see above); `writer` identifies the
+// write, `buckets` is the run's number of node buckets.
+std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets = 1);
+// The record in a run key's value (no nodes), its writer and its number of node buckets.
+// Errors: InvalidArgument for a value that is not JSON of this shape, naming what is wrong;
+// Unimplemented for another "version".
+absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr,
+                                          int* buckets = nullptr);
+// The JSON value of a node bucket's key: {"version": 2, "nodes": [[node_id, session, address,
+// nproc, store_port, node_rank, succeeded, failed, last_contact], ...]}.
+std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes);
+// The nodes in a bucket's value. Errors as DecodeRunRecord's.
+absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value);
 
 class EtcdRunStateBackend final : public RunStateBackend {
  public:
@@ -133,6 +158,12 @@ class EtcdRunStateBackend final : public RunStateBackend {
   // "fenced: ..." naming the key and both revisions.
   void SetLeaderFence(int64_t create_revision) { fence_.store(create_revision); }
 
+  // The run `run_id` as stored under `prefix` (its run key and node buckets, read in one Txn),
+  // for tools and tests that read etcd without a backend. Errors: NotFound when the run key is
+  // absent; the decode's errors; the client's.
+  static absl::StatusOr<RunRecord> ReadRun(etcd::Client& client, absl::string_view prefix,
+                                           absl::string_view run_id);
+
   // The key of `run_id`.
   std::string KeyOf(absl::string_view run_id) const {
     return options_.prefix + std::string(run_id);
@@ -151,11 +182,14 @@ class EtcdRunStateBackend final : public RunStateBackend {
     std::shared_ptr<const RunRecord> run;
     Revision revision = 0;
     LeaseId lease = kNoLease;
+    int buckets = 0;  // Node buckets in etcd.
   };
   struct Stage {
     RunRecord run;
     Revision expected = 0;  // 0: a new run.
     LeaseId lease = kNoLease;
+    int buckets = 0;                        // 0: a new run (NodeBuckets(max_nodes) at Commit).
+    std::shared_ptr<const RunRecord> base;  // The record read: Commit writes the buckets changed.
   };
   struct WatchEntry {
     std::function<void(const RunEvent&)> fn;
@@ -164,18 +198,23 @@ class EtcdRunStateBackend final : public RunStateBackend {
 
   explicit EtcdRunStateBackend(Options options);
 
-  // The guarded put or delete of `key` (compare mod_revision == expected), deciding a lost answer
-  // by reading back. `value` empty: delete. Returns the revision written; Aborted naming the
-  // current revision; NotFound for a delete of an absent key. Updates the view.
+  // The guarded put or delete of a run (compare the run key's mod_revision == expected; one Txn
+  // putting the run key and the node buckets that differ from `base`, all of them when `base` is
+  // null, or deleting the run key and its buckets when `run` is null), deciding a lost answer by
+  // reading back. `buckets`: the run's bucket count in etcd (0: new, from max_nodes). Returns the
+  // revision written; Aborted naming the current revision; NotFound for a delete of an absent
+  // run. Updates the view.
   absl::StatusOr<Revision> GuardedWrite(absl::string_view what, const std::string& run_id,
                                         Revision expected, std::shared_ptr<const RunRecord> run,
-                                        LeaseId lease);
-  // Applies a key read back (absent when `kv` is null) at `revision` to the view.
-  void ApplyRead(const std::string& run_id, const etcd::KeyValue* kv, Revision read_revision)
+                                        LeaseId lease, const RunRecord* base, int buckets);
+  // Applies a run read back (its run key, absent when `kv` is null, and its bucket keys) at
+  // `read_revision` to the view.
+  void ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
+                 const std::vector<const etcd::KeyValue*>& buckets, Revision read_revision)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts (run non-null) or removes a run in the view after this replica's own write at `revision`.
   void ApplyLocal(const std::string& run_id, std::shared_ptr<const RunRecord> run,
-                  Revision revision, LeaseId lease);
+                  Revision revision, LeaseId lease, int buckets);
   // The watch thread's batch.
   void OnWatchEvents(const std::vector<etcd::Event>& events);
   // At the start of each write: drops records kept for pointers handed out before it, and

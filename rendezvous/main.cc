@@ -28,6 +28,7 @@
 #include "common/version.h"
 #include "rendezvous/service.h"
 #ifdef DGT_WITH_ETCD_BACKEND
+#include "jobs/etcd_job_state_backend.h"
 #include "rendezvous/etcd_run_state_backend.h"
 #include "rendezvous/replica_election.h"
 #endif
@@ -151,6 +152,10 @@ int main(int argc, char** argv) {
   std::string replica_id;
   std::string advertise_address;
   std::string leader_lease_s = "2";
+  // The jobs service (jobs/jobs_service.h, docs/JOBS.md).
+  std::string submit_token_file;
+  std::string etcd_jobs_prefix = "/dgt/jobs/";
+  options.serve_jobs = true;
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
@@ -204,6 +209,18 @@ int main(int argc, char** argv) {
                  "TTL of the leader's etcd lease: a dead leader is replaced this long after its "
                  "last renewal (etcd 3.4's minimum is 2 with default etcd timing; --backend=etcd)")
       ->type_name("SECONDS")
+      ->capture_default_str();
+  app.add_option("--submit-token-file", submit_token_file,
+                 "File holding the token `dgt submit` / `dgt cancel` (and the job reads) must "
+                 "carry; without it job submission is off");
+  app.add_flag("--allow-unauthenticated-submit", options.jobs.allow_unauthenticated_submit,
+               "Without --submit-token-file, accept jobs from anyone who reaches the port (tests, "
+               "one-machine trials)");
+  app.add_option("--advertise-endpoint", options.jobs.scheduler.rdzv_endpoint,
+                 "HOST:PORT node daemons pass to dgt-run for a job (default: the bound --listen "
+                 "address; the host name for 0.0.0.0 / [::])");
+  app.add_option("--etcd-jobs-prefix", etcd_jobs_prefix,
+                 "etcd key prefix of the jobs and nodes (--backend=etcd)")
       ->capture_default_str();
   app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", dgt::kVersion));
   try {
@@ -261,6 +278,14 @@ int main(int argc, char** argv) {
     if (bad.ok() && etcd_prefix.empty()) {
       bad = absl::InvalidArgumentError("--etcd-prefix: must not be empty");
     }
+    if (bad.ok() && (etcd_jobs_prefix.empty() || absl::StartsWith(etcd_jobs_prefix, etcd_prefix) ||
+                     absl::StartsWith(etcd_prefix, etcd_jobs_prefix))) {
+      bad = absl::InvalidArgumentError(absl::StrCat("--etcd-jobs-prefix '", etcd_jobs_prefix,
+                                                    "': must be non-empty and apart from "
+                                                    "--etcd-prefix '",
+                                                    etcd_prefix,
+                                                    "' (neither a prefix of the other)"));
+    }
   }
   if (bad.ok() && !advertise_address.empty()) {
     auto hp = dgt::ParseListenAddress(advertise_address, "--advertise-address");
@@ -288,6 +313,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.token = *token;
+  }
+  if (!submit_token_file.empty()) {
+    auto token = dgt::rendezvous::ReadTokenFile(submit_token_file);
+    if (!token.ok()) {
+      PrintError(absl::InvalidArgumentError(
+          absl::StrCat("--submit-token-file: ", token.status().message())));
+      return 2;
+    }
+    options.jobs.submit_token = *token;
+  } else if (options.jobs.allow_unauthenticated_submit) {
+    spdlog::warn(
+        "dgt-rendezvous: --allow-unauthenticated-submit: anyone who reaches this port can run "
+        "commands on the registered nodes");
   }
   for (const auto& [flag, text] :
        {std::pair<const char*, const std::string&>{"--listen", options.listen},
@@ -319,6 +357,7 @@ int main(int argc, char** argv) {
   // step-down callback resigns through it.
   std::atomic<dgt::rendezvous::ReplicaElection*> election_ptr{nullptr};
 #endif
+  std::unique_ptr<dgt::jobs::JobStateBackend> jobs_backend;
   if (backend_name == "etcd") {
 #ifdef DGT_WITH_ETCD_BACKEND
     dgt::rendezvous::EtcdRunStateBackend::Options etcd_options;
@@ -338,6 +377,17 @@ int main(int argc, char** argv) {
     options.on_step_down = [&election_ptr](const absl::Status& why) {
       if (auto* e = election_ptr.load()) e->Resign(why);
     };
+    dgt::jobs::EtcdJobStateBackend::Options jobs_etcd;
+    jobs_etcd.client.endpoints = endpoints;
+    jobs_etcd.prefix = etcd_jobs_prefix;
+    auto jobs_opened = dgt::jobs::EtcdJobStateBackend::Open(jobs_etcd);
+    if (!jobs_opened.ok()) {
+      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
+                   std::string(jobs_opened.status().message()).c_str());
+      return 1;
+    }
+    jobs_backend = *std::move(jobs_opened);
+    options.jobs.backend = jobs_backend.get();
     spdlog::info("dgt-rendezvous: run state in etcd at {} under {}", etcd_endpoints, etcd_prefix);
 #else
     std::fprintf(stderr,

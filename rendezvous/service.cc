@@ -1,5 +1,7 @@
 #include "rendezvous/service.h"
 
+#include <unistd.h>
+
 #include <list>
 
 #include "absl/strings/str_cat.h"
@@ -331,6 +333,15 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
   return reactor;
 }
 
+std::optional<RunStatus> RendezvousService::RunStatusOf(const std::string& run_id) {
+  dgt::MutexLock lock(&mu_);
+  std::vector<RunStatus> runs = machine_.Status(run_id);
+  for (RunStatus& run : runs) {
+    if (run.run_id == run_id) return std::move(run);
+  }
+  return std::nullopt;
+}
+
 void RendezvousService::Unregister(SessionId session) {
   dgt::MutexLock lock(&mu_);
   auto it = sessions_.find(session);
@@ -454,10 +465,20 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->service_ = std::make_unique<RendezvousService>(
       options.rounds, options.token, options.max_sessions_per_peer, options.elected,
       options.replica_id, options.on_step_down);
+  if (options.serve_jobs) {
+    jobs::JobsServiceOptions jobs_options = options.jobs;
+    jobs_options.agent_token = options.token;
+    RendezvousService* rdzv = server->service_.get();
+    jobs_options.run_status = [rdzv](const std::string& id) { return rdzv->RunStatusOf(id); };
+    auto jobs = jobs::JobsService::Create(std::move(jobs_options));
+    if (!jobs.ok()) return jobs.status();
+    server->jobs_ = *std::move(jobs);
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
+  if (server->jobs_) builder.RegisterService(server->jobs_.get());
   // gRPC sets SO_REUSEPORT by default: a second service would then share the port and split the
   // agents of one run between two services.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -477,6 +498,18 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on ", listen,
                                                ": the address is in use or not local"));
   }
+  if (server->jobs_) {
+    std::string endpoint = options.jobs.scheduler.rdzv_endpoint;
+    if (endpoint.empty()) {
+      std::string host = *listen_ip;
+      if (host == "0.0.0.0" || host == "::") {
+        char name[256] = {};
+        host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+      }
+      endpoint = FormatHostPort(host, static_cast<uint16_t>(server->port_));
+    }
+    server->jobs_->set_rdzv_endpoint(endpoint);
+  }
   if (!options.metrics_listen.empty()) {
     auto hp = ParseListenAddress(options.metrics_listen, "--metrics-listen");
     if (!hp.ok()) return hp.status();
@@ -494,6 +527,7 @@ void RendezvousServer::Shutdown(absl::Duration grace, bool quiet) {
   if (shut_down_) return;
   shut_down_ = true;
   if (metrics_) metrics_->Stop();
+  if (jobs_) jobs_->Stop();
   if (service_) service_->Stop(quiet);
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));

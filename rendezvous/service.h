@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "jobs/jobs_service.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/keepalive.h"
 #include "rendezvous/metrics_http.h"
@@ -72,6 +73,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // As a standby: who leads now (empty: nobody), for the refusal's message.
   void SetLeader(const std::string& replica, const std::string& address);
   bool is_leader();
+  // The operators' view of one run (RoundStateMachine::Status); nullopt for an unknown run. The
+  // jobs service polls its started jobs' runs here.
+  std::optional<RunStatus> RunStatusOf(const std::string& run_id);
 
  private:
   class SessionReactor;
@@ -130,6 +134,12 @@ struct RendezvousServerOptions {
   bool elected = false;
   std::string replica_id;
   std::function<void(const absl::Status&)> on_step_down;
+  // The jobs service (dgt.jobs.v1.Jobs, jobs/jobs_service.h) on the same port: dgt-rendezvous
+  // serves it, dgt-run's embedded service does not. jobs.agent_token is `token`;
+  // jobs.run_status is this service's; an empty jobs.scheduler.rdzv_endpoint becomes the bound
+  // address (the host name for a wildcard --listen).
+  bool serve_jobs = false;
+  jobs::JobsServiceOptions jobs;
 };
 
 class RendezvousServer {
@@ -151,6 +161,7 @@ class RendezvousServer {
  private:
   RendezvousServer() = default;
   std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<jobs::JobsService> jobs_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
-PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "worker_runtime", "agent", "daemon",
+PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "jobs", "worker_runtime", "agent", "daemon",
                 "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
@@ -51,7 +51,7 @@ GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "dgt/jobs/v1/", "grpc/health/v1/", "
 THIRD_PARTY = [
     ("grpcpp/", {"gRPC::grpc++"}), ("grpc/", {"gRPC::grpc++"}),
     ("google/protobuf/", {"protobuf::libprotobuf", "gRPC::grpc++"}),
-    ("gloo/", {"gloo"}), ("infiniband/", {"ibverbs"}), ("boost/", {"Boost::headers"}),
+    ("yaml-cpp/", {"yaml-cpp"}), ("gloo/", {"gloo"}), ("infiniband/", {"ibverbs"}), ("boost/", {"Boost::headers"}),
     ("nlohmann/", {"nlohmann_json::nlohmann_json"}), ("CLI/", {"CLI11::CLI11"}),
     ("spdlog/", {"spdlog::spdlog"}), ("fmt/", {"spdlog::spdlog"}),
     ("openssl/", {"OpenSSL::SSL", "OpenSSL::Crypto"}), ("nccl.h", {"@nccl"}),
@@ -116,6 +116,10 @@ RULES = [
                                                                        "dgt-rendezvous"],
          include=["agent/*", "dgt/store/*", "store/*", "dgt/worker/*", "gloo/*"],
          link=["agent", "store", "worker*", "net_discovery", "recovery_keys", "gloo", "ibverbs"]),
+    Rule("the job spec and the scheduler are pure: no gRPC, no Asio, no etcd, no agent",
+         targets=["job_spec", "jobs_core"],
+         include=["grpcpp/*", "grpc/*", "*.grpc.pb.h", "boost/*", "etcd/*", "agent/*",
+                  "rendezvous/service.h"]),
     Rule("etcd_client is a plain etcd v3 client: no dgt domain", targets=["etcd_client"],
          include=["rendezvous/*", "agent/*", "store/*", "dgt/store/*", "dgt/worker/*",
                   "dgt/rendezvous/*"],

@@ -83,17 +83,23 @@ def test_one_replica_serves_a_job_with_its_run_state_in_etcd(spawn, etcd):
     read = etcdctl(etcd, "get", "/e2e/runs/etcdjob", "--print-value-only")
     assert read.returncode == 0, read.stderr
     value = json.loads(read.stdout)
-    assert value["version"] == 1
+    assert value["version"] == 2
+    assert value["buckets"] == 1  # One node bucket per 32 nodes of --nnodes' maximum.
     run = value["run"]
     assert run["run_id"] == "etcdjob"
     assert run["state"] == "closed"
     assert run["finished"]["succeeded"] is True
     assert run["round"] == 0
     assert run["world_size"] == 2
-    assert sorted(n["node_rank"] for n in run["nodes"]) == [0, 1]
-    # One key per run under the prefix, and the replicas' leader key beside it (docs/ETCD.md).
+    assert "nodes" not in run  # In the bucket key: [node_id, session, address, nproc, ...].
+    bucket = etcdctl(etcd, "get", "/e2e/runs/etcdjob\x1f0", "--print-value-only")
+    assert bucket.returncode == 0, bucket.stderr
+    assert sorted(n[5] for n in json.loads(bucket.stdout)["nodes"]) == [0, 1]
+    # The run key and its one node bucket under the prefix, and the replicas' leader key beside
+    # it (docs/ETCD.md). 0x1f is whitespace to str.split: split lines.
     keys = etcdctl(etcd, "get", "/e2e/", "--prefix", "--keys-only")
-    assert [k for k in keys.stdout.split() if k] == ["/e2e/runs.leader", "/e2e/runs/etcdjob"]
+    assert [k for k in keys.stdout.splitlines() if k] == [
+        "/e2e/runs.leader", "/e2e/runs/etcdjob", "/e2e/runs/etcdjob\x1f0"]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -426,10 +426,8 @@ TEST_F(ReplicaTest, ADeposedLeadersWriteIsFencedAndNoRankIsHandedOutTwice) {
   }
   // The deposed leader sent no assignment, and the stored run has no round.
   EXPECT_TRUE(handed_out.empty());
-  auto stored = etcd_->Get("/ha3/runs/fenced");
-  ASSERT_TRUE(stored.ok());
-  auto record = DecodeRunRecord(stored->value);
-  ASSERT_TRUE(record.ok());
+  auto record = EtcdRunStateBackend::ReadRun(*etcd_, "/ha3/runs/", "fenced");
+  ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_EQ(record->round, -1);
   EXPECT_EQ(record->state, RunState::kGathering);
   EXPECT_EQ(record->nodes.size(), 1u);
@@ -456,10 +454,8 @@ TEST_F(ReplicaTest, ADeposedLeadersWriteIsFencedAndNoRankIsHandedOutTwice) {
   EXPECT_EQ(handed_out[1].second.round(), 0);
   EXPECT_EQ(handed_out[0].second.master_port(), 31001);
   // What etcd holds agrees: round 0, each rank once.
-  stored = etcd_->Get("/ha3/runs/fenced");
-  ASSERT_TRUE(stored.ok());
-  record = DecodeRunRecord(stored->value);
-  ASSERT_TRUE(record.ok());
+  record = EtcdRunStateBackend::ReadRun(*etcd_, "/ha3/runs/", "fenced");
+  ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_EQ(record->round, 0);
   EXPECT_EQ(record->nodes.at("n1").node_rank, 0);
   EXPECT_EQ(record->nodes.at("n2").node_rank, 1);

@@ -28,6 +28,7 @@ namespace {
 
 using etcd::testing::EtcdCluster;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr absl::Duration kFormTimeout = absl::Seconds(20);
 
@@ -92,18 +93,45 @@ TEST(EtcdRunRecordTest, TheJsonValueIsVersionedAndRoundTrips) {
   run.closed_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
   run.finished.failure = WorkerFailure{1, 0, 0, 9, "n1", absl::FromUnixSeconds(5)};
   std::string writer;
-  absl::StatusOr<RunRecord> back = DecodeRunRecord(EncodeRunRecord(run, "r:1"), &writer);
+  int buckets = 0;
+  absl::StatusOr<RunRecord> back =
+      DecodeRunRecord(EncodeRunRecord(run, "r:1", 7), &writer, &buckets);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, run);
   EXPECT_EQ(writer, "r:1");
-  EXPECT_THAT(EncodeRunRecord(run, "r:1"), HasSubstr("\"version\":1"));
+  EXPECT_EQ(buckets, 7);
+  EXPECT_THAT(EncodeRunRecord(run, "r:1"), HasSubstr("\"version\":2"));
 
-  absl::StatusOr<RunRecord> newer = DecodeRunRecord(R"({"version":2,"writer":"x","run":{}})");
-  EXPECT_EQ(newer.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(newer.status().message(), "run record: version 2 (this dgt reads version 1)");
+  // The nodes live in bucket keys, not in the run's value.
+  NodeRecord n1{"n1", 3, "10.0.0.1", 8, 29500, 0, true, false, absl::FromUnixNanos(42)};
+  NodeRecord n2{"n2", 0, "10.0.0.2", 8, 0, -1, false, true, absl::InfinitePast()};
+  run.nodes = {{"n1", n1}, {"n2", n2}};
+  EXPECT_THAT(EncodeRunRecord(run, "r:1"), Not(HasSubstr("10.0.0.1")));
+  EXPECT_EQ(EncodeNodeBucket({&n1}),
+            R"({"nodes":[["n1",3,"10.0.0.1",8,29500,0,true,false,42]],"version":2})");
+  absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(EncodeNodeBucket({&n1, &n2}));
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  EXPECT_EQ(*nodes, (std::vector<NodeRecord>{n1, n2}));
+  EXPECT_EQ(DecodeNodeBucket(R"({"version":2,"nodes":[["n1"]]})").status().message(),
+            "node bucket: a node is not an array of 9");
+
+  // One bucket per 32 nodes, 1..100; a node's bucket is stable.
+  EXPECT_EQ(NodeBuckets(0), 1);
+  EXPECT_EQ(NodeBuckets(33), 2);
+  EXPECT_EQ(NodeBuckets(1000), 32);
+  EXPECT_EQ(NodeBuckets(10000), 100);
+  EXPECT_EQ(NodeBucket("node-100000", 1), 0);
+  EXPECT_EQ(NodeBucket("a", 100), NodeBucket("a", 100));
+
+  absl::StatusOr<RunRecord> older = DecodeRunRecord(R"({"version":1,"writer":"x","run":{}})");
+  EXPECT_EQ(older.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(older.status().message(), "run record: version 1 (this dgt reads version 2)");
   EXPECT_EQ(DecodeRunRecord("{").status().message(), "run record: not a JSON object");
-  EXPECT_EQ(DecodeRunRecord(R"({"version":1,"writer":"x","run":{}})").status().code(),
+  EXPECT_EQ(DecodeRunRecord(R"({"version":2,"writer":"x","buckets":1,"run":{}})").status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeRunRecord(R"({"version":2,"writer":"x","buckets":0,"run":{}})").status().message(),
+      "run record: \"buckets\" 0 is not in 1..100");
 }
 
 // Events one backend's watch delivered, for the test thread to wait on (bounded).
@@ -141,7 +169,7 @@ TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictClean
   auto raw = etcd::Client::Create(options.client);
   ASSERT_TRUE(raw.ok());
   ASSERT_TRUE(
-      (*raw)->Put(options.prefix + "future", R"({"version":2,"writer":"x","run":{}})").ok());
+      (*raw)->Put(options.prefix + "future", R"({"version":3,"writer":"x","run":{}})").ok());
 
   // Declared before the backends: destroyed after their watches stop.
   Events a_events;
@@ -193,6 +221,159 @@ TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictClean
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[1].type, RunEvent::Type::kDelete);
   EXPECT_EQ((*a)->Find("job"), nullptr);
+  ASSERT_TRUE((*raw)->DeletePrefix(options.prefix).ok());
+}
+
+// A run of 10,000 nodes: committed (one Txn of the run key and 100 node buckets, under etcd's
+// 1.5 MiB request limit and 128 ops; the run as one JSON value, as before, was over 1.5 MiB);
+// a change to one node writes the run key and that node's bucket only; another replica's view
+// follows every change through its watch; a run id with the separator byte is refused.
+TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) {
+  SkipWithoutEtcd();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  EtcdCluster* cluster = SharedCluster();
+  ASSERT_NE(cluster, nullptr);
+  EtcdRunStateBackend::Options options;
+  options.client.endpoints = cluster->endpoints();
+  options.prefix = "/dgt-test/scale/runs/";
+  auto raw = etcd::Client::Create(options.client);
+  ASSERT_TRUE(raw.ok());
+  Events b_events;
+  auto a = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  (*b)->Watch(b_events.Callback());
+
+  constexpr int kNodes = 10'000;
+  RunRecord* run = (*a)->Create("big").value();
+  run->min_nodes = kNodes - 1;
+  run->max_nodes = kNodes;
+  for (int i = 0; i < kNodes; ++i) {
+    NodeRecord n{absl::StrCat("node-", 100000 + i),
+                 static_cast<SessionId>(i + 1),
+                 absl::StrCat("10.", i / 65536 % 256, ".", i / 256 % 256, ".", i % 256),
+                 8,
+                 20000 + i,
+                 -1,
+                 false,
+                 false,
+                 absl::FromUnixSeconds(1'700'000'000 + i)};
+    run->nodes.emplace(n.node_id, n);
+  }
+  run->connected = kNodes;
+  absl::StatusOr<Revision> r1 = (*a)->Commit("big");
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  absl::StatusOr<etcd::RangeResult> keys = (*raw)->GetPrefix(options.prefix);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(keys->kvs.size(), 101u);  // The run key and 100 buckets.
+  ASSERT_EQ(b_events.Await(1).size(), 1u);
+  ASSERT_NE((*b)->Find("big"), nullptr);
+  EXPECT_EQ(*(*b)->Find("big"), *(*a)->Find("big"));
+
+  // One node changes: the run key and one bucket are written.
+  (*a)->Mutable("big")->nodes.at("node-104242").session = 0;
+  (*a)->Mutable("big")->connected = kNodes - 1;
+  absl::StatusOr<Revision> r2 = (*a)->Commit("big");
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  keys = (*raw)->GetPrefix(options.prefix);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  std::vector<std::string> written;
+  for (const etcd::KeyValue& kv : keys->kvs) {
+    if (kv.mod_revision == *r2) written.push_back(kv.key);
+  }
+  EXPECT_EQ(written, (std::vector<std::string>{
+                         options.prefix + "big",
+                         absl::StrCat(options.prefix, "big", std::string(1, kNodeBucketSeparator),
+                                      NodeBucket("node-104242", 100))}));
+  ASSERT_EQ(b_events.Await(2).size(), 2u);
+  EXPECT_EQ(*(*b)->Find("big"), *(*a)->Find("big"));
+  EXPECT_EQ((*b)->Find("big")->nodes.at("node-104242").session, 0);
+
+  // A round start: every node gets a rank (every bucket rewritten, one Txn); a node leaves.
+  RunRecord* round = (*a)->Mutable("big");
+  round->nodes.erase("node-100007");
+  int rank = 0;
+  for (auto& [id, n] : round->nodes) n.node_rank = rank++;
+  round->members = rank;
+  round->round = 0;
+  absl::StatusOr<Revision> r3 = (*a)->Commit("big");
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  ASSERT_EQ(b_events.Await(3).size(), 3u);
+  EXPECT_EQ((*b)->Find("big")->nodes.size(), static_cast<size_t>(kNodes - 1));
+  EXPECT_EQ(*(*b)->Find("big"), *(*a)->Find("big"));
+  EXPECT_EQ((*b)->RevisionOf("big"), *r3);
+
+  // Read from the keys without a backend, and by a third replica opened now.
+  absl::StatusOr<RunRecord> read = EtcdRunStateBackend::ReadRun(**raw, options.prefix, "big");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, *(*a)->Find("big"));
+  EXPECT_EQ(EtcdRunStateBackend::ReadRun(**raw, options.prefix, "none").status().message(),
+            "no run key " + options.prefix + "none");
+  auto c = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_NE((*c)->Find("big"), nullptr);
+  EXPECT_EQ(*(*c)->Find("big"), *(*a)->Find("big"));
+
+  // Deleted with its buckets.
+  ASSERT_TRUE((*b)->Delete("big").ok());
+  keys = (*raw)->GetPrefix(options.prefix);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_TRUE(keys->kvs.empty());
+
+  absl::StatusOr<RunRecord*> bad = (*a)->Create("x\x1fy");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "run id 'x\\x1fy' has the byte 0x1f, which the etcd backend's keys reserve");
+}
+
+// A bucket left empty is deleted (by Commit and by CompareAndPut, which writes every bucket), and
+// another replica's view, following the watch, loses the nodes with it.
+TEST(EtcdBackendScaleTest, ABucketLeftEmptyIsDeletedAndTheOtherReplicaFollows) {
+  SkipWithoutEtcd();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  EtcdCluster* cluster = SharedCluster();
+  ASSERT_NE(cluster, nullptr);
+  EtcdRunStateBackend::Options options;
+  options.client.endpoints = cluster->endpoints();
+  options.prefix = "/dgt-test/empty-bucket/runs/";
+  auto raw = etcd::Client::Create(options.client);
+  ASSERT_TRUE(raw.ok());
+  Events b_events;
+  auto a = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  (*b)->Watch(b_events.Callback());
+  const std::string bucket_key = options.prefix + "small" + kNodeBucketSeparator + "0";
+
+  RunRecord* run = (*a)->Create("small").value();
+  run->max_nodes = 2;  // One bucket.
+  run->nodes["n1"].node_id = "n1";
+  run->nodes["n2"].node_id = "n2";
+  ASSERT_TRUE((*a)->Commit("small").ok());
+  ASSERT_TRUE((*raw)->Get(bucket_key).ok());
+
+  (*a)->Mutable("small")->nodes.clear();
+  ASSERT_TRUE((*a)->Commit("small").ok());
+  EXPECT_EQ((*raw)->Get(bucket_key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(b_events.Await(2).size(), 2u);
+  EXPECT_TRUE((*b)->Find("small")->nodes.empty());
+
+  // CompareAndPut: the nodes back, then none again over the revision read.
+  RunRecord whole = *(*a)->Find("small");
+  whole.nodes["n3"].node_id = "n3";
+  absl::StatusOr<Revision> put = (*a)->CompareAndPut(whole, (*a)->RevisionOf("small"));
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(b_events.Await(3).size(), 3u);
+  EXPECT_EQ((*b)->Find("small")->nodes.size(), 1u);
+  whole.nodes.clear();
+  put = (*a)->CompareAndPut(whole, *put);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ((*raw)->Get(bucket_key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(b_events.Await(4).size(), 4u);
+  EXPECT_TRUE((*b)->Find("small")->nodes.empty());
+  EXPECT_EQ(*(*b)->Find("small"), *(*a)->Find("small"));
   ASSERT_TRUE((*raw)->DeletePrefix(options.prefix).ok());
 }
 

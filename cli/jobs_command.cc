@@ -1,0 +1,417 @@
+#include "cli/jobs_command.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/flag_parse.h"
+#include "common/host_port.h"
+#include "dgt/jobs/v1/jobs.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "jobs/job_spec.h"
+#include "rendezvous/client.h"
+
+namespace dgt::cli {
+namespace {
+
+namespace v1 = ::dgt::jobs::v1;
+
+// docs/EXIT_CODES.md ("dgt"), the values of agent/exit_codes.h (the CLI links no agent).
+namespace agent {
+constexpr int kExitSuccess = 0;
+constexpr int kExitLauncherError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitRendezvousUnavailable = 69;
+constexpr int kExitNotAdmitted = 77;
+}  // namespace agent
+
+struct CommonFlags {
+  std::string endpoint;
+  std::string token_file;
+  std::string tls_ca, tls_cert, tls_key;
+  std::string timeout = "10";
+};
+
+void AddCommonFlags(CLI::App* cmd, CommonFlags* f) {
+  const char* env = std::getenv("DGT_RDZV_ENDPOINT");
+  f->endpoint = env != nullptr && *env != '\0' ? env : "127.0.0.1:29400";
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", f->endpoint,
+                  "dgt-rendezvous HOST:PORT[,HOST:PORT...] (default $DGT_RDZV_ENDPOINT, else "
+                  "127.0.0.1:29400)")
+      ->capture_default_str();
+  cmd->add_option("--token-file", f->token_file, "File holding the submit token");
+  cmd->add_option("--tls-ca", f->tls_ca, "PEM CA of the service's certificate (turns TLS on)");
+  cmd->add_option("--tls-cert", f->tls_cert, "PEM client certificate (mutual TLS)");
+  cmd->add_option("--tls-key", f->tls_key, "PEM client key (mutual TLS)");
+  cmd->add_option("--timeout", f->timeout, "Seconds to wait for the service per call")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+}
+
+// A connection to the jobs service: one stub per endpoint, tried in order.
+class Connection {
+ public:
+  Connection(std::string command, const CommonFlags& f) : command_(std::move(command)), f_(f) {}
+
+  // Parses the flags; prints the error and returns false on a bad one.
+  bool Open() {
+    auto timeout =
+        ParseDuration("--timeout", f_.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
+    if (!timeout.ok()) return Usage(timeout.status());
+    timeout_ = *timeout;
+    client_.tls = {f_.tls_cert, f_.tls_key, f_.tls_ca};
+    if (!f_.token_file.empty()) {
+      auto token = dgt::rendezvous::ReadTokenFile(f_.token_file);
+      if (!token.ok()) {
+        return Usage(
+            absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message())));
+      }
+      client_.token = *std::move(token);
+    }
+    for (absl::string_view part : absl::StrSplit(f_.endpoint, ',', absl::SkipEmpty())) {
+      auto hp = ParseHostPort(std::string(part), 29400, "--rdzv-endpoint");
+      if (!hp.ok()) return Usage(hp.status());
+      std::string endpoint = FormatHostPort(hp->host, hp->port);
+      auto channel = dgt::rendezvous::CreateClientChannel(endpoint, client_);
+      if (!channel.ok()) return Usage(channel.status());
+      endpoints_.push_back(endpoint);
+      stubs_.push_back(v1::Jobs::NewStub(*channel));
+    }
+    if (stubs_.empty()) {
+      return Usage(absl::InvalidArgumentError("--rdzv-endpoint: no HOST:PORT given"));
+    }
+    return true;
+  }
+
+  // Calls `call(stub, context)` on each endpoint until one answers other than UNAVAILABLE.
+  // Returns the exit code: 0, or the error's, after printing it.
+  template <typename Call>
+  int Run(Call call) {
+    grpc::Status st;
+    for (const auto& stub : stubs_) {
+      grpc::ClientContext ctx;
+      dgt::rendezvous::AuthorizeCall(client_, &ctx);
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+      st = call(*stub, &ctx);
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    }
+    return ExitFor(st);
+  }
+
+  int ExitFor(const grpc::Status& st) const {
+    if (st.ok()) return agent::kExitSuccess;
+    const std::string where = absl::StrJoin(endpoints_, ",");
+    switch (st.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        Error(absl::StrCat("no jobs service answered at ", where, " within ",
+                           absl::FormatDuration(timeout_), ": ", st.error_message(),
+                           " (is dgt-rendezvous running there? with TLS, pass --tls-ca)"));
+        return agent::kExitRendezvousUnavailable;
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+        Error(absl::StrCat("the jobs service at ", where, " refused: ", st.error_message()));
+        return agent::kExitNotAdmitted;
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        Error(st.error_message());
+        return agent::kExitUsage;
+      default:
+        Error(st.error_message());
+        return agent::kExitLauncherError;
+    }
+  }
+
+  bool Usage(const absl::Status& s) {
+    Error(std::string(s.message()));
+    exit_ = agent::kExitUsage;
+    return false;
+  }
+  void Error(const std::string& message) const {
+    std::fprintf(stderr, "dgt %s: error: %s\n", command_.c_str(), message.c_str());
+  }
+  int exit_code() const { return exit_; }
+
+ private:
+  std::string command_;
+  const CommonFlags& f_;
+  dgt::rendezvous::ClientOptions client_;
+  absl::Duration timeout_;
+  std::vector<std::string> endpoints_;
+  std::vector<std::unique_ptr<v1::Jobs::Stub>> stubs_;
+  int exit_ = agent::kExitUsage;
+};
+
+double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+std::string Ago(double t, double now) {
+  if (t <= 0) return "-";
+  return absl::StrFormat("%.0f s ago", now - t);
+}
+
+int Submit(const CommonFlags& f, const std::string& file) {
+  Connection c("submit", f);
+  std::ifstream in(file);
+  if (!in) {
+    c.Error(absl::StrCat("cannot read the job file ", file, ": ", std::strerror(errno)));
+    return agent::kExitUsage;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = dgt::jobs::ParseJobSpecYaml(text.str());
+  absl::Status valid = spec.ok() ? dgt::jobs::Validate(*spec) : spec.status();
+  if (!valid.ok()) {
+    c.Error(absl::StrCat(file, ": ", valid.message()));
+    return agent::kExitUsage;
+  }
+  if (!c.Open()) return c.exit_code();
+  v1::SubmitRequest request;
+  *request.mutable_spec() = *spec;
+  v1::SubmitResponse response;
+  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    return stub.Submit(ctx, request, &response);
+  });
+  if (rc == 0) std::printf("%s\n", response.job_id().c_str());
+  return rc;
+}
+
+int ListJobs(const CommonFlags& f) {
+  Connection c("jobs", f);
+  if (!c.Open()) return c.exit_code();
+  v1::ListJobsResponse response;
+  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    return stub.ListJobs(ctx, v1::ListJobsRequest(), &response);
+  });
+  if (rc == 0) std::fputs(FormatJobs(response).c_str(), stdout);
+  return rc;
+}
+
+int ShowJob(const CommonFlags& f, const std::string& id, bool json) {
+  Connection c("job show", f);
+  if (!c.Open()) return c.exit_code();
+  v1::GetJobRequest request;
+  request.set_job_id(id);
+  v1::JobInfo job;
+  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    return stub.GetJob(ctx, request, &job);
+  });
+  if (rc != 0) return rc;
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;  // exit_code 0 and node_rank 0 are values.
+    (void)google::protobuf::util::MessageToJsonString(job, &out, options);
+    std::printf("%s\n", out.c_str());
+  } else {
+    std::fputs(FormatJob(job, NowUnix()).c_str(), stdout);
+  }
+  return 0;
+}
+
+int CancelJob(const CommonFlags& f, const std::string& id, const std::string& grace_text) {
+  Connection c("cancel", f);
+  auto grace = ParseDuration("--grace", grace_text, absl::ZeroDuration(), kMaxFlagDuration);
+  if (!grace.ok()) {
+    c.Error(std::string(grace.status().message()));
+    return agent::kExitUsage;
+  }
+  if (!c.Open()) return c.exit_code();
+  v1::CancelRequest request;
+  request.set_job_id(id);
+  request.set_grace_s(absl::ToDoubleSeconds(*grace));
+  v1::JobInfo job;
+  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    return stub.Cancel(ctx, request, &job);
+  });
+  if (rc == 0) std::printf("%s: %s\n", job.job_id().c_str(), job.state().c_str());
+  return rc;
+}
+
+int Logs(const CommonFlags& f, const std::string& id, int rank, const std::string& stream,
+         bool follow) {
+  Connection c("logs", f);
+  if (stream != "stdout" && stream != "stderr") {
+    c.Error(absl::StrCat("--stream: must be stdout or stderr, got '", stream, "'"));
+    return agent::kExitUsage;
+  }
+  if (rank < 0) {
+    c.Error(absl::StrCat("--rank: must be >= 0, got ", rank));
+    return agent::kExitUsage;
+  }
+  if (!c.Open()) return c.exit_code();
+  int64_t offset = 0;
+  // Without --follow: what the log holds now (a bounded number of reads); with it, until the job
+  // ended and the log's end was reached.
+  for (int reads = 0; follow || reads < 4096; ++reads) {
+    v1::ReadLogRequest request;
+    request.set_job_id(id);
+    request.set_rank(rank);
+    request.set_stream(stream);
+    request.set_offset(offset);
+    v1::ReadLogResponse response;
+    int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+      return stub.ReadLog(ctx, request, &response);
+    });
+    if (rc != 0) return rc;
+    std::fwrite(response.data().data(), 1, response.data().size(), stdout);
+    std::fflush(stdout);
+    offset = response.next_offset();
+    if (response.eof()) return 0;
+    if (response.data().empty()) {
+      if (!follow) return 0;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  return 0;
+}
+
+int ListNodes(const CommonFlags& f) {
+  Connection c("nodes", f);
+  if (!c.Open()) return c.exit_code();
+  v1::ListNodesResponse response;
+  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    return stub.ListNodes(ctx, v1::ListNodesRequest(), &response);
+  });
+  if (rc == 0) std::fputs(FormatNodes(response, NowUnix()).c_str(), stdout);
+  return rc;
+}
+
+std::string Labels(const google::protobuf::Map<std::string, std::string>& labels) {
+  std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  return sorted.empty() ? "-" : absl::StrJoin(sorted, ",", absl::PairFormatter("="));
+}
+
+}  // namespace
+
+std::string FormatJobs(const v1::ListJobsResponse& jobs) {
+  if (jobs.jobs_size() == 0) return "no jobs\n";
+  std::string out = absl::StrFormat("%-12s %-10s %-13s %-8s %-20s %s\n", "JOB ID", "STATE",
+                                    "NODES x PROCS", "RESTARTS", "NAME", "REASON");
+  for (const v1::JobInfo& j : jobs.jobs()) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), j.state(),
+                        absl::StrCat(j.spec().instance_count(), " x ",
+                                     j.spec().distribution().process_count_per_instance()),
+                        j.restarts(), j.spec().name().empty() ? "-" : j.spec().name(), j.reason()));
+  }
+  return out;
+}
+
+std::string FormatJob(const v1::JobInfo& j, double now) {
+  const v1::JobSpec& s = j.spec();
+  std::string out = absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
+                                 s.name().empty() ? "" : ")", ": ", j.state(), "\n");
+  if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", j.reason(), "\n");
+  absl::StrAppend(&out, "  command: ", s.command(), "\n");
+  absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",
+                  s.distribution().process_count_per_instance(), " process(es), distribution ",
+                  s.distribution().type().empty() ? "pytorch" : s.distribution().type(),
+                  ", restarts ", j.restarts(), " of ", s.max_restarts(), "\n");
+  absl::StrAppend(&out, "  submitted ", Ago(j.submitted_unix_s(), now), ", started ",
+                  Ago(j.started_unix_s(), now), ", finished ", Ago(j.finished_unix_s(), now), "\n");
+  if (j.nodes_size() > 0) {
+    const int per = s.distribution().process_count_per_instance();
+    absl::StrAppend(&out, absl::StrFormat("  %-24s %-9s %-11s %s\n", "NODE", "NODE RANK", "RANKS",
+                                          "EXIT CODE"));
+    for (const v1::JobNode& n : j.nodes()) {
+      std::string ranks =
+          n.first_rank() >= 0 ? absl::StrCat(n.first_rank(), "-", n.first_rank() + per - 1) : "-";
+      absl::StrAppend(&out,
+                      absl::StrFormat("  %-24s %-9s %-11s %s\n", n.node_name(),
+                                      n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-", ranks,
+                                      n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-"));
+    }
+  }
+  return out;
+}
+
+std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {
+  if (nodes.nodes_size() == 0) return "no nodes registered\n";
+  std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %s\n", "NODE", "STATE", "JOB",
+                                    "GPUS", "LABELS", "REGISTERED");
+  for (const v1::NodeInfo& n : nodes.nodes()) {
+    absl::StrAppend(&out,
+                    absl::StrFormat("%-24s %-9s %-12s %-4d %-20s %s\n", n.node_name(), n.state(),
+                                    n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
+                                    Labels(n.labels()), Ago(n.registered_unix_s(), now)));
+  }
+  return out;
+}
+
+void AddJobsCommands(CLI::App& app, std::function<int()>* run) {
+  {
+    auto f = std::make_shared<CommonFlags>();
+    auto file = std::make_shared<std::string>();
+    CLI::App* cmd = app.add_subcommand("submit",
+                                       "Submit a job (JOB.yaml; docs/JOBS.md); prints "
+                                       "its id");
+    cmd->add_option("job_file", *file, "The job spec (YAML)")->required()->type_name("JOB.yaml");
+    AddCommonFlags(cmd, f.get());
+    cmd->callback([f, file, run] { *run = [f, file] { return Submit(*f, *file); }; });
+  }
+  {
+    auto f = std::make_shared<CommonFlags>();
+    CLI::App* cmd = app.add_subcommand("jobs", "List the jobs, in submission order");
+    AddCommonFlags(cmd, f.get());
+    cmd->callback([f, run] { *run = [f] { return ListJobs(*f); }; });
+  }
+  {
+    auto f = std::make_shared<CommonFlags>();
+    auto id = std::make_shared<std::string>();
+    auto json = std::make_shared<bool>(false);
+    CLI::App* job = app.add_subcommand("job", "One job");
+    job->require_subcommand(1);
+    CLI::App* show =
+        job->add_subcommand("show", "A job's state, nodes, ranks, restarts, exit codes, reason");
+    show->add_option("job_id", *id, "The job id")->required()->type_name("ID");
+    show->add_flag("--json", *json, "Print the job as JSON (dgt.jobs.v1.JobInfo)");
+    AddCommonFlags(show, f.get());
+    show->callback(
+        [f, id, json, run] { *run = [f, id, json] { return ShowJob(*f, *id, *json); }; });
+  }
+  {
+    auto f = std::make_shared<CommonFlags>();
+    auto id = std::make_shared<std::string>();
+    auto rank = std::make_shared<int>(0);
+    auto stream = std::make_shared<std::string>("stdout");
+    auto follow = std::make_shared<bool>(false);
+    CLI::App* cmd = app.add_subcommand("logs", "A rank's log, read from the node that ran it");
+    cmd->add_option("job_id", *id, "The job id")->required()->type_name("ID");
+    cmd->add_option("--rank", *rank, "Global rank")->capture_default_str();
+    cmd->add_option("--stream", *stream, "stdout or stderr")->capture_default_str();
+    cmd->add_flag("--follow,-f", *follow, "Keep reading until the job ends");
+    AddCommonFlags(cmd, f.get());
+    cmd->callback([=] { *run = [=] { return Logs(*f, *id, *rank, *stream, *follow); }; });
+  }
+  {
+    auto f = std::make_shared<CommonFlags>();
+    auto id = std::make_shared<std::string>();
+    auto grace = std::make_shared<std::string>("0");
+    CLI::App* cmd = app.add_subcommand("cancel", "Cancel a queued or running job");
+    cmd->add_option("job_id", *id, "The job id")->required()->type_name("ID");
+    cmd->add_option("--grace", *grace, "Seconds from SIGTERM to SIGKILL (0: the service's 30)")
+        ->type_name("SECONDS")
+        ->capture_default_str();
+    AddCommonFlags(cmd, f.get());
+    cmd->callback([=] { *run = [=] { return CancelJob(*f, *id, *grace); }; });
+  }
+  {
+    auto f = std::make_shared<CommonFlags>();
+    CLI::App* cmd = app.add_subcommand("nodes", "The registered node daemons");
+    AddCommonFlags(cmd, f.get());
+    cmd->callback([f, run] { *run = [f] { return ListNodes(*f); }; });
+  }
+}
+
+}  // namespace dgt::cli

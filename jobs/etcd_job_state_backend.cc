@@ -1,0 +1,103 @@
+#include "jobs/etcd_job_state_backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace dgt::jobs {
+
+absl::StatusOr<std::unique_ptr<EtcdJobStateBackend>> EtcdJobStateBackend::Open(Options options) {
+  if (options.prefix.empty()) {
+    return absl::InvalidArgumentError("etcd job state: the key prefix must not be empty");
+  }
+  auto client = etcd::Client::Create(options.client);
+  if (!client.ok()) return client.status();
+  return std::unique_ptr<EtcdJobStateBackend>(
+      new EtcdJobStateBackend(std::move(options), *std::move(client)));
+}
+
+std::string EtcdJobStateBackend::JobKey(absl::string_view job_id) const {
+  return absl::StrCat(options_.prefix, "job/", job_id);
+}
+
+std::string EtcdJobStateBackend::NodeKey(absl::string_view node_name) const {
+  return absl::StrCat(options_.prefix, "node/", node_name);
+}
+
+absl::Status EtcdJobStateBackend::Put(const std::string& key, const std::string& value) {
+  auto written = client_->Put(key, value);
+  if (!written.ok()) {
+    return absl::Status(written.status().code(), absl::StrCat("etcd job state: put of ", key, ": ",
+                                                              written.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdJobStateBackend::Delete(const std::string& key, absl::string_view what) {
+  auto deleted = client_->Delete(key);
+  if (!deleted.ok()) {
+    return absl::Status(deleted.status().code(), absl::StrCat("etcd job state: delete of ", key,
+                                                              ": ", deleted.status().message()));
+  }
+  if (*deleted == 0) return absl::NotFoundError(absl::StrCat("no ", what, " (key ", key, ")"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<etcd::KeyValue>> EtcdJobStateBackend::Range(const std::string& prefix) {
+  auto range = client_->GetPrefix(prefix);
+  if (!range.ok()) {
+    return absl::Status(range.status().code(), absl::StrCat("etcd job state: read of ", prefix,
+                                                            ": ", range.status().message()));
+  }
+  return std::move(range->kvs);
+}
+
+absl::Status EtcdJobStateBackend::PutJob(const v1::JobInfo& job) {
+  return Put(JobKey(job.job_id()), EncodeJob(job));
+}
+
+absl::Status EtcdJobStateBackend::DeleteJob(absl::string_view job_id) {
+  return Delete(JobKey(job_id), absl::StrCat("job '", job_id, "'"));
+}
+
+absl::Status EtcdJobStateBackend::PutNode(const v1::NodeInfo& node) {
+  return Put(NodeKey(node.node_name()), EncodeNode(node));
+}
+
+absl::Status EtcdJobStateBackend::DeleteNode(absl::string_view node_name) {
+  return Delete(NodeKey(node_name), absl::StrCat("node '", node_name, "'"));
+}
+
+absl::StatusOr<std::vector<v1::JobInfo>> EtcdJobStateBackend::LoadJobs() {
+  auto kvs = Range(JobKey(""));
+  if (!kvs.ok()) return kvs.status();
+  std::vector<v1::JobInfo> out;
+  for (const etcd::KeyValue& kv : *kvs) {
+    auto job = DecodeJob(kv.value);
+    if (!job.ok()) {
+      spdlog::warn("etcd job state: skipping {}: {}", kv.key, std::string(job.status().message()));
+      continue;
+    }
+    out.push_back(*std::move(job));
+  }
+  SortBySubmission(&out);
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::NodeInfo>> EtcdJobStateBackend::LoadNodes() {
+  auto kvs = Range(NodeKey(""));
+  if (!kvs.ok()) return kvs.status();
+  std::vector<v1::NodeInfo> out;
+  for (const etcd::KeyValue& kv : *kvs) {
+    auto node = DecodeNode(kv.value);
+    if (!node.ok()) {
+      spdlog::warn("etcd job state: skipping {}: {}", kv.key, std::string(node.status().message()));
+      continue;
+    }
+    out.push_back(*std::move(node));
+  }
+  return out;
+}
+
+}  // namespace dgt::jobs

@@ -1,0 +1,256 @@
+#include "jobs/job_spec.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "yaml-cpp/yaml.h"
+
+namespace dgt::jobs {
+namespace {
+
+absl::Status Bad(absl::string_view path, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
+}
+
+// How a YAML node reads in an error message: a scalar as its text, else its kind.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("'", node.Scalar(), "'");
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+absl::Status ReadString(const YAML::Node& node, absl::string_view path, std::string* out) {
+  if (!node.IsScalar()) return Bad(path, absl::StrCat("must be a string, got ", Describe(node)));
+  *out = node.Scalar();
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt(const YAML::Node& node, absl::string_view path, int32_t* out) {
+  int64_t v = 0;
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX) {
+    return Bad(path, absl::StrCat("must be an integer, got ", Describe(node)));
+  }
+  *out = static_cast<int32_t>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ReadMap(const YAML::Node& node, absl::string_view path,
+                     google::protobuf::Map<std::string, std::string>* out) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) return Bad(path, absl::StrCat("must be a map, got ", Describe(node)));
+  for (const auto& kv : node) {
+    std::string key, value;
+    if (!kv.first.IsScalar()) return Bad(path, "keys must be strings");
+    key = kv.first.Scalar();
+    if (absl::Status s = ReadString(kv.second, absl::StrCat(path, ".", key), &value); !s.ok()) {
+      return s;
+    }
+    (*out)[key] = value;
+  }
+  return absl::OkStatus();
+}
+
+constexpr const char* kSpecKeys[] = {
+    "name",           "command",      "code_dir",     "environment_variables",
+    "instance_count", "distribution", "max_restarts", "restart_policy",
+    "node_labels"};
+constexpr const char* kDistributionKeys[] = {"type", "process_count_per_instance", "worker_count",
+                                             "parameter_server_count"};
+
+absl::Status UnknownKey(absl::string_view path, absl::string_view key, const auto& known) {
+  return Bad(absl::StrCat(path, key),
+             absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) {
+    return Bad("distribution", absl::StrCat("must be a map, got ", Describe(node)));
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    const std::string path = absl::StrCat("distribution.", key);
+    absl::Status s;
+    if (key == "type") {
+      s = ReadString(kv.second, path, d->mutable_type());
+    } else if (key == "process_count_per_instance") {
+      int32_t v = 0;
+      s = ReadInt(kv.second, path, &v);
+      d->set_process_count_per_instance(v);
+    } else if (key == "worker_count") {
+      int32_t v = 0;
+      s = ReadInt(kv.second, path, &v);
+      d->set_worker_count(v);
+    } else if (key == "parameter_server_count") {
+      int32_t v = 0;
+      s = ReadInt(kv.second, path, &v);
+      d->set_parameter_server_count(v);
+    } else {
+      s = UnknownKey("distribution.", key, kDistributionKeys);
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool ValidEnvName(absl::string_view name) {
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not valid YAML: line ", e.mark.line + 1, ": ", e.msg));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "must be a map of job keys (command, instance_count, ...), got ", Describe(root)));
+  }
+  v1::JobSpec spec;
+  bool pcpi_set = false;
+  try {
+    for (const auto& kv : root) {
+      if (!kv.first.IsScalar()) return absl::InvalidArgumentError("keys must be strings");
+      const std::string key = kv.first.Scalar();
+      absl::Status s;
+      int32_t v = 0;
+      if (key == "name") {
+        s = ReadString(kv.second, key, spec.mutable_name());
+      } else if (key == "command") {
+        s = ReadString(kv.second, key, spec.mutable_command());
+      } else if (key == "code_dir") {
+        s = ReadString(kv.second, key, spec.mutable_code_dir());
+      } else if (key == "environment_variables") {
+        s = ReadMap(kv.second, key, spec.mutable_environment_variables());
+      } else if (key == "instance_count") {
+        s = ReadInt(kv.second, key, &v);
+        spec.set_instance_count(v);
+      } else if (key == "distribution") {
+        s = ReadDistribution(kv.second, spec.mutable_distribution());
+        pcpi_set = kv.second.IsMap() && kv.second["process_count_per_instance"].IsDefined();
+      } else if (key == "max_restarts") {
+        s = ReadInt(kv.second, key, &v);
+        spec.set_max_restarts(v);
+      } else if (key == "restart_policy") {
+        s = ReadString(kv.second, key, spec.mutable_restart_policy());
+      } else if (key == "node_labels") {
+        s = ReadMap(kv.second, key, spec.mutable_node_labels());
+      } else {
+        s = UnknownKey("", key, kSpecKeys);
+      }
+      if (!s.ok()) return s;
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not valid YAML: line ", e.mark.line + 1, ": ", e.msg));
+  }
+  if (!pcpi_set) spec.mutable_distribution()->set_process_count_per_instance(1);
+  return spec;
+}
+
+absl::Status Validate(const v1::JobSpec& spec) {
+  if (spec.command().empty()) {
+    return Bad("command", "required (the shell command every worker process runs)");
+  }
+  if (spec.name().size() > kMaxNameBytes) {
+    return Bad("name",
+               absl::StrCat("must be at most ", kMaxNameBytes, " bytes, got ", spec.name().size()));
+  }
+  if (!spec.code_dir().empty() && spec.code_dir()[0] != '/') {
+    return Bad("code_dir", absl::StrCat("must be an absolute path, got '", spec.code_dir(), "'"));
+  }
+  for (const auto& [name, value] : spec.environment_variables()) {
+    if (!ValidEnvName(name)) {
+      return Bad(absl::StrCat("environment_variables.", name),
+                 "name must match [A-Za-z_][A-Za-z0-9_]*");
+    }
+  }
+  const int32_t n = spec.instance_count();
+  if (n < 1 || n > kMaxInstanceCount) {
+    return Bad("instance_count",
+               absl::StrCat("must be >= 1", n > 0 ? " and <= " : "",
+                            n > 0 ? absl::StrCat(kMaxInstanceCount) : "", ", got ", n));
+  }
+  const v1::Distribution& d = spec.distribution();
+  if (d.type() == "mpi") {
+    return Bad("distribution.type", "'mpi' is not supported by dgt-run (pytorch or tensorflow)");
+  }
+  if (!d.type().empty() && d.type() != "pytorch" && d.type() != "tensorflow") {
+    return Bad("distribution.type",
+               absl::StrCat("must be pytorch or tensorflow, got '", d.type(), "'"));
+  }
+  const int32_t p = d.process_count_per_instance();
+  if (p < 1 || p > kMaxProcessesPerInstance) {
+    return Bad(
+        "distribution.process_count_per_instance",
+        absl::StrCat("must be >= 1",
+                     p > 0 ? absl::StrCat(" and <= ", kMaxProcessesPerInstance) : "", ", got ", p));
+  }
+  if (d.type() == "tensorflow") {
+    if (d.worker_count() < 1) {
+      return Bad("distribution.worker_count",
+                 absl::StrCat("must be >= 1 for tensorflow, got ", d.worker_count()));
+    }
+    if (d.parameter_server_count() < 0) {
+      return Bad("distribution.parameter_server_count",
+                 absl::StrCat("must be >= 0, got ", d.parameter_server_count()));
+    }
+    const int64_t processes = static_cast<int64_t>(n) * p;
+    if (int64_t{d.worker_count()} + d.parameter_server_count() != processes) {
+      return Bad("distribution",
+                 absl::StrCat("worker_count (", d.worker_count(), ") + parameter_server_count (",
+                              d.parameter_server_count(), ") must equal instance_count (", n,
+                              ") x process_count_per_instance (", p, ") = ", processes));
+    }
+  } else if (d.worker_count() != 0 || d.parameter_server_count() != 0) {
+    return Bad(
+        d.worker_count() != 0 ? "distribution.worker_count" : "distribution.parameter_server_count",
+        "only for distribution.type tensorflow");
+  }
+  if (spec.max_restarts() < 0 || spec.max_restarts() > kMaxRestarts) {
+    return Bad("max_restarts",
+               absl::StrCat("must be >= 0 and <= ", kMaxRestarts, ", got ", spec.max_restarts()));
+  }
+  if (!spec.restart_policy().empty() && spec.restart_policy() != "group" &&
+      spec.restart_policy() != "rank") {
+    return Bad("restart_policy",
+               absl::StrCat("must be group or rank, got '", spec.restart_policy(), "'"));
+  }
+  for (const auto& [key, value] : spec.node_labels()) {
+    if (key.empty()) return Bad("node_labels", "a label key must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+bool ValidJobId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxJobIdBytes) return false;
+  for (char c : id) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(c)) &&
+        !absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace dgt::jobs

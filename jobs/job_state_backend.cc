@@ -1,0 +1,124 @@
+#include "jobs/job_state_backend.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace dgt::jobs {
+namespace {
+
+constexpr int kVersion = 1;
+
+std::string Encode(const google::protobuf::Message& m, const char* field) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
+  nlohmann::ordered_json out;
+  out["version"] = kVersion;
+  out[field] = nlohmann::ordered_json::parse(json);
+  return out.dump();
+}
+
+absl::Status Decode(absl::string_view value, const char* field, google::protobuf::Message* m) {
+  nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("job state record: not a JSON object");
+  }
+  if (!j.contains("version") || !j["version"].is_number_integer()) {
+    return absl::InvalidArgumentError("job state record: no integer \"version\"");
+  }
+  if (j["version"].get<int>() != kVersion) {
+    return absl::UnimplementedError(absl::StrCat(
+        "job state record: version ", j["version"].get<int>(), ", this dgt reads ", kVersion));
+  }
+  if (!j.contains(field) || !j[field].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("job state record: no \"", field, "\" object"));
+  }
+  auto s = google::protobuf::util::JsonStringToMessage(j[field].dump(), m);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job state record: \"", field, "\": ", s.message().as_string()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t IdNumber(const std::string& id) {
+  absl::string_view v = id;
+  int64_t n = 0;
+  if (absl::ConsumePrefix(&v, "job-") && absl::SimpleAtoi(v, &n)) return n;
+  return INT64_MAX;
+}
+
+}  // namespace
+
+std::string EncodeJob(const v1::JobInfo& job) { return Encode(job, "job"); }
+std::string EncodeNode(const v1::NodeInfo& node) { return Encode(node, "node"); }
+
+absl::StatusOr<v1::JobInfo> DecodeJob(absl::string_view value) {
+  v1::JobInfo job;
+  if (absl::Status s = Decode(value, "job", &job); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::NodeInfo> DecodeNode(absl::string_view value) {
+  v1::NodeInfo node;
+  if (absl::Status s = Decode(value, "node", &node); !s.ok()) return s;
+  return node;
+}
+
+void SortBySubmission(std::vector<v1::JobInfo>* jobs) {
+  std::stable_sort(jobs->begin(), jobs->end(), [](const v1::JobInfo& a, const v1::JobInfo& b) {
+    return std::make_tuple(a.submitted_unix_s(), IdNumber(a.job_id()), a.job_id()) <
+           std::make_tuple(b.submitted_unix_s(), IdNumber(b.job_id()), b.job_id());
+  });
+}
+
+absl::Status InMemoryJobStateBackend::PutJob(const v1::JobInfo& job) {
+  jobs_[job.job_id()] = EncodeJob(job);
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryJobStateBackend::DeleteJob(absl::string_view job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryJobStateBackend::PutNode(const v1::NodeInfo& node) {
+  nodes_[node.node_name()] = EncodeNode(node);
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryJobStateBackend::DeleteNode(absl::string_view node_name) {
+  auto it = nodes_.find(node_name);
+  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node '", node_name, "'"));
+  nodes_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::JobInfo>> InMemoryJobStateBackend::LoadJobs() {
+  std::vector<v1::JobInfo> out;
+  for (const auto& [id, value] : jobs_) {
+    if (auto job = DecodeJob(value); job.ok()) out.push_back(*std::move(job));
+  }
+  SortBySubmission(&out);
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::NodeInfo>> InMemoryJobStateBackend::LoadNodes() {
+  std::vector<v1::NodeInfo> out;
+  for (const auto& [name, value] : nodes_) {
+    if (auto node = DecodeNode(value); node.ok()) out.push_back(*std::move(node));
+  }
+  return out;
+}
+
+}  // namespace dgt::jobs

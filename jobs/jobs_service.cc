@@ -1,0 +1,505 @@
+#include "jobs/jobs_service.h"
+
+#include <algorithm>
+#include <list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "rendezvous/credentials.h"
+
+namespace dgt::jobs {
+namespace {
+
+constexpr int64_t kMaxLogBytes = int64_t{1} << 20;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+}  // namespace
+
+// One node daemon's Register stream: the first message must be its NodeHello. Writes are queued
+// and sent one at a time.
+class JobsService::NodeReactor final
+    : public grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage> {
+ public:
+  NodeReactor(JobsService* service, std::string peer) : service_(service), peer_(std::move(peer)) {
+    StartRead(&incoming_);
+  }
+
+  void Send(v1::ControlMessage message) {
+    dgt::MutexLock lock(&mu_);
+    if (finish_requested_) return;
+    queue_.push_back(std::move(message));
+    MaybeWriteLocked();
+  }
+
+  // Finishes the stream with `status` once queued writes are done.
+  void End(grpc::Status status) {
+    dgt::MutexLock lock(&mu_);
+    if (close_) return;
+    close_ = true;
+    close_status_ = std::move(status);
+    MaybeWriteLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      service_->OnNodeGone(this);
+      End(grpc::Status::OK);
+      return;
+    }
+    if (node_.empty()) {
+      if (!incoming_.has_hello() || incoming_.hello().node_name().empty()) {
+        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         "the first message of a Register stream must be a NodeHello with a "
+                         "node_name"));
+        return;
+      }
+      grpc::Status s = service_->OnHello(this, incoming_.hello());
+      if (!s.ok()) {
+        spdlog::warn("jobs: refusing node '{}' from {}: {}", incoming_.hello().node_name(), peer_,
+                     s.error_message());
+        End(std::move(s));
+        return;
+      }
+    } else {
+      service_->OnNodeMessage(this, incoming_);
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    dgt::MutexLock lock(&mu_);
+    writing_ = false;
+    queue_.pop_front();
+    if (!ok) {
+      queue_.clear();
+      close_ = true;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override { service_->OnNodeGone(this); }
+
+  void OnDone() override {
+    service_->OnNodeGone(this);
+    delete this;
+  }
+
+  // Set once (by OnHello, under the service's mutex) before any other read.
+  void set_node(std::string node) { node_ = std::move(node); }
+  const std::string& node() const { return node_; }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finish_requested_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+      return;
+    }
+    if (close_) {
+      finish_requested_ = true;
+      Finish(close_status_);
+    }
+  }
+
+  JobsService* service_;
+  const std::string peer_;
+  std::string node_;
+  v1::NodeMessage incoming_;
+  dgt::Mutex mu_;
+  std::list<v1::ControlMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status close_status_ ABSL_GUARDED_BY(mu_);
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+class RejectReactor final : public grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage> {
+ public:
+  explicit RejectReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+JobsService::JobsService(JobsServiceOptions options)
+    : options_(std::move(options)), scheduler_(options_.scheduler) {
+  if (options_.backend == nullptr) {
+    owned_backend_ = std::make_unique<InMemoryJobStateBackend>();
+    backend_ = owned_backend_.get();
+  } else {
+    backend_ = options_.backend;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<JobsService>> JobsService::Create(JobsServiceOptions options) {
+  std::unique_ptr<JobsService> service(new JobsService(std::move(options)));
+  auto jobs = service->backend_->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  auto nodes = service->backend_->LoadNodes();
+  if (!nodes.ok()) return nodes.status();
+  for (const v1::NodeInfo& node : *nodes) (void)service->backend_->DeleteNode(node.node_name());
+  {
+    dgt::MutexLock lock(&service->mu_);
+    service->scheduler_.Restore(*jobs);
+    if (!jobs->empty()) spdlog::info("jobs: {} job(s) restored from the backend", jobs->size());
+  }
+  service->poller_ = std::thread([s = service.get()] { s->PollLoop(); });
+  return service;
+}
+
+JobsService::~JobsService() { Stop(); }
+
+void JobsService::set_rdzv_endpoint(const std::string& endpoint) {
+  dgt::MutexLock lock(&mu_);
+  options_.scheduler.rdzv_endpoint = endpoint;
+  scheduler_.set_rdzv_endpoint(endpoint);
+}
+
+void JobsService::Stop() {
+  {
+    dgt::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [id, p] : pending_logs_) {
+      p.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the service is stopping"));
+    }
+    pending_logs_.clear();
+    cv_.SignalAll();
+  }
+  if (poller_.joinable()) poller_.join();
+}
+
+bool JobsService::HasToken(const grpc::CallbackServerContext* context,
+                           const std::string& token) const {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(rendezvous::kAuthorizationKey);
+  if (it == metadata.end()) return false;
+  return rendezvous::TokenMatches(absl::string_view(it->second.data(), it->second.size()), token);
+}
+
+grpc::Status JobsService::CheckSubmitter(const grpc::CallbackServerContext* context,
+                                         bool writes) const {
+  if (!options_.submit_token.empty()) {
+    if (HasToken(context, options_.submit_token)) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong submit token");
+  }
+  if (writes && !options_.allow_unauthenticated_submit) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "job submission is off: start dgt-rendezvous with --submit-token-file");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* JobsService::Register(
+    grpc::CallbackServerContext* context) {
+  if (!options_.agent_token.empty() && !HasToken(context, options_.agent_token)) {
+    spdlog::warn("jobs: refusing node registration from {}: missing or wrong bearer token",
+                 context->peer());
+    return new RejectReactor(
+        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+  }
+  return new NodeReactor(this, context->peer());
+}
+
+grpc::Status JobsService::OnHello(NodeReactor* reactor, const v1::NodeHello& hello) {
+  dgt::MutexLock lock(&mu_);
+  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the service is stopping");
+  std::vector<Action> actions;
+  absl::Status s = scheduler_.Register(hello, absl::Now(), &actions);
+  if (!s.ok()) return ToGrpc(s);
+  reactor->set_node(hello.node_name());
+  nodes_[hello.node_name()] = reactor;
+  spdlog::info("jobs: node '{}' registered from {} ({} GPU(s), {} running job(s))",
+               hello.node_name(), reactor->peer(), hello.gpu_count(), hello.running_job_ids_size());
+  v1::ControlMessage registered;
+  registered.mutable_registered()->set_node_name(hello.node_name());
+  reactor->Send(std::move(registered));
+  Dispatch(std::move(actions));
+  Persist();
+  return grpc::Status::OK;
+}
+
+void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message) {
+  dgt::MutexLock lock(&mu_);
+  if (stopping_) return;
+  const std::string& node = reactor->node();
+  std::vector<Action> actions;
+  const absl::Time now = absl::Now();
+  switch (message.kind_case()) {
+    case v1::NodeMessage::kUpdate: {
+      const v1::JobUpdate& u = message.update();
+      absl::Status s = scheduler_.OnUpdate(node, u, now, &actions);
+      if (!s.ok()) {
+        spdlog::warn("jobs: node '{}': {}", node, s.message());
+        break;
+      }
+      if (u.event() == "exited") {
+        spdlog::info("jobs: {} on node '{}' exited with code {}{}{}", u.job_id(), node,
+                     u.exit_code(), u.message().empty() ? "" : ": ", u.message());
+      }
+      if (const v1::JobInfo* job = scheduler_.FindJob(u.job_id());
+          job != nullptr && Scheduler::Terminal(job->state()) && job->finished_unix_s() > 0) {
+        spdlog::info("jobs: {} {}{}{}", job->job_id(), job->state(),
+                     job->reason().empty() ? "" : ": ", job->reason());
+      }
+      break;
+    }
+    case v1::NodeMessage::kLog: {
+      const v1::LogChunk& chunk = message.log();
+      auto it = pending_logs_.find(chunk.request_id());
+      if (it == pending_logs_.end() || it->second.node != node) break;  // Late or foreign.
+      PendingLog p = std::move(it->second);
+      pending_logs_.erase(it);
+      if (chunk.code() != 0) {
+        p.reactor->Finish(grpc::Status(static_cast<grpc::StatusCode>(chunk.code()),
+                                       absl::StrCat("node ", node, ": ", chunk.error())));
+        break;
+      }
+      p.response->set_data(chunk.data());
+      p.response->set_next_offset(chunk.next_offset());
+      const v1::JobInfo* job = scheduler_.FindJob(p.job_id);
+      p.response->set_eof(chunk.eof() && job != nullptr && Scheduler::Terminal(job->state()));
+      p.reactor->Finish(grpc::Status::OK);
+      break;
+    }
+    case v1::NodeMessage::kDraining:
+      spdlog::info("jobs: node '{}' is draining", node);
+      scheduler_.Drain(node, now, &actions);
+      break;
+    case v1::NodeMessage::kHello:
+      spdlog::warn("jobs: node '{}' sent a second NodeHello; ignored", node);
+      break;
+    default:
+      break;
+  }
+  Dispatch(std::move(actions));
+  Persist();
+}
+
+void JobsService::OnNodeGone(NodeReactor* reactor) {
+  dgt::MutexLock lock(&mu_);
+  const std::string& node = reactor->node();
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second != reactor) return;
+  nodes_.erase(it);
+  for (auto p = pending_logs_.begin(); p != pending_logs_.end();) {
+    if (p->second.node == node) {
+      p->second.reactor->Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       absl::StrCat("node '", node, "' deregistered before it answered")));
+      p = pending_logs_.erase(p);
+    } else {
+      ++p;
+    }
+  }
+  if (stopping_) return;
+  spdlog::warn("jobs: node '{}' deregistered (its stream ended)", node);
+  std::vector<Action> actions;
+  scheduler_.Deregister(node, absl::Now(), &actions);
+  Dispatch(std::move(actions));
+  Persist();
+}
+
+void JobsService::Dispatch(std::vector<Action> actions) {
+  for (Action& a : actions) {
+    auto it = nodes_.find(a.node);
+    if (it == nodes_.end()) continue;
+    if (a.message.has_start()) {
+      spdlog::info("jobs: starting {} on node '{}'", a.message.start().job_id(), a.node);
+    } else if (a.message.has_cancel()) {
+      spdlog::info("jobs: cancelling {} on node '{}' (grace {} s)", a.message.cancel().job_id(),
+                   a.node, a.message.cancel().grace_s());
+    }
+    it->second->Send(std::move(a.message));
+  }
+}
+
+void JobsService::Persist() {
+  Scheduler::Changes changes = scheduler_.TakeChanges();
+  for (const std::string& id : changes.jobs) {
+    if (const v1::JobInfo* job = scheduler_.FindJob(id); job != nullptr) {
+      if (absl::Status s = backend_->PutJob(*job); !s.ok()) {
+        spdlog::warn("jobs: job {} not saved: {}", id, s.message());
+      }
+    }
+  }
+  std::vector<v1::NodeInfo> nodes;
+  if (!changes.nodes.empty()) nodes = scheduler_.Nodes();
+  for (const v1::NodeInfo& node : nodes) {
+    if (!changes.nodes.contains(node.node_name())) continue;
+    if (absl::Status s = backend_->PutNode(node); !s.ok()) {
+      spdlog::warn("jobs: node {} not saved: {}", node.node_name(), s.message());
+    }
+  }
+  for (const std::string& name : changes.removed_nodes) {
+    if (absl::Status s = backend_->DeleteNode(name); !s.ok() && !absl::IsNotFound(s)) {
+      spdlog::warn("jobs: node {} not removed: {}", name, s.message());
+    }
+  }
+}
+
+void JobsService::PollLoop() {
+  dgt::MutexLock lock(&mu_);
+  absl::Time next_poll = absl::Now();
+  while (!stopping_) {
+    absl::Time now = absl::Now();
+    // Log reads whose node did not answer in time.
+    for (auto p = pending_logs_.begin(); p != pending_logs_.end();) {
+      if (p->second.deadline <= now) {
+        p->second.reactor->Finish(
+            grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                         absl::StrCat("node '", p->second.node, "' did not send the log within ",
+                                      absl::FormatDuration(options_.log_timeout))));
+        p = pending_logs_.erase(p);
+      } else {
+        ++p;
+      }
+    }
+    if (now >= next_poll && options_.run_status) {
+      std::vector<std::string> active = scheduler_.ActiveJobIds();
+      std::vector<rendezvous::RunStatus> runs;
+      mu_.Unlock();  // The rendezvous takes its own mutex.
+      for (const std::string& id : active) {
+        if (auto run = options_.run_status(id); run.has_value()) runs.push_back(*std::move(run));
+      }
+      mu_.Lock();
+      if (stopping_) break;
+      for (const rendezvous::RunStatus& run : runs) scheduler_.OnRunStatus(run, absl::Now());
+      Persist();
+      next_poll = absl::Now() + options_.poll_interval;
+    }
+    absl::Time wake = next_poll;
+    for (const auto& [id, p] : pending_logs_) wake = std::min(wake, p.deadline);
+    cv_.WaitWithDeadline(&mu_, wake);
+  }
+}
+
+grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* context,
+                                              const v1::SubmitRequest* request,
+                                              v1::SubmitResponse* response) {
+  if (grpc::Status s = CheckSubmitter(context, /*writes=*/true); !s.ok()) return Done(context, s);
+  dgt::MutexLock lock(&mu_);
+  std::vector<Action> actions;
+  auto id = scheduler_.Submit(request->spec(), absl::Now(), &actions);
+  if (!id.ok()) return Done(context, ToGrpc(id.status()));
+  response->set_job_id(*id);
+  const v1::JobInfo* job = scheduler_.FindJob(*id);
+  spdlog::info("jobs: {} submitted ({} node(s) x {} process(es)): {}", *id,
+               request->spec().instance_count(),
+               request->spec().distribution().process_count_per_instance(),
+               job->state() == "queued" ? absl::StrCat("queued: ", job->reason()) : job->state());
+  Dispatch(std::move(actions));
+  Persist();
+  return Done(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
+                                                const v1::ListJobsRequest* request,
+                                                v1::ListJobsResponse* response) {
+  if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
+  dgt::MutexLock lock(&mu_);
+  for (v1::JobInfo& job : scheduler_.Jobs()) *response->add_jobs() = std::move(job);
+  return Done(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
+                                              const v1::GetJobRequest* request,
+                                              v1::JobInfo* response) {
+  if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
+  dgt::MutexLock lock(&mu_);
+  const v1::JobInfo* job = scheduler_.FindJob(request->job_id());
+  if (job == nullptr) {
+    return Done(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                      absl::StrCat("no job '", request->job_id(), "'")));
+  }
+  *response = *job;
+  return Done(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* context,
+                                              const v1::CancelRequest* request,
+                                              v1::JobInfo* response) {
+  if (grpc::Status s = CheckSubmitter(context, true); !s.ok()) return Done(context, s);
+  if (request->grace_s() < 0) {
+    return Done(context,
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("grace_s: must be >= 0, got ", request->grace_s())));
+  }
+  dgt::MutexLock lock(&mu_);
+  std::vector<Action> actions;
+  auto job = scheduler_.Cancel(request->job_id(), request->grace_s(), absl::Now(), &actions);
+  if (!job.ok()) return Done(context, ToGrpc(job.status()));
+  spdlog::info("jobs: {} cancelled by request", request->job_id());
+  *response = *std::move(job);
+  Dispatch(std::move(actions));
+  Persist();
+  return Done(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobsService::ReadLog(grpc::CallbackServerContext* context,
+                                               const v1::ReadLogRequest* request,
+                                               v1::ReadLogResponse* response) {
+  if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
+  const std::string& stream = request->stream();
+  if (!stream.empty() && stream != "stdout" && stream != "stderr") {
+    return Done(context,
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("stream: must be stdout or stderr, got '", stream, "'")));
+  }
+  if (request->offset() < 0 || request->max_bytes() < 0) {
+    return Done(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "offset and max_bytes must be >= 0"));
+  }
+  dgt::MutexLock lock(&mu_);
+  auto target = scheduler_.LogTargetFor(request->job_id(), request->rank());
+  if (!target.ok()) return Done(context, ToGrpc(target.status()));
+  auto node = nodes_.find(target->node);
+  if (node == nodes_.end()) {
+    return Done(context,
+                grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                             absl::StrCat("node '", target->node, "' (rank ", request->rank(),
+                                          " of ", request->job_id(),
+                                          ") is not registered now: its log cannot be read")));
+  }
+  const uint64_t id = next_request_++;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  pending_logs_[id] = PendingLog{reactor, response, target->node, request->job_id(),
+                                 absl::Now() + options_.log_timeout};
+  v1::ControlMessage m;
+  v1::ReadLog* read = m.mutable_read_log();
+  read->set_request_id(id);
+  read->set_job_id(request->job_id());
+  read->set_local_rank(target->local_rank);
+  read->set_stream(stream.empty() ? "stdout" : stream);
+  read->set_offset(request->offset());
+  read->set_max_bytes(request->max_bytes() == 0 ? kMaxLogBytes
+                                                : std::min(request->max_bytes(), kMaxLogBytes));
+  node->second->Send(std::move(m));
+  cv_.SignalAll();  // The poller's wake-up now includes this deadline.
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobsService::ListNodes(grpc::CallbackServerContext* context,
+                                                 const v1::ListNodesRequest* request,
+                                                 v1::ListNodesResponse* response) {
+  if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
+  dgt::MutexLock lock(&mu_);
+  for (v1::NodeInfo& node : scheduler_.Nodes()) *response->add_nodes() = std::move(node);
+  return Done(context, grpc::Status::OK);
+}
+
+}  // namespace dgt::jobs

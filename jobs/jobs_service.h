@@ -1,0 +1,127 @@
+// The jobs service (dgt.jobs.v1.Jobs; jobs.proto, docs/JOBS.md) that dgt-rendezvous serves next
+// to the rendezvous, on the same port: node daemons (dgt-agent) hold a Register stream each, and
+// `dgt submit / jobs / job show / logs / cancel / nodes` call the unary RPCs. The decisions are
+// the pure Scheduler's (jobs/scheduler.h) under one mutex; this layer converts streams to its
+// events, sends its Actions, persists its changes in a JobStateBackend, polls the rendezvous for
+// the status of each started job's run (run id = job id), and forwards ReadLog to the node that
+// holds the rank, answering when that node's LogChunk comes back or its deadline passes.
+//
+// Tokens (the jobs contract): Register needs the agents' token (dgt-rendezvous --token-file) when
+// there is one. Submit and Cancel need the submit token (--submit-token-file): UNAUTHENTICATED
+// without it; with no submit token they are refused PERMISSION_DENIED unless
+// allow_unauthenticated_submit. ListJobs, GetJob, ReadLog and ListNodes need the submit token when
+// one is set, else nothing.
+//
+// Thread-safety: thread-safe (gRPC callback reactors; no reactor thread blocks).
+#ifndef DGT_JOBS_JOBS_SERVICE_H_
+#define DGT_JOBS_JOBS_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "dgt/jobs/v1/jobs.grpc.pb.h"
+#include "jobs/job_state_backend.h"
+#include "jobs/scheduler.h"
+#include "rendezvous/types.h"
+
+namespace dgt::jobs {
+
+struct JobsServiceOptions {
+  // The agents' bearer token (Register); empty: none.
+  std::string agent_token;
+  // The submit token (Submit, Cancel, and the reads); empty: none.
+  std::string submit_token;
+  // Without a submit token: accept Submit and Cancel from anyone (tests, one-machine trials).
+  bool allow_unauthenticated_submit = false;
+  // Where jobs and nodes are kept (not owned; must outlive the service). Null: in memory.
+  JobStateBackend* backend = nullptr;
+  // The status of a rendezvous run (RendezvousService::RunStatusOf), nullopt when unknown.
+  std::function<std::optional<rendezvous::RunStatus>(const std::string&)> run_status;
+  // How often started jobs' runs are polled.
+  absl::Duration poll_interval = absl::Seconds(1);
+  // How long ReadLog waits for the node's LogChunk (DEADLINE_EXCEEDED after).
+  absl::Duration log_timeout = absl::Seconds(10);
+  // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint).
+  SchedulerOptions scheduler;
+};
+
+class JobsService final : public v1::Jobs::CallbackService {
+ public:
+  // Loads the jobs from the backend (node records of an earlier service are dropped: nodes count
+  // once they register again). Errors: the backend's.
+  static absl::StatusOr<std::unique_ptr<JobsService>> Create(JobsServiceOptions options);
+  ~JobsService() override;
+
+  // The host:port StartJob names for dgt-run (known once the server is bound).
+  void set_rdzv_endpoint(const std::string& endpoint);
+  // Stops the poll thread and fails pending log reads; call before the server shuts down.
+  void Stop();
+
+  grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* Register(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+                                   const v1::SubmitRequest* request,
+                                   v1::SubmitResponse* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const v1::CancelRequest* request,
+                                   v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* ReadLog(grpc::CallbackServerContext* context,
+                                    const v1::ReadLogRequest* request,
+                                    v1::ReadLogResponse* response) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
+                                      const v1::ListNodesRequest* request,
+                                      v1::ListNodesResponse* response) override;
+
+ private:
+  class NodeReactor;
+  struct PendingLog {
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    v1::ReadLogResponse* response = nullptr;
+    std::string node;
+    std::string job_id;
+    absl::Time deadline;
+  };
+
+  explicit JobsService(JobsServiceOptions options);
+  // Which token a call needs: "" when none; the status to refuse with otherwise.
+  grpc::Status CheckSubmitter(const grpc::CallbackServerContext* context, bool writes) const;
+  bool HasToken(const grpc::CallbackServerContext* context, const std::string& token) const;
+  // A Register stream's messages.
+  grpc::Status OnHello(NodeReactor* reactor, const v1::NodeHello& hello);
+  void OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message);
+  void OnNodeGone(NodeReactor* reactor);
+  void Dispatch(std::vector<Action> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PollLoop();
+
+  JobsServiceOptions options_;
+  std::unique_ptr<JobStateBackend> owned_backend_;
+  JobStateBackend* backend_;
+  dgt::Mutex mu_;
+  dgt::CondVar cv_;
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeReactor*> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, PendingLog> pending_logs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread poller_;
+};
+
+}  // namespace dgt::jobs
+
+#endif  // DGT_JOBS_JOBS_SERVICE_H_

@@ -1,0 +1,413 @@
+#include "jobs/scheduler.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "jobs/job_spec.h"
+
+namespace dgt::jobs {
+namespace {
+
+double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+std::string LabelText(const google::protobuf::Map<std::string, std::string>& labels) {
+  std::map<std::string, std::string> sorted(labels.begin(), labels.end());
+  return absl::StrCat("{", absl::StrJoin(sorted, ", ", absl::PairFormatter("=")), "}");
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {}
+
+bool Scheduler::Terminal(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+void Scheduler::Restore(const std::vector<v1::JobInfo>& jobs) {
+  for (const v1::JobInfo& info : jobs) {
+    Job job;
+    job.info = info;
+    // Nodes not registered now are gone until they come back with the job.
+    for (const v1::JobNode& n : info.nodes()) {
+      if (n.exit_code() < 0) job.gone.insert(n.node_name());
+    }
+    int64_t n = 0;
+    if (absl::string_view id = info.job_id();
+        absl::ConsumePrefix(&id, "job-") && absl::SimpleAtoi(id, &n) && n >= next_id_) {
+      next_id_ = n + 1;
+    }
+    order_.push_back(info.job_id());
+    jobs_[info.job_id()] = std::move(job);
+  }
+}
+
+Scheduler::Job* Scheduler::MutableJob(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return nullptr;
+  changes_.jobs.insert(job_id);
+  return &it->second;
+}
+
+Scheduler::Node* Scheduler::MutableNode(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return nullptr;
+  changes_.nodes.insert(node);
+  return &it->second;
+}
+
+v1::JobNode* Scheduler::JobNodeOf(Job& job, const std::string& node) {
+  for (v1::JobNode& n : *job.info.mutable_nodes()) {
+    if (n.node_name() == node) return &n;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> Scheduler::Submit(const v1::JobSpec& spec, absl::Time now,
+                                              std::vector<Action>* out) {
+  if (absl::Status s = Validate(spec); !s.ok()) return s;
+  std::string id = absl::StrCat("job-", next_id_++);
+  Job& job = jobs_[id];
+  job.info.set_job_id(id);
+  *job.info.mutable_spec() = spec;
+  job.info.set_state("queued");
+  job.info.set_submitted_unix_s(UnixSeconds(now));
+  order_.push_back(id);
+  changes_.jobs.insert(id);
+  Place(now, out);
+  return id;
+}
+
+bool Scheduler::Matches(const v1::JobSpec& spec, const Node& node) const {
+  for (const auto& [key, value] : spec.node_labels()) {
+    auto it = node.info.labels().find(key);
+    if (it == node.info.labels().end() || it->second != value) return false;
+  }
+  return true;
+}
+
+void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
+  std::string blocker;
+  for (const std::string& id : order_) {
+    Job& job = jobs_.at(id);
+    if (job.info.state() != "queued") continue;
+    if (!blocker.empty()) {
+      std::string reason = absl::StrCat("waiting behind ", blocker, " (first in, first out)");
+      if (job.info.reason() != reason) MutableJob(id)->info.set_reason(reason);
+      continue;
+    }
+    const v1::JobSpec& spec = job.info.spec();
+    std::vector<std::string> chosen;
+    int matches = 0;
+    for (const auto& [name, node] : nodes_) {
+      if (node.draining || !node.info.job_id().empty() || !Matches(spec, node)) continue;
+      ++matches;
+      if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) chosen.push_back(name);
+    }
+    if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) {
+      std::string reason = absl::StrCat(
+          "needs ", spec.instance_count(), " idle node", spec.instance_count() == 1 ? "" : "s",
+          spec.node_labels().empty() ? ""
+                                     : absl::StrCat(" with labels ", LabelText(spec.node_labels())),
+          "; ", matches, matches == 1 ? " matches" : " match");
+      if (job.info.reason() != reason) MutableJob(id)->info.set_reason(reason);
+      blocker = id;
+      continue;
+    }
+    Job& placed = *MutableJob(id);
+    placed.info.set_state("starting");
+    placed.info.clear_reason();
+    placed.info.set_started_unix_s(UnixSeconds(now));
+    for (const std::string& name : chosen) {
+      v1::JobNode* jn = placed.info.add_nodes();
+      jn->set_node_name(name);
+      jn->set_node_rank(-1);
+      jn->set_first_rank(-1);
+      jn->set_exit_code(-1);
+      Node& node = *MutableNode(name);
+      node.info.set_job_id(id);
+      SetNodeState(node);
+      Action action{name, {}};
+      v1::StartJob* start = action.message.mutable_start();
+      start->set_job_id(id);
+      *start->mutable_spec() = spec;
+      start->set_rdzv_endpoint(options_.rdzv_endpoint);
+      out->push_back(std::move(action));
+    }
+  }
+}
+
+void Scheduler::SetNodeState(Node& node) {
+  node.info.set_state(node.draining ? "draining" : node.info.job_id().empty() ? "idle" : "busy");
+}
+
+absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
+                                 std::vector<Action>* out) {
+  const std::string& name = hello.node_name();
+  if (name.empty()) return absl::InvalidArgumentError("NodeHello.node_name: must not be empty");
+  if (nodes_.contains(name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("node '", name, "' is already registered (another daemon holds the name)"));
+  }
+  Node& node = nodes_[name];
+  changes_.nodes.insert(name);
+  changes_.removed_nodes.erase(name);
+  node.info.set_node_name(name);
+  node.info.set_hostname(hello.hostname());
+  *node.info.mutable_addresses() = hello.addresses();
+  node.info.set_gpu_count(hello.gpu_count());
+  *node.info.mutable_rdma_devices() = hello.rdma_devices();
+  *node.info.mutable_labels() = hello.labels();
+  node.info.set_registered_unix_s(UnixSeconds(now));
+  std::set<std::string> running(hello.running_job_ids().begin(), hello.running_job_ids().end());
+  for (const std::string& id : running) {
+    auto it = jobs_.find(id);
+    v1::JobNode* jn = it == jobs_.end() ? nullptr : JobNodeOf(it->second, name);
+    if (jn == nullptr || Terminal(it->second.info.state()) || jn->exit_code() >= 0) {
+      // Not this node's job (any more): stop it there.
+      Action action{name, {}};
+      action.message.mutable_cancel()->set_job_id(id);
+      action.message.mutable_cancel()->set_grace_s(options_.default_grace_s);
+      out->push_back(std::move(action));
+      continue;
+    }
+    Job& job = *MutableJob(id);
+    job.gone.erase(name);
+    node.info.set_job_id(id);
+  }
+  // Jobs that had this node and that it no longer runs: it is gone from them.
+  for (auto& [id, job] : jobs_) {
+    if (running.contains(id)) continue;
+    v1::JobNode* jn = JobNodeOf(job, name);
+    if (jn == nullptr || jn->exit_code() >= 0 || job.info.finished_unix_s() > 0) continue;
+    changes_.jobs.insert(id);
+    job.gone.insert(name);
+    if (job.first_failure.empty()) {
+      job.first_failure = absl::StrCat("node ", name,
+                                       ": its daemon registered again without the job (dgt-run "
+                                       "ended unreported)");
+    }
+    MaybeFinish(job, now);
+  }
+  SetNodeState(node);
+  Place(now, out);
+  return absl::OkStatus();
+}
+
+void Scheduler::Deregister(const std::string& name, absl::Time now, std::vector<Action>* out) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  const std::string job_id = it->second.info.job_id();
+  nodes_.erase(it);
+  changes_.nodes.erase(name);
+  changes_.removed_nodes.insert(name);
+  if (!job_id.empty()) {
+    if (Job* job = MutableJob(job_id); job != nullptr) {
+      v1::JobNode* jn = JobNodeOf(*job, name);
+      if (jn != nullptr && jn->exit_code() < 0) job->gone.insert(name);
+      // A cancelled job waits for no node that is gone.
+      if (job->info.state() == "cancelled") MaybeFinish(*job, now);
+    }
+  }
+  Place(now, out);
+}
+
+void Scheduler::Drain(const std::string& name, absl::Time now, std::vector<Action>* out) {
+  Node* node = MutableNode(name);
+  if (node == nullptr) return;
+  node->draining = true;
+  SetNodeState(*node);
+  Place(now, out);
+}
+
+void Scheduler::FreeNode(const std::string& name, const std::string& job_id) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end() || it->second.info.job_id() != job_id) return;
+  Node& node = *MutableNode(name);
+  node.info.clear_job_id();
+  SetNodeState(node);
+}
+
+absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& update,
+                                 absl::Time now, std::vector<Action>* out) {
+  auto it = jobs_.find(update.job_id());
+  v1::JobNode* jn = it == jobs_.end() ? nullptr : JobNodeOf(it->second, node);
+  if (jn == nullptr) {
+    return absl::NotFoundError(absl::StrCat("update for job '", update.job_id(), "' from node '",
+                                            node, "', which does not run it"));
+  }
+  Job& job = *MutableJob(update.job_id());
+  if (update.event() == "started") {
+    job.started.insert(node);
+    if (job.info.state() == "starting" &&
+        static_cast<int>(job.started.size()) == job.info.nodes_size()) {
+      job.info.set_state("running");
+    }
+    return absl::OkStatus();
+  }
+  if (update.event() != "exited") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobUpdate.event: must be started or exited, got '", update.event(), "'"));
+  }
+  jn = JobNodeOf(job, node);
+  jn->set_exit_code(update.exit_code());
+  job.gone.erase(node);
+  FreeNode(node, job.info.job_id());
+  if (update.exit_code() != 0 && job.first_failure.empty()) {
+    job.first_failure =
+        absl::StrCat("node ", node, ": dgt-run exited with code ", update.exit_code(),
+                     update.message().empty() ? "" : ": ", update.message());
+    // A node that failed before every node started: the run can never form.
+    if (job.info.state() == "starting" && !job.started.contains(node)) {
+      CancelNodes(job, options_.default_grace_s, out);
+    }
+  }
+  MaybeFinish(job, now);
+  Place(now, out);
+  return absl::OkStatus();
+}
+
+void Scheduler::CancelNodes(Job& job, double grace_s, std::vector<Action>* out) {
+  for (const v1::JobNode& n : job.info.nodes()) {
+    if (n.exit_code() >= 0 || job.gone.contains(n.node_name())) continue;
+    auto it = nodes_.find(n.node_name());
+    if (it == nodes_.end() || it->second.info.job_id() != job.info.job_id()) continue;
+    Action action{n.node_name(), {}};
+    action.message.mutable_cancel()->set_job_id(job.info.job_id());
+    action.message.mutable_cancel()->set_grace_s(grace_s);
+    out->push_back(std::move(action));
+  }
+}
+
+void Scheduler::MaybeFinish(Job& job, absl::Time now) {
+  if (job.info.finished_unix_s() > 0 || job.info.state() == "queued") return;
+  bool all_ok = true;
+  std::string lost;
+  for (const v1::JobNode& n : job.info.nodes()) {
+    const bool gone = job.gone.contains(n.node_name());
+    if (n.exit_code() < 0 && !gone) return;  // Still running there.
+    if (gone || n.exit_code() != 0) all_ok = false;
+    if (gone && lost.empty()) lost = n.node_name();
+  }
+  if (job.first_failure.empty() && !lost.empty()) {
+    job.first_failure =
+        absl::StrCat("node ", lost, ": its daemon was lost before it reported the job's end");
+  }
+  if (job.info.state() == "cancelled") {
+    job.info.set_finished_unix_s(UnixSeconds(now));
+    return;
+  }
+  if (all_ok) {
+    Finish(job, "succeeded", "", now);
+  } else {
+    Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+  }
+}
+
+void Scheduler::Finish(Job& job, const std::string& state, const std::string& reason,
+                       absl::Time now) {
+  changes_.jobs.insert(job.info.job_id());
+  job.info.set_state(state);
+  job.info.set_reason(reason);
+  job.info.set_finished_unix_s(UnixSeconds(now));
+}
+
+void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
+  auto it = jobs_.find(run.run_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  const std::string& state = job.info.state();
+  if (state != "starting" && state != "running") return;
+  v1::JobInfo before = job.info;
+  const int32_t per_node = job.info.spec().distribution().process_count_per_instance();
+  job.info.set_restarts(run.restart_count);
+  for (const rendezvous::NodeStatus& ns : run.nodes) {
+    v1::JobNode* jn = JobNodeOf(job, ns.node_id);
+    if (jn == nullptr) continue;
+    jn->set_node_rank(ns.node_rank);
+    jn->set_first_rank(ns.node_rank >= 0 ? ns.node_rank * per_node : -1);
+  }
+  if (state == "starting" && run.round >= 0) job.info.set_state("running");
+  absl::string_view outcome = run.outcome;
+  if (absl::ConsumePrefix(&outcome, "failed: ")) job.run_failure = std::string(outcome);
+  if (job.info.SerializeAsString() != before.SerializeAsString()) {
+    changes_.jobs.insert(job.info.job_id());
+  }
+  (void)now;
+}
+
+absl::StatusOr<v1::JobInfo> Scheduler::Cancel(const std::string& job_id, double grace_s,
+                                              absl::Time now, std::vector<Action>* out) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  Job& job = it->second;
+  if (Terminal(job.info.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", job_id, "' already finished: ", job.info.state()));
+  }
+  changes_.jobs.insert(job_id);
+  const bool queued = job.info.state() == "queued";
+  job.info.set_state("cancelled");
+  job.info.set_reason(queued ? "cancelled before it started" : "cancelled");
+  if (queued) {
+    job.info.set_finished_unix_s(UnixSeconds(now));
+  } else {
+    CancelNodes(job, grace_s > 0 ? grace_s : options_.default_grace_s, out);
+    MaybeFinish(job, now);
+  }
+  Place(now, out);
+  return job.info;
+}
+
+absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& job_id,
+                                                             int32_t rank) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  const int32_t per_node = it->second.info.spec().distribution().process_count_per_instance();
+  for (const v1::JobNode& n : it->second.info.nodes()) {
+    if (n.first_rank() >= 0 && rank >= n.first_rank() && rank < n.first_rank() + per_node) {
+      return LogTarget{n.node_name(), rank - n.first_rank()};
+    }
+  }
+  return absl::NotFoundError(
+      absl::StrCat("job '", job_id, "' has no rank ", rank,
+                   it->second.info.state() == "queued" ? " (it has not started)" : " (ranks: 0 to ",
+                   it->second.info.state() == "queued"
+                       ? ""
+                       : absl::StrCat(it->second.info.spec().instance_count() * per_node - 1,
+                                      ", known once its run formed)")));
+}
+
+const v1::JobInfo* Scheduler::FindJob(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second.info;
+}
+
+std::vector<v1::JobInfo> Scheduler::Jobs() const {
+  std::vector<v1::JobInfo> out;
+  out.reserve(order_.size());
+  for (const std::string& id : order_) out.push_back(jobs_.at(id).info);
+  return out;
+}
+
+std::vector<v1::NodeInfo> Scheduler::Nodes() const {
+  std::vector<v1::NodeInfo> out;
+  for (const auto& [name, node] : nodes_) out.push_back(node.info);
+  return out;
+}
+
+std::vector<std::string> Scheduler::ActiveJobIds() const {
+  std::vector<std::string> out;
+  for (const std::string& id : order_) {
+    const std::string& state = jobs_.at(id).info.state();
+    if (state == "starting" || state == "running") out.push_back(id);
+  }
+  return out;
+}
+
+Scheduler::Changes Scheduler::TakeChanges() { return std::exchange(changes_, {}); }
+
+}  // namespace dgt::jobs

@@ -1,0 +1,180 @@
+#include "jobs/job_spec.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace dgt::jobs {
+namespace {
+
+v1::JobSpec Good() {
+  v1::JobSpec spec;
+  spec.set_command("python train.py");
+  spec.set_instance_count(2);
+  spec.mutable_distribution()->set_process_count_per_instance(2);
+  return spec;
+}
+
+std::string Error(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(ParseJobSpecYaml, EveryKey) {
+  auto spec = ParseJobSpecYaml(R"(
+name: resnet
+command: python train.py --epochs 3
+code_dir: /srv/code
+environment_variables: {NCCL_DEBUG: INFO, SEED: 7}
+instance_count: 2
+distribution:
+  type: tensorflow
+  process_count_per_instance: 2
+  worker_count: 3
+  parameter_server_count: 1
+max_restarts: 3
+restart_policy: rank
+node_labels: {gpu: a100}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec want;
+  want.set_name("resnet");
+  want.set_command("python train.py --epochs 3");
+  want.set_code_dir("/srv/code");
+  (*want.mutable_environment_variables())["NCCL_DEBUG"] = "INFO";
+  (*want.mutable_environment_variables())["SEED"] = "7";
+  want.set_instance_count(2);
+  want.mutable_distribution()->set_type("tensorflow");
+  want.mutable_distribution()->set_process_count_per_instance(2);
+  want.mutable_distribution()->set_worker_count(3);
+  want.mutable_distribution()->set_parameter_server_count(1);
+  want.set_max_restarts(3);
+  want.set_restart_policy("rank");
+  (*want.mutable_node_labels())["gpu"] = "a100";
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, want))
+      << spec->DebugString();
+  EXPECT_TRUE(Validate(*spec).ok()) << Validate(*spec);
+}
+
+TEST(ParseJobSpecYaml, ProcessCountDefaultsToOne) {
+  auto spec = ParseJobSpecYaml("command: 'true'\ninstance_count: 1\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->distribution().process_count_per_instance(), 1);
+  EXPECT_TRUE(Validate(*spec).ok());
+  // Given as 0, it stays 0 and Validate refuses it.
+  spec = ParseJobSpecYaml(
+      "command: 'true'\ninstance_count: 1\ndistribution: {process_count_per_instance: 0}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(Error(Validate(*spec)), "distribution.process_count_per_instance: must be >= 1, got 0");
+}
+
+TEST(ParseJobSpecYaml, Errors) {
+  struct Case {
+    const char* yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"command: x\ninstanc_count: 2\n",
+            "instanc_count: unknown key (known: name, command, code_dir, environment_variables, "
+            "instance_count, distribution, max_restarts, restart_policy, node_labels)"},
+           {"command: x\ndistribution: {proces_count: 2}\n",
+            "distribution.proces_count: unknown key (known: type, process_count_per_instance, "
+            "worker_count, parameter_server_count)"},
+           {"command: x\ninstance_count: two\n", "instance_count: must be an integer, got 'two'"},
+           {"command: x\ninstance_count: [1]\n", "instance_count: must be an integer, got a list"},
+           {"command: {a: b}\n", "command: must be a string, got a map"},
+           {"command: x\ndistribution: 3\n", "distribution: must be a map, got '3'"},
+           {"command: x\nenvironment_variables: [A]\n",
+            "environment_variables: must be a map, got a list"},
+           {"command: x\nenvironment_variables: {A: [1]}\n",
+            "environment_variables.A: must be a string, got a list"},
+           {"- command\n", "must be a map of job keys (command, instance_count, ...), got a list"},
+           {"command: [x\n", "not valid YAML: line 2: end of sequence flow not found"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.yaml;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Error(spec.status()), c.error) << c.yaml;
+  }
+}
+
+TEST(Validate, EveryRule) {
+  EXPECT_TRUE(Validate(Good()).ok());
+  struct Case {
+    std::function<void(v1::JobSpec&)> change;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {[](v1::JobSpec& s) { s.clear_command(); },
+            "command: required (the shell command every worker process runs)"},
+           {[](v1::JobSpec& s) { s.set_name(std::string(129, 'n')); },
+            "name: must be at most 128 bytes, got 129"},
+           {[](v1::JobSpec& s) { s.set_code_dir("code"); },
+            "code_dir: must be an absolute path, got 'code'"},
+           {[](v1::JobSpec& s) { (*s.mutable_environment_variables())["1X"] = "v"; },
+            "environment_variables.1X: name must match [A-Za-z_][A-Za-z0-9_]*"},
+           {[](v1::JobSpec& s) { (*s.mutable_environment_variables())["A-B"] = "v"; },
+            "environment_variables.A-B: name must match [A-Za-z_][A-Za-z0-9_]*"},
+           {[](v1::JobSpec& s) { s.set_instance_count(0); }, "instance_count: must be >= 1, got 0"},
+           {[](v1::JobSpec& s) { s.set_instance_count(100001); },
+            "instance_count: must be >= 1 and <= 100000, got 100001"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_type("mpi"); },
+            "distribution.type: 'mpi' is not supported by dgt-run (pytorch or tensorflow)"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_type("jax"); },
+            "distribution.type: must be pytorch or tensorflow, got 'jax'"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_process_count_per_instance(0); },
+            "distribution.process_count_per_instance: must be >= 1, got 0"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_process_count_per_instance(5000); },
+            "distribution.process_count_per_instance: must be >= 1 and <= 4096, got 5000"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_type("tensorflow"); },
+            "distribution.worker_count: must be >= 1 for tensorflow, got 0"},
+           {[](v1::JobSpec& s) {
+              s.mutable_distribution()->set_type("tensorflow");
+              s.mutable_distribution()->set_worker_count(4);
+              s.mutable_distribution()->set_parameter_server_count(-1);
+            },
+            "distribution.parameter_server_count: must be >= 0, got -1"},
+           {[](v1::JobSpec& s) {
+              s.mutable_distribution()->set_type("tensorflow");
+              s.mutable_distribution()->set_worker_count(3);
+              s.mutable_distribution()->set_parameter_server_count(2);
+            },
+            "distribution: worker_count (3) + parameter_server_count (2) must equal "
+            "instance_count (2) x process_count_per_instance (2) = 4"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_worker_count(2); },
+            "distribution.worker_count: only for distribution.type tensorflow"},
+           {[](v1::JobSpec& s) { s.mutable_distribution()->set_parameter_server_count(1); },
+            "distribution.parameter_server_count: only for distribution.type tensorflow"},
+           {[](v1::JobSpec& s) { s.set_max_restarts(-1); },
+            "max_restarts: must be >= 0 and <= 100000, got -1"},
+           {[](v1::JobSpec& s) { s.set_restart_policy("node"); },
+            "restart_policy: must be group or rank, got 'node'"},
+           {[](v1::JobSpec& s) { (*s.mutable_node_labels())[""] = "x"; },
+            "node_labels: a label key must not be empty"},
+       }) {
+    v1::JobSpec spec = Good();
+    c.change(spec);
+    absl::Status s = Validate(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(s), c.error);
+  }
+}
+
+TEST(Validate, TensorflowCountsThatAddUp) {
+  v1::JobSpec spec = Good();
+  spec.mutable_distribution()->set_type("tensorflow");
+  spec.mutable_distribution()->set_worker_count(3);
+  spec.mutable_distribution()->set_parameter_server_count(1);
+  EXPECT_TRUE(Validate(spec).ok()) << Validate(spec);
+}
+
+TEST(ValidJobId, Rules) {
+  EXPECT_TRUE(ValidJobId("job-1"));
+  EXPECT_TRUE(ValidJobId(std::string(64, 'a')));
+  EXPECT_FALSE(ValidJobId(std::string(65, 'a')));
+  EXPECT_FALSE(ValidJobId(""));
+  EXPECT_FALSE(ValidJobId("Job-1"));
+  EXPECT_FALSE(ValidJobId("job/1"));
+}
+
+}  // namespace
+}  // namespace dgt::jobs

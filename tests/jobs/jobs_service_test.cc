@@ -1,0 +1,192 @@
+// JobsService over real gRPC on loopback: what the e2e test cannot reach through `dgt` (a spec
+// the CLI would refuse, sent by another client; a node that never answers a log read; tokens on
+// the Register stream).
+#include "jobs/jobs_service.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace dgt::jobs {
+namespace {
+
+class JobsServiceTest : public ::testing::Test {
+ protected:
+  void Start(JobsServiceOptions options) {
+    options.log_timeout = absl::Milliseconds(300);
+    auto service = JobsService::Create(std::move(options));
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = *std::move(service);
+    service_->set_rdzv_endpoint("127.0.0.1:29400");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::Jobs::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (service_) service_->Stop();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+  static void Deadline(grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+  static JobsServiceOptions Open() {
+    JobsServiceOptions options;
+    options.allow_unauthenticated_submit = true;
+    return options;
+  }
+  static JobsServiceOptions Guarded() {
+    JobsServiceOptions options;
+    options.agent_token = "agents";
+    options.submit_token = "submit";
+    return options;
+  }
+  static v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.set_command("true");
+    spec.set_instance_count(1);
+    spec.mutable_distribution()->set_process_count_per_instance(1);
+    return spec;
+  }
+
+  std::unique_ptr<JobsService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Jobs::Stub> stub_;
+  int port_ = 0;
+};
+
+TEST_F(JobsServiceTest, SubmitValidatesTheSpec) {
+  Start(Open());
+  v1::SubmitRequest request;
+  *request.mutable_spec() = Spec();
+  request.mutable_spec()->mutable_distribution()->set_type("mpi");
+  v1::SubmitResponse response;
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  grpc::Status st = stub_->Submit(&ctx, request, &response);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(),
+            "distribution.type: 'mpi' is not supported by dgt-run (pytorch or tensorflow)");
+}
+
+TEST_F(JobsServiceTest, TokensGuardRegisterAndSubmit) {
+  Start(Guarded());
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto stream = stub_->Register(&ctx);
+    v1::NodeMessage hello;
+    hello.mutable_hello()->set_node_name("a");
+    stream->Write(hello);
+    v1::ControlMessage m;
+    EXPECT_FALSE(stream->Read(&m));
+    grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(st.error_message(), "missing or wrong bearer token");
+  }
+  for (const char* token : {"", "agents"}) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    if (*token != '\0') ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::SubmitRequest request;
+    *request.mutable_spec() = Spec();
+    v1::SubmitResponse response;
+    grpc::Status st = stub_->Submit(&ctx, request, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_EQ(st.error_message(), "missing or wrong submit token");
+  }
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  ctx.AddMetadata("authorization", "Bearer submit");
+  v1::SubmitRequest request;
+  *request.mutable_spec() = Spec();
+  v1::SubmitResponse response;
+  ASSERT_TRUE(stub_->Submit(&ctx, request, &response).ok());
+  EXPECT_EQ(response.job_id(), "job-1");
+}
+
+TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
+  JobsServiceOptions options;
+  options.allow_unauthenticated_submit = true;
+  options.poll_interval = absl::Milliseconds(50);
+  // The job's run as the rendezvous would report it: node a holds node rank 0.
+  options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
+    rendezvous::RunStatus run;
+    run.run_id = id;
+    run.round = 0;
+    run.nodes.resize(1);
+    run.nodes[0].node_id = "a";
+    run.nodes[0].node_rank = 0;
+    return run;
+  };
+  Start(std::move(options));
+  grpc::ClientContext node_ctx;
+  auto stream = stub_->Register(&node_ctx);
+  v1::NodeMessage hello;
+  hello.mutable_hello()->set_node_name("a");
+  ASSERT_TRUE(stream->Write(hello));
+  v1::ControlMessage m;
+  ASSERT_TRUE(stream->Read(&m));
+  EXPECT_EQ(m.registered().node_name(), "a");
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SubmitRequest request;
+    *request.mutable_spec() = Spec();
+    v1::SubmitResponse response;
+    ASSERT_TRUE(stub_->Submit(&ctx, request, &response).ok());
+  }
+  ASSERT_TRUE(stream->Read(&m));
+  EXPECT_EQ(m.start().job_id(), "job-1");
+  EXPECT_EQ(m.start().rdzv_endpoint(), "127.0.0.1:29400");
+  // The poller takes the ranks from the run.
+  v1::JobInfo job;
+  for (int i = 0; i < 100 && (job.nodes_size() == 0 || job.nodes(0).first_rank() != 0); ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetJobRequest get;
+    get.set_job_id("job-1");
+    ASSERT_TRUE(stub_->GetJob(&ctx, get, &job).ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.state(), "running");
+  ASSERT_EQ(job.nodes(0).first_rank(), 0);
+  v1::ReadLogRequest read;
+  read.set_job_id("job-1");
+  v1::ReadLogResponse response;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    const absl::Time start = absl::Now();
+    grpc::Status st = stub_->ReadLog(&ctx, read, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_EQ(st.error_message(), "node 'a' did not send the log within 300ms");
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  }
+  // The node was asked for local rank 0's stdout, 1 MiB at most.
+  ASSERT_TRUE(stream->Read(&m));
+  EXPECT_EQ(m.read_log().job_id(), "job-1");
+  EXPECT_EQ(m.read_log().local_rank(), 0);
+  EXPECT_EQ(m.read_log().stream(), "stdout");
+  EXPECT_EQ(m.read_log().max_bytes(), 1 << 20);
+  // A bad stream name.
+  read.set_stream("stdin");
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    grpc::Status st = stub_->ReadLog(&ctx, read, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(st.error_message(), "stream: must be stdout or stderr, got 'stdin'");
+  }
+  node_ctx.TryCancel();
+}
+
+}  // namespace
+}  // namespace dgt::jobs

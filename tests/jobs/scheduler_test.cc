@@ -1,0 +1,368 @@
+#include "jobs/scheduler.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dgt::jobs {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+// "node start job" / "node cancel job grace" / "node registered".
+std::vector<std::string> Describe(const std::vector<Action>& actions) {
+  std::vector<std::string> out;
+  for (const Action& a : actions) {
+    if (a.message.has_start()) {
+      out.push_back(absl::StrCat(a.node, " start ", a.message.start().job_id(), " ",
+                                 a.message.start().rdzv_endpoint()));
+    } else if (a.message.has_cancel()) {
+      out.push_back(absl::StrCat(a.node, " cancel ", a.message.cancel().job_id(), " ",
+                                 a.message.cancel().grace_s()));
+    } else {
+      out.push_back(absl::StrCat(a.node, " ", a.message.DebugString()));
+    }
+  }
+  return out;
+}
+
+v1::JobSpec Spec(int nodes, int per_node, const std::map<std::string, std::string>& labels = {}) {
+  v1::JobSpec spec;
+  spec.set_command("python train.py");
+  spec.set_instance_count(nodes);
+  spec.mutable_distribution()->set_process_count_per_instance(per_node);
+  for (const auto& [k, v] : labels) (*spec.mutable_node_labels())[k] = v;
+  return spec;
+}
+
+v1::NodeHello Hello(const std::string& name, const std::map<std::string, std::string>& labels = {},
+                    const std::vector<std::string>& running = {}) {
+  v1::NodeHello hello;
+  hello.set_node_name(name);
+  hello.set_hostname(name + ".example");
+  for (const auto& [k, v] : labels) (*hello.mutable_labels())[k] = v;
+  for (const auto& id : running) hello.add_running_job_ids(id);
+  return hello;
+}
+
+v1::JobUpdate Update(const std::string& job, const std::string& event, int code = 0,
+                     const std::string& message = "") {
+  v1::JobUpdate u;
+  u.set_job_id(job);
+  u.set_event(event);
+  u.set_exit_code(code);
+  u.set_message(message);
+  return u;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  SchedulerTest() : s_(SchedulerOptions{"rdzv:29400", 30}) {}
+
+  std::vector<std::string> Submit(const v1::JobSpec& spec, std::string* id = nullptr) {
+    std::vector<Action> out;
+    auto got = s_.Submit(spec, now_, &out);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (id != nullptr && got.ok()) *id = *got;
+    return Describe(out);
+  }
+  std::vector<std::string> Register(const v1::NodeHello& hello) {
+    std::vector<Action> out;
+    absl::Status s = s_.Register(hello, now_, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return Describe(out);
+  }
+  std::vector<std::string> Update(const std::string& node, const v1::JobUpdate& u) {
+    std::vector<Action> out;
+    absl::Status s = s_.OnUpdate(node, u, now_, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return Describe(out);
+  }
+  std::vector<std::string> Deregister(const std::string& node) {
+    std::vector<Action> out;
+    s_.Deregister(node, now_, &out);
+    return Describe(out);
+  }
+  const v1::JobInfo& Job(const std::string& id) { return *s_.FindJob(id); }
+  std::vector<std::string> NodeStates() {
+    std::vector<std::string> out;
+    for (const v1::NodeInfo& n : s_.Nodes()) {
+      out.push_back(
+          absl::StrCat(n.node_name(), " ", n.state(), n.job_id().empty() ? "" : " ", n.job_id()));
+    }
+    return out;
+  }
+  std::vector<std::string> JobNodes(const std::string& id) {
+    std::vector<std::string> out;
+    for (const v1::JobNode& n : Job(id).nodes()) {
+      out.push_back(absl::StrCat(n.node_name(), " rank ", n.node_rank(), " first ", n.first_rank(),
+                                 " exit ", n.exit_code()));
+    }
+    return out;
+  }
+
+  absl::Time now_ = kT0;
+  Scheduler s_;
+};
+
+TEST_F(SchedulerTest, QueuedUntilEnoughNodesThenStartsOnEach) {
+  std::string id;
+  EXPECT_THAT(Submit(Spec(2, 2), &id), IsEmpty());
+  EXPECT_EQ(id, "job-1");
+  EXPECT_EQ(Job(id).state(), "queued");
+  EXPECT_EQ(Job(id).reason(), "needs 2 idle nodes; 0 match");
+  EXPECT_EQ(Job(id).submitted_unix_s(), 1000);
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());
+  EXPECT_EQ(Job(id).reason(), "needs 2 idle nodes; 1 matches");
+  now_ += absl::Seconds(5);
+  EXPECT_THAT(Register(Hello("a")),
+              ElementsAre("a start job-1 rdzv:29400", "b start job-1 rdzv:29400"));
+  EXPECT_EQ(Job(id).state(), "starting");
+  EXPECT_EQ(Job(id).reason(), "");
+  EXPECT_EQ(Job(id).started_unix_s(), 1005);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  EXPECT_THAT(JobNodes(id),
+              ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
+  EXPECT_THAT(Update("a", jobs::Update(id, "started")), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "starting");
+  EXPECT_THAT(Update("b", jobs::Update(id, "started")), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  // The run: b got node rank 0, a node rank 1 after a restart.
+  rendezvous::RunStatus run;
+  run.run_id = id;
+  run.round = 1;
+  run.restart_count = 1;
+  run.nodes.resize(2);
+  run.nodes[0].node_id = "b";
+  run.nodes[0].node_rank = 0;
+  run.nodes[1].node_id = "a";
+  run.nodes[1].node_rank = 1;
+  s_.OnRunStatus(run, now_);
+  EXPECT_EQ(Job(id).restarts(), 1);
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit -1", "b rank 0 first 0 exit -1"));
+  auto target = s_.LogTargetFor(id, 3);
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(target->node, "a");
+  EXPECT_EQ(target->local_rank, 1);
+  EXPECT_EQ(s_.LogTargetFor(id, 4).status().message(),
+            "job 'job-1' has no rank 4 (ranks: 0 to 3, known once its run formed)");
+  now_ += absl::Seconds(10);
+  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b busy job-1"));
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "succeeded");
+  EXPECT_EQ(Job(id).finished_unix_s(), 1015);
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit 0", "b rank 0 first 0 exit 0"));
+}
+
+TEST_F(SchedulerTest, FifoBlocksBehindTheFirstUnplacedJobAndLabelsMatter) {
+  Register(Hello("a", {{"gpu", "a100"}}));
+  Register(Hello("b", {{"gpu", "h100"}}));
+  std::string j1, j2, j3;
+  EXPECT_THAT(Submit(Spec(2, 1, {{"gpu", "a100"}}), &j1), IsEmpty());
+  EXPECT_EQ(Job(j1).reason(), "needs 2 idle nodes with labels {gpu=a100}; 1 matches");
+  // j2 fits on b alone, but waits behind j1: no starvation of the large job.
+  EXPECT_THAT(Submit(Spec(1, 1), &j2), IsEmpty());
+  EXPECT_EQ(Job(j2).state(), "queued");
+  EXPECT_EQ(Job(j2).reason(), "waiting behind job-1 (first in, first out)");
+  EXPECT_THAT(Register(Hello("c", {{"gpu", "a100"}, {"zone", "x"}})),
+              ElementsAre("a start job-1 rdzv:29400", "c start job-1 rdzv:29400",
+                          "b start job-2 rdzv:29400"));
+  EXPECT_EQ(Job(j2).state(), "starting");
+  EXPECT_THAT(Submit(Spec(1, 1), &j3), IsEmpty());
+  EXPECT_EQ(Job(j3).reason(), "needs 1 idle node; 0 match");
+  EXPECT_THAT(Update("b", jobs::Update(j2, "exited", 0)), ElementsAre("b start job-3 rdzv:29400"));
+  EXPECT_EQ(Job(j2).state(), "succeeded");
+}
+
+TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 3, "rank 1 exited with code 3")), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  Update("a", jobs::Update(id, "exited", 1, "the run failed"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 3: rank 1 exited with code 3");
+
+  // With the run's outcome known, that is the root cause.
+  std::string id2;
+  Submit(Spec(2, 1), &id2);
+  rendezvous::RunStatus run;
+  run.run_id = id2;
+  run.round = 0;
+  run.outcome = "failed: rank 0 (node a) exited with code 7";
+  s_.OnRunStatus(run, now_);
+  EXPECT_EQ(Job(id2).state(), "running");
+  Update("a", jobs::Update(id2, "exited", 7));
+  Update("b", jobs::Update(id2, "exited", 1));
+  EXPECT_EQ(Job(id2).state(), "failed");
+  EXPECT_EQ(Job(id2).reason(), "rank 0 (node a) exited with code 7");
+}
+
+TEST_F(SchedulerTest, ANodeThatCannotStartCancelsTheOthers) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  Register(Hello("c"));
+  std::string id;
+  Submit(Spec(3, 1), &id);
+  Update("a", jobs::Update(id, "started"));
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 1, "code_dir /x does not exist")),
+              ElementsAre("a cancel job-1 30", "c cancel job-1 30"));
+  Update("a", jobs::Update(id, "exited", 143));
+  Update("c", jobs::Update(id, "exited", 143));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 1: code_dir /x does not exist");
+}
+
+TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
+  Register(Hello("a"));
+  std::string running, queued;
+  Submit(Spec(1, 1), &running);
+  Submit(Spec(1, 1), &queued);
+  std::vector<Action> out;
+  now_ += absl::Seconds(2);
+  auto q = s_.Cancel(queued, 0, now_, &out);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->state(), "cancelled");
+  EXPECT_EQ(q->reason(), "cancelled before it started");
+  EXPECT_EQ(q->finished_unix_s(), 1002);
+  EXPECT_THAT(Describe(out), IsEmpty());
+  auto r = s_.Cancel(running, 5, now_, &out);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), "cancelled");
+  EXPECT_EQ(r->finished_unix_s(), 0);
+  EXPECT_THAT(Describe(out), ElementsAre("a cancel job-1 5"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1"));
+  EXPECT_THAT(Update("a", jobs::Update(running, "exited", 143)), IsEmpty());
+  EXPECT_EQ(Job(running).state(), "cancelled");
+  EXPECT_EQ(Job(running).finished_unix_s(), 1002);
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle"));
+  auto again = s_.Cancel(running, 0, now_, &out);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(), "job 'job-1' already finished: cancelled");
+  EXPECT_EQ(s_.Cancel("job-9", 0, now_, &out).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  // b's stream breaks: the job stays running (dgt-run's rendezvous decides what happens).
+  EXPECT_THAT(Deregister("b"), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1"));
+  // It comes back still running the job.
+  EXPECT_THAT(Register(Hello("b", {}, {id})), IsEmpty());
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  // A second daemon with b's name is refused.
+  std::vector<Action> out;
+  EXPECT_EQ(s_.Register(Hello("b"), now_, &out).code(), absl::StatusCode::kAlreadyExists);
+  Update("a", jobs::Update(id, "exited", 0));
+  Update("b", jobs::Update(id, "exited", 0));
+  EXPECT_EQ(Job(id).state(), "succeeded");
+}
+
+TEST_F(SchedulerTest, NodeBackWithoutTheJobFailsIt) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  Deregister("b");
+  EXPECT_EQ(Job(id).state(), "starting");  // b may still come back with it.
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "starting");  // a still runs it.
+  Update("a", jobs::Update(id, "exited", 0));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon registered again without the job (dgt-run ended unreported)");
+  // A node that lists a finished job is told to stop it.
+  Deregister("a");
+  EXPECT_THAT(Register(Hello("a", {}, {id, "job-77"})),
+              ElementsAre("a cancel job-1 30", "a cancel job-77 30"));
+}
+
+TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobOnceTheOthersEnd) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  Deregister("b");
+  EXPECT_EQ(Job(id).state(), "running");
+  Update("a", jobs::Update(id, "exited", 0));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "node b: its daemon was lost before it reported the job's end");
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank -1 first -1 exit 0", "b rank -1 first -1 exit -1"));
+}
+
+TEST_F(SchedulerTest, DrainingNodeTakesNoJob) {
+  Register(Hello("a"));
+  std::vector<Action> out;
+  s_.Drain("a", now_, &out);
+  std::string id;
+  EXPECT_THAT(Submit(Spec(1, 1), &id), IsEmpty());
+  EXPECT_EQ(Job(id).reason(), "needs 1 idle node; 0 match");
+  EXPECT_THAT(NodeStates(), ElementsAre("a draining"));
+}
+
+TEST_F(SchedulerTest, RestoreKeepsIdsAndWaitsForNodes) {
+  Register(Hello("a"));
+  std::string id;
+  Submit(Spec(1, 1), &id);
+  Submit(Spec(1, 1));
+  std::vector<v1::JobInfo> saved = s_.Jobs();
+  Scheduler restored(SchedulerOptions{"rdzv:1", 30});
+  restored.Restore(saved);
+  std::vector<Action> out;
+  auto next = restored.Submit(Spec(1, 1), now_, &out);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, "job-3");
+  // a comes back running job-1: job-2 stays queued behind no one but a busy node.
+  ASSERT_TRUE(restored.Register(Hello("a", {}, {"job-1"}), now_, &out).ok());
+  EXPECT_THAT(Describe(out), IsEmpty());
+  EXPECT_EQ(restored.FindJob("job-2")->reason(), "needs 1 idle node; 0 match");
+  ASSERT_TRUE(restored.OnUpdate("a", jobs::Update("job-1", "exited", 0), now_, &out).ok());
+  EXPECT_THAT(Describe(out), ElementsAre("a start job-2 rdzv:1"));
+  EXPECT_EQ(restored.FindJob("job-1")->state(), "succeeded");
+}
+
+TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
+  Register(Hello("a"));
+  s_.TakeChanges();
+  std::string id;
+  Submit(Spec(1, 1), &id);
+  Scheduler::Changes c = s_.TakeChanges();
+  EXPECT_THAT(c.jobs, ElementsAre("job-1"));
+  EXPECT_THAT(c.nodes, ElementsAre("a"));
+  Deregister("a");
+  c = s_.TakeChanges();
+  EXPECT_THAT(c.removed_nodes, ElementsAre("a"));
+  EXPECT_THAT(c.nodes, IsEmpty());
+}
+
+TEST_F(SchedulerTest, InvalidSpecAndUnknownUpdates) {
+  std::vector<Action> out;
+  auto bad = s_.Submit(Spec(0, 1), now_, &out);
+  EXPECT_EQ(bad.status().message(), "instance_count: must be >= 1, got 0");
+  EXPECT_EQ(s_.OnUpdate("a", jobs::Update("job-5", "exited"), now_, &out).code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dgt::jobs
