@@ -283,12 +283,16 @@ def writer_of(cluster, key):
 
 
 def assert_run_record(cluster, key, run_id):
+    """The run at `key` (record version 2, docs/ETCD.md) closed as succeeded at round 0, world
+    size 4, and its node bucket holding node ranks 0 and 1."""
     value = cluster.get_json(key)
+    assert value["version"] == 2
     run = value["run"]
     assert (run["run_id"], run["state"], run["finished"]["succeeded"]) == (run_id, "closed", True)
     assert run["round"] == 0  # No node was lost: the failures never started a new round.
     assert run["world_size"] == WORLD
-    assert sorted(n["node_rank"] for n in run["nodes"]) == [0, 1]
+    # One bucket (up to 32 nodes): [node_id, session, address, nproc, ..., node rank at 5, ...].
+    assert sorted(n[5] for n in cluster.get_json(key + "\x1f0")["nodes"]) == [0, 1]
     return run
 
 
