@@ -217,17 +217,20 @@ class Client::Impl {
   int current() const { return current_.load(); }
 
   // Runs `attempt(member, context)` on the current member, moving on to the others as the file
-  // comment says. `idempotent`: also move on when one attempt ran past its deadline.
+  // comment says. `idempotent`: also move on when one attempt ran past its deadline. Bounded by
+  // call_timeout, and by `until` when that comes first.
   template <typename Attempt>
-  absl::Status Call(absl::string_view what, bool idempotent, Attempt attempt) {
-    const absl::Time deadline = absl::Now() + options_.call_timeout;
+  absl::Status Call(absl::string_view what, bool idempotent, Attempt attempt,
+                    absl::Time until = absl::InfiniteFuture()) {
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = std::min(start + options_.call_timeout, until);
     std::vector<std::string> errors(members_.size());
     absl::Duration backoff = options_.backoff;
     int idx = current_.load();
     while (true) {
       for (int tried = 0; tried < size(); ++tried, idx = (idx + 1) % size()) {
         const absl::Time now = absl::Now();
-        if (now >= deadline) return Unavailable(what, errors);
+        if (now >= deadline) return Unavailable(what, errors, deadline - start);
         Member& m = *members_[idx];
         if (std::string why;
             !Connect(m, std::min(deadline, now + options_.connect_timeout), &why)) {
@@ -260,22 +263,24 @@ class Client::Impl {
         return ToAbsl(s, absl::StrCat("etcd ", what, " at ", m.address));
       }
       const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return Unavailable(what, errors);
+      if (left <= absl::ZeroDuration()) return Unavailable(what, errors, deadline - start);
       absl::SleepFor(std::min(backoff, left));
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
   }
 
  private:
-  absl::Status Unavailable(absl::string_view what, const std::vector<std::string>& errors) const {
+  absl::Status Unavailable(absl::string_view what, const std::vector<std::string>& errors,
+                           absl::Duration waited) const {
     std::vector<std::string> parts;
     for (size_t i = 0; i < members_.size(); ++i) {
       parts.push_back(
           absl::StrCat(members_[i]->address, ": ", errors[i].empty() ? "not tried" : errors[i]));
     }
-    return absl::UnavailableError(absl::StrCat("etcd ", what, ": no member answered within ",
-                                               absl::FormatDuration(options_.call_timeout), " (",
-                                               absl::StrJoin(parts, "; "), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("etcd ", what, ": no member answered within ",
+                     absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1))), " (",
+                     absl::StrJoin(parts, "; "), ")"));
   }
 
   const ClientOptions options_;
@@ -437,18 +442,25 @@ absl::StatusOr<Lease> Client::LeaseGrant(int64_t ttl_seconds) {
 }
 
 absl::StatusOr<int64_t> Client::LeaseKeepAliveOnce(int64_t lease_id) {
+  return LeaseKeepAliveOnce(lease_id, absl::InfiniteFuture());
+}
+
+absl::StatusOr<int64_t> Client::LeaseKeepAliveOnce(int64_t lease_id, absl::Time until) {
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease_id);
   pb::LeaseKeepAliveResponse resp;
-  absl::Status s = impl_->Call("lease keepalive", true, [&](Member& m, grpc::ClientContext* ctx) {
-    auto stream = m.lease->LeaseKeepAlive(ctx);
-    const bool ok = stream->Write(req) && stream->Read(&resp);
-    ctx->TryCancel();
-    grpc::Status status = stream->Finish();
-    if (ok) return grpc::Status::OK;
-    if (status.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
-    return status;
-  });
+  absl::Status s = impl_->Call(
+      "lease keepalive", true,
+      [&](Member& m, grpc::ClientContext* ctx) {
+        auto stream = m.lease->LeaseKeepAlive(ctx);
+        const bool ok = stream->Write(req) && stream->Read(&resp);
+        ctx->TryCancel();
+        grpc::Status status = stream->Finish();
+        if (ok) return grpc::Status::OK;
+        if (status.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
+        return status;
+      },
+      until);
   if (!s.ok()) return s;
   if (resp.ttl() <= 0) {
     return absl::NotFoundError(
@@ -541,7 +553,9 @@ class LeaseKeeper::Impl {
         }
         if (stopping_) return;
       }
-      absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease_id_);
+      // Not past the TTL since the last renewal: a member that holds the request (partitioned,
+      // or dead without a reset) must not delay the loss by the whole call_timeout.
+      absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease_id_, renewed + ttl_);
       if (ttl.ok()) {
         renewed = absl::Now();
         renewals_.fetch_add(1);

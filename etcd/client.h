@@ -172,6 +172,9 @@ class Client {
   // call deadline); returns the TTL it now has, in seconds. NOT_FOUND when it expired or was
   // revoked.
   absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t lease_id);
+  // The same, given up (UNAVAILABLE or DEADLINE_EXCEEDED) at `until` when that comes before the
+  // call deadline: a LeaseKeeper does not wait past the lease's TTL for one renewal.
+  absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t lease_id, absl::Time until);
   // Seconds left on `lease_id`; NOT_FOUND when it expired or was revoked.
   absl::StatusOr<int64_t> LeaseTimeToLive(int64_t lease_id);
   // Revokes `lease_id`, deleting its keys. NOT_FOUND when it had already expired or been revoked.
@@ -196,12 +199,13 @@ class Client {
       std::function<void(const absl::Status&)> on_error = {});
 
   // Keeps `lease_id` (granted with `ttl_seconds`) alive from a thread of its own: renews it every
-  // ttl/3 (LeaseKeepAliveOnce, each bounded by call_timeout), retrying failed renewals until the
-  // TTL since the last successful one has passed. The lease is lost (status() and `on_lost`, called
-  // once on the keeper's thread) with NOT_FOUND when etcd says it expired or was revoked, and with
-  // DEADLINE_EXCEEDED when no renewal succeeded within the TTL (etcd unreachable: the lease may
-  // have expired there). Destroying the keeper stops renewing (it does not revoke). Errors here:
-  // INVALID_ARGUMENT for ttl_seconds <= 0.
+  // ttl/3 (LeaseKeepAliveOnce, each bounded by call_timeout and by the TTL since the last
+  // successful renewal), retrying failed renewals until that TTL has passed, so a loss is
+  // reported at most about a TTL after the last renewal however long etcd takes to not answer. The
+  // lease is lost (status() and `on_lost`, called once on the keeper's thread) with NOT_FOUND when
+  // etcd says it expired or was revoked, and with DEADLINE_EXCEEDED when no renewal succeeded
+  // within the TTL (etcd unreachable: the lease may have expired there). Destroying the keeper
+  // stops renewing (it does not revoke). Errors here: INVALID_ARGUMENT for ttl_seconds <= 0.
   absl::StatusOr<std::unique_ptr<LeaseKeeper>> KeepAlive(
       int64_t lease_id, int64_t ttl_seconds, std::function<void(const absl::Status&)> on_lost = {});
 

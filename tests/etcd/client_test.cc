@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "tests/etcd/etcd_cluster.h"
@@ -261,6 +262,43 @@ TEST_F(EtcdClientTest, LeaseKeeperKeepsLeaseUntilDestroyedAndReportsRevocation) 
   }
   EXPECT_EQ((*keeper)->status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client->KeepAlive(revoked->id, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Every member gone: the keeper reports the loss about a TTL after its last renewal, not after
+// a renewal's whole call_timeout (5 s here), which a leader replica would serve through.
+TEST_F(EtcdClientTest, LeaseKeeperReportsLossWithinTheTtlWhenNoMemberAnswers) {
+  auto client = NewClient(cluster_.endpoints());
+  ASSERT_NE(client, nullptr);
+  auto lease = client->LeaseGrant(2);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  Mutex mu;
+  CondVar cv;
+  std::vector<absl::Status> losses;
+  auto keeper = client->KeepAlive(lease->id, lease->ttl_seconds, [&](const absl::Status& s) {
+    MutexLock lock(&mu);
+    losses.push_back(s);
+    cv.SignalAll();
+  });
+  ASSERT_TRUE(keeper.ok()) << keeper.status();
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_GE((*keeper)->renewals(), 1);
+  for (int i = 0; i < 3; ++i) cluster_.Kill(i);
+  const absl::Time killed = absl::Now();
+  {
+    const absl::Time deadline = killed + absl::Seconds(8);
+    MutexLock lock(&mu);
+    while (losses.empty() && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+    ASSERT_EQ(losses.size(), 1u);
+    EXPECT_EQ(losses[0].code(), absl::StatusCode::kDeadlineExceeded) << losses[0];
+    EXPECT_TRUE(absl::StartsWith(
+        losses[0].message(),
+        absl::StrCat("etcd lease ", lease->id, " not renewed within its ttl of 2s (last error: ")))
+        << losses[0];
+  }
+  // The last renewal was at most ttl/3 before the kill: lost 2 s after it, plus scheduling.
+  const absl::Duration lost_after = absl::Now() - killed;
+  EXPECT_LT(lost_after, absl::Milliseconds(2600)) << lost_after;
 }
 
 TEST_F(EtcdClientTest, WatchDeliversExactEventsFromARevision) {
