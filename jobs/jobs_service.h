@@ -76,7 +76,8 @@ struct JobsServiceOptions {
 class JobsService final : public v1::Jobs::CallbackService {
  public:
   // Loads the jobs from the backend (node records of an earlier service are dropped: nodes count
-  // once they register again). Errors: the backend's.
+  // once they register again); with `elected` it loads nothing and starts as a standby (TakeOver
+  // loads). Errors: the backend's.
   static absl::StatusOr<std::unique_ptr<JobsService>> Create(JobsServiceOptions options);
   ~JobsService() override;
 
