@@ -7,10 +7,19 @@
 // the prefix (a value that does not decode is skipped with a warning naming the key). Errors from
 // etcd (UNAVAILABLE naming each endpoint, from etcd/client.h) come back with the key prefixed.
 //
+// Replicas (docs/ETCD.md): with Options::leader_key each write is one Txn that also compares
+// create_revision(leader_key) == the revision SetLeaderFence gave (the term of this replica's
+// leadership), as EtcdRunStateBackend fences runs: a replica that was deposed (its leader key gone
+// or another replica's now) can never write a job or node record, so it cannot start or cancel a
+// job a second time. Such a write fails FAILED_PRECONDITION "fenced: ..." naming the key and both
+// revisions; until SetLeaderFence gives a revision every write is refused so. Reads are not fenced.
+//
 // Thread-compatible, as JobStateBackend.
 #ifndef DGT_JOBS_ETCD_JOB_STATE_BACKEND_H_
 #define DGT_JOBS_ETCD_JOB_STATE_BACKEND_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +35,8 @@ class EtcdJobStateBackend final : public JobStateBackend {
     etcd::ClientOptions client;
     // Must be non-empty (never the whole keyspace).
     std::string prefix = "/dgt/jobs/";
+    // The replicas' leader key (rendezvous::LeaderKeyFor), or empty: writes are not fenced.
+    std::string leader_key;
   };
   // Connects (lazily, as the etcd client does). Errors: InvalidArgument for an empty prefix or
   // bad client options.
@@ -38,6 +49,10 @@ class EtcdJobStateBackend final : public JobStateBackend {
   absl::StatusOr<std::vector<v1::JobInfo>> LoadJobs() override;
   absl::StatusOr<std::vector<v1::NodeInfo>> LoadNodes() override;
 
+  // The create_revision of the leader key this replica holds (its term), or 0 when it holds none
+  // (every write is then refused). Only with Options::leader_key. Thread-safe.
+  void SetLeaderFence(int64_t create_revision) { fence_.store(create_revision); }
+
   std::string JobKey(absl::string_view job_id) const;
   std::string NodeKey(absl::string_view node_name) const;
 
@@ -46,10 +61,13 @@ class EtcdJobStateBackend final : public JobStateBackend {
       : options_(std::move(options)), client_(std::move(client)) {}
   absl::Status Put(const std::string& key, const std::string& value);
   absl::Status Delete(const std::string& key, absl::string_view what);
+  // One fenced write (a Put or a Delete) as a Txn; returns the op's result (the deleted count).
+  absl::StatusOr<int64_t> FencedWrite(etcd::Op op);
   absl::StatusOr<std::vector<etcd::KeyValue>> Range(const std::string& prefix);
 
   Options options_;
   std::unique_ptr<etcd::Client> client_;
+  std::atomic<int64_t> fence_{0};  // SetLeaderFence.
 };
 
 }  // namespace dgt::jobs

@@ -144,10 +144,18 @@ JobsService::JobsService(JobsServiceOptions options)
   } else {
     backend_ = options_.backend;
   }
+  dgt::MutexLock lock(&mu_);
+  leader_ = !options_.elected;
 }
 
 absl::StatusOr<std::unique_ptr<JobsService>> JobsService::Create(JobsServiceOptions options) {
   std::unique_ptr<JobsService> service(new JobsService(std::move(options)));
+  if (service->options_.elected) {
+    // A standby loads nothing and deletes nothing: the leader's records are the leader's; TakeOver
+    // reads them when this replica leads.
+    service->poller_ = std::thread([s = service.get()] { s->PollLoop(); });
+    return service;
+  }
   auto jobs = service->backend_->LoadJobs();
   if (!jobs.ok()) return jobs.status();
   auto nodes = service->backend_->LoadNodes();
@@ -183,6 +191,66 @@ void JobsService::Stop() {
   if (poller_.joinable()) poller_.join();
 }
 
+absl::Status JobsService::TakeOver() {
+  dgt::MutexLock lock(&mu_);
+  if (stopping_ || leader_) return absl::OkStatus();
+  auto jobs = backend_->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  auto nodes = backend_->LoadNodes();
+  if (!nodes.ok()) return nodes.status();
+  // The old leader's registrations: those daemons register here again (listing their running
+  // jobs, which keeps them on them).
+  for (const v1::NodeInfo& node : *nodes) {
+    absl::Status s = backend_->DeleteNode(node.node_name());
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  scheduler_ = Scheduler(options_.scheduler);
+  scheduler_.Restore(*jobs);
+  leader_ = true;
+  leader_address_.clear();
+  spdlog::info("jobs: replica {} leads: {} job(s) and {} node record(s) of the last leader read",
+               options_.replica_id, jobs->size(), nodes->size());
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+void JobsService::StepDown(const std::string& message) {
+  dgt::MutexLock lock(&mu_);
+  StepDownLocked(message);
+}
+
+void JobsService::StepDownLocked(const std::string& message) {
+  if (!leader_) return;
+  leader_ = false;
+  step_down_message_ = message;
+  spdlog::warn("jobs: {}; ending {} node registration(s)", message, nodes_.size());
+  const grpc::Status status(grpc::StatusCode::UNAVAILABLE, message);
+  for (auto& [name, reactor] : nodes_) reactor->End(status);
+  nodes_.clear();
+  for (auto& [id, p] : pending_logs_) p.reactor->Finish(status);
+  pending_logs_.clear();
+  cv_.SignalAll();
+}
+
+void JobsService::SetLeader(const std::string& address) {
+  dgt::MutexLock lock(&mu_);
+  if (!leader_) leader_address_ = address;
+}
+
+bool JobsService::is_leader() {
+  dgt::MutexLock lock(&mu_);
+  return leader_;
+}
+
+grpc::Status JobsService::StandbyStatus() const {
+  // The contract daemons and `dgt` rely on: "standby:" (UNAVAILABLE) moves them to the next one.
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("standby: dgt-rendezvous replica ", options_.replica_id, " is a standby; ",
+                   leader_address_.empty() ? std::string("no leader now")
+                                           : absl::StrCat("the leader is ", leader_address_)));
+}
+
 bool JobsService::HasToken(const grpc::CallbackServerContext* context,
                            const std::string& token) const {
   const auto& metadata = context->client_metadata();
@@ -212,12 +280,17 @@ grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* JobsService::Regis
     return new RejectReactor(
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
+  {
+    dgt::MutexLock lock(&mu_);
+    if (!leader_) return new RejectReactor(StandbyStatus());
+  }
   return new NodeReactor(this, context->peer());
 }
 
 grpc::Status JobsService::OnHello(NodeReactor* reactor, const v1::NodeHello& hello) {
   dgt::MutexLock lock(&mu_);
   if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the service is stopping");
+  if (!leader_) return StandbyStatus();
   std::vector<Action> actions;
   absl::Status s = scheduler_.Register(hello, absl::Now(), &actions);
   if (!s.ok()) return ToGrpc(s);
@@ -227,16 +300,18 @@ grpc::Status JobsService::OnHello(NodeReactor* reactor, const v1::NodeHello& hel
                hello.node_name(), reactor->peer(), hello.gpu_count(), hello.running_job_ids_size());
   v1::ControlMessage registered;
   registered.mutable_registered()->set_node_name(hello.node_name());
+  if (!Persist()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_);
   reactor->Send(std::move(registered));
   Dispatch(std::move(actions));
-  Persist();
   return grpc::Status::OK;
 }
 
 void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message) {
   dgt::MutexLock lock(&mu_);
-  if (stopping_) return;
+  if (stopping_ || !leader_) return;
   const std::string& node = reactor->node();
+  // A stream of an earlier term of this replica's leadership.
+  if (auto it = nodes_.find(node); it == nodes_.end() || it->second != reactor) return;
   std::vector<Action> actions;
   const absl::Time now = absl::Now();
   switch (message.kind_case()) {
@@ -286,8 +361,7 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
     default:
       break;
   }
-  Dispatch(std::move(actions));
-  Persist();
+  PersistAndDispatch(std::move(actions));
 }
 
 void JobsService::OnNodeGone(NodeReactor* reactor) {
@@ -306,12 +380,11 @@ void JobsService::OnNodeGone(NodeReactor* reactor) {
       ++p;
     }
   }
-  if (stopping_) return;
+  if (stopping_ || !leader_) return;
   spdlog::warn("jobs: node '{}' deregistered (its stream ended)", node);
   std::vector<Action> actions;
   scheduler_.Deregister(node, absl::Now(), &actions);
-  Dispatch(std::move(actions));
-  Persist();
+  PersistAndDispatch(std::move(actions));
 }
 
 void JobsService::Dispatch(std::vector<Action> actions) {
@@ -328,11 +401,20 @@ void JobsService::Dispatch(std::vector<Action> actions) {
   }
 }
 
-void JobsService::Persist() {
+bool JobsService::Persist() {
   Scheduler::Changes changes = scheduler_.TakeChanges();
+  // A fenced write: another replica leads; nothing more is written or sent from here.
+  auto fenced = [this](const absl::Status& s) {
+    if (!absl::IsFailedPrecondition(s)) return false;
+    StepDownLocked(
+        absl::StrCat("replica ", options_.replica_id, " lost its leadership: ", s.message()));
+    if (options_.on_fenced) options_.on_fenced(s);
+    return true;
+  };
   for (const std::string& id : changes.jobs) {
     if (const v1::JobInfo* job = scheduler_.FindJob(id); job != nullptr) {
       if (absl::Status s = backend_->PutJob(*job); !s.ok()) {
+        if (fenced(s)) return false;
         spdlog::warn("jobs: job {} not saved: {}", id, s.message());
       }
     }
@@ -342,14 +424,23 @@ void JobsService::Persist() {
   for (const v1::NodeInfo& node : nodes) {
     if (!changes.nodes.contains(node.node_name())) continue;
     if (absl::Status s = backend_->PutNode(node); !s.ok()) {
+      if (fenced(s)) return false;
       spdlog::warn("jobs: node {} not saved: {}", node.node_name(), s.message());
     }
   }
   for (const std::string& name : changes.removed_nodes) {
     if (absl::Status s = backend_->DeleteNode(name); !s.ok() && !absl::IsNotFound(s)) {
+      if (fenced(s)) return false;
       spdlog::warn("jobs: node {} not removed: {}", name, s.message());
     }
   }
+  return true;
+}
+
+bool JobsService::PersistAndDispatch(std::vector<Action> actions) {
+  if (!Persist()) return false;
+  Dispatch(std::move(actions));
+  return true;
 }
 
 void JobsService::PollLoop() {
@@ -369,7 +460,7 @@ void JobsService::PollLoop() {
         ++p;
       }
     }
-    if (now >= next_poll && options_.run_status) {
+    if (now >= next_poll && options_.run_status && leader_) {
       std::vector<std::string> active = scheduler_.ActiveJobIds();
       std::vector<rendezvous::RunStatus> runs;
       mu_.Unlock();  // The rendezvous takes its own mutex.
@@ -378,9 +469,14 @@ void JobsService::PollLoop() {
       }
       mu_.Lock();
       if (stopping_) break;
-      for (const rendezvous::RunStatus& run : runs) scheduler_.OnRunStatus(run, absl::Now());
-      Persist();
+      // Stepped down meanwhile: the runs are the next leader's.
+      if (leader_) {
+        for (const rendezvous::RunStatus& run : runs) scheduler_.OnRunStatus(run, absl::Now());
+        Persist();
+      }
       next_poll = absl::Now() + options_.poll_interval;
+    } else if (now >= next_poll) {
+      next_poll = now + options_.poll_interval;  // A standby polls nothing.
     }
     absl::Time wake = next_poll;
     for (const auto& [id, p] : pending_logs_) wake = std::min(wake, p.deadline);
@@ -393,6 +489,7 @@ grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* conte
                                               v1::SubmitResponse* response) {
   if (grpc::Status s = CheckSubmitter(context, /*writes=*/true); !s.ok()) return Done(context, s);
   dgt::MutexLock lock(&mu_);
+  if (!leader_) return Done(context, StandbyStatus());
   std::vector<Action> actions;
   auto id = scheduler_.Submit(request->spec(), absl::Now(), &actions);
   if (!id.ok()) return Done(context, ToGrpc(id.status()));
@@ -402,8 +499,9 @@ grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* conte
                request->spec().instance_count(),
                request->spec().distribution().process_count_per_instance(),
                job->state() == "queued" ? absl::StrCat("queued: ", job->reason()) : job->state());
-  Dispatch(std::move(actions));
-  Persist();
+  if (!PersistAndDispatch(std::move(actions))) {
+    return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_));
+  }
   return Done(context, grpc::Status::OK);
 }
 
@@ -412,6 +510,13 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
                                                 v1::ListJobsResponse* response) {
   if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
   dgt::MutexLock lock(&mu_);
+  if (!leader_) {
+    // A standby's view: the leader's records.
+    auto jobs = backend_->LoadJobs();
+    if (!jobs.ok()) return Done(context, ToGrpc(jobs.status()));
+    for (v1::JobInfo& job : *jobs) *response->add_jobs() = std::move(job);
+    return Done(context, grpc::Status::OK);
+  }
   for (v1::JobInfo& job : scheduler_.Jobs()) *response->add_jobs() = std::move(job);
   return Done(context, grpc::Status::OK);
 }
@@ -421,7 +526,20 @@ grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* conte
                                               v1::JobInfo* response) {
   if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
   dgt::MutexLock lock(&mu_);
-  const v1::JobInfo* job = scheduler_.FindJob(request->job_id());
+  std::vector<v1::JobInfo> stored;  // A standby's view: the leader's records.
+  if (!leader_) {
+    auto jobs = backend_->LoadJobs();
+    if (!jobs.ok()) return Done(context, ToGrpc(jobs.status()));
+    stored = *std::move(jobs);
+  }
+  const v1::JobInfo* job = nullptr;
+  if (leader_) {
+    job = scheduler_.FindJob(request->job_id());
+  } else {
+    for (const v1::JobInfo& j : stored) {
+      if (j.job_id() == request->job_id()) job = &j;
+    }
+  }
   if (job == nullptr) {
     return Done(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
                                       absl::StrCat("no job '", request->job_id(), "'")));
@@ -440,13 +558,15 @@ grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* conte
                              absl::StrCat("grace_s: must be >= 0, got ", request->grace_s())));
   }
   dgt::MutexLock lock(&mu_);
+  if (!leader_) return Done(context, StandbyStatus());
   std::vector<Action> actions;
   auto job = scheduler_.Cancel(request->job_id(), request->grace_s(), absl::Now(), &actions);
   if (!job.ok()) return Done(context, ToGrpc(job.status()));
   spdlog::info("jobs: {} cancelled by request", request->job_id());
   *response = *std::move(job);
-  Dispatch(std::move(actions));
-  Persist();
+  if (!PersistAndDispatch(std::move(actions))) {
+    return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_));
+  }
   return Done(context, grpc::Status::OK);
 }
 
@@ -465,6 +585,7 @@ grpc::ServerUnaryReactor* JobsService::ReadLog(grpc::CallbackServerContext* cont
                                       "offset and max_bytes must be >= 0"));
   }
   dgt::MutexLock lock(&mu_);
+  if (!leader_) return Done(context, StandbyStatus());
   auto target = scheduler_.LogTargetFor(request->job_id(), request->rank());
   if (!target.ok()) return Done(context, ToGrpc(target.status()));
   auto node = nodes_.find(target->node);
@@ -498,6 +619,12 @@ grpc::ServerUnaryReactor* JobsService::ListNodes(grpc::CallbackServerContext* co
                                                  v1::ListNodesResponse* response) {
   if (grpc::Status s = CheckSubmitter(context, false); !s.ok()) return Done(context, s);
   dgt::MutexLock lock(&mu_);
+  if (!leader_) {
+    auto nodes = backend_->LoadNodes();
+    if (!nodes.ok()) return Done(context, ToGrpc(nodes.status()));
+    for (v1::NodeInfo& node : *nodes) *response->add_nodes() = std::move(node);
+    return Done(context, grpc::Status::OK);
+  }
   for (v1::NodeInfo& node : scheduler_.Nodes()) *response->add_nodes() = std::move(node);
   return Done(context, grpc::Status::OK);
 }

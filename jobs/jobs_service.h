@@ -12,6 +12,18 @@
 // allow_unauthenticated_submit. ListJobs, GetJob, ReadLog and ListNodes need the submit token when
 // one is set, else nothing.
 //
+// Replicas (JobsServiceOptions::elected; docs/JOBS.md, "Replicas"): the service follows the
+// rendezvous replica's leadership. A standby refuses Register, Submit, Cancel and ReadLog with
+// UNAVAILABLE "standby: dgt-rendezvous replica <id> is a standby; the leader is <address>" (the
+// daemons and `dgt` move to their next endpoint on UNAVAILABLE), serves ListJobs, GetJob and
+// ListNodes from the backend, and schedules nothing. TakeOver reloads the jobs from the backend
+// and drops the old leader's node records: nodes count again once their daemons register, and a
+// daemon listing a job in running_job_ids is back on it. StepDown ends every Register stream with
+// UNAVAILABLE "replica <id> lost its leadership: <why>". A write the backend fences
+// (FAILED_PRECONDITION, jobs/etcd_job_state_backend.h) steps the service down and calls on_fenced;
+// records are written before the StartJob / CancelJob they decide is sent, so a deposed replica
+// never sends one.
+//
 // Thread-safety: thread-safe (gRPC callback reactors; no reactor thread blocks).
 #ifndef DGT_JOBS_JOBS_SERVICE_H_
 #define DGT_JOBS_JOBS_SERVICE_H_
@@ -52,12 +64,20 @@ struct JobsServiceOptions {
   absl::Duration log_timeout = absl::Seconds(10);
   // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint).
   SchedulerOptions scheduler;
+  // One of several replicas (RendezvousServerOptions::elected): start as a standby, serve after
+  // TakeOver. `replica_id` names it in messages. `on_fenced` is called (under the service's mutex:
+  // it must not call back into this service; ReplicaElection::Resign does not) when a write was
+  // fenced, after the service stepped down.
+  bool elected = false;
+  std::string replica_id;
+  std::function<void(const absl::Status&)> on_fenced;
 };
 
 class JobsService final : public v1::Jobs::CallbackService {
  public:
   // Loads the jobs from the backend (node records of an earlier service are dropped: nodes count
-  // once they register again). Errors: the backend's.
+  // once they register again); with `elected` it loads nothing and starts as a standby (TakeOver
+  // loads). Errors: the backend's.
   static absl::StatusOr<std::unique_ptr<JobsService>> Create(JobsServiceOptions options);
   ~JobsService() override;
 
@@ -65,6 +85,17 @@ class JobsService final : public v1::Jobs::CallbackService {
   void set_rdzv_endpoint(const std::string& endpoint);
   // Stops the poll thread and fails pending log reads; call before the server shuts down.
   void Stop();
+
+  // Replicas (see the top): this replica leads now. Reloads jobs and nodes from the backend (the
+  // node records are deleted: nodes count once they register again). Errors: the backend's (the
+  // service then stays a standby).
+  absl::Status TakeOver();
+  // This replica no longer leads: `message` ends each Register stream (UNAVAILABLE) and pending
+  // log reads; the service refuses as a standby. Idempotent.
+  void StepDown(const std::string& message);
+  // As a standby: the leader's address (empty: none now), for the refusal's message.
+  void SetLeader(const std::string& address);
+  bool is_leader();
 
   grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* Register(
       grpc::CallbackServerContext* context) override;
@@ -106,7 +137,14 @@ class JobsService final : public v1::Jobs::CallbackService {
   void OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message);
   void OnNodeGone(NodeReactor* reactor);
   void Dispatch(std::vector<Action> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Persist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes what changed; false when a write was fenced (the service then stepped down: send
+  // nothing that was decided).
+  bool Persist() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Persist, then Dispatch when nothing was fenced.
+  bool PersistAndDispatch(std::vector<Action> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepDownLocked(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE "standby: ..." as a standby's refusal.
+  grpc::Status StandbyStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollLoop();
 
   JobsServiceOptions options_;
@@ -119,6 +157,9 @@ class JobsService final : public v1::Jobs::CallbackService {
   std::map<uint64_t, PendingLog> pending_logs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool leader_ ABSL_GUARDED_BY(mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(mu_);
+  std::string step_down_message_ ABSL_GUARDED_BY(mu_);  // The last StepDownLocked's.
   std::thread poller_;
 };
 

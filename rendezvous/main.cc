@@ -353,6 +353,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<dgt::rendezvous::RunStateBackend> backend;
 #ifdef DGT_WITH_ETCD_BACKEND
   dgt::rendezvous::EtcdRunStateBackend* etcd_backend = nullptr;
+  dgt::jobs::EtcdJobStateBackend* etcd_jobs_backend = nullptr;
   // Set once the election runs (after the server: its callbacks need the service); the service's
   // step-down callback resigns through it.
   std::atomic<dgt::rendezvous::ReplicaElection*> election_ptr{nullptr};
@@ -380,12 +381,14 @@ int main(int argc, char** argv) {
     dgt::jobs::EtcdJobStateBackend::Options jobs_etcd;
     jobs_etcd.client.endpoints = endpoints;
     jobs_etcd.prefix = etcd_jobs_prefix;
+    jobs_etcd.leader_key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
     auto jobs_opened = dgt::jobs::EtcdJobStateBackend::Open(jobs_etcd);
     if (!jobs_opened.ok()) {
       std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
                    std::string(jobs_opened.status().message()).c_str());
       return 1;
     }
+    etcd_jobs_backend = jobs_opened->get();
     jobs_backend = *std::move(jobs_opened);
     options.jobs.backend = jobs_backend.get();
     spdlog::info("dgt-rendezvous: run state in etcd at {} under {}", etcd_endpoints, etcd_prefix);
@@ -425,13 +428,15 @@ int main(int argc, char** argv) {
     election_options.replica_id = replica_id;
     election_options.address = advertise_address;
     election_options.lease_ttl_s = lease_ttl_s;
-    election_options.on_won = [service, etcd_backend](int64_t term) {
+    election_options.on_won = [service, etcd_backend, etcd_jobs_backend](int64_t term) {
       etcd_backend->SetLeaderFence(term);
+      etcd_jobs_backend->SetLeaderFence(term);
       service->TakeOver();
     };
-    election_options.on_lost = [service, etcd_backend](const absl::Status& why) {
+    election_options.on_lost = [service, etcd_backend, etcd_jobs_backend](const absl::Status& why) {
       service->StepDown(why);
       etcd_backend->SetLeaderFence(0);
+      etcd_jobs_backend->SetLeaderFence(0);
     };
     election_options.on_leader = [service](const dgt::rendezvous::LeaderInfo& leader) {
       service->SetLeader(leader.replica, leader.address);

@@ -268,6 +268,7 @@ void RendezvousService::StepDownLocked(const absl::Status& why) {
   for (auto& [id, reactor] : sessions_) {
     reactor->Abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
   }
+  if (jobs_ != nullptr) jobs_->StepDown(message);
   timer_cv_.SignalAll();
 }
 
@@ -286,6 +287,14 @@ void RendezvousService::TakeOver() {
     if (on_step_down_) on_step_down_(adopted);
     return;
   }
+  if (jobs_ != nullptr) {
+    if (absl::Status taken = jobs_->TakeOver(); !taken.ok()) {
+      spdlog::warn("rendezvous: replica {} won the election but cannot take the jobs over: {}",
+                   replica_id_, taken.ToString());
+      if (on_step_down_) on_step_down_(taken);
+      return;
+    }
+  }
   leader_ = true;
   leader_replica_ = replica_id_;
   leader_address_.clear();
@@ -299,6 +308,12 @@ void RendezvousService::SetLeader(const std::string& replica, const std::string&
   if (leader_) return;
   leader_replica_ = replica;
   leader_address_ = address;
+  if (jobs_ != nullptr) jobs_->SetLeader(address);
+}
+
+void RendezvousService::set_jobs(jobs::JobsService* jobs) {
+  dgt::MutexLock lock(&mu_);
+  jobs_ = jobs;
 }
 
 bool RendezvousService::is_leader() {
@@ -470,9 +485,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     jobs_options.agent_token = options.token;
     RendezvousService* rdzv = server->service_.get();
     jobs_options.run_status = [rdzv](const std::string& id) { return rdzv->RunStatusOf(id); };
+    jobs_options.elected = options.elected;
+    jobs_options.replica_id = options.replica_id;
+    jobs_options.on_fenced = options.on_step_down;
     auto jobs = jobs::JobsService::Create(std::move(jobs_options));
     if (!jobs.ok()) return jobs.status();
     server->jobs_ = *std::move(jobs);
+    rdzv->set_jobs(server->jobs_.get());
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -527,7 +546,10 @@ void RendezvousServer::Shutdown(absl::Duration grace, bool quiet) {
   if (shut_down_) return;
   shut_down_ = true;
   if (metrics_) metrics_->Stop();
-  if (jobs_) jobs_->Stop();
+  if (jobs_) {
+    if (service_) service_->set_jobs(nullptr);
+    jobs_->Stop();
+  }
   if (service_) service_->Stop(quiet);
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));

@@ -73,6 +73,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // As a standby: who leads now (empty: nobody), for the refusal's message.
   void SetLeader(const std::string& replica, const std::string& address);
   bool is_leader();
+  // The jobs service that follows this replica's leadership (TakeOver, StepDown, SetLeader), or
+  // null. Not owned; set before the election starts.
+  void set_jobs(jobs::JobsService* jobs);
   // The operators' view of one run (RoundStateMachine::Status); nullopt for an unknown run. The
   // jobs service polls its started jobs' runs here.
   std::optional<RunStatus> RunStatusOf(const std::string& run_id);
@@ -104,6 +107,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const bool elected_;
+  jobs::JobsService* jobs_ ABSL_GUARDED_BY(mu_) = nullptr;
   const std::string replica_id_;
   const std::function<void(const absl::Status&)> on_step_down_;
   bool leader_ ABSL_GUARDED_BY(mu_);
@@ -153,6 +157,8 @@ class RendezvousServer {
 
   int port() const { return port_; }
   RendezvousService* service() const { return service_.get(); }
+  // The jobs service (RendezvousServerOptions::serve_jobs), or null.
+  jobs::JobsService* jobs() const { return jobs_.get(); }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // Stops accepting, ends every session, and waits up to `grace` for in-flight calls. `quiet`:
   // as RendezvousService::Stop.
