@@ -179,7 +179,8 @@ bool Daemon::Connect(const std::string& endpoint) {
   s->rw = s->stub->Register(s->context.get());
   s->register_deadline = absl::Now() + env_.register_timeout;
   const v1::NodeMessage hello = MakeHello();
-  if (!s->rw->Write(hello)) spdlog::warn("{}: sending NodeHello failed", endpoint);
+  // The stream's end follows and is logged (LogEndpoint) with the status.
+  if (!s->rw->Write(hello)) spdlog::debug("{}: sending NodeHello failed", endpoint);
   auto* rw = s->rw.get();
   const uint64_t id = s->id;
   s->reader = std::thread([this, rw, id] {
