@@ -66,6 +66,8 @@ struct Daemon::Stream {
   std::thread reader;
   bool registered = false;
   bool ended = false;
+  // No Registered within register_timeout: cancelled by the daemon.
+  bool gave_up = false;
   absl::Time register_deadline;
 };
 
@@ -226,12 +228,15 @@ void Daemon::OnStreamEnded() {
       code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNIMPLEMENTED || standby;
   // absl and gRPC status codes agree.
   std::string what = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  if (code == grpc::StatusCode::UNIMPLEMENTED) {
+  if (s.gave_up) {
+    what = absl::StrCat("no Registered within ", absl::FormatDuration(env_.register_timeout),
+                        "; given up");
+  } else if (code == grpc::StatusCode::UNIMPLEMENTED) {
     absl::StrAppend(&what, ": ", s.endpoint,
                     " does not serve dgt.jobs.v1.Jobs (an older dgt-rendezvous, or the one "
                     "embedded in dgt-run?)");
   }
-  if (!msg.empty()) absl::StrAppend(&what, " (", msg, ")");
+  if (!msg.empty() && !s.gave_up) absl::StrAppend(&what, " (", msg, ")");
   std::string next = other_endpoint ? "; trying the next endpoint" : "; retrying";
   bool to_leader = false;
   if (standby) {
@@ -443,10 +448,8 @@ int Daemon::Run() {
     }
     if (stream_ != nullptr && !stream_->registered && !stream_->ended &&
         now >= stream_->register_deadline) {
-      LogEndpoint(
-          stream_->endpoint, spdlog::level::warn,
-          absl::StrCat(stream_->endpoint, ": no Registered within ",
-                       absl::FormatDuration(env_.register_timeout), "; giving up on this stream"));
+      // Logged with the stream's end (OnStreamEnded), once per change.
+      stream_->gave_up = true;
       stream_->register_deadline = absl::InfiniteFuture();
       stream_->context->TryCancel();
     }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/logging.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -401,6 +402,47 @@ TEST_F(DaemonTest, NamesUnimplementedOnceAcrossRetries) {
   EXPECT_EQ(std::count(lines.begin(), lines.end(), "info registering node node-t with " + old), 1);
   EXPECT_FALSE(Has(Notes(), "READY=1"));
   EXPECT_TRUE(Has(Notes(), "STATUS=connecting to " + old));
+}
+
+// A service that takes the stream and never answers Registered: given up after
+// register_timeout, and logged once however often it recurs.
+TEST_F(DaemonTest, ASilentServiceIsLoggedOnce) {
+  class Silent final : public dgt::jobs::v1::Jobs::Service {
+    grpc::Status Register(grpc::ServerContext* context,
+                          grpc::ServerReaderWriter<dgt::jobs::v1::ControlMessage,
+                                                   dgt::jobs::v1::NodeMessage>*) override {
+      for (int i = 0; i < 100 && !context->IsCancelled(); ++i) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      return grpc::Status::OK;
+    }
+  } silent;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&silent);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  config_.rendezvous_endpoints = {endpoint};
+  env_.register_timeout = absl::Milliseconds(200);
+  std::vector<std::string> lines;
+  {
+    LogCapture log;
+    StartDaemon();
+    // Each pass: 200 ms waiting for Registered, then 200..400 ms of backoff: 3 or more in 2 s.
+    absl::SleepFor(absl::Seconds(2));
+    EXPECT_EQ(StopDaemon(), 0);
+    lines = log.lines();
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const std::string ended =
+      "registration with " + endpoint + " ended: no Registered within 200ms; given up; retrying";
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "warning " + ended), 1);
+  EXPECT_GE(std::count(lines.begin(), lines.end(), "debug " + ended), 2);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return absl::StartsWith(l, "warning"); }),
+            1);
 }
 
 // A standby that names the leader ("the leader is H:P", as jobs/jobs_service.h answers) sends
