@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/node_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,7 +45,7 @@ int FreePort() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
@@ -69,6 +70,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
@@ -333,7 +335,7 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
     const std::string r = std::to_string(rank);
     auto out = ReadLog(10 + rank, "job-1", rank, "stdout");
     EXPECT_EQ(out.code(), 0) << out.error();
-    EXPECT_EQ(out.data(), "out rank=" + r + " local=" + r + " world=2 hi\n");
+    EXPECT_EQ(out.data(), absl::StrCat("out rank=", r, " local=", r, " world=2 hi\n"));
     EXPECT_TRUE(out.eof());
     EXPECT_EQ(out.next_offset(), static_cast<int64_t>(out.data().size()));
     auto err = ReadLog(20 + rank, "job-1", rank, "stderr");
