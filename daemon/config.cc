@@ -1,8 +1,11 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -13,7 +16,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "yaml-cpp/yaml.h"
 
@@ -22,6 +27,9 @@ namespace {
 
 constexpr double kMaxStopGraceS = 3600;
 constexpr size_t kMaxNodeNameBytes = 128;
+// Label names as Kubernetes label keys (an optional "prefix/" then a name): at most 253 bytes.
+constexpr size_t kMaxLabelNameBytes = 253;
+constexpr size_t kMaxLabelValueBytes = 1024;
 
 // Builds "<file>: <key>: <what>" errors.
 class Errors {
@@ -33,6 +41,7 @@ class Errors {
   absl::Status Got(absl::string_view key, absl::string_view what, absl::string_view value) const {
     return Bad(key, absl::StrCat(what, ", got '", value, "'"));
   }
+  const std::string& file() const { return file_; }
 
  private:
   std::string file_;
@@ -47,6 +56,18 @@ std::string FlowText(const YAML::Node& node) {
 absl::StatusOr<std::string> Scalar(const Errors& e, const std::string& key, const YAML::Node& n) {
   if (!n.IsScalar()) return e.Got(key, "must be a string", FlowText(n));
   return n.Scalar();
+}
+
+// A map key: a YAML scalar. `where` is "" at the top level, else the enclosing key ("labels").
+// A key that is a list or a map ("[a]: 2") is refused naming its line and column, as
+// "<file>:<line>:<column>: [<where>: ]a key must be a string, got '[a]'".
+absl::StatusOr<std::string> Key(absl::string_view file, absl::string_view where,
+                                const YAML::Node& key) {
+  if (key.IsScalar()) return key.Scalar();
+  const YAML::Mark mark = key.Mark();
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ":", mark.line + 1, ":", mark.column + 1, ": ", where,
+                   where.empty() ? "" : ": ", "a key must be a string, got '", FlowText(key), "'"));
 }
 
 absl::StatusOr<std::string> AbsolutePath(const Errors& e, const std::string& key,
@@ -67,7 +88,9 @@ absl::Status Readable(const Errors& e, const std::string& key, const std::string
 absl::Status ParseTls(const Errors& e, const YAML::Node& n, rendezvous::TlsFiles* tls) {
   if (!n.IsMap()) return e.Got("tls", "must be a map of ca_file, cert_file, key_file", FlowText(n));
   for (const auto& kv : n) {
-    const std::string key = kv.first.as<std::string>();
+    auto key_or = Key(e.file(), "tls", kv.first);
+    if (!key_or.ok()) return key_or.status();
+    const std::string& key = *key_or;
     std::string* target = key == "ca_file"     ? &tls->ca_file
                           : key == "cert_file" ? &tls->cert_file
                           : key == "key_file"  ? &tls->key_file
@@ -93,6 +116,24 @@ absl::Status ParseTls(const Errors& e, const YAML::Node& n, rendezvous::TlsFiles
   return absl::OkStatus();
 }
 
+// Kubernetes-style label names: 1..253 bytes of [A-Za-z0-9._/-], beginning and ending with a
+// letter or digit ("gpu", "topology.dgt.io/zone").
+absl::Status CheckLabel(const Errors& e, const std::string& name) {
+  const auto alnum = [](char ch) { return absl::ascii_isalnum(static_cast<unsigned char>(ch)); };
+  const bool chars = std::all_of(name.begin(), name.end(), [&](char ch) {
+    return alnum(ch) || ch == '.' || ch == '_' || ch == '-' || ch == '/';
+  });
+  if (name.empty() || name.size() > kMaxLabelNameBytes || !chars || !alnum(name.front()) ||
+      !alnum(name.back())) {
+    return e.Got("labels",
+                 absl::StrCat("a label name must be 1..", kMaxLabelNameBytes,
+                              " bytes of letters, digits, '.', '_', '-' and '/', beginning and "
+                              "ending with a letter or digit"),
+                 absl::CHexEscape(name));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRunAsUser(const Errors& e, const AgentConfig& c) {
   errno = 0;
   const struct passwd* pw = ::getpwnam(c.run_as_user.c_str());
@@ -110,14 +151,41 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
     if (!v.IsSequence() || v.size() == 0) {
       return e.Got(key, "must be a non-empty list of \"host:port\"", FlowText(v));
     }
+    std::vector<std::string> items;
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string item_key = absl::StrCat(key, "[", i, "]");
       auto s = Scalar(e, item_key, v[i]);
       if (!s.ok()) return s.status();
+      // ParseHostPort reads " 42381" as a port (leading blanks); dgt-run's gRPC target would not.
+      const bool blank = std::any_of(s->begin(), s->end(), [](char ch) {
+        return absl::ascii_isspace(static_cast<unsigned char>(ch)) || ch == ',';
+      });
       auto hp = ParseHostPort(*s, -1, item_key);
-      if (!hp.ok()) return e.Got(item_key, "must be host:port with a port in 1..65535", *s);
-      c->rendezvous_endpoints.push_back(*s);
+      if (blank || !hp.ok()) {
+        return e.Got(item_key, "must be host:port with a port in 1..65535 (no blanks)", *s);
+      }
+      items.push_back(*s);
     }
+    // Two items naming one replica (same host in any case and port), as dgt-run's
+    // --rdzv-endpoint refuses them.
+    auto list = ParseEndpointList(absl::StrJoin(items, ","), -1, key);
+    if (!list.ok())
+      return absl::InvalidArgumentError(absl::StrCat(e.file(), ": ", list.status().message()));
+    // Aliases ("localhost:1" and "127.0.0.1:1"): the same address once resolved. A name that
+    // does not resolve now (DNS not up yet at boot) is not compared; one item is not resolved.
+    std::map<std::string, std::string> by_address;
+    for (size_t i = 0; list->size() > 1 && i < list->size(); ++i) {
+      auto ip = ResolveToIp((*list)[i].host);
+      if (!ip.ok()) continue;
+      const std::string address = FormatHostPort(*ip, (*list)[i].port);
+      auto [it, fresh] = by_address.emplace(address, items[i]);
+      if (!fresh) {
+        return e.Bad(
+            key, absl::StrCat("'", it->second, "' and '", items[i], "' are the same replica (both ",
+                              address, "); list each replica once"));
+      }
+    }
+    c->rendezvous_endpoints = std::move(items);
     return absl::OkStatus();
   }
   if (key == "node_name") {
@@ -137,7 +205,19 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
   if (key == "advertise_address") {
     auto s = Scalar(e, key, v);
     if (!s.ok()) return s.status();
-    if (s->empty() || s->find_first_of(" \t\n/[]") != std::string::npos) {
+    in6_addr v6{};
+    const bool is_v6 = ::inet_pton(AF_INET6, s->c_str(), &v6) == 1;
+    if (!is_v6 && s->find(':') != std::string::npos) {
+      return e.Got(key,
+                   "must be a host name or an IP address without a port (dgt-run picks the "
+                   "ports of each job)",
+                   *s);
+    }
+    const bool name_chars = std::all_of(s->begin(), s->end(), [](char ch) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' ||
+             ch == '_';
+    });
+    if (s->empty() || (!is_v6 && !name_chars)) {
       return e.Got(key, "must be a host name or an IP address (no port)", *s);
     }
     c->advertise_address = *s;
@@ -146,11 +226,21 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
   if (key == "labels") {
     if (!v.IsMap()) return e.Got(key, "must be a map of name: value", FlowText(v));
     for (const auto& kv : v) {
-      const std::string name = kv.first.as<std::string>();
-      if (name.empty()) return e.Bad(key, "a label name is empty");
-      auto value = Scalar(e, absl::StrCat(key, ".", name), kv.second);
+      auto name = Key(e.file(), key, kv.first);
+      if (!name.ok()) return name.status();
+      if (auto s = CheckLabel(e, *name); !s.ok()) return s;
+      const std::string value_key = absl::StrCat(key, ".", *name);
+      auto value = Scalar(e, value_key, kv.second);
       if (!value.ok()) return value.status();
-      c->labels[name] = *value;
+      const bool printable = std::all_of(value->begin(), value->end(),
+                                         [](char ch) { return ch >= 0x20 && ch <= 0x7e; });
+      if (!printable || value->size() > kMaxLabelValueBytes) {
+        return e.Got(value_key,
+                     absl::StrCat("a label value must be printable ASCII, at most ",
+                                  kMaxLabelValueBytes, " bytes"),
+                     absl::CHexEscape(*value));
+      }
+      c->labels[*name] = *value;
     }
     return absl::OkStatus();
   }
@@ -176,6 +266,11 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
   if (key == "work_dir") {
     auto s = AbsolutePath(e, key, v);
     if (!s.ok()) return s.status();
+    // Created when missing (with its parents); something else already there is refused.
+    struct stat st {};
+    if (::stat(s->c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+      return e.Got(key, "exists and is not a directory", *s);
+    }
     c->work_dir = *s;
     return absl::OkStatus();
   }
@@ -233,7 +328,9 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
   std::set<std::string> seen;
   try {
     for (const auto& kv : root) {
-      const std::string key = kv.first.as<std::string>();
+      auto key_or = Key(file_name, "", kv.first);
+      if (!key_or.ok()) return key_or.status();
+      const std::string& key = *key_or;
       if (!seen.insert(key).second) return e.Bad(key, "given twice");
       if (auto s = ParseKey(e, key, kv.second, &c); !s.ok()) return s;
     }
@@ -246,8 +343,14 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
   }
   if (c.node_name.empty()) return e.Bad("node_name", "is required (the hostname is unknown)");
   if (auto s = CheckRunAsUser(e, c); !s.ok()) return s;
-  if (c.dgt_run.empty() || ::access(c.dgt_run.c_str(), X_OK) != 0) {
-    return e.Got("dgt_run", "must be an executable file (dgt-run)", c.dgt_run);
+  struct stat st {};
+  if (c.dgt_run.empty() || ::stat(c.dgt_run.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(c.dgt_run.c_str(), X_OK) != 0) {
+    return e.Got("dgt_run",
+                 S_ISDIR(st.st_mode) && !c.dgt_run.empty()
+                     ? "is a directory; must be an executable file (dgt-run)"
+                     : "must be an executable file (dgt-run)",
+                 c.dgt_run);
   }
   return c;
 }

@@ -4,9 +4,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "daemon/job_command.h"
@@ -26,6 +29,32 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
 // Beyond stop_grace_s: how long a drain waits for killed jobs to be reaped.
 constexpr absl::Duration kDrainSlack = absl::Seconds(10);
+// What an endpoint's log state is after a Registered (any failure after it is news).
+constexpr char kRegisteredState[] = "registered";
+
+// "the leader is H:P" in a standby's refusal (rendezvous/service.h, jobs/jobs_service.h): H:P,
+// else "".
+std::string NamedLeader(absl::string_view message) {
+  constexpr absl::string_view kMarker = "the leader is ";
+  const size_t at = message.find(kMarker);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view rest = message.substr(at + kMarker.size());
+  rest = rest.substr(0, rest.find_first_of(" \t\n;,()"));
+  while (!rest.empty() && rest.back() == '.') rest.remove_suffix(1);
+  return std::string(rest);
+}
+
+// True when `a` and `b` name one host:port: the same host in any case, or the same address
+// once resolved.
+bool SameEndpoint(const std::string& a, const std::string& b) {
+  auto pa = ParseHostPort(a, -1, "a");
+  auto pb = ParseHostPort(b, -1, "b");
+  if (!pa.ok() || !pb.ok() || pa->port != pb->port) return false;
+  if (absl::AsciiStrToLower(pa->host) == absl::AsciiStrToLower(pb->host)) return true;
+  auto ia = ResolveToIp(pa->host);
+  auto ib = ResolveToIp(pb->host);
+  return ia.ok() && ib.ok() && *ia == *ib;
+}
 }  // namespace
 
 struct Daemon::Stream {
@@ -37,6 +66,8 @@ struct Daemon::Stream {
   std::thread reader;
   bool registered = false;
   bool ended = false;
+  // No Registered within register_timeout: cancelled by the daemon.
+  bool gave_up = false;
   absl::Time register_deadline;
 };
 
@@ -84,6 +115,13 @@ void Daemon::Notify(const std::string& state) {
   if (env_.notify) env_.notify(state);
 }
 
+void Daemon::LogEndpoint(const std::string& endpoint, spdlog::level::level_enum level,
+                         const std::string& text) {
+  std::string& last = endpoint_log_[endpoint];
+  spdlog::log(text == last ? spdlog::level::debug : level, "{}", text);
+  last = text;
+}
+
 void Daemon::UpdateStatus() {
   std::string status;
   if (stopping_) {
@@ -129,8 +167,9 @@ bool Daemon::Connect(const std::string& endpoint) {
     channel = *created;
   }
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + env_.connect_timeout))) {
-    spdlog::warn("jobs service at {} not reachable within {}", endpoint,
-                 absl::FormatDuration(env_.connect_timeout));
+    LogEndpoint(endpoint, spdlog::level::warn,
+                absl::StrCat("jobs service at ", endpoint, " not reachable within ",
+                             absl::FormatDuration(env_.connect_timeout)));
     return false;
   }
   auto s = std::make_unique<Stream>();
@@ -142,7 +181,8 @@ bool Daemon::Connect(const std::string& endpoint) {
   s->rw = s->stub->Register(s->context.get());
   s->register_deadline = absl::Now() + env_.register_timeout;
   const v1::NodeMessage hello = MakeHello();
-  if (!s->rw->Write(hello)) spdlog::warn("{}: sending NodeHello failed", endpoint);
+  // The stream's end follows and is logged (LogEndpoint) with the status.
+  if (!s->rw->Write(hello)) spdlog::debug("{}: sending NodeHello failed", endpoint);
   auto* rw = s->rw.get();
   const uint64_t id = s->id;
   s->reader = std::thread([this, rw, id] {
@@ -151,7 +191,11 @@ bool Daemon::Connect(const std::string& endpoint) {
     Push(Event{Event::kStreamEnded, id, {}});
   });
   stream_ = std::move(s);
-  spdlog::info("registering node {} with {}", config_.node_name, endpoint);
+  // After a failure at this endpoint, the next tries are news only when they end differently.
+  const auto last = endpoint_log_.find(endpoint);
+  const bool retry = last != endpoint_log_.end() && last->second != kRegisteredState;
+  spdlog::log(retry ? spdlog::level::debug : spdlog::level::info, "registering node {} with {}",
+              config_.node_name, endpoint);
   return true;
 }
 
@@ -178,13 +222,38 @@ void Daemon::OnStreamEnded() {
   const grpc::Status status = s.rw->Finish();
   const bool was_registered = s.registered;
   const std::string& msg = status.error_message();
-  const bool other_endpoint = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                              status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
-                              absl::StartsWith(msg, "standby:");
-  spdlog::warn("registration with {} ended: {} ({}){}", s.endpoint,
-               static_cast<int>(status.error_code()), msg,
-               other_endpoint ? "; trying the next endpoint" : "");
-  if (other_endpoint) ++endpoint_index_;
+  const grpc::StatusCode code = status.error_code();
+  const bool standby = absl::StartsWith(msg, "standby:");
+  const bool other_endpoint =
+      code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNIMPLEMENTED || standby;
+  // absl and gRPC status codes agree.
+  std::string what = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  if (s.gave_up) {
+    what = absl::StrCat("no Registered within ", absl::FormatDuration(env_.register_timeout),
+                        "; given up");
+  } else if (code == grpc::StatusCode::UNIMPLEMENTED) {
+    absl::StrAppend(&what, ": ", s.endpoint,
+                    " does not serve dgt.jobs.v1.Jobs (an older dgt-rendezvous, or the one "
+                    "embedded in dgt-run?)");
+  }
+  if (!msg.empty() && !s.gave_up) absl::StrAppend(&what, " (", msg, ")");
+  std::string next = other_endpoint ? "; trying the next endpoint" : "; retrying";
+  bool to_leader = false;
+  if (standby) {
+    // A standby that names the leader: go to it next when it is one of ours.
+    const std::string leader = NamedLeader(msg);
+    const auto& eps = config_.rendezvous_endpoints;
+    for (size_t i = 0; !leader.empty() && i < eps.size() && !to_leader; ++i) {
+      if (eps[i] != s.endpoint && SameEndpoint(eps[i], leader)) {
+        endpoint_index_ = i;
+        to_leader = true;
+        next = absl::StrCat("; trying the leader, ", eps[i], ", next");
+      }
+    }
+  }
+  if (other_endpoint && !to_leader) ++endpoint_index_;
+  LogEndpoint(s.endpoint, spdlog::level::warn,
+              absl::StrCat("registration with ", s.endpoint, " ended: ", what, next));
   stream_.reset();
   const absl::Time now = absl::Now();
   if (was_registered) {
@@ -200,6 +269,7 @@ void Daemon::OnControl(const v1::ControlMessage& message) {
   switch (message.kind_case()) {
     case v1::ControlMessage::kRegistered: {
       stream_->registered = true;
+      endpoint_log_[stream_->endpoint] = kRegisteredState;
       backoff_ = kInitialBackoff;
       spdlog::info("registered as {} with {}", message.registered().node_name(), stream_->endpoint);
       if (!ready_sent_) {
@@ -311,6 +381,7 @@ void Daemon::OnReload() {
                changed ? "; registering again" : "");
   if (changed) {
     endpoint_index_ = 0;
+    endpoint_log_.clear();
     if (stream_ != nullptr) stream_->context->TryCancel();
     next_connect_ = absl::Now();
   }
@@ -377,8 +448,8 @@ int Daemon::Run() {
     }
     if (stream_ != nullptr && !stream_->registered && !stream_->ended &&
         now >= stream_->register_deadline) {
-      spdlog::warn("{}: no Registered within {}; giving up on this stream", stream_->endpoint,
-                   absl::FormatDuration(env_.register_timeout));
+      // Logged with the stream's end (OnStreamEnded), once per change.
+      stream_->gave_up = true;
       stream_->register_deadline = absl::InfiniteFuture();
       stream_->context->TryCancel();
     }

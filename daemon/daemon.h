@@ -2,10 +2,14 @@
 // proto/dgt/jobs/v1/jobs.proto) and runs the jobs it is sent.
 //
 // - Registration: tries rendezvous_endpoints in order; an endpoint that is not reachable within
-//   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED, or refuses with a "standby:" message
-//   (a replica that is not the leader) hands over to the next one. Attempts back off from
-//   200 ms, doubling, to max_backoff; a stream that breaks after registering is registered
-//   again at once, forever (NodeHello.running_job_ids keeps running jobs on this node).
+//   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED (a service without dgt.jobs.v1.Jobs:
+//   an older dgt-rendezvous, or dgt-run's embedded one), or refuses with a "standby:" message
+//   (a replica that is not the leader) hands over to the next one; a standby's "the leader is
+//   H:P" that names one of rendezvous_endpoints (same host:port, or same address once
+//   resolved) sends the next attempt there. Attempts back off from 200 ms, doubling, to
+//   max_backoff; a stream that breaks after registering is registered again at once, forever
+//   (NodeHello.running_job_ids keeps running jobs on this node). Failures are logged with the
+//   status code's name, once per endpoint until the outcome changes (repeats at debug level).
 // - Jobs: StartJob runs dgt-run (job_command.h, job_runner.h) and answers JobUpdate "started",
 //   or "exited" with exit code 1 and the reason when it cannot start; its end answers "exited"
 //   with dgt-run's code (held back while not registered and sent after the next Registered).
@@ -36,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/logging.h"
 #include "daemon/config.h"
 #include "daemon/job_runner.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
@@ -99,6 +104,10 @@ class Daemon {
                   const std::string& message);
   bool Send(const dgt::jobs::v1::NodeMessage& message);
   void CloseStream();
+  // Logs `text` about `endpoint` at `level` when it differs from the last line logged about it,
+  // else at debug level: a retry loop logs once per endpoint per change, not every pass.
+  void LogEndpoint(const std::string& endpoint, spdlog::level::level_enum level,
+                   const std::string& text);
   void UpdateStatus();
   void Notify(const std::string& state);
   dgt::jobs::v1::NodeMessage MakeHello() const;
@@ -118,6 +127,8 @@ class Daemon {
   absl::Time drain_deadline_ = absl::InfiniteFuture();
   std::deque<dgt::jobs::v1::NodeMessage> pending_updates_;
   std::string last_status_;
+  // endpoint -> the last line LogEndpoint logged about it ("registered" after a Registered).
+  std::map<std::string, std::string> endpoint_log_;
 
   absl::Mutex mu_;
   absl::CondVar cv_;

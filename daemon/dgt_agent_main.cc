@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit status: 0 after a drain (SIGTERM) or a valid --check; 2 for a bad command line or "
       "config file (the message names the file, key and value); 1 for any other failure.");
+  // Usage errors as dgt-run's: "dgt-agent: error: <what> (see dgt-agent --help)".
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("dgt-agent: error: ") + e.what() + " (see dgt-agent --help)\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,7 +85,7 @@ int main(int argc, char** argv) {
   const dgt::daemon::ConfigDefaults defaults{dgt::daemon::Hostname(), DefaultDgtRun()};
   auto config = dgt::daemon::LoadAgentConfig(config_path, defaults);
   if (!config.ok()) {
-    std::fprintf(stderr, "dgt-agent: %s\n", std::string(config.status().message()).c_str());
+    std::fprintf(stderr, "dgt-agent: error: %s\n", std::string(config.status().message()).c_str());
     return kExitUsage;
   }
   if (check) {

@@ -24,7 +24,7 @@ class ConfigTest : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
 
   std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     std::ofstream(path) << text;
     return path;
   }
@@ -89,11 +89,11 @@ TEST_F(ConfigTest, EveryError) {
       Error("rendezvous_endpoints: []\n", true),
       "agent.yaml: rendezvous_endpoints: must be a non-empty list of \"host:port\", got '[]'");
   EXPECT_EQ(Error("rendezvous_endpoints: [\"h:1\", \"h\"]\n", true),
-            "agent.yaml: rendezvous_endpoints[1]: must be host:port with a port in 1..65535, "
-            "got 'h'");
+            "agent.yaml: rendezvous_endpoints[1]: must be host:port with a port in 1..65535 (no "
+            "blanks), got 'h'");
   EXPECT_EQ(Error("rendezvous_endpoints: [\"h:99999\"]\n", true),
-            "agent.yaml: rendezvous_endpoints[0]: must be host:port with a port in 1..65535, "
-            "got 'h:99999'");
+            "agent.yaml: rendezvous_endpoints[0]: must be host:port with a port in 1..65535 (no "
+            "blanks), got 'h:99999'");
   EXPECT_EQ(Error(root + "colour: blue\n"),
             "agent.yaml: colour: unknown key (known: rendezvous_endpoints, node_name, "
             "advertise_address, labels, run_as_user, allow_root, work_dir, tls, token_file, "
@@ -138,6 +138,47 @@ TEST_F(ConfigTest, EveryError) {
   EXPECT_EQ(Error(root + "stop_grace_s: soon\n"),
             "agent.yaml: stop_grace_s: must be a number of seconds in (0, 3600], got 'soon'");
   EXPECT_EQ(Error(root + "node_name: a\nnode_name: b\n").substr(0, 11), "agent.yaml:");
+}
+
+// Values that --check used to accept and that fail at run time (issue 15 QA): each refused,
+// naming the file, the key and the value.
+TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
+  const std::string root = "run_as_user: root\nallow_root: true\n";
+  EXPECT_EQ(Error("rendezvous_endpoints: [\"a:1\", \"b:2\", \"A:1\"]\n", true),
+            "agent.yaml: rendezvous_endpoints: 'A:1' is listed twice in 'a:1,b:2,A:1'");
+  EXPECT_EQ(Error("rendezvous_endpoints: [\"127.0.0.1:1\", \"localhost:1\"]\n", true),
+            "agent.yaml: rendezvous_endpoints: '127.0.0.1:1' and 'localhost:1' are the same "
+            "replica (both 127.0.0.1:1); list each replica once");
+  EXPECT_EQ(Error("rendezvous_endpoints: [\"127.0.0.1: 42381\"]\n", true),
+            "agent.yaml: rendezvous_endpoints[0]: must be host:port with a port in 1..65535 (no "
+            "blanks), got '127.0.0.1: 42381'");
+  EXPECT_EQ(Error(root + "dgt_run: /tmp\n"),
+            "agent.yaml: dgt_run: is a directory; must be an executable file (dgt-run), got "
+            "'/tmp'");
+  EXPECT_EQ(Error(root + "work_dir: /etc/passwd\n"),
+            "agent.yaml: work_dir: exists and is not a directory, got '/etc/passwd'");
+  EXPECT_EQ(Error(root + "advertise_address: \"1.2.3.4:5\"\n"),
+            "agent.yaml: advertise_address: must be a host name or an IP address without a port "
+            "(dgt-run picks the ports of each job), got '1.2.3.4:5'");
+  EXPECT_EQ(Error(root + "labels: {\"gpu type\": a100}\n"),
+            "agent.yaml: labels: a label name must be 1..253 bytes of letters, digits, '.', '_', "
+            "'-' and '/', beginning and ending with a letter or digit, got 'gpu type'");
+  EXPECT_EQ(Error(root + "labels: {gpu: \"a\\tb\"}\n"),
+            "agent.yaml: labels.gpu: a label value must be printable ASCII, at most 1024 bytes, "
+            "got 'a\\tb'");
+  EXPECT_EQ(Error(root + "\n[a]: 2\n"), "agent.yaml:5:1: a key must be a string, got '[a]'");
+  EXPECT_EQ(Error(root + "labels:\n  {a: 1}: 2\n"),
+            "agent.yaml:5:3: labels: a key must be a string, got '{a: 1}'");
+  // What stays accepted: an IPv6 advertise address, prefixed label names, a work_dir to create.
+  auto ok = ParseAgentConfig(
+      "rendezvous_endpoints: [\"127.0.0.1:1\", \"[::1]:1\"]\nadvertise_address: fd00::7\n"
+      "labels: {topology.dgt.io/zone: eu-1, gpu: a100}\nwork_dir: " +
+          dir_ + "/new/jobs\n" + root,
+      "agent.yaml", defaults_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->advertise_address, "fd00::7");
+  EXPECT_EQ(ok->labels, (std::map<std::string, std::string>{{"gpu", "a100"},
+                                                            {"topology.dgt.io/zone", "eu-1"}}));
 }
 
 TEST_F(ConfigTest, LoadNamesTheFile) {

@@ -14,11 +14,16 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "common/logging.h"
+#include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
 #include "tests/daemon/fake_jobs_service.h"
 
 namespace dgt::daemon {
@@ -51,7 +56,7 @@ std::string DeadEndpoint() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
@@ -340,6 +345,132 @@ TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
   const auto d = DescribeAll(service_.received());
   EXPECT_EQ(std::count(d.begin(), d.end(), "hello node-t"), 1);  // The first daemon's only.
   EXPECT_EQ(StopDaemon(), 0);
+}
+
+// Captures the default logger's lines ("<level> <text>", debug included) while alive; read it
+// only once the daemon has stopped.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    sink->set_pattern("%l %v");
+    auto logger = std::make_shared<spdlog::logger>("test", sink);
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    std::istringstream in(log_.str());
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+ private:
+  std::ostringstream log_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A gRPC server with dgt.rendezvous.v1 only (as dgt-run's embedded rendezvous: no
+// dgt.jobs.v1.Jobs): Register ends UNIMPLEMENTED. The daemon names the code and the service it
+// lacks, and logs it once however often it retries (repeats at debug level).
+TEST_F(DaemonTest, NamesUnimplementedOnceAcrossRetries) {
+  int port = 0;
+  dgt::rendezvous::v1::Rendezvous::Service rendezvous_only;  // Every method UNIMPLEMENTED.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&rendezvous_only);
+  std::unique_ptr<grpc::Server> bare = builder.BuildAndStart();
+  ASSERT_NE(bare, nullptr);
+  const std::string old = "127.0.0.1:" + std::to_string(port);
+  config_.rendezvous_endpoints = {old};
+  std::vector<std::string> lines;
+  {
+    LogCapture log;
+    StartDaemon();
+    // 200 + 400 + 400 ms of backoff (max_backoff 400 ms): at least 3 passes in 2 s.
+    absl::SleepFor(absl::Seconds(2));
+    EXPECT_EQ(StopDaemon(), 0);
+    lines = log.lines();
+  }
+  bare->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const std::string ended = "registration with " + old + " ended: UNIMPLEMENTED: " + old +
+                            " does not serve dgt.jobs.v1.Jobs (an older dgt-rendezvous, or the "
+                            "one embedded in dgt-run?); trying the next endpoint";
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "warning " + ended), 1);
+  EXPECT_GE(std::count(lines.begin(), lines.end(), "debug " + ended), 2);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "info registering node node-t with " + old), 1);
+  EXPECT_FALSE(Has(Notes(), "READY=1"));
+  EXPECT_TRUE(Has(Notes(), "STATUS=connecting to " + old));
+}
+
+// A service that takes the stream and never answers Registered: given up after
+// register_timeout, and logged once however often it recurs.
+TEST_F(DaemonTest, ASilentServiceIsLoggedOnce) {
+  class Silent final : public dgt::jobs::v1::Jobs::Service {
+    grpc::Status Register(grpc::ServerContext* context,
+                          grpc::ServerReaderWriter<dgt::jobs::v1::ControlMessage,
+                                                   dgt::jobs::v1::NodeMessage>*) override {
+      for (int i = 0; i < 100 && !context->IsCancelled(); ++i) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      return grpc::Status::OK;
+    }
+  } silent;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&silent);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  config_.rendezvous_endpoints = {endpoint};
+  env_.register_timeout = absl::Milliseconds(200);
+  std::vector<std::string> lines;
+  {
+    LogCapture log;
+    StartDaemon();
+    // Each pass: 200 ms waiting for Registered, then 200..400 ms of backoff: 3 or more in 2 s.
+    absl::SleepFor(absl::Seconds(2));
+    EXPECT_EQ(StopDaemon(), 0);
+    lines = log.lines();
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const std::string ended =
+      "registration with " + endpoint + " ended: no Registered within 200ms; given up; retrying";
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), "warning " + ended), 1);
+  EXPECT_GE(std::count(lines.begin(), lines.end(), "debug " + ended), 2);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return absl::StartsWith(l, "warning"); }),
+            1);
+}
+
+// A standby that names the leader ("the leader is H:P", as jobs/jobs_service.h answers) sends
+// the next attempt to that endpoint when it is listed, ahead of the endpoints between them.
+TEST_F(DaemonTest, GoesToTheLeaderAStandbyNames) {
+  FakeJobsService standby;
+  FakeJobsService other;
+  standby.RefuseWith(grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      "standby: dgt-rendezvous replica r2 is a standby; the leader is " + service_.endpoint()));
+  config_.rendezvous_endpoints = {standby.endpoint(), other.endpoint(), service_.endpoint()};
+  std::vector<std::string> lines;
+  {
+    LogCapture log;
+    StartDaemon();
+    ASSERT_TRUE(WaitFor("hello node-t"));
+    EXPECT_EQ(StopDaemon(), 0);
+    lines = log.lines();
+  }
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_TRUE(other.received().empty());
+  EXPECT_EQ(std::count(lines.begin(), lines.end(),
+                       "warning registration with " + standby.endpoint() +
+                           " ended: UNAVAILABLE (standby: dgt-rendezvous replica r2 is a standby; "
+                           "the leader is " +
+                           service_.endpoint() + "); trying the leader, " + service_.endpoint() +
+                           ", next"),
+            1);
 }
 
 // dgt-run gone after the config was checked (a package upgrade): the job ends with 127 and says

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/node_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/daemon/fake_jobs_service.h"
@@ -43,7 +45,7 @@ int FreePort() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
@@ -68,6 +70,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
@@ -117,6 +120,55 @@ std::vector<pid_t> Pids(const std::string& needle, bool exact = false) {
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// dgt-agent's command line and --check: usage errors and bad config values exit 2 with
+// "dgt-agent: error: " and a message naming the file, key and value.
+TEST(DgtAgentCliTest, UsageAndCheckErrors) {
+  char tmpl[] = "/tmp/dgt-agent-cli-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string agent = std::string(DGT_BIN_DIR) + "/dgt-agent";
+  const struct passwd* pw = ::getpwuid(::geteuid());
+  const std::string good =
+      "rendezvous_endpoints: [\"127.0.0.1:29400\"]\nrun_as_user: " + std::string(pw->pw_name) +
+      "\nallow_root: true\n";
+  // Runs dgt-agent with `args`; its exit code and output (stdout and stderr).
+  auto run = [&](const std::vector<std::string>& args) {
+    const std::string log = dir + "/out.log";
+    fs::remove(log);
+    std::vector<std::string> argv = {agent};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const int rc = WaitExit(Spawn(argv, log), absl::Seconds(30));
+    return std::make_pair(rc, Slurp(log));
+  };
+  auto check = [&](const std::string& name, const std::string& yaml) {
+    std::ofstream(dir + "/" + name) << yaml;
+    return run({"--config", dir + "/" + name, "--check"});
+  };
+  using Result = std::pair<int, std::string>;
+  EXPECT_EQ(run({"--bogus"}),
+            Result(2,
+                   "dgt-agent: error: The following argument was not expected: --bogus (see "
+                   "dgt-agent --help)\n"));
+  EXPECT_EQ(check("keylist.yaml", good + "[a]: 2\n"),
+            Result(2, "dgt-agent: error: " + dir +
+                          "/keylist.yaml:4:1: a key must be a string, got '[a]'\n"));
+  std::ofstream(dir + "/alias.yaml")
+      << "rendezvous_endpoints: [\"127.0.0.1:1\", \"localhost:1\"]\nrun_as_user: " << pw->pw_name
+      << "\nallow_root: true\n";
+  EXPECT_EQ(run({"--config", dir + "/alias.yaml", "--check"}),
+            Result(2, "dgt-agent: error: " + dir +
+                          "/alias.yaml: rendezvous_endpoints: '127.0.0.1:1' and 'localhost:1' "
+                          "are the same replica (both 127.0.0.1:1); list each replica once\n"));
+  EXPECT_EQ(check("dir.yaml", good + "dgt_run: /tmp\n"),
+            Result(2, "dgt-agent: error: " + dir +
+                          "/dir.yaml: dgt_run: is a directory; must be an executable file "
+                          "(dgt-run), got '/tmp'\n"));
+  EXPECT_EQ(check("ok.yaml", good + "dgt_run: /bin/true\n"),
+            Result(0, dir + "/ok.yaml: OK (node " + Hostname() + ", 1 endpoint(s), jobs as " +
+                          pw->pw_name + " in /var/lib/dgt/jobs)\n"));
+  fs::remove_all(dir);
 }
 
 class DaemonE2eTest : public ::testing::Test {
@@ -283,7 +335,7 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
     const std::string r = std::to_string(rank);
     auto out = ReadLog(10 + rank, "job-1", rank, "stdout");
     EXPECT_EQ(out.code(), 0) << out.error();
-    EXPECT_EQ(out.data(), "out rank=" + r + " local=" + r + " world=2 hi\n");
+    EXPECT_EQ(out.data(), absl::StrCat("out rank=", r, " local=", r, " world=2 hi\n"));
     EXPECT_TRUE(out.eof());
     EXPECT_EQ(out.next_offset(), static_cast<int64_t>(out.data().size()));
     auto err = ReadLog(20 + rank, "job-1", rank, "stderr");
