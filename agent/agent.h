@@ -204,7 +204,14 @@ class Agent {
   std::unique_ptr<EndpointRotation> rotation_;
   bool session_accepted_ = false;  // The service answered the current session (not an Error).
   std::string lost_endpoint_;      // The replica whose session was lost last (for the log).
-  std::thread reconnect_thread_;   // One connection attempt at a time.
+  // Until a session is first accepted: by when (--rdzv-connect-timeout) one must be, else a
+  // service whose endpoints all answered as standbys ends the agent (69, NoLeaderMessage).
+  std::optional<absl::Time> first_accept_deadline_;
+  bool ever_accepted_ = false;  // A session was accepted once ("reconnected", not "connected").
+  // Each endpoint's last standby answer since a session was last accepted (logged once each).
+  std::map<std::string, std::string> standby_answers_;
+  std::string NoLeaderMessage() const;
+  std::thread reconnect_thread_;  // One connection attempt at a time.
   dgt::Mutex reconnect_mu_;
   std::optional<absl::StatusOr<std::unique_ptr<RendezvousSession>>> reconnect_result_
       ABSL_GUARDED_BY(reconnect_mu_);

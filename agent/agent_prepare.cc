@@ -208,6 +208,9 @@ absl::Status Agent::Prepare() {
   session_ = std::move(*session);
   session_open_ = true;
   rdzv_endpoint_ = rotation_->current();
+  // An open stream may still be a standby's refusal: the service must take the session within
+  // the connect timeout too.
+  first_accept_deadline_ = env_.clock->Now() + absl::Seconds(options_.connect_timeout_s);
 
   if (auto s = session_->Send(MakeJoin()); !s.ok()) {
     // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback

@@ -157,7 +157,12 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
     }
   }
   // The decisions are NodeLifecycle::OnMarks's.
-  Execute(lifecycle_->OnMarks(view, ServiceLost(), env_.clock->Now()));
+  const absl::Time now = env_.clock->Now();
+  absl::Duration lost_for = absl::ZeroDuration();
+  if (reconnect_deadline_) {
+    lost_for = now - (*reconnect_deadline_ - absl::Seconds(options_.reconnect_timeout_s));
+  }
+  Execute(lifecycle_->OnMarks(view, ServiceLost(), now, lost_for));
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -182,6 +187,9 @@ void Agent::FinishLinger(int exit_status, const std::string& message, bool wait_
   }
   lifecycle_->OnLingerStarted(exit_status, message, wait_for_seen,
                               env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s));
+  // The outcome is decided: rejoining the service now would only hold this node in a run that
+  // the others have left (and stop the polls of the marks the linger waits for).
+  reconnect_timer_.cancel();
   spdlog::info(
       "dgt-run: node rank 0 keeps the round's store until every node's workers are done (at "
       "most {} s)",

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -103,6 +105,20 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenFirstReplica(absl:
   return absl::DeadlineExceededError(message);
 }
 
+std::string Agent::NoLeaderMessage() const {
+  std::vector<std::string> answers;
+  for (const std::string& endpoint : rotation_->endpoints()) {
+    auto it = standby_answers_.find(endpoint);
+    answers.push_back(it == standby_answers_.end() ? absl::StrCat(endpoint, ": no answer")
+                                                   : absl::StrCat(endpoint, ": ", it->second));
+  }
+  return absl::StrCat("no rendezvous replica of ", rotation_->endpoints().size(),
+                      " took the session within ",
+                      absl::FormatDuration(absl::Seconds(options_.connect_timeout_s)),
+                      ": every one that answered is a standby (", absl::StrJoin(answers, "; "),
+                      "); is the leader's address in --rdzv-endpoint? see --rdzv-connect-timeout");
+}
+
 std::string Agent::EndpointsText() const {
   return rotation_ ? absl::StrJoin(rotation_->endpoints(), ",") : rdzv_endpoint_;
 }
@@ -157,6 +173,7 @@ void Agent::StartReconnect(const grpc::Status& status) {
   const bool first = !reconnect_deadline_;
   if (first) reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
   if (!rotation_->several()) {
+    if (IsStandbyAnswer(status)) standby_answers_[ended] = status.error_message();
     if (first) {
       spdlog::warn(
           "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
@@ -164,8 +181,13 @@ void Agent::StartReconnect(const grpc::Status& status) {
           ended, status.error_message(), keep, options_.reconnect_timeout_s);
     }
   } else if (IsStandbyAnswer(status)) {
-    spdlog::info("dgt-run: the rendezvous replica at {} is a standby ({}); trying {}", ended,
-                 status.error_message(), rotation_->current());
+    // While no replica leads, every pass gets the same answers: one line per replica and answer.
+    std::string& last = standby_answers_[ended];
+    const bool changed = last != status.error_message();
+    last = status.error_message();
+    spdlog::log(changed ? spdlog::level::info : spdlog::level::debug,
+                "dgt-run: the rendezvous replica at {} is a standby ({}); trying {}", ended,
+                status.error_message(), rotation_->current());
   } else if (first || was_accepted) {
     spdlog::warn(
         "dgt-run: {} the rendezvous replica at {} ({}); {}trying the replicas from {} for up to "
@@ -187,6 +209,12 @@ void Agent::StartReconnect(const grpc::Status& status) {
 
 void Agent::ScheduleReconnect(absl::Duration pause) {
   if (!reconnect_deadline_ || state() == NodeState::kDone) return;
+  if (first_accept_deadline_ && !standby_answers_.empty() &&
+      env_.clock->Now() >= *first_accept_deadline_) {
+    // Replicas answer, but none leads: waiting out the join timeout would not change that.
+    Finish(kExitRendezvousUnavailable, NoLeaderMessage());
+    return;
+  }
   if (env_.clock->Now() >= *reconnect_deadline_) {
     OnReconnectWindowOver();
     return;
@@ -200,7 +228,7 @@ void Agent::ScheduleReconnect(absl::Duration pause) {
 }
 
 void Agent::TryReconnect() {
-  if (state() == NodeState::kDone || !reconnect_deadline_) return;
+  if (state() == NodeState::kDone || !reconnect_deadline_ || lifecycle_->lingering()) return;
   // The previous attempt posted its result already (attempts are started from that result).
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
   const absl::Duration left = *reconnect_deadline_ - env_.clock->Now();
@@ -231,7 +259,8 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
     if (reconnect_result_) result = std::move(*reconnect_result_);
     reconnect_result_.reset();
   }
-  if (state() == NodeState::kDone || gen != session_gen_ || !reconnect_deadline_) {
+  if (state() == NodeState::kDone || gen != session_gen_ || !reconnect_deadline_ ||
+      lifecycle_->lingering()) {
     if (result.ok()) (*result)->Close();
     return;
   }
@@ -248,10 +277,15 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
   rdzv_v1::AgentMessage join = MakeJoin();
   rejoin_round_.reset();
   if (join.join().has_rejoin()) rejoin_round_ = join.join().rejoin().round();
-  spdlog::info("dgt-run: reconnected to the rendezvous service at {}; {}", rdzv_endpoint_,
-               rejoin_round_
-                   ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round_)
-                   : absl::StrCat("joining run '", options_.run_id, "' again"));
+  // A replica that answered as a standby last time is most likely one still: the standby line
+  // says what it answers (once), this one is for the log's debug level then.
+  spdlog::log(
+      standby_answers_.count(rdzv_endpoint_) > 0 ? spdlog::level::debug : spdlog::level::info,
+      "dgt-run: {} to the rendezvous service at {}; {}",
+      ever_accepted_ ? "reconnected" : "connected", rdzv_endpoint_,
+      rejoin_round_
+          ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round_)
+          : absl::StrCat("joining run '", options_.run_id, "'", ever_accepted_ ? " again" : ""));
   // A failed send means the stream ended already: its closed callback continues the reconnect.
   (void)session_->Send(join);
 }
@@ -260,7 +294,8 @@ void Agent::ServiceBack() {
   if (!reconnect_deadline_) return;
   reconnect_deadline_.reset();
   reconnect_timer_.cancel();
-  marks_timer_.cancel();
+  // A lingering node (its outcome decided from the marks) still waits for them.
+  if (!lifecycle_->lingering()) marks_timer_.cancel();
 }
 
 void Agent::OnRejoined() {
@@ -294,6 +329,9 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   // Assignment, OnRejoined.)
   if (!message.has_error() && !session_accepted_) {
     session_accepted_ = true;
+    ever_accepted_ = true;
+    first_accept_deadline_.reset();
+    standby_answers_.clear();
     rotation_->OnAccepted();
     if (rotation_->several() && !lost_endpoint_.empty() && lost_endpoint_ != rdzv_endpoint_) {
       spdlog::info(

@@ -159,7 +159,13 @@ class NodeLifecycle {
     double join_timeout_s = 600;  // First round, and a new round after a stop.
     std::string join_timeout_flag = "--join-timeout";
     double reconnect_timeout_s = 60;  // For messages; the runtime times the reconnect window.
-    double stop_timeout_s = 30;       // For messages; the runtime times the SIGKILL.
+    // How long a node awaiting the outcome, having lost the service, tries to rejoin it (another
+    // replica, or the restarted service) and send its report again before it trusts done marks
+    // that say every node succeeded (at most reconnect_timeout_s). Another node may have rejoined
+    // already: the service, which had not counted every report, would fail the run for want of
+    // this node.
+    absl::Duration rejoin_before_marks = absl::Seconds(10);
+    double stop_timeout_s = 30;  // For messages; the runtime times the SIGKILL.
     absl::Duration drain_timeout = absl::Seconds(2);  // Bound on the wait for worker output.
     // RestartTracker's inputs (its table).
     RestartPolicy restart_policy = RestartPolicy::kGroup;
@@ -233,15 +239,17 @@ class NodeLifecycle {
                        absl::Time deadline);
   bool lingering() const { return linger_.has_value(); }
   // The round's done marks were read (kPollMarks, kPollMarksLater): `marks`, the last ones read
-  // (nullopt while none could be); `service_lost`: the rendezvous service is unreachable.
+  // (nullopt while none could be); `service_lost`: the rendezvous service is unreachable, for
+  // `lost_for` so far.
   // Lingering: finish once they are all there (or at the deadline). Awaiting the outcome without
-  // the service: kFinishFromMarks when every node succeeded, or when every node is done, one's
+  // the service: kFinishFromMarks when every node succeeded (once the service has been away for
+  // rejoin_before_marks, or reconnect_timeout_s if less), or when every node is done, one's
   // workers failed and no group restart is left (the service would end the run as failed).
   // Running without the service and no group restart left: another node's failed mark stops
   // this node's workers (OnMarksFailure). Else kPollMarksLater while the marks may still decide,
   // nothing once they cannot.
-  LifecycleActions OnMarks(const std::optional<MarksView>& marks, bool service_lost,
-                           absl::Time now);
+  LifecycleActions OnMarks(const std::optional<MarksView>& marks, bool service_lost, absl::Time now,
+                           absl::Duration lost_for = absl::InfiniteDuration());
 
   // --- Workers -------------------------------------------------------------------------------
   // A worker exited at `now`; `alive` workers are left.

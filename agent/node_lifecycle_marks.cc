@@ -1,6 +1,7 @@
 // NodeLifecycle's decisions from the round's done marks (node_lifecycle.h, OnMarks): what a node
 // learns from them while the rendezvous service is unreachable (docs/RENDEZVOUS.md, "Losing the
 // service"), and when node rank 0 stops keeping the round's store.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,7 +38,7 @@ void NodeLifecycle::OnLingerStarted(int exit_status, std::string message, bool w
 }
 
 LifecycleActions NodeLifecycle::OnMarks(const std::optional<MarksView>& marks, bool service_lost,
-                                        absl::Time now) {
+                                        absl::Time now, absl::Duration lost_for) {
   if (state_ == NodeState::kDone) return {};
   if (linger_) {
     const bool done =
@@ -49,6 +50,11 @@ LifecycleActions NodeLifecycle::OnMarks(const std::optional<MarksView>& marks, b
     const std::string unreachable =
         absl::StrCat("the rendezvous service at ", options_.rdzv_endpoint, " is unreachable");
     if (marks && marks->all_succeeded) {
+      // Rejoin first: the service (a standby taking over, or the restarted service) may have
+      // another node back already, and it fails a run whose nodes do not all rejoin.
+      const absl::Duration rejoin_first =
+          std::min(options_.rejoin_before_marks, absl::Seconds(options_.reconnect_timeout_s));
+      if (lost_for < rejoin_first) return {PollLater()};
       return {FinishFromMarks(kExitSuccess, absl::StrCat("every node of run '", options_.run_id,
                                                          "' succeeded, as the done marks in the "
                                                          "round's store say (",

@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,10 +44,30 @@ struct StatusFlags {
   bool json = false;
 };
 
+// One GetStatus call to `endpoint`, bounded by `deadline`.
+grpc::Status QueryStatus(const std::string& endpoint, const dgt::rendezvous::ClientOptions& client,
+                         const std::string& run_id, absl::Time deadline,
+                         v1::GetStatusResponse* response) {
+  auto channel = dgt::rendezvous::CreateClientChannel(endpoint, client);
+  if (!channel.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        std::string(channel.status().message()));
+  }
+  grpc::ClientContext ctx;
+  dgt::rendezvous::AuthorizeCall(client, &ctx);
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  auto stub = dgt::rendezvous::NewRendezvousStub(*channel);
+  v1::GetStatusRequest request;
+  request.set_run_id(run_id);
+  return stub->GetStatus(&ctx, request, response);
+}
+
 int RunStatus(const StatusFlags& f) {
-  auto hp = ParseHostPort(f.endpoint, 29400, "--rdzv-endpoint");
+  // One service, or the replicas of one (as dgt-run's --rdzv-endpoint A,B): the leader's answer,
+  // else the first standby's.
+  auto list = ParseEndpointList(f.endpoint, 29400, "--rdzv-endpoint");
   auto timeout = ParseDuration("--timeout", f.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
-  absl::Status bad = !hp.ok() ? hp.status() : timeout.status();
+  absl::Status bad = !list.ok() ? list.status() : timeout.status();
   if (!bad.ok()) {
     std::fprintf(stderr, "dgt status: error: %s\n", std::string(bad.message()).c_str());
     return 2;
@@ -60,30 +83,45 @@ int RunStatus(const StatusFlags& f) {
     }
     client.token = *std::move(token);
   }
-  auto channel = dgt::rendezvous::CreateClientChannel(FormatHostPort(hp->host, hp->port), client);
-  if (!channel.ok()) {
-    std::fprintf(stderr, "dgt status: error: %s\n",
-                 std::string(channel.status().message()).c_str());
-    return 2;
-  }
-  grpc::ClientContext ctx;
-  dgt::rendezvous::AuthorizeCall(client, &ctx);
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + *timeout));
-  auto stub = dgt::rendezvous::NewRendezvousStub(*channel);
-  v1::GetStatusRequest request;
-  request.set_run_id(f.run_id);
+  const absl::Time deadline = absl::Now() + *timeout;
   v1::GetStatusResponse response;
-  grpc::Status st = stub->GetStatus(&ctx, request, &response);
-  if (!st.ok()) {
+  std::string answered;  // The endpoint whose answer `response` is.
+  grpc::Status st;
+  for (const HostPort& hp : *list) {
+    const std::string endpoint = FormatHostPort(hp.host, hp.port);
+    v1::GetStatusResponse r;
+    grpc::Status s = QueryStatus(endpoint, client, f.run_id, deadline, &r);
+    if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      std::fprintf(stderr, "dgt status: error: %s\n", s.error_message().c_str());
+      return 2;
+    }
+    if (!s.ok()) {
+      // The most telling failure: a refusal over "unreachable".
+      if (st.ok() || st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        st = s;
+      }
+      continue;
+    }
+    if (answered.empty() || r.from_leader()) {
+      response = std::move(r);
+      answered = endpoint;
+    }
+    if (response.from_leader()) break;
+  }
+  if (answered.empty()) {
     // One line in dgt-run's words, exit codes as docs/EXIT_CODES.md; gRPC's own text ("failed to
     // connect to all addresses; last error: UNKNOWN: ipv4:...") only for the other codes.
+    const std::string where = list->size() == 1
+                                  ? absl::StrCat("the rendezvous service at ", f.endpoint)
+                                  : absl::StrCat("any of the rendezvous replicas at ", f.endpoint);
     switch (st.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
       case grpc::StatusCode::DEADLINE_EXCEEDED:
         std::fprintf(stderr,
-                     "dgt status: error: cannot reach the rendezvous service at %s within %s "
-                     "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)\n",
-                     f.endpoint.c_str(), absl::FormatDuration(*timeout).c_str());
+                     "dgt status: error: cannot reach %s within %s (is dgt-rendezvous running "
+                     "there? with TLS, pass --rdzv-tls-ca)\n",
+                     where.c_str(), absl::FormatDuration(*timeout).c_str());
         return 69;  // Rendezvous unavailable.
       case grpc::StatusCode::UNAUTHENTICATED:
       case grpc::StatusCode::PERMISSION_DENIED:
@@ -95,6 +133,17 @@ int RunStatus(const StatusFlags& f) {
                      st.error_message().c_str());
         return 1;
     }
+  }
+  if (!response.replica().empty() && !f.json) {
+    // A replica (dgt-rendezvous --backend=etcd): which one answered, and whether it leads.
+    std::printf("replica %s at %s: %s\n", response.replica().c_str(), answered.c_str(),
+                response.from_leader()
+                    ? "the leader"
+                    : absl::StrCat("a standby (leader: ",
+                                   response.leader_address().empty() ? "none known"
+                                                                     : response.leader_address(),
+                                   "; its runs may lag the leader's)")
+                          .c_str());
   }
   if (f.json) {
     std::string out;
@@ -112,7 +161,7 @@ int RunStatus(const StatusFlags& f) {
   }
   if (!f.run_id.empty() && response.runs_size() == 0) {
     std::fprintf(stderr, "dgt status: run '%s' is not known to %s\n", f.run_id.c_str(),
-                 f.endpoint.c_str());
+                 list->size() == 1 ? f.endpoint.c_str() : answered.c_str());
     return 1;
   }
   return 0;
@@ -151,7 +200,8 @@ void AddStatusCommand(CLI::App& app, std::function<int()>* run) {
   CLI::App* cmd = app.add_subcommand("status",
                                      "Runs, rounds, nodes and ranks of a rendezvous "
                                      "service");
-  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint, "dgt-rendezvous HOST[:PORT]")
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint,
+                  "dgt-rendezvous HOST[:PORT], or its replicas' A,B,... (the leader answers)")
       ->capture_default_str();
   cmd->add_option("--rdzv-id,--rdzv_id", flags->run_id, "Only this run");
   cmd->add_option("--rdzv-tls-ca", flags->tls_ca, "PEM CA of the service's certificate");

@@ -18,6 +18,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -114,6 +115,26 @@ absl::Status ProbeBind(const char* flag, const std::string& text) {
 
 void PrintError(const absl::Status& s) {
   std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(s.message()).c_str());
+}
+
+// Whether `host` (a host name, an IPv4 address, or an IPv6 address without brackets) is made of
+// the characters such names have: letters, digits, '.', '-', '_', and ':' / '%' for IPv6.
+bool IsHostName(const std::string& host) {
+  if (host.empty()) return false;
+  for (char c : host) {
+    if (absl::ascii_isalnum(static_cast<unsigned char>(c)) == 0 && c != '.' && c != '-' &&
+        c != '_' && c != ':' && c != '%') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// This machine's host name ("localhost" if it has none).
+std::string HostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
 }
 
 // Exit 2 for a usage error (a bad flag value), 1 for a failure a retry may get past.
@@ -278,6 +299,12 @@ int main(int argc, char** argv) {
     if (bad.ok() && etcd_prefix.empty()) {
       bad = absl::InvalidArgumentError("--etcd-prefix: must not be empty");
     }
+    // "/qa/runs" and "/qa/runs/" name one place: the runs' keys go under "/qa/runs/" and the
+    // leader key, "/qa/runs.leader", stays outside their range (LeaderKeyFor).
+    if (!absl::EndsWith(etcd_prefix, "/")) etcd_prefix += '/';
+    if (!etcd_jobs_prefix.empty() && !absl::EndsWith(etcd_jobs_prefix, "/")) {
+      etcd_jobs_prefix += '/';
+    }
     if (bad.ok() && (etcd_jobs_prefix.empty() || absl::StartsWith(etcd_jobs_prefix, etcd_prefix) ||
                      absl::StartsWith(etcd_prefix, etcd_jobs_prefix))) {
       bad = absl::InvalidArgumentError(absl::StrCat("--etcd-jobs-prefix '", etcd_jobs_prefix,
@@ -294,11 +321,30 @@ int main(int argc, char** argv) {
     } else if (hp->port == 0) {
       bad = absl::InvalidArgumentError(
           absl::StrCat("--advertise-address '", advertise_address, "': needs a port in 1..65535"));
+    } else if (!IsHostName(hp->host)) {
+      // Agents are told this address by the standbys: it must be one they can dial.
+      bad = absl::InvalidArgumentError(absl::StrCat("--advertise-address '", advertise_address,
+                                                    "': '", hp->host,
+                                                    "' is not a host name or IP address"));
     }
   }
-  if (bad.ok() && backend_name == "memory" && !etcd_endpoints.empty()) {
-    bad = absl::InvalidArgumentError(absl::StrCat(
-        "--etcd-endpoints '", etcd_endpoints, "' needs --backend=etcd (the backend is memory)"));
+  if (bad.ok() && backend_name == "memory") {
+    // The replica flags only mean something with replicas, which share their runs through etcd.
+    if (!etcd_endpoints.empty()) {
+      bad = absl::InvalidArgumentError(absl::StrCat(
+          "--etcd-endpoints '", etcd_endpoints, "' needs --backend=etcd (the backend is memory)"));
+    }
+    for (const auto& [flag, text] :
+         {std::pair<const char*, const std::string&>{"--replica-id", replica_id},
+          {"--advertise-address", advertise_address},
+          {"--leader-lease-s", leader_lease_s},
+          {"--etcd-prefix", etcd_prefix}}) {
+      if (bad.ok() && app.count(flag) > 0) {
+        bad = absl::InvalidArgumentError(absl::StrCat(flag, " '", text,
+                                                      "' needs --backend=etcd (the backend is "
+                                                      "memory)"));
+      }
+    }
   }
   if (!bad.ok()) {
     std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(bad.message()).c_str());
@@ -399,15 +445,7 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
-  if (options.elected) {
-    auto listen = dgt::ParseListenAddress(options.listen, "--listen");
-    if (replica_id.empty()) {
-      char host[256] = {};
-      if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
-      replica_id = absl::StrCat(host, ":", listen.ok() ? listen->port : 0);
-    }
-    options.replica_id = replica_id;
-  }
+  options.replica_id = replica_id;  // Empty: HOSTNAME:PORT once the port is bound (below).
   auto server = dgt::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
     PrintError(server.status());
@@ -416,10 +454,18 @@ int main(int argc, char** argv) {
 #ifdef DGT_WITH_ETCD_BACKEND
   std::unique_ptr<dgt::rendezvous::ReplicaElection> election;
   if (options.elected) {
+    // The defaults take the bound port (--listen may say port 0) and, for a wildcard address,
+    // the host name, which other machines can reach (as the jobs service's --advertise-endpoint).
+    const std::string host_name = HostName();
+    if (replica_id.empty()) {
+      replica_id = absl::StrCat(host_name, ":", (*server)->port());
+      (*server)->service()->SetReplicaId(replica_id);
+    }
     if (advertise_address.empty()) {
       auto listen = dgt::ParseListenAddress(options.listen, "--listen");
-      advertise_address =
-          dgt::FormatHostPort(listen.ok() ? listen->host : "127.0.0.1", (*server)->port());
+      std::string host = listen.ok() ? listen->host : "127.0.0.1";
+      if (host.empty() || host == "0.0.0.0" || host == "::") host = host_name;
+      advertise_address = dgt::FormatHostPort(host, (*server)->port());
     }
     dgt::rendezvous::RendezvousService* service = (*server)->service();
     dgt::rendezvous::ReplicaElectionOptions election_options;

@@ -93,6 +93,7 @@ bool ReplicaElection::WaitFor(absl::Duration timeout) {
 void ReplicaElection::Loop() {
   // Pause after a failed campaign (etcd unreachable): doubling from 100 ms to one lease TTL.
   absl::Duration backoff = absl::Milliseconds(100);
+  int64_t warned_same_id = 0;  // The leader key's create revision last warned about.
   while (true) {
     {
       MutexLock lock(&mu_);
@@ -135,6 +136,16 @@ void ReplicaElection::Loop() {
     if (!txn->results.empty() && !txn->results[0].kvs.empty()) {
       leader = DecodeLeaderInfo(txn->results[0].kvs[0].value);
       holder = txn->results[0].kvs[0].create_revision;
+    }
+    if (leader.replica == options_.replica_id && holder != warned_same_id) {
+      // Another process campaigns under this id (its lease, not this one's): both would answer
+      // as "replica ID", and an operator could not tell them apart.
+      warned_same_id = holder;
+      spdlog::warn(
+          "rendezvous: replica {}: the leader key {} names this replica's id, under another "
+          "lease (leader address {}): another replica runs with the same --replica-id; give each "
+          "replica its own",
+          options_.replica_id, options_.key, leader.address.empty() ? "unknown" : leader.address);
     }
     if (options_.on_leader) options_.on_leader(leader);
     absl::StatusOr<std::unique_ptr<etcd::Watcher>> watch = client_->Watch(
@@ -198,8 +209,9 @@ void ReplicaElection::Lead(int64_t lease, int64_t term) {
     why = woken_ ? wake_ : absl::CancelledError("the replica is stopping");
     leader_ = false;
   }
-  spdlog::warn("rendezvous: replica {} lost its leadership: {}", options_.replica_id,
-               std::string(why.message()));
+  // The service says it (RendezvousService::StepDown, with the sessions it ends): once.
+  spdlog::debug("rendezvous: replica {} lost its leadership: {}", options_.replica_id,
+                std::string(why.message()));
   if (options_.on_lost) options_.on_lost(why);
   if (watch.ok()) watch->reset();
   if (keeper.ok()) keeper->reset();

@@ -298,17 +298,33 @@ void RendezvousService::TakeOver() {
   leader_ = true;
   leader_replica_ = replica_id_;
   leader_address_.clear();
+  standby_logged_ = false;
   spdlog::info("rendezvous: replica {} leads: {} run(s) taken over", replica_id_,
                machine_.run_count());
   timer_cv_.SignalAll();
 }
 
+void RendezvousService::SetReplicaId(std::string replica_id) {
+  dgt::MutexLock lock(&mu_);
+  replica_id_ = std::move(replica_id);
+}
+
 void RendezvousService::SetLeader(const std::string& replica, const std::string& address) {
   dgt::MutexLock lock(&mu_);
   if (leader_) return;
+  // The election says who leads after each campaign (every lease TTL): the log, once per change.
+  const bool changed = !standby_logged_ || replica != leader_replica_ || address != leader_address_;
+  standby_logged_ = true;
   leader_replica_ = replica;
   leader_address_ = address;
   if (jobs_ != nullptr) jobs_->SetLeader(address);
+  if (!changed) return;
+  if (replica.empty()) {
+    spdlog::info("rendezvous: replica {} is a standby; no leader now", replica_id_);
+  } else {
+    spdlog::info("rendezvous: replica {} is a standby; the leader is {} at {}", replica_id_,
+                 replica, address.empty() ? "an unknown address" : address);
+  }
 }
 
 void RendezvousService::set_jobs(jobs::JobsService* jobs) {
@@ -343,6 +359,11 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
   {
     dgt::MutexLock lock(&mu_);
     *response = ToProto(machine_.Status(request->run_id()));
+    if (elected_) {
+      response->set_replica(replica_id_);
+      if (!leader_) response->set_leader_address(leader_address_);
+    }
+    response->set_from_leader(leader_);
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -70,6 +70,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // <id> lost its leadership: <why>", the sessions are forgotten (nothing is written about them),
   // and Session streams are refused as a standby's. Idempotent.
   void StepDown(const absl::Status& why);
+  // This replica's name in messages (dgt-rendezvous sets its default, HOSTNAME:PORT, once the
+  // port is bound, before the election starts).
+  void SetReplicaId(std::string replica_id);
   // As a standby: who leads now (empty: nobody), for the refusal's message.
   void SetLeader(const std::string& replica, const std::string& address);
   bool is_leader();
@@ -108,13 +111,15 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const bool elected_;
   jobs::JobsService* jobs_ ABSL_GUARDED_BY(mu_) = nullptr;
-  const std::string replica_id_;
+  std::string replica_id_ ABSL_GUARDED_BY(mu_);
   const std::function<void(const absl::Status&)> on_step_down_;
   bool leader_ ABSL_GUARDED_BY(mu_);
   // Incremented at each takeover and step-down; a session belongs to the term it was opened in.
   uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
   std::string leader_replica_ ABSL_GUARDED_BY(mu_);
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
+  bool standby_logged_ ABSL_GUARDED_BY(mu_) = false;  // SetLeader logged the current leader.
+
   std::thread timer_;
 };
 

@@ -883,6 +883,38 @@ TEST(NodeLifecycleTest, OutcomeFromDoneMarks) {
                           "10.0.0.1:29400 is unreachable))"));
 }
 
+TEST(NodeLifecycleTest, RejoinsBeforeTrustingSuccessfulMarks) {
+  // The leader replica died just before the workers ended: every done mark says success, but the
+  // replica taking over may have another node back already and would fail the run without this
+  // one. The node tries to rejoin for rejoin_before_marks (10 s) before it trusts the marks.
+  const std::string from_marks =
+      "FinishFromMarks(0, every node of run 'job' succeeded, as the done marks in the round's "
+      "store say (the rendezvous service at 10.0.0.1:29400 is unreachable))";
+  Harness h;
+  AwaitOutcome(h);
+  const absl::Time now = h.clock().Now();
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, now, absl::ZeroDuration())),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, now, absl::Milliseconds(9999))),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(h.Do(h.lc().OnMarks(Marks(true), true, now, absl::Seconds(10))),
+              ElementsAre(from_marks));
+  // Node rank 0 too.
+  Harness zero;
+  AwaitOutcome(zero, 0);
+  EXPECT_THAT(zero.Do(zero.lc().OnMarks(Marks(true), true, now, absl::Seconds(3))),
+              ElementsAre("PollMarksLater"));
+  // A shorter read timeout bounds the wait.
+  NodeLifecycle::Options quick = BaseOptions();
+  quick.reconnect_timeout_s = 4;
+  Harness q(quick);
+  AwaitOutcome(q);
+  EXPECT_THAT(q.Do(q.lc().OnMarks(Marks(true), true, now, absl::Milliseconds(3999))),
+              ElementsAre("PollMarksLater"));
+  EXPECT_THAT(q.Do(q.lc().OnMarks(Marks(true), true, now, absl::Seconds(4))),
+              ElementsAre(from_marks));
+}
+
 TEST(NodeLifecycleTest, FailedMarkEndsTheRunWithoutTheService) {
   const std::string marks =
       " (done marks in the round's store; the rendezvous service at 10.0.0.1:29400 is "

@@ -92,8 +92,10 @@ def test_a_standby_is_skipped_at_once(spawn, tmp_path):
     assert stub.stdout.count("refused a session") == 1, stub.stdout
     assert (f"dgt-run: the rendezvous replica at {standby} is a standby (standby: dgt-rendezvous "
             f"replica stub is a standby; no leader now); trying {b}\n") in node.stderr, node.stderr
-    assert f"dgt-run: reconnected to the rendezvous service at {b}; joining run 'standby-first'" \
+    # Its first session: "connected", not "reconnected".
+    assert f"dgt-run: connected to the rendezvous service at {b}; joining run 'standby-first'\n" \
         in node.stderr, node.stderr
+    assert "reconnected" not in node.stderr, node.stderr
     assert len(events(node, "done")) == 1
     # No backoff, no connect timeout: the standby's answer moved the agent on at once.
     assert time.monotonic() - started < 30
@@ -138,3 +140,59 @@ def test_job_survives_the_loss_of_its_replica(spawn, tmp_path):
     ranks = sorted(int(r["env"]["RANK"]) for n in nodes for r in events(n, "start"))
     assert ranks == [0, 1, 2, 3]
     assert failover_s < 10
+
+
+def test_replica_lost_just_before_the_workers_end(spawn, tmp_path):
+    # QA of issue 16: the leader died just before the workers ended. Every done mark says success,
+    # but a node must not leave on them at once: the replica taking over (B, started late here)
+    # fails a run whose nodes do not all rejoin it. Both nodes rejoin B, send their report again,
+    # and B ends the run as succeeded.
+    a_proc, a = replica(spawn, "rdzv-a")
+    b_port = free_loopback_port()
+    b = f"127.0.0.1:{b_port}"
+    flag = tmp_path / "go"
+    nodes = agents(spawn, f"{a},{b}", "late-loss", 2, 2, flag)
+    wait_for(lambda: all(len(events(n, "start")) == 2 for n in nodes), 60, "every worker to start")
+    killed = time.monotonic()
+    a_proc.popen.kill()
+    a_proc.popen.wait(timeout=10)
+    for node in range(2):
+        (tmp_path / f"go.{node}").touch()
+    wait_for(lambda: all(len(events(n, "done")) == 2 for n in nodes), 10, "every worker to end")
+    time.sleep(1)  # The done marks are all there: the nodes used to leave on them here.
+    assert [n.popen.poll() for n in nodes] == [None, None], [n.stderr for n in nodes]
+    replica_b = spawn([BIN / "dgt-rendezvous", "--listen", b], name="rdzv-b")
+    for n in nodes:
+        assert n.wait(timeout=15) == 0, n.stderr
+        assert f"dgt-run: sending this node's report of round 0 again to {b}\n" in n.stderr, \
+            n.stderr
+        assert "as the done marks in the round's store say" not in n.stderr, n.stderr
+    took = time.monotonic() - killed
+    print(f"both nodes done {took:.2f} s after their replica was killed")
+    assert took < 15
+    assert "rendezvous: run succeeded: all 2 nodes succeeded" in replica_b.stderr, replica_b.stderr
+
+
+def test_only_standbys_answer(spawn, tmp_path):
+    # No replica leads (two standbys): exit 69 after --rdzv-connect-timeout naming each answer,
+    # not 75 after --join-timeout; one log line per replica, not two per pass.
+    assert STUB.exists(), f"{STUB} is not built"
+    stubs = [start_listening(spawn, [STUB, "127.0.0.1:0"], f"standby-{i}") for i in range(2)]
+    a, b = (endpoint for _, endpoint in stubs)
+    started = time.monotonic()
+    p = spawn([BIN / "dgt-run", f"--rdzv-endpoint={a},{b}", "--rdzv-id=no-leader", "--nnodes=1",
+               "--rdzv-connect-timeout=3", WAIT_FLAG, str(tmp_path / "go"), "5"], name="agent")
+    assert p.wait(timeout=30) == 69, p.stderr  # kExitRendezvousUnavailable
+    took = time.monotonic() - started
+    answer = "standby: dgt-rendezvous replica stub is a standby; no leader now"
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"dgt-run: error: no rendezvous replica of 2 took the session within 3s: every one that "
+        f"answered is a standby ({a}: {answer}; {b}: {answer}); is the leader's address in "
+        "--rdzv-endpoint? see --rdzv-connect-timeout"), p.stderr
+    assert p.stderr.count("dgt-run: the rendezvous replica at ") == 2, p.stderr
+    assert p.stderr.count(f"dgt-run: connected to the rendezvous service at {b}; joining run "
+                          "'no-leader'\n") == 1, p.stderr
+    assert "reconnected" not in p.stderr, p.stderr
+    # Each pass reached both stubs (every 100..200 ms): many refusals, two log lines.
+    assert all(stub.stdout.count("refused a session") >= 3 for stub, _ in stubs)
+    assert 3 <= took < 15

@@ -5,6 +5,7 @@ exactly one leads (the dgt_rendezvous_leader gauge, and the leader key names its
 flags exit 2. Skips without Debian's etcd except under CI=true (test_rendezvous_etcd.need_etcd)."""
 import json
 import re
+import socket
 import subprocess
 import time
 import urllib.request
@@ -91,6 +92,8 @@ def test_one_leader_and_the_standby_takes_over_when_it_is_killed(spawn, etcd):  
     (["--advertise-address=10.0.0.1"], "--advertise-address: a port is required, got '10.0.0.1'"),
     (["--advertise-address=10.0.0.1:0"],
      "--advertise-address '10.0.0.1:0': needs a port in 1..65535"),
+    (["--advertise-address=a b:1"],
+     "--advertise-address 'a b:1': 'a b' is not a host name or IP address"),
 ])
 def test_bad_replica_flags_exit_2_naming_the_flag_and_value(args, message):
     p = subprocess.run([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", "--backend=etcd",
@@ -98,3 +101,61 @@ def test_bad_replica_flags_exit_2_naming_the_flag_and_value(args, message):
                        capture_output=True, text=True, timeout=20)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip() == f"dgt-rendezvous: error: {message}"
+
+
+@pytest.mark.parametrize("flag", ["--replica-id=r1", "--advertise-address=10.0.0.1:29400",
+                                  "--leader-lease-s=5", "--etcd-prefix=/x/runs/"])
+def test_replica_flags_need_the_etcd_backend(flag):
+    name, value = flag.split("=", 1)
+    p = subprocess.run([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", flag],
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == (f"dgt-rendezvous: error: {name} '{value}' needs --backend=etcd "
+                                "(the backend is memory)")
+
+
+def start(spawn, etcd_endpoint, name, *args):
+    proc = spawn([BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0", "--backend=etcd",
+                  f"--etcd-endpoints={etcd_endpoint}", f"--leader-lease-s={LEASE_S}", *args],
+                 name=name)
+    assert wait_for(lambda: re.search(r"listening on port (\d+)", proc.stdout)
+                    or proc.popen.poll() is not None, 20), proc.stderr
+    assert proc.popen.poll() is None, proc.stderr
+    return proc, int(re.search(r"listening on port (\d+)", proc.stdout).group(1))
+
+
+def dgt_status(*endpoints):
+    return subprocess.run([BIN / "dgt", "status", f"--rdzv-endpoint={','.join(endpoints)}",
+                           "--timeout=5"], capture_output=True, text=True, timeout=30)
+
+
+def test_prefix_defaults_standby_log_and_status_of_a_list(spawn, etcd):  # noqa: F811
+    # No trailing '/' on the prefix: the same place as with one; the default id and address take
+    # the bound port.
+    r1, port1 = start(spawn, etcd, "r1", "--etcd-prefix=/qa/runs")
+    r1_id = f"{socket.gethostname()}:{port1}"
+    assert wait_for(lambda: f"replica {r1_id} leads" in r1.stderr, 10), r1.stderr
+    read = etcdctl(etcd, "get", "/qa/runs.leader", "--print-value-only")
+    assert json.loads(read.stdout) == {"replica": r1_id, "address": f"127.0.0.1:{port1}"}
+    r2, port2 = start(spawn, etcd, "r2", "--etcd-prefix=/qa/runs/", "--replica-id=r2")
+    standby = (f"rendezvous: replica r2 is a standby; the leader is {r1_id} at "
+               f"127.0.0.1:{port1}")
+    assert wait_for(lambda: standby in r2.stderr, 10), r2.stderr
+    time.sleep(3 * LEASE_S)  # Campaigns every TTL: still one line.
+    assert r2.stderr.count("is a standby") == 1, r2.stderr
+    assert "lost its leadership" not in r1.stderr + r2.stderr
+    # dgt status takes the list and says who answered; the leader is preferred.
+    both = dgt_status(f"127.0.0.1:{port2}", f"127.0.0.1:{port1}")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout == f"replica {r1_id} at 127.0.0.1:{port1}: the leader\nno runs\n"
+    one = dgt_status(f"127.0.0.1:{port2}")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == (f"replica r2 at 127.0.0.1:{port2}: a standby (leader: "
+                          f"127.0.0.1:{port1}; its runs may lag the leader's)\nno runs\n")
+    # A third replica under the leader's id is told so.
+    r3, _ = start(spawn, etcd, "r3", "--etcd-prefix=/qa/runs/", f"--replica-id={r1_id}")
+    assert wait_for(lambda: "another replica runs with the same --replica-id" in r3.stderr, 10), \
+        r3.stderr
+    assert (f"rendezvous: replica {r1_id}: the leader key /qa/runs.leader names this replica's "
+            f"id, under another lease (leader address 127.0.0.1:{port1}): another replica runs "
+            "with the same --replica-id; give each replica its own") in r3.stderr
