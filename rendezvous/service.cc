@@ -58,11 +58,11 @@ class RendezvousService::SessionReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      service_->OnSessionEnded(id_);
+      service_->OnSessionEnded(id_, term_);
       End();
       return;
     }
-    service_->OnMessage(id_, incoming_);
+    service_->OnMessage(id_, term_, incoming_);
     StartRead(&incoming_);
   }
 
@@ -77,10 +77,10 @@ class RendezvousService::SessionReactor final
     MaybeWriteLocked();
   }
 
-  void OnCancel() override { service_->OnSessionEnded(id_); }
+  void OnCancel() override { service_->OnSessionEnded(id_, term_); }
 
   void OnDone() override {
-    service_->OnSessionEnded(id_);
+    service_->OnSessionEnded(id_, term_);
     service_->Unregister(id_);
     delete this;
   }
@@ -151,7 +151,8 @@ RendezvousService::RendezvousService(RoundStateOptions options, std::string toke
       elected_(elected),
       replica_id_(std::move(replica_id)),
       on_step_down_(std::move(on_step_down)),
-      leader_(!elected) {
+      leader_(!elected),
+      group_commit_(options.backend != nullptr) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -214,11 +215,39 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
   return reactor;
 }
 
-void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
+void RendezvousService::OnMessage(SessionId session, uint64_t term,
+                                  const v1::AgentMessage& message) {
+  // Converted here, outside the service's mutex.
+  Event event{session, term, FromProto(message)};
+  if (group_commit_) {
+    Enqueue(std::move(event));
+    return;
+  }
   dgt::MutexLock lock(&mu_);
   if (stopping_ || !ServingLocked(session)) return;
-  absl::Time now = absl::Now();
-  absl::StatusOr<AgentMessage> converted = FromProto(message);
+  std::vector<Outgoing> out;
+  HandleLocked(event, absl::Now(), out);
+  Dispatch(std::move(out));
+  CheckCommitLocked();
+}
+
+void RendezvousService::HandleLocked(const Event& event, absl::Time now,
+                                     std::vector<Outgoing>& out) {
+  auto append = [&out](std::vector<Outgoing> more) {
+    if (out.empty()) {
+      out = std::move(more);
+    } else {
+      out.insert(out.end(), std::make_move_iterator(more.begin()),
+                 std::make_move_iterator(more.end()));
+    }
+  };
+  const SessionId session = event.session;
+  if (!event.message) {
+    append(machine_.OnSessionClosed(session, now));
+    timer_cv_.SignalAll();  // A join deadline may have started.
+    return;
+  }
+  const absl::StatusOr<AgentMessage>& converted = *event.message;
   if (!converted.ok()) {
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
@@ -232,17 +261,55 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
         "node)",
         j->node_id, j->address, j->store_port, j->run_id, j->min_nodes, j->max_nodes,
         j->nproc_per_node);
-    Dispatch(machine_.OnJoin(session, *j, now));
+    append(machine_.OnJoin(session, *j, now));
     timer_cv_.SignalAll();  // A last-call deadline may have started.
   } else if (const auto* report = std::get_if<NodeReport>(&*converted)) {
-    Dispatch(machine_.OnReport(session, *report, now));
+    append(machine_.OnReport(session, *report, now));
     timer_cv_.SignalAll();
   } else if (const auto* ready = std::get_if<StoreReady>(&*converted)) {
-    Dispatch(machine_.OnStoreReady(session, *ready, now));
+    append(machine_.OnStoreReady(session, *ready, now));
   }
-  CheckCommitLocked();
 }
 
+void RendezvousService::Enqueue(Event event) {
+  {
+    dgt::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(event));
+    // The thread draining the queue takes this event into its next batch.
+    if (draining_) return;
+    draining_ = true;
+  }
+  DrainQueue();
+}
+
+void RendezvousService::DrainQueue() {
+  // Bounded: each pass takes what queued while the previous batch committed; the loop ends when
+  // a batch committed with nothing queued behind it.
+  for (;;) {
+    std::vector<Event> batch;
+    {
+      dgt::MutexLock lock(&queue_mu_);
+      if (queue_.empty()) {
+        draining_ = false;
+        return;
+      }
+      batch.swap(queue_);
+    }
+    dgt::MutexLock lock(&mu_);
+    if (stopping_) continue;
+    const absl::Time now = absl::Now();
+    std::vector<Outgoing> out;
+    machine_.BeginBatch();
+    for (const Event& event : batch) {
+      // A session of an earlier term (another leadership) is not this replica's to serve.
+      if (elected_ && (!leader_ || event.term != term_)) continue;
+      HandleLocked(event, now, out);
+    }
+    // One write per touched run; the batch's messages only once it holds.
+    if (machine_.EndBatch().ok()) Dispatch(std::move(out));
+    CheckCommitLocked();
+  }
+}
 bool RendezvousService::ServingLocked(SessionId session) {
   if (!elected_) return true;
   if (!leader_) return false;
@@ -306,14 +373,19 @@ bool RendezvousService::is_leader() {
   return leader_;
 }
 
-void RendezvousService::OnSessionEnded(SessionId session) {
+void RendezvousService::OnSessionEnded(SessionId session, uint64_t term) {
+  if (group_commit_) {
+    Enqueue(Event{session, term, std::nullopt});
+    return;
+  }
   dgt::MutexLock lock(&mu_);
   // The service itself is shutting down and ending every stream: nodes are not lost, and no new
   // round (or "stop your workers") must come of it.
   if (stopping_ || !ServingLocked(session)) return;
-  Dispatch(machine_.OnSessionClosed(session, absl::Now()));
+  std::vector<Outgoing> out;
+  HandleLocked(Event{session, term, std::nullopt}, absl::Now(), out);
+  Dispatch(std::move(out));
   CheckCommitLocked();
-  timer_cv_.SignalAll();  // A join deadline may have started.
 }
 
 grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerContext* context,
@@ -340,6 +412,11 @@ std::optional<RunStatus> RendezvousService::RunStatusOf(const std::string& run_i
     if (run.run_id == run_id) return std::move(run);
   }
   return std::nullopt;
+}
+
+size_t RendezvousService::queued_events() {
+  dgt::MutexLock lock(&queue_mu_);
+  return queue_.size();
 }
 
 void RendezvousService::Unregister(SessionId session) {
