@@ -259,7 +259,7 @@ TEST(GroupCommitTest, ABatchOfEventsCommitsEachTouchedRunOnce) {
   // Outside a batch each event commits at its end, as before.
   JoinRequest second = Join("m2", 1, 2);
   second.run_id = "other";
-  EXPECT_NE(Find<JoinProgress>(m.OnJoin(5, second, kT0), 5), nullptr);
+  EXPECT_NE(Find<Assignment>(m.OnJoin(5, second, kT0), 5), nullptr);
   EXPECT_EQ(backend.commits, 3);
 }
 

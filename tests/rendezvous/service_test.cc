@@ -359,10 +359,18 @@ std::vector<std::unique_ptr<OpenSession>> JoinFiveBehindAHeldCommit(RendezvousSe
                                                                     GatedBackend& backend,
                                                                     v1::Rendezvous::Stub* stub) {
   std::vector<std::unique_ptr<OpenSession>> nodes;
+  for (int i = 0; i < 5; ++i) nodes.push_back(Open(stub));
+  // Every stream is open on the service before the commit is held (opening one takes the
+  // service's mutex, which the commit holds).
+  EXPECT_TRUE(Eventually([&] {
+    return server.service()->RenderMetrics().find("dgt_rendezvous_sessions 5\n") !=
+           std::string::npos;
+  }));
   for (int i = 0; i < 5; ++i) {
-    nodes.push_back(Open(stub));
-    EXPECT_TRUE(nodes.back()->stream->Write(FloodJoin("gc", absl::StrCat("n", i), 5)));
-    if (i == 0) EXPECT_TRUE(backend.held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_TRUE(nodes[i]->stream->Write(FloodJoin("gc", absl::StrCat("n", i), 5)));
+    if (i == 0) {
+      EXPECT_TRUE(backend.held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    }
   }
   EXPECT_TRUE(Eventually([&] { return server.service()->queued_events() == 4; }));
   EXPECT_EQ(backend.commits.load(), 1);
