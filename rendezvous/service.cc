@@ -161,6 +161,7 @@ RendezvousService::~RendezvousService() { Stop(); }
 void RendezvousService::Stop(bool quiet) {
   {
     dgt::MutexLock lock(&mu_);
+    dgt::MutexLock registry(&reg_mu_);
     if (!stopping_ && !sessions_.empty()) {
       spdlog::log(quiet ? spdlog::level::debug : spdlog::level::info,
                   "rendezvous: shutting down; ending {} agent session(s)", sessions_.size());
@@ -187,7 +188,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
   std::string peer_ip = PeerIp(context->peer());
-  dgt::MutexLock lock(&mu_);
+  // Not the service's mutex: a stream opens while a commit is in flight.
+  dgt::MutexLock lock(&reg_mu_);
   if (!leader_) {
     // The contract agents rely on (--rdzv-endpoint a,b): "standby:" moves them to the next one.
     return new RejectReactor(grpc::Status(
@@ -249,6 +251,7 @@ void RendezvousService::HandleLocked(const Event& event, absl::Time now,
   }
   const absl::StatusOr<AgentMessage>& converted = *event.message;
   if (!converted.ok()) {
+    dgt::MutexLock registry(&reg_mu_);
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
       it->second->Send(ToProto(ServiceMessage(Refusal{converted.status()})), /*close=*/true);
@@ -298,11 +301,19 @@ void RendezvousService::DrainQueue() {
     dgt::MutexLock lock(&mu_);
     if (stopping_) continue;
     const absl::Time now = absl::Now();
+    bool leader = false;
+    uint64_t term = 0;
+    {
+      // Both change only under mu_ as well: they hold for the whole batch.
+      dgt::MutexLock registry(&reg_mu_);
+      leader = leader_;
+      term = term_;
+    }
     std::vector<Outgoing> out;
     machine_.BeginBatch();
     for (const Event& event : batch) {
       // A session of an earlier term (another leadership) is not this replica's to serve.
-      if (elected_ && (!leader_ || event.term != term_)) continue;
+      if (elected_ && (!leader || event.term != term)) continue;
       HandleLocked(event, now, out);
     }
     // One write per touched run; the batch's messages only once it holds.
@@ -312,6 +323,7 @@ void RendezvousService::DrainQueue() {
 }
 bool RendezvousService::ServingLocked(SessionId session) {
   if (!elected_) return true;
+  dgt::MutexLock registry(&reg_mu_);
   if (!leader_) return false;
   auto it = sessions_.find(session);
   return it == sessions_.end() || it->second->term() == term_;
@@ -319,12 +331,13 @@ bool RendezvousService::ServingLocked(SessionId session) {
 
 void RendezvousService::CheckCommitLocked() {
   const absl::Status failure = machine_.commit_failure();
-  if (failure.ok() || !elected_ || !leader_) return;
+  if (failure.ok() || !elected_ || !is_leader()) return;
   StepDownLocked(failure);
   if (on_step_down_) on_step_down_(failure);
 }
 
 void RendezvousService::StepDownLocked(const absl::Status& why) {
+  dgt::MutexLock registry(&reg_mu_);
   if (!leader_ || !elected_) return;
   leader_ = false;
   ++term_;
@@ -345,31 +358,37 @@ void RendezvousService::StepDown(const absl::Status& why) {
 
 void RendezvousService::TakeOver() {
   dgt::MutexLock lock(&mu_);
-  if (stopping_ || leader_ || !elected_) return;
-  ++term_;
+  if (stopping_ || is_leader() || !elected_) return;
+  {
+    dgt::MutexLock registry(&reg_mu_);
+    ++term_;
+  }
   if (absl::Status adopted = machine_.AdoptRuns(absl::Now()); !adopted.ok()) {
     spdlog::warn("rendezvous: replica {} won the election but cannot take the runs over: {}",
                  replica_id_, adopted.ToString());
     if (on_step_down_) on_step_down_(adopted);
     return;
   }
-  leader_ = true;
-  leader_replica_ = replica_id_;
-  leader_address_.clear();
+  {
+    dgt::MutexLock registry(&reg_mu_);
+    leader_ = true;
+    leader_replica_ = replica_id_;
+    leader_address_.clear();
+  }
   spdlog::info("rendezvous: replica {} leads: {} run(s) taken over", replica_id_,
                machine_.run_count());
   timer_cv_.SignalAll();
 }
 
 void RendezvousService::SetLeader(const std::string& replica, const std::string& address) {
-  dgt::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&reg_mu_);
   if (leader_) return;
   leader_replica_ = replica;
   leader_address_ = address;
 }
 
 bool RendezvousService::is_leader() {
-  dgt::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&reg_mu_);
   return leader_;
 }
 
@@ -420,7 +439,7 @@ size_t RendezvousService::queued_events() {
 }
 
 void RendezvousService::Unregister(SessionId session) {
-  dgt::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&reg_mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   auto peer = sessions_per_peer_.find(it->second->peer_ip());
@@ -429,6 +448,7 @@ void RendezvousService::Unregister(SessionId session) {
 }
 
 void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
+  dgt::MutexLock registry(&reg_mu_);
   // One line per round (not per node): a round of 10,000 nodes must not log 10,000 lines.
   int stops = 0;
   std::string stop_reason;
@@ -473,6 +493,7 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
 
 std::string RendezvousService::RenderMetrics() {
   dgt::MutexLock lock(&mu_);
+  dgt::MutexLock registry(&reg_mu_);
   const RoundStateMachine::Counters& c = machine_.counters();
   std::string out;
   absl::StrAppend(&out, "# HELP dgt_rendezvous_runs Runs known to the service, by state.\n",
@@ -510,7 +531,7 @@ std::string RendezvousService::RenderMetrics() {
 void RendezvousService::TimerLoop() {
   dgt::MutexLock lock(&mu_);
   while (!stopping_) {
-    if (!leader_) {
+    if (!is_leader()) {
       // A standby decides nothing; TakeOver wakes the loop.
       timer_cv_.Wait(&mu_);
       continue;

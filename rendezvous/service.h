@@ -126,20 +126,24 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   dgt::Mutex mu_;
   dgt::CondVar timer_cv_;
   RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(mu_);
-  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  // The sessions and the leadership, under their own mutex (taken after mu_ where both are): a
+  // Session stream opens, and a standby refuses one, while a commit holds mu_. leader_ and term_
+  // change only with both held.
+  dgt::Mutex reg_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(reg_mu_);
+  SessionId next_session_ ABSL_GUARDED_BY(reg_mu_) = 1;
   // Open sessions by peer address (IP without port).
-  absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(mu_);
-  uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(reg_mu_);
+  uint64_t refused_sessions_ ABSL_GUARDED_BY(reg_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const bool elected_;
   const std::string replica_id_;
   const std::function<void(const absl::Status&)> on_step_down_;
-  bool leader_ ABSL_GUARDED_BY(mu_);
+  bool leader_ ABSL_GUARDED_BY(reg_mu_);
   // Incremented at each takeover and step-down; a session belongs to the term it was opened in.
-  uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string leader_replica_ ABSL_GUARDED_BY(mu_);
-  std::string leader_address_ ABSL_GUARDED_BY(mu_);
+  uint64_t term_ ABSL_GUARDED_BY(reg_mu_) = 0;
+  std::string leader_replica_ ABSL_GUARDED_BY(reg_mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(reg_mu_);
   std::thread timer_;
   // Group commit (see the top of this file): on with a RoundStateOptions::backend.
   const bool group_commit_;
