@@ -81,11 +81,27 @@ void RoundStateMachine::CommitTouched() {
 }
 
 std::vector<Outgoing> RoundStateMachine::Committed(std::vector<Outgoing> out) {
+  // In a batch the runs stay staged (the next event of the batch reads and changes the same
+  // stage); EndBatch commits them, and the caller holds `out` until it did.
+  if (in_batch_) return out;
   const bool failed_before = !commit_failure_.ok();
   CommitTouched();
   if (commit_failure_.ok()) return out;
   if (!failed_before) ++counters_.failed_commits;
   return {};
+}
+
+void RoundStateMachine::BeginBatch() {
+  in_batch_ = true;
+  batch_failed_before_ = !commit_failure_.ok();
+}
+
+absl::Status RoundStateMachine::EndBatch() {
+  in_batch_ = false;
+  CommitTouched();
+  // An event of the batch may have failed already (a delete): the batch counts once.
+  if (!commit_failure_.ok() && !batch_failed_before_) ++counters_.failed_commits;
+  return commit_failure_;
 }
 
 void RoundStateMachine::ForgetSessions() { sessions_.clear(); }

@@ -5,8 +5,8 @@
 // layer on top, converts at its edge with proto_convert.h) and keeps every run in a
 // RunStateBackend (run_state_backend.h; in memory unless RoundStateOptions::backend names
 // another): each event stages the runs it reads for a change and commits them when it is
-// handled, one commit per run per event. docs/RENDEZVOUS.md describes the semantics; the short
-// form:
+// handled, one commit per run per event (or per batch of events: BeginBatch). docs/RENDEZVOUS.md
+// describes the semantics; the short form:
 //
 // - The first round closes as soon as MAX nodes joined, or at MIN once the last-call timeout has
 //   passed since MIN was reached.
@@ -108,6 +108,18 @@ class RoundStateMachine {
   // discarded, and every later On* returns nothing until AdoptRuns: the service steps down
   // (docs/ETCD.md, "Replicas").
   const absl::Status& commit_failure() const { return commit_failure_; }
+
+  // Group commit (docs/ETCD.md, "Replicas"): between BeginBatch and EndBatch the On* calls stage
+  // their runs but commit nothing, so that each run one or more of the batch's events touched is
+  // written once, by EndBatch. Their messages must not be sent before EndBatch returns OK: when
+  // it fails (commit_failure() says why, counted once in failed_commits), nothing of the batch
+  // may reach an agent and the service steps down, as for a failed commit of one event. Outside
+  // a batch every On* commits at its end, as before. A batch is not nested.
+  void BeginBatch();
+  // Commits every run the batch touched, stopping at the first failure (the rest discarded).
+  // Returns commit_failure(): OK, or why the batch (or an event of it) failed.
+  absl::Status EndBatch();
+  bool in_batch() const { return in_batch_; }
 
   // Forgets every session (this replica stopped serving: its agent streams are ended). Writes
   // nothing.
@@ -211,6 +223,10 @@ class RoundStateMachine {
   std::vector<std::string> touched_;
   absl::flat_hash_map<SessionId, SessionRef> sessions_;
   absl::Status commit_failure_;
+  // Between BeginBatch and EndBatch: Committed() leaves the touched runs staged.
+  bool in_batch_ = false;
+  // Whether commit_failure_ was set already when the batch began (counted then).
+  bool batch_failed_before_ = false;
 };
 
 }  // namespace dgt::rendezvous

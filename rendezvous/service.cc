@@ -58,11 +58,11 @@ class RendezvousService::SessionReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      service_->OnSessionEnded(id_);
+      service_->OnSessionEnded(id_, term_);
       End();
       return;
     }
-    service_->OnMessage(id_, incoming_);
+    service_->OnMessage(id_, term_, incoming_);
     StartRead(&incoming_);
   }
 
@@ -77,10 +77,10 @@ class RendezvousService::SessionReactor final
     MaybeWriteLocked();
   }
 
-  void OnCancel() override { service_->OnSessionEnded(id_); }
+  void OnCancel() override { service_->OnSessionEnded(id_, term_); }
 
   void OnDone() override {
-    service_->OnSessionEnded(id_);
+    service_->OnSessionEnded(id_, term_);
     service_->Unregister(id_);
     delete this;
   }
@@ -151,7 +151,8 @@ RendezvousService::RendezvousService(RoundStateOptions options, std::string toke
       elected_(elected),
       replica_id_(std::move(replica_id)),
       on_step_down_(std::move(on_step_down)),
-      leader_(!elected) {
+      leader_(!elected),
+      group_commit_(options.backend != nullptr) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -160,6 +161,7 @@ RendezvousService::~RendezvousService() { Stop(); }
 void RendezvousService::Stop(bool quiet) {
   {
     dgt::MutexLock lock(&mu_);
+    dgt::MutexLock registry(&reg_mu_);
     if (!stopping_ && !sessions_.empty()) {
       spdlog::log(quiet ? spdlog::level::debug : spdlog::level::info,
                   "rendezvous: shutting down; ending {} agent session(s)", sessions_.size());
@@ -186,7 +188,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
         grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
   }
   std::string peer_ip = PeerIp(context->peer());
-  dgt::MutexLock lock(&mu_);
+  // Not the service's mutex: a stream opens while a commit is in flight.
+  dgt::MutexLock lock(&reg_mu_);
   if (!leader_) {
     // The contract agents rely on (--rdzv-endpoint a,b): "standby:" moves them to the next one.
     return new RejectReactor(grpc::Status(
@@ -214,12 +217,41 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
   return reactor;
 }
 
-void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& message) {
+void RendezvousService::OnMessage(SessionId session, uint64_t term,
+                                  const v1::AgentMessage& message) {
+  // Converted here, outside the service's mutex.
+  Event event{session, term, FromProto(message)};
+  if (group_commit_) {
+    Enqueue(std::move(event));
+    return;
+  }
   dgt::MutexLock lock(&mu_);
   if (stopping_ || !ServingLocked(session)) return;
-  absl::Time now = absl::Now();
-  absl::StatusOr<AgentMessage> converted = FromProto(message);
+  std::vector<Outgoing> out;
+  HandleLocked(event, absl::Now(), out);
+  Dispatch(std::move(out));
+  CheckCommitLocked();
+}
+
+void RendezvousService::HandleLocked(const Event& event, absl::Time now,
+                                     std::vector<Outgoing>& out) {
+  auto append = [&out](std::vector<Outgoing> more) {
+    if (out.empty()) {
+      out = std::move(more);
+    } else {
+      out.insert(out.end(), std::make_move_iterator(more.begin()),
+                 std::make_move_iterator(more.end()));
+    }
+  };
+  const SessionId session = event.session;
+  if (!event.message) {
+    append(machine_.OnSessionClosed(session, now));
+    timer_cv_.SignalAll();  // A join deadline may have started.
+    return;
+  }
+  const absl::StatusOr<AgentMessage>& converted = *event.message;
   if (!converted.ok()) {
+    dgt::MutexLock registry(&reg_mu_);
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
       it->second->Send(ToProto(ServiceMessage(Refusal{converted.status()})), /*close=*/true);
@@ -232,19 +264,66 @@ void RendezvousService::OnMessage(SessionId session, const v1::AgentMessage& mes
         "node)",
         j->node_id, j->address, j->store_port, j->run_id, j->min_nodes, j->max_nodes,
         j->nproc_per_node);
-    Dispatch(machine_.OnJoin(session, *j, now));
+    append(machine_.OnJoin(session, *j, now));
     timer_cv_.SignalAll();  // A last-call deadline may have started.
   } else if (const auto* report = std::get_if<NodeReport>(&*converted)) {
-    Dispatch(machine_.OnReport(session, *report, now));
+    append(machine_.OnReport(session, *report, now));
     timer_cv_.SignalAll();
   } else if (const auto* ready = std::get_if<StoreReady>(&*converted)) {
-    Dispatch(machine_.OnStoreReady(session, *ready, now));
+    append(machine_.OnStoreReady(session, *ready, now));
   }
-  CheckCommitLocked();
 }
 
+void RendezvousService::Enqueue(Event event) {
+  {
+    dgt::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(event));
+    // The thread draining the queue takes this event into its next batch.
+    if (draining_) return;
+    draining_ = true;
+  }
+  DrainQueue();
+}
+
+void RendezvousService::DrainQueue() {
+  // Bounded: each pass takes what queued while the previous batch committed; the loop ends when
+  // a batch committed with nothing queued behind it.
+  for (;;) {
+    std::vector<Event> batch;
+    {
+      dgt::MutexLock lock(&queue_mu_);
+      if (queue_.empty()) {
+        draining_ = false;
+        return;
+      }
+      batch.swap(queue_);
+    }
+    dgt::MutexLock lock(&mu_);
+    if (stopping_) continue;
+    const absl::Time now = absl::Now();
+    bool leader = false;
+    uint64_t term = 0;
+    {
+      // Both change only under mu_ as well: they hold for the whole batch.
+      dgt::MutexLock registry(&reg_mu_);
+      leader = leader_;
+      term = term_;
+    }
+    std::vector<Outgoing> out;
+    machine_.BeginBatch();
+    for (const Event& event : batch) {
+      // A session of an earlier term (another leadership) is not this replica's to serve.
+      if (elected_ && (!leader || event.term != term)) continue;
+      HandleLocked(event, now, out);
+    }
+    // One write per touched run; the batch's messages only once it holds.
+    if (machine_.EndBatch().ok()) Dispatch(std::move(out));
+    CheckCommitLocked();
+  }
+}
 bool RendezvousService::ServingLocked(SessionId session) {
   if (!elected_) return true;
+  dgt::MutexLock registry(&reg_mu_);
   if (!leader_) return false;
   auto it = sessions_.find(session);
   return it == sessions_.end() || it->second->term() == term_;
@@ -252,12 +331,13 @@ bool RendezvousService::ServingLocked(SessionId session) {
 
 void RendezvousService::CheckCommitLocked() {
   const absl::Status failure = machine_.commit_failure();
-  if (failure.ok() || !elected_ || !leader_) return;
+  if (failure.ok() || !elected_ || !is_leader()) return;
   StepDownLocked(failure);
   if (on_step_down_) on_step_down_(failure);
 }
 
 void RendezvousService::StepDownLocked(const absl::Status& why) {
+  dgt::MutexLock registry(&reg_mu_);
   if (!leader_ || !elected_) return;
   leader_ = false;
   ++term_;
@@ -279,8 +359,11 @@ void RendezvousService::StepDown(const absl::Status& why) {
 
 void RendezvousService::TakeOver() {
   dgt::MutexLock lock(&mu_);
-  if (stopping_ || leader_ || !elected_) return;
-  ++term_;
+  if (stopping_ || is_leader() || !elected_) return;
+  {
+    dgt::MutexLock registry(&reg_mu_);
+    ++term_;
+  }
   if (absl::Status adopted = machine_.AdoptRuns(absl::Now()); !adopted.ok()) {
     spdlog::warn("rendezvous: replica {} won the election but cannot take the runs over: {}",
                  replica_id_, adopted.ToString());
@@ -295,10 +378,13 @@ void RendezvousService::TakeOver() {
       return;
     }
   }
-  leader_ = true;
-  leader_replica_ = replica_id_;
-  leader_address_.clear();
-  standby_logged_ = false;
+  {
+    dgt::MutexLock registry(&reg_mu_);
+    leader_ = true;
+    leader_replica_ = replica_id_;
+    leader_address_.clear();
+    standby_logged_ = false;
+  }
   spdlog::info("rendezvous: replica {} leads: {} run(s) taken over", replica_id_,
                machine_.run_count());
   timer_cv_.SignalAll();
@@ -310,7 +396,13 @@ void RendezvousService::SetReplicaId(std::string replica_id) {
 }
 
 void RendezvousService::SetLeader(const std::string& replica, const std::string& address) {
+  {
+    dgt::MutexLock registry(&reg_mu_);
+    if (leader_) return;  // Without waiting for mu_, which a leader holds while it commits.
+  }
+  // replica_id_ and jobs_ are the main mutex's; the registry's is taken after it.
   dgt::MutexLock lock(&mu_);
+  dgt::MutexLock registry(&reg_mu_);
   if (leader_) return;
   // The election says who leads after each campaign (every lease TTL): the log, once per change.
   const bool changed = !standby_logged_ || replica != leader_replica_ || address != leader_address_;
@@ -333,18 +425,23 @@ void RendezvousService::set_jobs(jobs::JobsService* jobs) {
 }
 
 bool RendezvousService::is_leader() {
-  dgt::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&reg_mu_);
   return leader_;
 }
 
-void RendezvousService::OnSessionEnded(SessionId session) {
+void RendezvousService::OnSessionEnded(SessionId session, uint64_t term) {
+  if (group_commit_) {
+    Enqueue(Event{session, term, std::nullopt});
+    return;
+  }
   dgt::MutexLock lock(&mu_);
   // The service itself is shutting down and ending every stream: nodes are not lost, and no new
   // round (or "stop your workers") must come of it.
   if (stopping_ || !ServingLocked(session)) return;
-  Dispatch(machine_.OnSessionClosed(session, absl::Now()));
+  std::vector<Outgoing> out;
+  HandleLocked(Event{session, term, std::nullopt}, absl::Now(), out);
+  Dispatch(std::move(out));
   CheckCommitLocked();
-  timer_cv_.SignalAll();  // A join deadline may have started.
 }
 
 grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerContext* context,
@@ -378,8 +475,13 @@ std::optional<RunStatus> RendezvousService::RunStatusOf(const std::string& run_i
   return std::nullopt;
 }
 
+size_t RendezvousService::queued_events() {
+  dgt::MutexLock lock(&queue_mu_);
+  return queue_.size();
+}
+
 void RendezvousService::Unregister(SessionId session) {
-  dgt::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&reg_mu_);
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   auto peer = sessions_per_peer_.find(it->second->peer_ip());
@@ -388,6 +490,7 @@ void RendezvousService::Unregister(SessionId session) {
 }
 
 void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
+  dgt::MutexLock registry(&reg_mu_);
   // One line per round (not per node): a round of 10,000 nodes must not log 10,000 lines.
   int stops = 0;
   std::string stop_reason;
@@ -432,6 +535,7 @@ void RendezvousService::Dispatch(std::vector<Outgoing> outgoing) {
 
 std::string RendezvousService::RenderMetrics() {
   dgt::MutexLock lock(&mu_);
+  dgt::MutexLock registry(&reg_mu_);
   const RoundStateMachine::Counters& c = machine_.counters();
   std::string out;
   absl::StrAppend(&out, "# HELP dgt_rendezvous_runs Runs known to the service, by state.\n",
@@ -469,7 +573,7 @@ std::string RendezvousService::RenderMetrics() {
 void RendezvousService::TimerLoop() {
   dgt::MutexLock lock(&mu_);
   while (!stopping_) {
-    if (!leader_) {
+    if (!is_leader()) {
       // A standby decides nothing; TakeOver wakes the loop.
       timer_cv_.Wait(&mu_);
       continue;

@@ -5,14 +5,25 @@
 // Each Session stream is a reactor; the round logic is RoundStateMachine under one mutex, and a
 // timer thread drives its deadlines. No reactor thread ever blocks.
 //
+// Group commit (a RoundStateOptions::backend given: etcd, where each write is a round trip):
+// agent events (messages, ended streams) are queued; the reactor that finds no batch in flight
+// becomes the committer and drains the queue in batches: it handles a batch's events in order
+// (RoundStateMachine::BeginBatch: staged, not written), commits each run they touched once
+// (EndBatch), and only then sends their messages, in order. Events that arrive meanwhile make
+// the next batch: N joins during one write cost one more write, not N. A failed batch commit
+// sends nothing of the batch and steps down (docs/ETCD.md, "Replicas"). Without a backend (in
+// memory, where a commit costs nothing) each event is handled and sent at once.
+//
 // Thread-safety: thread-safe.
 #ifndef DGT_RENDEZVOUS_SERVICE_H_
 #define DGT_RENDEZVOUS_SERVICE_H_
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -82,12 +93,30 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // The operators' view of one run (RoundStateMachine::Status); nullopt for an unknown run. The
   // jobs service polls its started jobs' runs here.
   std::optional<RunStatus> RunStatusOf(const std::string& run_id);
+  // Group commit: agent events queued behind the batch in flight (0 without a backend). For
+  // tests.
+  size_t queued_events();
 
  private:
   class SessionReactor;
 
-  void OnMessage(SessionId session, const v1::AgentMessage& message);
-  void OnSessionEnded(SessionId session);
+  // One agent event: a message (converted from the wire, or why it cannot be), or the end of the
+  // session's stream (no message). `term`: the term the session was opened in.
+  struct Event {
+    SessionId session = 0;
+    uint64_t term = 0;
+    std::optional<absl::StatusOr<AgentMessage>> message;
+  };
+
+  void OnMessage(SessionId session, uint64_t term, const v1::AgentMessage& message);
+  void OnSessionEnded(SessionId session, uint64_t term);
+  // Group commit: queues `event`, and drains the queue unless another thread is draining it.
+  void Enqueue(Event event);
+  void DrainQueue();
+  // Runs `event` through the machine, appending its messages to `out` (a conversion error is
+  // refused at once: it depends on no state).
+  void HandleLocked(const Event& event, absl::Time now, std::vector<Outgoing>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unregister(SessionId session);
   void Dispatch(std::vector<Outgoing> outgoing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After each event: a failed commit ends the leadership (StepDownLocked, then on_step_down_).
@@ -103,24 +132,35 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   dgt::Mutex mu_;
   dgt::CondVar timer_cv_;
   RoundStateMachine machine_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(mu_);
-  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  // The sessions and the leadership, under their own mutex (taken after mu_ where both are): a
+  // Session stream opens, and a standby refuses one, while a commit holds mu_. leader_ and term_
+  // change only with both held.
+  dgt::Mutex reg_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<SessionId, SessionReactor*> sessions_ ABSL_GUARDED_BY(reg_mu_);
+  SessionId next_session_ ABSL_GUARDED_BY(reg_mu_) = 1;
   // Open sessions by peer address (IP without port).
-  absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(mu_);
-  uint64_t refused_sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> sessions_per_peer_ ABSL_GUARDED_BY(reg_mu_);
+  uint64_t refused_sessions_ ABSL_GUARDED_BY(reg_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const bool elected_;
   jobs::JobsService* jobs_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string replica_id_ ABSL_GUARDED_BY(mu_);
   const std::function<void(const absl::Status&)> on_step_down_;
-  bool leader_ ABSL_GUARDED_BY(mu_);
+  bool leader_ ABSL_GUARDED_BY(reg_mu_);
   // Incremented at each takeover and step-down; a session belongs to the term it was opened in.
-  uint64_t term_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string leader_replica_ ABSL_GUARDED_BY(mu_);
-  std::string leader_address_ ABSL_GUARDED_BY(mu_);
-  bool standby_logged_ ABSL_GUARDED_BY(mu_) = false;  // SetLeader logged the current leader.
+  uint64_t term_ ABSL_GUARDED_BY(reg_mu_) = 0;
+  std::string leader_replica_ ABSL_GUARDED_BY(reg_mu_);
+  std::string leader_address_ ABSL_GUARDED_BY(reg_mu_);
+  bool standby_logged_ ABSL_GUARDED_BY(reg_mu_) = false;  // SetLeader logged the current leader.
 
   std::thread timer_;
+  // Group commit (see the top of this file): on with a RoundStateOptions::backend.
+  const bool group_commit_;
+  // Taken without mu_ (a reactor queues an event while a batch commits) and never while mu_ is
+  // held by the same thread.
+  dgt::Mutex queue_mu_;
+  std::vector<Event> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool draining_ ABSL_GUARDED_BY(queue_mu_) = false;
 };
 
 struct RendezvousServerOptions {

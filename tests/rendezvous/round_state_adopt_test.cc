@@ -227,5 +227,65 @@ TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   EXPECT_EQ(Find<Refusal>(out, 3), nullptr);
 }
 
+TEST(GroupCommitTest, ABatchOfEventsCommitsEachTouchedRunOnce) {
+  FailingBackend backend;
+  RoundStateOptions options;
+  options.backend = &backend;
+  RoundStateMachine m(options);
+  m.BeginBatch();
+  EXPECT_TRUE(m.in_batch());
+  // Three joins of a run of 3 and one of another run: handled in order (the third closes the
+  // round with every node's assignment), nothing written yet.
+  std::vector<Outgoing> out;
+  for (int i = 1; i <= 3; ++i) {
+    for (auto& o : m.OnJoin(i, Join(absl::StrCat("n", i), 3, 3), kT0)) out.push_back(o);
+  }
+  JoinRequest other = Join("m1", 1, 2);
+  other.run_id = "other";
+  for (auto& o : m.OnJoin(4, other, kT0)) out.push_back(o);
+  EXPECT_EQ(backend.commits, 0);
+  ASSERT_TRUE(m.EndBatch().ok());
+  EXPECT_FALSE(m.in_batch());
+  // One write per run, not one per event.
+  EXPECT_EQ(backend.commits, 2);
+  for (SessionId s = 1; s <= 3; ++s) {
+    const Assignment* a = Find<Assignment>(out, s);
+    ASSERT_NE(a, nullptr) << "session " << s;
+    EXPECT_EQ(a->node_rank, static_cast<int32_t>(s - 1));
+    EXPECT_EQ(a->world_size, 6);
+  }
+  EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
+  EXPECT_EQ(m.StateOf("other"), RunState::kGathering);
+  // Outside a batch each event commits at its end, as before.
+  JoinRequest second = Join("m2", 1, 2);
+  second.run_id = "other";
+  EXPECT_NE(Find<Assignment>(m.OnJoin(5, second, kT0), 5), nullptr);
+  EXPECT_EQ(backend.commits, 3);
+}
+
+TEST(GroupCommitTest, AFailedBatchCommitFailsOnceAndHandlesNothingMore) {
+  FailingBackend backend;
+  RoundStateOptions options;
+  options.backend = &backend;
+  RoundStateMachine m(options);
+  m.BeginBatch();
+  EXPECT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  // The round closes in the batch: the caller holds these until EndBatch (and drops them).
+  std::vector<Outgoing> held = m.OnJoin(2, Join("n2", 2, 2), kT0);
+  EXPECT_NE(Find<Assignment>(held, 1), nullptr);
+  EXPECT_NE(Find<Assignment>(held, 2), nullptr);
+  EXPECT_EQ(backend.commits, 0);
+  backend.fail = absl::UnavailableError("etcd down");
+  EXPECT_EQ(m.EndBatch(), absl::UnavailableError("etcd down"));
+  EXPECT_EQ(backend.commits, 1);
+  EXPECT_EQ(m.counters().failed_commits, 1u);
+  // A later batch handles nothing and is not counted again.
+  m.BeginBatch();
+  EXPECT_TRUE(m.OnJoin(3, Join("n3", 2, 2), kT0).empty());
+  EXPECT_EQ(m.EndBatch(), absl::UnavailableError("etcd down"));
+  EXPECT_EQ(backend.commits, 1);
+  EXPECT_EQ(m.counters().failed_commits, 1u);
+}
+
 }  // namespace
 }  // namespace dgt::rendezvous

@@ -2,9 +2,13 @@
 // health service and the Prometheus endpoint.
 #include "rendezvous/service.h"
 
+#include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/raw_client.h"
@@ -285,6 +289,158 @@ TEST(ServiceLimitsTest, AJoinFloodIsCappedAndDoesNotStallOtherRuns) {
   good->Finish();
   for (auto& s : flood) s->ctx.TryCancel();
   for (auto& s : flood) s->stream->Finish();
+}
+
+// A RunStateBackend in memory whose commits are counted, can be held (a slow etcd write) and can
+// fail (etcd unreachable), for the group commit.
+class GatedBackend final : public RunStateBackend {
+ public:
+  const RunRecord* Find(absl::string_view id) const override { return mem_.Find(id); }
+  Revision RevisionOf(absl::string_view id) const override { return mem_.RevisionOf(id); }
+  void ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const override { mem_.ForEach(fn); }
+  size_t size() const override { return mem_.size(); }
+  absl::StatusOr<RunRecord*> Create(absl::string_view id) override { return mem_.Create(id); }
+  RunRecord* Mutable(absl::string_view id) override { return mem_.Mutable(id); }
+  absl::StatusOr<Revision> Commit(absl::string_view id) override {
+    const int n = ++commits;
+    if (n == hold_commit) {
+      held.Notify();
+      // Bounded: the test releases it within seconds.
+      if (!release.WaitForNotificationWithTimeout(absl::Seconds(20))) {
+        return absl::DeadlineExceededError("test: commit never released");
+      }
+    }
+    if (n == fail_commit) return absl::UnavailableError("etcd unreachable (test)");
+    return mem_.Commit(id);
+  }
+  absl::Status Delete(absl::string_view id) override { return mem_.Delete(id); }
+  absl::StatusOr<Revision> CompareAndPut(const RunRecord& run, Revision expected,
+                                         LeaseId lease) override {
+    return mem_.CompareAndPut(run, expected, lease);
+  }
+  absl::Status CompareAndDelete(absl::string_view id, Revision expected) override {
+    return mem_.CompareAndDelete(id, expected);
+  }
+  absl::StatusOr<LeaseId> GrantLease(absl::Duration ttl, absl::Time now) override {
+    return mem_.GrantLease(ttl, now);
+  }
+  absl::Status KeepAlive(LeaseId lease, absl::Time now) override {
+    return mem_.KeepAlive(lease, now);
+  }
+  absl::Status RevokeLease(LeaseId lease) override { return mem_.RevokeLease(lease); }
+  void ExpireLeases(absl::Time now) override { mem_.ExpireLeases(now); }
+  WatchId Watch(std::function<void(const RunEvent&)> fn) override {
+    return mem_.Watch(std::move(fn));
+  }
+  void CancelWatch(WatchId id) override { mem_.CancelWatch(id); }
+
+  std::atomic<int> commits{0};
+  int hold_commit = 1;  // The commit (1-based) that waits for `release`.
+  int fail_commit = 0;  // The commit that fails; 0: none.
+  absl::Notification held;
+  absl::Notification release;
+
+ private:
+  InMemoryRunStateBackend mem_;
+};
+
+// Polls `done` every 10 ms for up to 10 s.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+// The first node joins a run of 5 and its commit is held; the other 4 join meanwhile and queue.
+// Returns the 5 sessions, their joins written.
+std::vector<std::unique_ptr<OpenSession>> JoinFiveBehindAHeldCommit(RendezvousServer& server,
+                                                                    GatedBackend& backend,
+                                                                    v1::Rendezvous::Stub* stub) {
+  std::vector<std::unique_ptr<OpenSession>> nodes;
+  for (int i = 0; i < 5; ++i) nodes.push_back(Open(stub));
+  // Every stream is open on the service before the commit is held (opening one takes the
+  // service's mutex, which the commit holds).
+  EXPECT_TRUE(Eventually([&] {
+    return server.service()->RenderMetrics().find("dgt_rendezvous_sessions 5\n") !=
+           std::string::npos;
+  }));
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(nodes[i]->stream->Write(FloodJoin("gc", absl::StrCat("n", i), 5)));
+    if (i == 0) {
+      EXPECT_TRUE(backend.held.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    }
+  }
+  EXPECT_TRUE(Eventually([&] { return server.service()->queued_events() == 4; }));
+  EXPECT_EQ(backend.commits.load(), 1);
+  return nodes;
+}
+
+TEST(GroupCommitTest, JoinsDuringOneCommitAreCommittedByOneMoreWrite) {
+  GatedBackend backend;
+  RendezvousServerOptions options;
+  options.rounds.backend = &backend;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  auto nodes = JoinFiveBehindAHeldCommit(**server, backend, stub.get());
+  backend.release.Notify();
+  // Every node is assigned (ranks in node-id order) after one more write: 2 commits, not 5.
+  for (int i = 0; i < 5; ++i) {
+    v1::ServiceMessage reply;
+    do {
+      ASSERT_TRUE(nodes[i]->stream->Read(&reply)) << "node " << i;
+    } while (reply.has_progress());
+    ASSERT_TRUE(reply.has_assignment()) << reply.DebugString();
+    EXPECT_EQ(reply.assignment().node_rank(), i);
+    EXPECT_EQ(reply.assignment().world_size(), 10);
+  }
+  EXPECT_EQ(backend.commits.load(), 2);
+  EXPECT_EQ((*server)->service()->queued_events(), 0U);
+  for (auto& n : nodes) n->ctx.TryCancel();
+  for (auto& n : nodes) n->stream->Finish();
+}
+
+TEST(GroupCommitTest, AFailedBatchCommitSendsNothingOfItAndStepsDown) {
+  GatedBackend backend;
+  backend.fail_commit = 2;  // The batch of the 4 joins queued behind the first.
+  std::atomic<int> step_downs{0};
+  std::string why;
+  RendezvousServerOptions options;
+  options.rounds.backend = &backend;
+  options.elected = true;
+  options.replica_id = "r1";
+  options.on_step_down = [&](const absl::Status& s) {
+    why = std::string(s.message());
+    ++step_downs;
+  };
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->service()->TakeOver();
+  ASSERT_TRUE((*server)->service()->is_leader());
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  auto nodes = JoinFiveBehindAHeldCommit(**server, backend, stub.get());
+  backend.release.Notify();
+  // Node 0's join was written: it hears its progress. Nothing of the failed batch (no
+  // assignment, no progress) reaches any node: each stream ends with the step-down.
+  v1::ServiceMessage reply;
+  ASSERT_TRUE(nodes[0]->stream->Read(&reply));
+  EXPECT_TRUE(reply.has_progress()) << reply.DebugString();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(nodes[i]->stream->Read(&reply)) << "node " << i << ": " << reply.DebugString();
+    grpc::Status status = nodes[i]->stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << "node " << i;
+    EXPECT_EQ(status.error_message(), "replica r1 lost its leadership: etcd unreachable (test)");
+  }
+  EXPECT_EQ(backend.commits.load(), 2);
+  EXPECT_EQ(step_downs.load(), 1);
+  EXPECT_EQ(why, "etcd unreachable (test)");
+  EXPECT_FALSE((*server)->service()->is_leader());
+  EXPECT_NE((*server)->service()->RenderMetrics().find("dgt_rendezvous_failed_commits_total 1\n"),
+            std::string::npos);
 }
 
 TEST(RendezvousServerTest, BadOptionsAreReported) {
