@@ -50,7 +50,8 @@ struct JobsServiceOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // How long ReadLog waits for the node's LogChunk (DEADLINE_EXCEEDED after).
   absl::Duration log_timeout = absl::Seconds(10);
-  // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint).
+  // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint). Its
+  // lost_node_grace (10 s) is how long a node lost mid-job has to come back with the job.
   SchedulerOptions scheduler;
 };
 
