@@ -383,7 +383,8 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& h
                          std::vector<Action>* out) {
   changes_.jobs.insert(job.info.job_id());
   const int32_t max_restarts = job.info.spec().max_restarts();
-  const int32_t used = std::max(job.info.restarts(), job.replacements);
+  // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
+  const int32_t used = job.info.restarts() + job.replacements;
   const std::string lost = absl::StrCat("node ", node, ": its daemon was lost mid-job (", how, ")");
   if (used >= max_restarts) {
     Finish(job, "failed", absl::StrCat(lost, "; max_restarts ", max_restarts), now);
@@ -392,7 +393,7 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& h
   }
   ++job.replacements;
   job.info.set_reason(
-      absl::StrCat(lost, "; replacing it (restart ", job.replacements, " of ", max_restarts, ")"));
+      absl::StrCat(lost, "; replacing it (restart ", used + 1, " of ", max_restarts, ")"));
   if (!Replace(job, node, out)) job.to_replace.insert(node);
 }
 

@@ -25,14 +25,14 @@
 //   running_job_ids within lost_node_grace is back on it (as if nothing happened). One that
 //   registers again without it, or that has not registered again when the grace ends (Tick), lost
 //   the job's processes on that node (dgt-agent's dgt-run dies with its daemon: PR_SET_PDEATHSIG).
-//   Then, when the job has restarts left — max(the run's restart count, node replacements so far)
-//   < spec.max_restarts; the two are not added, as a replacement is itself what makes the run
-//   restart — the node is replaced: StartJob for the same job id goes to that node when it is
-//   registered and idle, else to the first idle matching node (by name) that is not in the job,
-//   else to the first such node once there is one; its dgt-run joins the run (same run id) and
-//   the rendezvous forms a new round with it. Without restarts left the job fails at once, its
-//   reason naming the node ("node b: its daemon was lost mid-job (no re-registration within 10 s);
-//   max_restarts 0"), and its other nodes get CancelJob. Replacements are not persisted (a
+//   Then, when the job has restarts left — the run's restart count + node replacements so far <
+//   spec.max_restarts (the rendezvous re-forms the round with a replacement as "nodes rejoined",
+//   not counting it as a restart) — the node is replaced: StartJob for the same job id goes to that
+//   node when it is registered and idle, else to the first idle matching node (by name) that is not
+//   in the job, else to the first such node once there is one; its dgt-run joins the run (same run
+//   id) and the rendezvous forms a new round with it. Without restarts left the job fails at once,
+//   its reason naming the node ("node b: its daemon was lost mid-job (no re-registration within
+//   10 s); max_restarts 0"), and its other nodes get CancelJob. Replacements are not persisted (a
 //   restarted service counts from 0). Until then, a node lost while every other node exits counts
 //   as gone: the job ends ("its daemon was lost before it reported the job's end").
 //   A listed job that is unknown, finished or not this node's is cancelled on that node.

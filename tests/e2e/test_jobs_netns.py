@@ -427,6 +427,34 @@ def test_kill9_of_a_daemon_mid_job(fleet):
     fleet.wait_nodes_idle({"node1", "node2"})
 
 
+def test_kill9_with_a_restart_left_starts_the_node_again(fleet):
+    """The same with max_restarts 1: the restarted daemon gets the job again (same job id); its
+    dgt-run joins the run's next round with node1's (a round of "nodes rejoined", not a restart
+    of the run), and the workers of both nodes all_reduce again."""
+    job = fleet.submit(fleet.spec("hold", 600, procs=1, max_restarts=1))
+    fleet.wait_state(job, {"running"}, 60)
+    fleet.wait_holding(job, 2)
+    fleet.agents[2].popen.send_signal(signal.SIGKILL)
+    fleet.agents[2].popen.wait(timeout=10)
+    wait_for(lambda: not fleet.h.user_pids(2), 15, "node2's workers to die with their daemon")
+    fleet.start_agent(2)
+    lost = "node node2: its daemon was lost mid-job"
+    wait_for(lambda: "replacing" in fleet.show(job).get("reason", ""), 30, "node2's replacement")
+    info = fleet.show(job)
+    assert info["state"] == "running", info
+    assert info["reason"] in {
+        f"{lost} (it registered again without the job); replacing it (restart 1 of 1)",
+        f"{lost} (no re-registration within 10 s); replacing it (restart 1 of 1)"}, info
+    # The new round's all_reduce spans both nodes: each rank holds a second time.
+    wait_for(lambda: all(fleet.log(job, r, check=False).count("holding") == 2 for r in (0, 1)),
+             90, "both ranks holding in the new round")
+    assert fleet.show(job)["state"] == "running"
+    fleet.dgt("cancel", job, "--grace", "2")
+    assert fleet.wait_state(job, {"cancelled"}, 30)["state"] == "cancelled"
+    wait_for(lambda: not fleet.h.user_pids(), 15, "every worker to end on cancel")
+    fleet.wait_nodes_idle({"node1", "node2"})
+
+
 def test_restarted_daemon_takes_the_next_job(fleet):
     agent = fleet.agents[1]
     agent.popen.send_signal(signal.SIGTERM)

@@ -380,7 +380,7 @@ TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   RunStatus(id, {"b", "a"}, 1);
   EXPECT_EQ(Job(id).restarts(), 1);
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit -1", "b rank 0 first 0 exit -1"));
-  // A second loss: no restart left (max(run restarts 1, replacements 1) = max_restarts 1).
+  // A second loss: no restart left (run restarts 1 + replacements 1 >= max_restarts 1).
   Deregister("b");
   now_ += absl::Seconds(10);
   EXPECT_THAT(Tick(), ElementsAre("a cancel job-1 30"));
