@@ -307,6 +307,12 @@ grpc::Status JobsService::OnHello(NodeReactor* reactor, const v1::NodeHello& hel
 }
 
 void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message) {
+  // A node's exit may end the job before the next poll: read its run first (outside mu_, as the
+  // poller does), so the job keeps the ranks its run gave (`dgt logs --rank`).
+  std::optional<rendezvous::RunStatus> run;
+  if (message.has_update() && message.update().event() == "exited" && options_.run_status) {
+    run = options_.run_status(message.update().job_id());
+  }
   dgt::MutexLock lock(&mu_);
   if (stopping_ || !leader_) return;
   const std::string& node = reactor->node();
@@ -317,6 +323,7 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
   switch (message.kind_case()) {
     case v1::NodeMessage::kUpdate: {
       const v1::JobUpdate& u = message.update();
+      if (run.has_value()) scheduler_.OnRunStatus(*run, now);
       absl::Status s = scheduler_.OnUpdate(node, u, now, &actions);
       if (!s.ok()) {
         spdlog::warn("jobs: node '{}': {}", node, s.message());
@@ -448,6 +455,11 @@ void JobsService::PollLoop() {
   absl::Time next_poll = absl::Now();
   while (!stopping_) {
     absl::Time now = absl::Now();
+    // Nodes lost mid-job whose grace ended: replaced, or their job fails.
+    std::vector<Action> actions;
+    scheduler_.Tick(now, &actions);
+    Dispatch(std::move(actions));
+    Persist();
     // Log reads whose node did not answer in time.
     for (auto p = pending_logs_.begin(); p != pending_logs_.end();) {
       if (p->second.deadline <= now) {
@@ -465,7 +477,10 @@ void JobsService::PollLoop() {
       std::vector<rendezvous::RunStatus> runs;
       mu_.Unlock();  // The rendezvous takes its own mutex.
       for (const std::string& id : active) {
-        if (auto run = options_.run_status(id); run.has_value()) runs.push_back(*std::move(run));
+        // A run the rendezvous does not know: an empty status (an ended job's final poll).
+        std::optional<rendezvous::RunStatus> run = options_.run_status(id);
+        if (!run.has_value()) run.emplace().run_id = id;
+        runs.push_back(*std::move(run));
       }
       mu_.Lock();
       if (stopping_) break;
@@ -478,7 +493,7 @@ void JobsService::PollLoop() {
     } else if (now >= next_poll) {
       next_poll = now + options_.poll_interval;  // A standby polls nothing.
     }
-    absl::Time wake = next_poll;
+    absl::Time wake = std::min(next_poll, scheduler_.NextTick());
     for (const auto& [id, p] : pending_logs_) wake = std::min(wake, p.deadline);
     cv_.WaitWithDeadline(&mu_, wake);
   }

@@ -62,7 +62,8 @@ struct JobsServiceOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // How long ReadLog waits for the node's LogChunk (DEADLINE_EXCEEDED after).
   absl::Duration log_timeout = absl::Seconds(10);
-  // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint).
+  // Scheduler options; rdzv_endpoint may also be set later (set_rdzv_endpoint). Its
+  // lost_node_grace (10 s) is how long a node lost mid-job has to come back with the job.
   SchedulerOptions scheduler;
   // One of several replicas (RendezvousServerOptions::elected): start as a standby, serve after
   // TakeOver. `replica_id` names it in messages. `on_fenced` is called (under the service's mutex:

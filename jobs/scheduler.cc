@@ -1,5 +1,6 @@
 #include "jobs/scheduler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -90,6 +91,19 @@ bool Scheduler::Matches(const v1::JobSpec& spec, const Node& node) const {
 }
 
 void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
+  // Lost nodes waiting for a replacement come before queued jobs (their job already runs).
+  for (const std::string& id : order_) {
+    Job& job = jobs_.at(id);
+    if (job.to_replace.empty()) continue;
+    if (job.info.finished_unix_s() > 0) {
+      job.to_replace.clear();
+      continue;
+    }
+    std::set<std::string> waiting = job.to_replace;
+    for (const std::string& lost : waiting) {
+      if (Replace(job, lost, out)) job.to_replace.erase(lost);
+    }
+  }
   std::string blocker;
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);
@@ -176,6 +190,8 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
     }
     Job& job = *MutableJob(id);
     job.gone.erase(name);
+    job.lost.erase(name);
+    job.to_replace.erase(name);
     node.info.set_job_id(id);
   }
   // Jobs that had this node and that it no longer runs: it is gone from them.
@@ -185,6 +201,15 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
     if (jn == nullptr || jn->exit_code() >= 0 || job.info.finished_unix_s() > 0) continue;
     changes_.jobs.insert(id);
     job.gone.insert(name);
+    if (job.to_replace.contains(name)) continue;  // Lost already: waits for an idle node.
+    const bool was_lost = job.lost.erase(name) > 0;
+    if (job.info.state() == "starting" || job.info.state() == "running") {
+      LoseNode(job, name,
+               was_lost ? "it registered again without the job"
+                        : "it registered again without the job after a service restart",
+               now, out);
+      continue;
+    }
     if (job.first_failure.empty()) {
       job.first_failure = absl::StrCat("node ", name,
                                        ": its daemon registered again without the job (dgt-run "
@@ -207,7 +232,11 @@ void Scheduler::Deregister(const std::string& name, absl::Time now, std::vector<
   if (!job_id.empty()) {
     if (Job* job = MutableJob(job_id); job != nullptr) {
       v1::JobNode* jn = JobNodeOf(*job, name);
-      if (jn != nullptr && jn->exit_code() < 0) job->gone.insert(name);
+      if (jn != nullptr && jn->exit_code() < 0) {
+        job->gone.insert(name);
+        const std::string& state = job->info.state();
+        if (state == "starting" || state == "running") job->lost[name] = now;
+      }
       // A cancelled job waits for no node that is gone.
       if (job->info.state() == "cancelled") MaybeFinish(*job, now);
     }
@@ -255,6 +284,7 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   jn = JobNodeOf(job, node);
   jn->set_exit_code(update.exit_code());
   job.gone.erase(node);
+  job.lost.erase(node);
   FreeNode(node, job.info.job_id());
   if (update.exit_code() != 0 && job.first_failure.empty()) {
     job.first_failure =
@@ -298,6 +328,7 @@ void Scheduler::MaybeFinish(Job& job, absl::Time now) {
   }
   if (job.info.state() == "cancelled") {
     job.info.set_finished_unix_s(UnixSeconds(now));
+    job.final_poll = true;
     return;
   }
   if (all_ok) {
@@ -313,6 +344,93 @@ void Scheduler::Finish(Job& job, const std::string& state, const std::string& re
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_finished_unix_s(UnixSeconds(now));
+  job.final_poll = true;
+  job.lost.clear();
+  job.to_replace.clear();
+}
+
+void Scheduler::Tick(absl::Time now, std::vector<Action>* out) {
+  for (const std::string& id : order_) {
+    Job& job = jobs_.at(id);
+    if (job.lost.empty()) continue;
+    std::vector<std::string> expired;
+    for (const auto& [name, since] : job.lost) {
+      if (now - since >= options_.lost_node_grace) expired.push_back(name);
+    }
+    for (const std::string& name : expired) {
+      job.lost.erase(name);
+      changes_.jobs.insert(id);
+      if (job.info.finished_unix_s() > 0) continue;
+      LoseNode(job, name,
+               absl::StrCat("no re-registration within ",
+                            absl::ToDoubleSeconds(options_.lost_node_grace), " s"),
+               now, out);
+    }
+  }
+  Place(now, out);
+}
+
+absl::Time Scheduler::NextTick() const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& [name, since] : job.lost)
+      next = std::min(next, since + options_.lost_node_grace);
+  }
+  return next;
+}
+
+void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& how, absl::Time now,
+                         std::vector<Action>* out) {
+  changes_.jobs.insert(job.info.job_id());
+  const int32_t max_restarts = job.info.spec().max_restarts();
+  // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
+  const int32_t used = job.info.restarts() + job.replacements;
+  const std::string lost = absl::StrCat("node ", node, ": its daemon was lost mid-job (", how, ")");
+  if (used >= max_restarts) {
+    Finish(job, "failed", absl::StrCat(lost, "; max_restarts ", max_restarts), now);
+    CancelNodes(job, options_.default_grace_s, out);
+    return;
+  }
+  ++job.replacements;
+  job.info.set_reason(
+      absl::StrCat(lost, "; replacing it (restart ", used + 1, " of ", max_restarts, ")"));
+  if (!Replace(job, node, out)) job.to_replace.insert(node);
+}
+
+bool Scheduler::Replace(Job& job, const std::string& lost, std::vector<Action>* out) {
+  auto usable = [&](const Node& n) {
+    return !n.draining && n.info.job_id().empty() && Matches(job.info.spec(), n);
+  };
+  std::string chosen;
+  if (auto it = nodes_.find(lost); it != nodes_.end() && usable(it->second)) {
+    chosen = lost;
+  } else {
+    for (const auto& [name, n] : nodes_) {
+      if (usable(n) && JobNodeOf(job, name) == nullptr) {
+        chosen = name;
+        break;
+      }
+    }
+  }
+  if (chosen.empty()) return false;
+  changes_.jobs.insert(job.info.job_id());
+  v1::JobNode* jn = JobNodeOf(job, lost);
+  jn->set_node_name(chosen);
+  jn->set_node_rank(-1);
+  jn->set_first_rank(-1);
+  jn->set_exit_code(-1);
+  job.gone.erase(lost);
+  job.started.erase(lost);
+  Node& node = *MutableNode(chosen);
+  node.info.set_job_id(job.info.job_id());
+  SetNodeState(node);
+  Action action{chosen, {}};
+  v1::StartJob* start = action.message.mutable_start();
+  start->set_job_id(job.info.job_id());
+  *start->mutable_spec() = job.info.spec();
+  start->set_rdzv_endpoint(options_.rdzv_endpoint);
+  out->push_back(std::move(action));
+  return true;
 }
 
 void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
@@ -320,19 +438,22 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
   if (it == jobs_.end()) return;
   Job& job = it->second;
   const std::string& state = job.info.state();
-  if (state != "starting" && state != "running") return;
+  const bool active = state == "starting" || state == "running";
+  if (!active && !job.final_poll) return;
+  job.final_poll = false;
   v1::JobInfo before = job.info;
   const int32_t per_node = job.info.spec().distribution().process_count_per_instance();
-  job.info.set_restarts(run.restart_count);
+  if (run.restart_count > job.info.restarts()) job.info.set_restarts(run.restart_count);
   for (const rendezvous::NodeStatus& ns : run.nodes) {
     v1::JobNode* jn = JobNodeOf(job, ns.node_id);
-    if (jn == nullptr) continue;
+    // A node without a rank now (waiting, or the run closed) keeps the one it had.
+    if (jn == nullptr || ns.node_rank < 0) continue;
     jn->set_node_rank(ns.node_rank);
-    jn->set_first_rank(ns.node_rank >= 0 ? ns.node_rank * per_node : -1);
+    jn->set_first_rank(ns.node_rank * per_node);
   }
   if (state == "starting" && run.round >= 0) job.info.set_state("running");
   absl::string_view outcome = run.outcome;
-  if (absl::ConsumePrefix(&outcome, "failed: ")) job.run_failure = std::string(outcome);
+  if (active && absl::ConsumePrefix(&outcome, "failed: ")) job.run_failure = std::string(outcome);
   if (job.info.SerializeAsString() != before.SerializeAsString()) {
     changes_.jobs.insert(job.info.job_id());
   }
@@ -402,8 +523,9 @@ std::vector<v1::NodeInfo> Scheduler::Nodes() const {
 std::vector<std::string> Scheduler::ActiveJobIds() const {
   std::vector<std::string> out;
   for (const std::string& id : order_) {
-    const std::string& state = jobs_.at(id).info.state();
-    if (state == "starting" || state == "running") out.push_back(id);
+    const Job& job = jobs_.at(id);
+    const std::string& state = job.info.state();
+    if (state == "starting" || state == "running" || job.final_poll) out.push_back(id);
   }
   return out;
 }

@@ -20,10 +20,22 @@
 //   in time ("node b: dgt-run exited with code 1: ..."). A node that failed while the job was
 //   still starting (it could not start dgt-run) cancels the job's other nodes: without it their
 //   run can never form.
-// - A node lost mid-job (Deregister: its stream broke) leaves the job as it is: what happens to the
-//   run is dgt-run's rendezvous' decision (a restart with the survivors, or a failure). A daemon
-//   that registers again listing the job in running_job_ids is back on it; one that does not list
-//   it is gone from it. A listed job that is unknown or finished is cancelled on that node.
+// - A node lost mid-job (Deregister: its stream broke while the job was starting or running and
+//   the node had not reported "exited"): a daemon that registers again listing the job in
+//   running_job_ids within lost_node_grace is back on it (as if nothing happened). One that
+//   registers again without it, or that has not registered again when the grace ends (Tick), lost
+//   the job's processes on that node (dgt-agent's dgt-run dies with its daemon: PR_SET_PDEATHSIG).
+//   Then, when the job has restarts left — the run's restart count + node replacements so far <
+//   spec.max_restarts (the rendezvous re-forms the round with a replacement as "nodes rejoined",
+//   not counting it as a restart) — the node is replaced: StartJob for the same job id goes to that
+//   node when it is registered and idle, else to the first idle matching node (by name) that is not
+//   in the job, else to the first such node once there is one; its dgt-run joins the run (same run
+//   id) and the rendezvous forms a new round with it. Without restarts left the job fails at once,
+//   its reason naming the node ("node b: its daemon was lost mid-job (no re-registration within
+//   10 s); max_restarts 0"), and its other nodes get CancelJob. Replacements are not persisted (a
+//   restarted service counts from 0). Until then, a node lost while every other node exits counts
+//   as gone: the job ends ("its daemon was lost before it reported the job's end").
+//   A listed job that is unknown, finished or not this node's is cancelled on that node.
 // - Cancel: a queued job ends at once; a starting or running one is "cancelled" at once and each
 //   of its nodes still running gets CancelJob; the nodes stay busy until they report "exited".
 //
@@ -57,6 +69,9 @@ struct SchedulerOptions {
   std::string rdzv_endpoint;
   // CancelJob grace when a Cancel asks for 0 (seconds; jobs.proto: 30 s).
   double default_grace_s = 30;
+  // How long a node lost mid-job may take to register again listing the job before the job
+  // restarts without it or fails (see the rules above).
+  absl::Duration lost_node_grace = absl::Seconds(10);
 };
 
 class Scheduler {
@@ -85,8 +100,16 @@ class Scheduler {
   // (nothing changes).
   absl::Status OnUpdate(const std::string& node, const v1::JobUpdate& update, absl::Time now,
                         std::vector<Action>* out);
-  // The status of the run with the job's id (RoundStateMachine::Status); ignored for a job that
-  // is not starting or running.
+  // Ends the lost_node_grace of nodes lost mid-job (replacing them or failing their job); call
+  // about once a second.
+  void Tick(absl::Time now, std::vector<Action>* out);
+  // When the next lost_node_grace ends (InfiniteFuture when no node is lost): Tick then.
+  absl::Time NextTick() const;
+  // The status of the run with the job's id (RoundStateMachine::Status; a run the rendezvous does
+  // not know: one with only run_id set). Node ranks and restarts are only ever learned, never
+  // cleared (a closed run keeps the ranks it had), so `dgt logs --rank` works after the job ended.
+  // A job that is not starting or running takes it once after it ended (its final poll: a job
+  // over before the 1 s poll still learns its ranks), then ignores it.
   void OnRunStatus(const rendezvous::RunStatus& run, absl::Time now);
   // Cancels a job. `grace_s` 0: default_grace_s. Errors: NotFound (unknown id);
   // FailedPrecondition naming the state of a job that already finished.
@@ -107,7 +130,8 @@ class Scheduler {
   // Registered nodes, by name.
   std::vector<v1::NodeInfo> Nodes() const;
   bool IsRegistered(const std::string& node) const { return nodes_.contains(node); }
-  // Jobs whose run status matters (starting, running, or cancelled with nodes still running).
+  // Jobs whose run status matters: starting, running, or ended and not yet given their final
+  // poll (OnRunStatus).
   std::vector<std::string> ActiveJobIds() const;
   static bool Terminal(const std::string& state);
 
@@ -123,10 +147,14 @@ class Scheduler {
  private:
   struct Job {
     v1::JobInfo info;
-    std::set<std::string> started;  // Nodes that reported "started".
-    std::set<std::string> gone;     // Nodes lost without the job.
-    std::string first_failure;      // The first failure in time.
-    std::string run_failure;        // The run's failed outcome, without "failed: ".
+    std::set<std::string> started;           // Nodes that reported "started".
+    std::set<std::string> gone;              // Nodes lost without the job.
+    std::string first_failure;               // The first failure in time.
+    std::string run_failure;                 // The run's failed outcome, without "failed: ".
+    std::map<std::string, absl::Time> lost;  // Nodes lost mid-job: when their stream broke.
+    std::set<std::string> to_replace;        // Lost nodes whose replacement waits for a node.
+    int32_t replacements = 0;                // Lost nodes replaced so far.
+    bool final_poll = false;                 // Ended; its run's status not read since.
   };
   struct Node {
     v1::NodeInfo info;
@@ -145,6 +173,12 @@ class Scheduler {
   // CancelJob to every node of `job` still running it (registered, not exited).
   void CancelNodes(Job& job, double grace_s, std::vector<Action>* out);
   void FreeNode(const std::string& node, const std::string& job_id);
+  // `node` of a starting or running `job` lost its processes (`how`, for the reason): replaces
+  // it or fails the job (the rules above).
+  void LoseNode(Job& job, const std::string& node, const std::string& how, absl::Time now,
+                std::vector<Action>* out);
+  // Starts the job's replacement for lost `node` on an idle node; false when there is none.
+  bool Replace(Job& job, const std::string& node, std::vector<Action>* out);
   void SetNodeState(Node& node);
 
   SchedulerOptions options_;

@@ -56,6 +56,51 @@ class JobsServiceTest : public ::testing::Test {
     return spec;
   }
 
+  // A node daemon's Register stream, registered as `name` (its Registered read).
+  struct FakeNode {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::NodeMessage, v1::ControlMessage>> stream;
+  };
+  std::unique_ptr<FakeNode> Node(const std::string& name) {
+    auto node = std::make_unique<FakeNode>();
+    Deadline(&node->ctx);
+    node->stream = stub_->Register(&node->ctx);
+    v1::NodeMessage hello;
+    hello.mutable_hello()->set_node_name(name);
+    EXPECT_TRUE(node->stream->Write(hello));
+    v1::ControlMessage m;
+    EXPECT_TRUE(node->stream->Read(&m));
+    EXPECT_EQ(m.registered().node_name(), name);
+    return node;
+  }
+  std::string SubmitJob(const v1::JobSpec& spec) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SubmitRequest request;
+    *request.mutable_spec() = spec;
+    v1::SubmitResponse response;
+    grpc::Status st = stub_->Submit(&ctx, request, &response);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return response.job_id();
+  }
+  v1::JobInfo GetJob(const std::string& id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetJobRequest get;
+    get.set_job_id(id);
+    v1::JobInfo job;
+    grpc::Status st = stub_->GetJob(&ctx, get, &job);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return job;
+  }
+  static v1::NodeMessage JobUpdate(const std::string& id, const std::string& event, int code) {
+    v1::NodeMessage m;
+    m.mutable_update()->set_job_id(id);
+    m.mutable_update()->set_event(event);
+    m.mutable_update()->set_exit_code(code);
+    return m;
+  }
+
   std::unique_ptr<JobsService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Jobs::Stub> stub_;
@@ -186,6 +231,71 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
     EXPECT_EQ(st.error_message(), "stream: must be stdout or stderr, got 'stdin'");
   }
   node_ctx.TryCancel();
+}
+
+TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
+  JobsServiceOptions options = Open();
+  options.poll_interval = absl::Hours(1);  // No poll after the job is submitted.
+  options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
+    rendezvous::RunStatus run;
+    run.run_id = id;
+    run.round = 0;
+    run.nodes.emplace_back().node_id = "a";
+    run.nodes.back().node_rank = 0;
+    return run;
+  };
+  Start(std::move(options));
+  auto a = Node("a");
+  const std::string id = SubmitJob(Spec());
+  v1::ControlMessage m;
+  ASSERT_TRUE(a->stream->Read(&m));
+  ASSERT_EQ(m.start().job_id(), id);
+  ASSERT_TRUE(a->stream->Write(JobUpdate(id, "started", 0)));
+  ASSERT_TRUE(a->stream->Write(JobUpdate(id, "exited", 0)));
+  v1::JobInfo job;
+  for (int i = 0; i < 100 && job.state() != "succeeded"; ++i) {
+    job = GetJob(id);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(job.state(), "succeeded");
+  ASSERT_EQ(job.nodes_size(), 1);
+  EXPECT_EQ(job.nodes(0).node_rank(), 0);
+  EXPECT_EQ(job.nodes(0).first_rank(), 0);
+  a->ctx.TryCancel();
+}
+
+TEST_F(JobsServiceTest, ANodeLostMidJobFailsItAfterTheGrace) {
+  JobsServiceOptions options = Open();
+  options.poll_interval = absl::Hours(1);
+  options.scheduler.lost_node_grace = absl::Milliseconds(300);
+  Start(std::move(options));
+  auto a = Node("a");
+  auto b = Node("b");
+  v1::JobSpec spec = Spec();
+  spec.set_instance_count(2);
+  const std::string id = SubmitJob(spec);
+  v1::ControlMessage m;
+  for (auto* node : {a.get(), b.get()}) {
+    ASSERT_TRUE(node->stream->Read(&m));
+    ASSERT_EQ(m.start().job_id(), id);
+    ASSERT_TRUE(node->stream->Write(JobUpdate(id, "started", 0)));
+  }
+  for (int i = 0; i < 100 && GetJob(id).state() != "running"; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(GetJob(id).state(), "running");
+  const absl::Time lost = absl::Now();
+  b->ctx.TryCancel();  // b's daemon is gone (kill -9).
+  ASSERT_TRUE(a->stream->Read(&m));
+  EXPECT_GE(absl::Now() - lost, absl::Milliseconds(300));
+  EXPECT_EQ(m.cancel().job_id(), id);
+  EXPECT_EQ(m.cancel().grace_s(), 30);
+  v1::JobInfo job = GetJob(id);
+  EXPECT_EQ(job.state(), "failed");
+  EXPECT_EQ(job.reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 0.3 s); "
+            "max_restarts 0");
+  a->ctx.TryCancel();
 }
 
 }  // namespace

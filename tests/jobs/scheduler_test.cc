@@ -89,6 +89,24 @@ class SchedulerTest : public ::testing::Test {
     s_.Deregister(node, now_, &out);
     return Describe(out);
   }
+  std::vector<std::string> Tick() {
+    std::vector<Action> out;
+    s_.Tick(now_, &out);
+    return Describe(out);
+  }
+  // The run of `id` with node `ranks[i]` at node rank i, after `restarts` restarts.
+  void RunStatus(const std::string& id, const std::vector<std::string>& ranks, int restarts = 0) {
+    rendezvous::RunStatus run;
+    run.run_id = id;
+    run.round = restarts;
+    run.restart_count = restarts;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      rendezvous::NodeStatus& node = run.nodes.emplace_back();
+      node.node_id = ranks[i];
+      node.node_rank = static_cast<int32_t>(i);
+    }
+    s_.OnRunStatus(run, now_);
+  }
   const v1::JobInfo& Job(const std::string& id) { return *s_.FindJob(id); }
   std::vector<std::string> NodeStates() {
     std::vector<std::string> out;
@@ -266,9 +284,14 @@ TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
   EXPECT_THAT(Deregister("b"), IsEmpty());
   EXPECT_EQ(Job(id).state(), "running");
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1"));
-  // It comes back still running the job.
+  // It comes back still running the job, within the grace: it keeps it, even after the grace.
+  now_ += absl::Seconds(9);
   EXPECT_THAT(Register(Hello("b", {}, {id})), IsEmpty());
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  now_ += absl::Seconds(30);
+  EXPECT_THAT(Tick(), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).reason(), "");
   // A second daemon with b's name is refused.
   std::vector<Action> out;
   EXPECT_EQ(s_.Register(Hello("b"), now_, &out).code(), absl::StatusCode::kAlreadyExists);
@@ -277,23 +300,161 @@ TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
   EXPECT_EQ(Job(id).state(), "succeeded");
 }
 
-TEST_F(SchedulerTest, NodeBackWithoutTheJobFailsIt) {
+TEST_F(SchedulerTest, KilledDaemonBackWithoutTheJobFailsItAtOnceWithoutRestarts) {
   Register(Hello("a"));
   Register(Hello("b"));
   std::string id;
-  Submit(Spec(2, 1), &id);
-  Deregister("b");
-  EXPECT_EQ(Job(id).state(), "starting");  // b may still come back with it.
-  EXPECT_THAT(Register(Hello("b")), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "starting");  // a still runs it.
-  Update("a", jobs::Update(id, "exited", 0));
+  Submit(Spec(2, 1), &id);  // max_restarts 0.
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  EXPECT_THAT(Deregister("b"), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");  // b may still come back with it.
+  now_ += absl::Seconds(2);
+  // b's daemon was killed (its dgt-run died with it) and restarted: it lists no job.
+  EXPECT_THAT(Register(Hello("b")), ElementsAre("a cancel job-1 30"));
   EXPECT_EQ(Job(id).state(), "failed");
   EXPECT_EQ(Job(id).reason(),
-            "node b: its daemon registered again without the job (dgt-run ended unreported)");
+            "node b: its daemon was lost mid-job (it registered again without the job); "
+            "max_restarts 0");
+  EXPECT_EQ(Job(id).finished_unix_s(), 1002);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
+  // a's dgt-run ends on the CancelJob: a is free, the job's end stays.
+  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 143)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).finished_unix_s(), 1002);
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
+  now_ += absl::Seconds(30);
+  EXPECT_THAT(Tick(), IsEmpty());
   // A node that lists a finished job is told to stop it.
   Deregister("a");
   EXPECT_THAT(Register(Hello("a", {}, {id, "job-77"})),
               ElementsAre("a cancel job-1 30", "a cancel job-77 30"));
+}
+
+TEST_F(SchedulerTest, LostNodeNotBackWithinTheGraceFailsTheJob) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  Update("a", jobs::Update(id, "started"));
+  Deregister("b");  // While the job is still starting.
+  now_ += absl::Milliseconds(9999);
+  EXPECT_THAT(Tick(), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "starting");
+  now_ += absl::Milliseconds(1);
+  EXPECT_THAT(Tick(), ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "max_restarts 0");
+  EXPECT_EQ(Job(id).finished_unix_s(), 1010);
+  EXPECT_THAT(Tick(), IsEmpty());
+  // b back later, without the job: nothing more for it to do.
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
+}
+
+TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  v1::JobSpec spec = Spec(2, 2);
+  spec.set_max_restarts(1);
+  Submit(spec, &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  RunStatus(id, {"a", "b"});
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank 1 first 2 exit -1"));
+  Deregister("b");
+  now_ += absl::Seconds(3);
+  // Back without the job: the same job id starts on it again; its dgt-run joins the run.
+  EXPECT_THAT(Register(Hello("b")), ElementsAre("b start job-1 rdzv:29400"));
+  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (it registered again without the job); "
+            "replacing it (restart 1 of 1)");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1"));
+  // The new round (restart 1) gives b its rank again.
+  Update("b", jobs::Update(id, "started"));
+  RunStatus(id, {"b", "a"}, 1);
+  EXPECT_EQ(Job(id).restarts(), 1);
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit -1", "b rank 0 first 0 exit -1"));
+  // A second loss: no restart left (run restarts 1 + replacements 1 >= max_restarts 1).
+  Deregister("b");
+  now_ += absl::Seconds(10);
+  EXPECT_THAT(Tick(), ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "max_restarts 1");
+}
+
+TEST_F(SchedulerTest, LostNodeReplacedByTheNextIdleMatchingNode) {
+  Register(Hello("a", {{"pool", "x"}}));
+  Register(Hello("b", {{"pool", "x"}}));
+  Register(Hello("c", {{"pool", "x"}}));
+  Register(Hello("d", {{"pool", "y"}}));
+  std::string j1, j2, j3;
+  v1::JobSpec spec = Spec(2, 1, {{"pool", "x"}});
+  spec.set_max_restarts(3);
+  Submit(spec, &j1);                         // On a and b.
+  Submit(Spec(1, 1, {{"pool", "x"}}), &j2);  // On c.
+  Update("a", jobs::Update(j1, "started"));
+  Update("b", jobs::Update(j1, "started"));
+  Deregister("b");
+  now_ += absl::Seconds(10);
+  // No idle node of pool x (d does not match): the replacement waits.
+  EXPECT_THAT(Tick(), IsEmpty());
+  EXPECT_EQ(Job(j1).state(), "running");
+  EXPECT_EQ(Job(j1).reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "replacing it (restart 1 of 3)");
+  // A queued job behind it does not take the node the replacement waits for.
+  Submit(Spec(1, 1, {{"pool", "x"}}), &j3);
+  EXPECT_THAT(Update("c", jobs::Update(j2, "exited", 0)), ElementsAre("c start job-1 rdzv:29400"));
+  EXPECT_THAT(JobNodes(j1),
+              ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "c busy job-1", "d idle"));
+  EXPECT_EQ(Job(j3).state(), "queued");
+  // b back without the job: it is not in job-1 any more, and takes job-3.
+  EXPECT_THAT(Register(Hello("b", {{"pool", "x"}})), ElementsAre("b start job-3 rdzv:29400"));
+  Update("a", jobs::Update(j1, "exited", 0));
+  Update("c", jobs::Update(j1, "exited", 0));
+  EXPECT_EQ(Job(j1).state(), "succeeded");
+}
+
+TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
+  Register(Hello("a"));
+  std::string id;
+  Submit(Spec(1, 2), &id);
+  EXPECT_THAT(s_.ActiveJobIds(), ElementsAre("job-1"));
+  // The job ends before any poll of its run.
+  Update("a", jobs::Update(id, "started"));
+  Update("a", jobs::Update(id, "exited", 0));
+  EXPECT_EQ(Job(id).state(), "succeeded");
+  EXPECT_EQ(s_.LogTargetFor(id, 1).status().message(),
+            "job 'job-1' has no rank 1 (ranks: 0 to 1, known once its run formed)");
+  // Its final poll still gives it the ranks, once.
+  EXPECT_THAT(s_.ActiveJobIds(), ElementsAre("job-1"));
+  RunStatus(id, {"a"});
+  EXPECT_THAT(s_.ActiveJobIds(), IsEmpty());
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit 0"));
+  auto target = s_.LogTargetFor(id, 1);
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->node, "a");
+  EXPECT_EQ(target->local_rank, 1);
+  // A running job's closed run (no ranks now) keeps the ranks the job had.
+  std::string id2;
+  Submit(Spec(1, 1), &id2);
+  RunStatus(id2, {"a"}, 2);
+  RunStatus(id2, {});
+  rendezvous::RunStatus closed;
+  closed.run_id = id2;
+  closed.nodes.emplace_back().node_id = "a";  // Node rank -1.
+  s_.OnRunStatus(closed, now_);
+  EXPECT_THAT(JobNodes(id2), ElementsAre("a rank 0 first 0 exit -1"));
+  EXPECT_EQ(Job(id2).restarts(), 2);
 }
 
 TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobOnceTheOthersEnd) {

@@ -4,9 +4,8 @@
                   "rank R world W local_rank L sum S" (S = W * (W + 1) / 2) and exits 0.
   hold SECONDS    the same all_reduce, prints "rank R holding", then sleeps SECONDS and prints
                   "rank R done" (cancel and kill -9 cases).
-  tf_config       prints "rank R tf_config <TF_CONFIG>" (no TensorFlow needed), then waits 3 s:
-                  the jobs service learns a job's ranks by polling its run (every 1 s), and a job
-                  over before a poll has no ranks for `dgt logs --rank` (a known gap).
+  tf_config       prints "rank R tf_config <TF_CONFIG>" (no TensorFlow needed) and exits: a job
+                  over before the service's 1 s poll of its run still has its ranks.
 """
 import os
 import sys
@@ -16,7 +15,6 @@ mode = sys.argv[1]
 rank = int(os.environ["RANK"])
 if mode == "tf_config":
     print(f"rank {rank} tf_config {os.environ['TF_CONFIG']}", flush=True)
-    time.sleep(3)
     sys.exit(0)
 
 import torch  # noqa: E402 (not needed by tf_config)
