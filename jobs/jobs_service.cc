@@ -456,10 +456,13 @@ void JobsService::PollLoop() {
   while (!stopping_) {
     absl::Time now = absl::Now();
     // Nodes lost mid-job whose grace ended: replaced, or their job fails.
-    std::vector<Action> actions;
-    scheduler_.Tick(now, &actions);
-    Dispatch(std::move(actions));
-    Persist();
+    // Only the leader decides (a standby's scheduler is reloaded at TakeOver).
+    if (leader_) {
+      std::vector<Action> actions;
+      scheduler_.Tick(now, &actions);
+      Dispatch(std::move(actions));
+      Persist();
+    }
     // Log reads whose node did not answer in time.
     for (auto p = pending_logs_.begin(); p != pending_logs_.end();) {
       if (p->second.deadline <= now) {
