@@ -392,6 +392,7 @@ void JobsService::OnNodeGone(NodeReactor* reactor) {
   std::vector<Action> actions;
   scheduler_.Deregister(node, absl::Now(), &actions);
   PersistAndDispatch(std::move(actions));
+  cv_.SignalAll();  // The poller's wake-up now includes the lost node's grace.
 }
 
 void JobsService::Dispatch(std::vector<Action> actions) {
