@@ -326,8 +326,8 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
      "dgt status: error: --timeout must be a number of seconds from 0.001 to 31536000 (a year), "
      "got 'nan'"),
     (["bogus"],
-     "dgt: error: unknown command 'dgt bogus' (commands: store, status, doctor, recovery; see "
-     "dgt --help)"),
+     "dgt: error: unknown command 'dgt bogus' (commands: store, status, doctor, recovery, "
+     "submit, jobs, job, logs, cancel, nodes; see dgt --help)"),
     (["store", "bogus"],
      "dgt: error: unknown command 'dgt store bogus' (commands: serve, get, set, add, wait, keys; "
      "see dgt store --help)"),
