@@ -65,8 +65,7 @@ TEST_F(EtcdJobStateBackendTest, UnavailableNamesTheKey) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StartsWith(s.message(), "etcd job state: put of /dgt/jobs/job/job-1: ")) << s;
   options.prefix = "";
-  EXPECT_EQ(EtcdJobStateBackend::Open(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EtcdJobStateBackend::Open(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
