@@ -409,20 +409,21 @@ void JobsService::Dispatch(std::vector<Action> actions) {
   }
 }
 
+bool JobsService::FencedLocked(const absl::Status& s) {
+  if (!absl::IsFailedPrecondition(s)) return false;
+  StepDownLocked(
+      absl::StrCat("replica ", options_.replica_id, " lost its leadership: ", s.message()));
+  if (options_.on_fenced) options_.on_fenced(s);
+  return true;
+}
+
 bool JobsService::Persist() {
   Scheduler::Changes changes = scheduler_.TakeChanges();
   // A fenced write: another replica leads; nothing more is written or sent from here.
-  auto fenced = [this](const absl::Status& s) {
-    if (!absl::IsFailedPrecondition(s)) return false;
-    StepDownLocked(
-        absl::StrCat("replica ", options_.replica_id, " lost its leadership: ", s.message()));
-    if (options_.on_fenced) options_.on_fenced(s);
-    return true;
-  };
   for (const std::string& id : changes.jobs) {
     if (const v1::JobInfo* job = scheduler_.FindJob(id); job != nullptr) {
       if (absl::Status s = backend_->PutJob(*job); !s.ok()) {
-        if (fenced(s)) return false;
+        if (FencedLocked(s)) return false;
         spdlog::warn("jobs: job {} not saved: {}", id, s.message());
       }
     }
@@ -432,13 +433,13 @@ bool JobsService::Persist() {
   for (const v1::NodeInfo& node : nodes) {
     if (!changes.nodes.contains(node.node_name())) continue;
     if (absl::Status s = backend_->PutNode(node); !s.ok()) {
-      if (fenced(s)) return false;
+      if (FencedLocked(s)) return false;
       spdlog::warn("jobs: node {} not saved: {}", node.node_name(), s.message());
     }
   }
   for (const std::string& name : changes.removed_nodes) {
     if (absl::Status s = backend_->DeleteNode(name); !s.ok() && !absl::IsNotFound(s)) {
-      if (fenced(s)) return false;
+      if (FencedLocked(s)) return false;
       spdlog::warn("jobs: node {} not removed: {}", name, s.message());
     }
   }

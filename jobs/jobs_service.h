@@ -144,6 +144,9 @@ class JobsService final : public v1::Jobs::CallbackService {
   // Persist, then Dispatch when nothing was fenced.
   bool PersistAndDispatch(std::vector<Action> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StepDownLocked(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fenced write (FAILED_PRECONDITION: another replica leads): steps down, tells on_fenced and
+  // returns true; false for any other status.
+  bool FencedLocked(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE "standby: ..." as a standby's refusal.
   grpc::Status StandbyStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollLoop();

@@ -150,6 +150,7 @@ RendezvousService::RendezvousService(RoundStateOptions options, std::string toke
       machine_(std::move(options)),
       elected_(elected),
       replica_id_(std::move(replica_id)),
+      session_replica_id_(replica_id_),
       on_step_down_(std::move(on_step_down)),
       leader_(!elected),
       group_commit_(options.backend != nullptr) {
@@ -194,7 +195,7 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
     // The contract agents rely on (--rdzv-endpoint a,b): "standby:" moves them to the next one.
     return new RejectReactor(grpc::Status(
         grpc::StatusCode::UNAVAILABLE,
-        absl::StrCat("standby: dgt-rendezvous replica ", replica_id_, " is a standby; ",
+        absl::StrCat("standby: dgt-rendezvous replica ", session_replica_id_, " is a standby; ",
                      leader_address_.empty() ? std::string("no leader now")
                                              : absl::StrCat("the leader is ", leader_address_))));
   }
@@ -392,6 +393,8 @@ void RendezvousService::TakeOver() {
 
 void RendezvousService::SetReplicaId(std::string replica_id) {
   dgt::MutexLock lock(&mu_);
+  dgt::MutexLock registry(&reg_mu_);
+  session_replica_id_ = replica_id;
   replica_id_ = std::move(replica_id);
 }
 
@@ -456,6 +459,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
   {
     dgt::MutexLock lock(&mu_);
     *response = ToProto(machine_.Status(request->run_id()));
+    dgt::MutexLock registry(&reg_mu_);
     if (elected_) {
       response->set_replica(replica_id_);
       if (!leader_) response->set_leader_address(leader_address_);

@@ -145,6 +145,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   const bool elected_;
   jobs::JobsService* jobs_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string replica_id_ ABSL_GUARDED_BY(mu_);
+  // The same, for Session (which takes only reg_mu_); written with replica_id_, under both.
+  std::string session_replica_id_ ABSL_GUARDED_BY(reg_mu_);
   const std::function<void(const absl::Status&)> on_step_down_;
   bool leader_ ABSL_GUARDED_BY(reg_mu_);
   // Incremented at each takeover and step-down; a session belongs to the term it was opened in.

@@ -88,7 +88,9 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
       ControlMessage out;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [&] { return !outbox_.empty() || !reading || shutdown_; };
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !outbox_.empty() || !reading || shutdown_;
+        };
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
         if (!reading || shutdown_) break;
         if (context->IsCancelled()) break;
@@ -111,7 +113,7 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
   bool WaitFor(const std::function<bool(const std::vector<NodeMessage>&)>& pred,
                absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    auto cond = [&] { return pred(received_); };
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pred(received_); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
   }
 

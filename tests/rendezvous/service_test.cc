@@ -436,6 +436,9 @@ TEST(GroupCommitTest, AFailedBatchCommitSendsNothingOfItAndStepsDown) {
     EXPECT_EQ(status.error_message(), "replica r1 lost its leadership: etcd unreachable (test)");
   }
   EXPECT_EQ(backend.commits.load(), 2);
+  // The service ends the streams first and then tells its election (on_step_down): wait for the
+  // call (bounded); `why` is written before the counter, so it is read after it.
+  for (int i = 0; i < 500 && step_downs.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(step_downs.load(), 1);
   EXPECT_EQ(why, "etcd unreachable (test)");
   EXPECT_FALSE((*server)->service()->is_leader());
