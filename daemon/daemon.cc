@@ -92,13 +92,13 @@ Daemon::~Daemon() {
 }
 
 void Daemon::Push(Event event) {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   events_.push_back(std::move(event));
   cv_.Signal();
 }
 
 bool Daemon::WaitEvent(Event* out, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
+  dgt::MutexLock lock(&mu_);
   while (events_.empty()) {
     if (cv_.WaitWithDeadline(&mu_, deadline)) break;
   }

@@ -38,9 +38,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "daemon/config.h"
 #include "daemon/job_runner.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
@@ -130,8 +130,8 @@ class Daemon {
   // endpoint -> the last line LogEndpoint logged about it ("registered" after a Registered).
   std::map<std::string, std::string> endpoint_log_;
 
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  dgt::Mutex mu_;
+  dgt::CondVar cv_;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
 };
 

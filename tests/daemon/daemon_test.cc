@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,7 +99,7 @@ class DaemonTest : public ::testing::Test {
     env_.connect_timeout = absl::Milliseconds(300);
     env_.max_backoff = absl::Milliseconds(400);
     env_.notify = [this](const std::string& s) {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       notes_.push_back(s);
     };
   }
@@ -122,7 +123,7 @@ class DaemonTest : public ::testing::Test {
     return rc;
   }
   std::vector<std::string> Notes() {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return notes_;
   }
   bool WaitForCount(const std::string& line, size_t n, absl::Duration timeout = absl::Seconds(15)) {
@@ -152,7 +153,7 @@ class DaemonTest : public ::testing::Test {
   DaemonEnv env_;
   std::unique_ptr<Daemon> daemon_;
   std::future<int> done_;
-  absl::Mutex mu_;
+  dgt::Mutex mu_;
   std::vector<std::string> notes_;
 };
 
@@ -221,10 +222,10 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   env_.watchdog_interval = absl::Milliseconds(50);
   AgentConfig reloaded = config_;
   reloaded.labels = {{"zone", "b"}};
-  absl::Mutex reload_mu;
+  dgt::Mutex reload_mu;
   bool reload_ok = false;
   env_.reload = [&]() -> absl::StatusOr<AgentConfig> {
-    absl::MutexLock lock(&reload_mu);
+    dgt::MutexLock lock(&reload_mu);
     if (!reload_ok) return absl::InvalidArgumentError("agent.yaml: labels: bad");
     return reloaded;
   };
@@ -268,7 +269,7 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   const auto before = DescribeAll(service_.received());
   EXPECT_EQ(std::count(before.begin(), before.end(), "hello node-t"), 1);
   {
-    absl::MutexLock lock(&reload_mu);
+    dgt::MutexLock lock(&reload_mu);
     reload_ok = true;
   }
   daemon_->RequestReload();

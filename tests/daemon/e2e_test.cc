@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "daemon/node_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -234,7 +235,7 @@ class DaemonE2eTest : public ::testing::Test {
   // The sd_notify datagrams received so far. A thread drains the socket as systemd does: a
   // full datagram queue (net.unix.max_dgram_qlen) would block the daemon's sd_notify.
   std::vector<std::string> Notifications() {
-    absl::MutexLock lock(&notes_mu_);
+    dgt::MutexLock lock(&notes_mu_);
     return notes_;
   }
   void ReadNotifications() {
@@ -242,7 +243,7 @@ class DaemonE2eTest : public ::testing::Test {
     while (!stop_notes_.load()) {
       const ssize_t n = ::recv(notify_fd_, buf, sizeof(buf), 0);
       if (n > 0) {
-        absl::MutexLock lock(&notes_mu_);
+        dgt::MutexLock lock(&notes_mu_);
         notes_.emplace_back(buf, n);
       } else {
         absl::SleepFor(absl::Milliseconds(5));
@@ -317,7 +318,7 @@ class DaemonE2eTest : public ::testing::Test {
   int notify_fd_ = -1;
   std::thread notes_reader_;
   std::atomic<bool> stop_notes_{false};
-  absl::Mutex notes_mu_;
+  dgt::Mutex notes_mu_;
   std::vector<std::string> notes_ ABSL_GUARDED_BY(notes_mu_);
 };
 

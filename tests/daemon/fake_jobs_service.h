@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -34,8 +34,9 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
 
   void Shutdown() {
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       shutdown_ = true;
+      cv_.SignalAll();
     }
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -48,19 +49,19 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
   // Every Register from now on is refused with `status` (as a standby replica or a service
   // that knows the node already would).
   void RefuseWith(grpc::Status status) {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     refuse_ = std::move(status);
     refuse_set_ = true;
   }
   int refused() {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return refused_;
   }
 
   grpc::Status Register(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<ControlMessage, NodeMessage>* stream) override {
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       if (refuse_set_) {
         ++refused_;
         return refuse_;
@@ -70,28 +71,29 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
     std::thread reader([&] {
       NodeMessage m;
       while (stream->Read(&m)) {
-        absl::MutexLock lock(&mu_);
+        dgt::MutexLock lock(&mu_);
         received_.push_back(m);
         if (m.has_hello()) {
           ControlMessage reply;
           reply.mutable_registered()->set_node_name(m.hello().node_name());
           outbox_.push_back(reply);
         }
+        cv_.SignalAll();
       }
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       NodeMessage end;
       end.mutable_update()->set_event("<end>");
       received_.push_back(end);
       reading = false;
+      cv_.SignalAll();
     });
     for (;;) {
       ControlMessage out;
       {
-        absl::MutexLock lock(&mu_);
-        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !outbox_.empty() || !reading || shutdown_;
-        };
-        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+        dgt::MutexLock lock(&mu_);
+        if (outbox_.empty() && reading && !shutdown_) {
+          cv_.WaitWithDeadline(&mu_, absl::Now() + absl::Milliseconds(100));
+        }
         if (!reading || shutdown_) break;
         if (context->IsCancelled()) break;
         if (outbox_.empty()) continue;
@@ -105,27 +107,32 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
   }
 
   void Send(const ControlMessage& m) {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     outbox_.push_back(m);
+    cv_.SignalAll();
   }
 
   // Waits until `pred` holds for the messages received so far; false at the timeout.
   bool WaitFor(const std::function<bool(const std::vector<NodeMessage>&)>& pred,
                absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pred(received_); };
-    return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+    dgt::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!pred(received_)) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) return pred(received_);
+    }
+    return true;
   }
 
   std::vector<NodeMessage> received() {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     return received_;
   }
 
  private:
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
-  absl::Mutex mu_;
+  dgt::Mutex mu_;
+  dgt::CondVar cv_;  // Signalled on every change of the fields below.
   std::vector<NodeMessage> received_ ABSL_GUARDED_BY(mu_);
   std::deque<ControlMessage> outbox_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
