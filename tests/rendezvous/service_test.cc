@@ -359,6 +359,7 @@ std::vector<std::unique_ptr<OpenSession>> JoinFiveBehindAHeldCommit(RendezvousSe
                                                                     GatedBackend& backend,
                                                                     v1::Rendezvous::Stub* stub) {
   std::vector<std::unique_ptr<OpenSession>> nodes;
+  nodes.reserve(5);
   for (int i = 0; i < 5; ++i) nodes.push_back(Open(stub));
   // Every stream is open on the service before the commit is held (opening one takes the
   // service's mutex, which the commit holds).
