@@ -493,13 +493,16 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
       return LogTarget{n.node_name(), rank - n.first_rank()};
     }
   }
-  return absl::NotFoundError(
-      absl::StrCat("job '", job_id, "' has no rank ", rank,
-                   it->second.info.state() == "queued" ? " (it has not started)" : " (ranks: 0 to ",
-                   it->second.info.state() == "queued"
-                       ? ""
-                       : absl::StrCat(it->second.info.spec().instance_count() * per_node - 1,
-                                      ", known once its run formed)")));
+  const v1::JobInfo& info = it->second.info;
+  // A job cancelled while queued was never placed: it has no nodes, hence no ranks or logs.
+  if (info.state() == "queued" || info.nodes_size() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' has no rank ", rank,
+                     info.state() == "queued" ? " (it has not started)" : " (it never started)"));
+  }
+  return absl::NotFoundError(absl::StrCat("job '", job_id, "' has no rank ", rank, " (ranks: 0 to ",
+                                          info.spec().instance_count() * per_node - 1,
+                                          ", known once its run formed)"));
 }
 
 const v1::JobInfo* Scheduler::FindJob(const std::string& job_id) const {

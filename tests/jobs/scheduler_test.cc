@@ -257,6 +257,9 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
   EXPECT_EQ(q->reason(), "cancelled before it started");
   EXPECT_EQ(q->finished_unix_s(), 1002);
   EXPECT_THAT(Describe(out), IsEmpty());
+  // It never ran: no ranks, said so (not the ranks it would have had).
+  EXPECT_EQ(s_.LogTargetFor(queued, 0).status().message(),
+            "job 'job-2' has no rank 0 (it never started)");
   auto r = s_.Cancel(running, 5, now_, &out);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->state(), "cancelled");
