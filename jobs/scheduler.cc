@@ -293,6 +293,12 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     // A node that failed before every node started: the run can never form.
     if (job.info.state() == "starting" && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);
+    } else if (job.info.state() == "running" &&
+               job.info.restarts() + job.replacements >= job.info.spec().max_restarts()) {
+      // No restarts left (counted as LoseNode does): the others' dgt-run would only wait out
+      // their join timeout for this node, holding their nodes and the queue. Fail it now.
+      Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+      CancelNodes(job, options_.default_grace_s, out);
     }
   }
   MaybeFinish(job, now);
