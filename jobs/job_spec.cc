@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -73,6 +74,27 @@ absl::Status UnknownKey(absl::string_view path, absl::string_view key, const aut
              absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
 }
 
+// yaml-cpp keeps every pair of a map with a repeated key (a lookup sees the first, iteration
+// all): refuse the repeat, as unknown keys are, rather than let one silently win.
+absl::Status CheckDuplicateKeys(const YAML::Node& map, absl::string_view path) {
+  if (!map.IsMap()) return absl::OkStatus();
+  absl::flat_hash_map<std::string, int> lines;  // key -> 1-based line of its first occurrence.
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) continue;  // Refused by the readers ("keys must be strings").
+    const std::string& key = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    auto [it, inserted] = lines.try_emplace(key, line);
+    if (!inserted) {
+      return Bad(absl::StrCat(path, key),
+                 absl::StrCat("duplicate key (lines ", it->second, " and ", line, ")"));
+    }
+    if (absl::Status s = CheckDuplicateKeys(kv.second, absl::StrCat(path, key, ".")); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
   if (node.IsNull()) return absl::OkStatus();
   if (!node.IsMap()) {
@@ -126,6 +148,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "must be a map of job keys (command, instance_count, ...), got ", Describe(root)));
   }
+  if (absl::Status s = CheckDuplicateKeys(root, ""); !s.ok()) return s;
   v1::JobSpec spec;
   bool pcpi_set = false;
   try {
