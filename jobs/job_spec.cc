@@ -3,11 +3,13 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dgt::jobs {
@@ -37,9 +39,22 @@ absl::Status ReadString(const YAML::Node& node, absl::string_view path, std::str
   return absl::OkStatus();
 }
 
+// Whether text is a decimal integer however large: optional sign, then digits only.
+bool IsIntegerText(absl::string_view text) {
+  if (!absl::ConsumePrefix(&text, "-")) absl::ConsumePrefix(&text, "+");
+  return !text.empty() && absl::c_all_of(text, [](char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c));
+  });
+}
+
 absl::Status ReadInt(const YAML::Node& node, absl::string_view path, int32_t* out) {
   int64_t v = 0;
-  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX) {
+  if (node.IsScalar() && IsIntegerText(node.Scalar()) &&
+      (!absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX)) {
+    return Bad(path, absl::StrCat("out of range (", INT32_MIN, " to ", INT32_MAX, "), got ",
+                                  Describe(node)));
+  }
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v)) {
     return Bad(path, absl::StrCat("must be an integer, got ", Describe(node)));
   }
   *out = static_cast<int32_t>(v);
