@@ -58,22 +58,6 @@ int ExitCode(int status) {
   return 1;
 }
 
-// Renames path to the first free <path>.<n> (n = 1, 2, ...).
-absl::Status MoveAside(const std::string& path) {
-  constexpr int kMaxAside = 10000;
-  std::error_code ec;
-  for (int n = 1; n <= kMaxAside; ++n) {
-    const std::string aside = absl::StrCat(path, ".", n);
-    if (std::filesystem::exists(std::filesystem::symlink_status(aside, ec))) continue;
-    if (::rename(path.c_str(), aside.c_str()) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("rename ", path, " to ", aside));
-    }
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat("cannot move ", path, " aside: ", path,
-                                                    ".1 to ", path, ".", kMaxAside, " all exist"));
-}
-
 }  // namespace
 
 std::set<pid_t> ProcessGroupsBelow(pid_t root) {
@@ -131,14 +115,8 @@ absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch
           "cannot create work_dir ", job_dir.parent_path().string(), ": ", ec.message()));
     }
   }
-  if (::mkdir(launch.job_dir.c_str(), 0750) != 0) {
-    if (errno != EEXIST) return ErrnoToStatus(errno, absl::StrCat("mkdir ", launch.job_dir));
-    // An earlier job of that id (a memory-backend service restarted numbers from job-1 again, or
-    // this job placed here again): keep its files at <job_dir>.<n>, start this one empty.
-    if (absl::Status s = MoveAside(launch.job_dir); !s.ok()) return s;
-    if (::mkdir(launch.job_dir.c_str(), 0750) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("mkdir ", launch.job_dir));
-    }
+  if (::mkdir(launch.job_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(errno, absl::StrCat("mkdir ", launch.job_dir));
   }
   if (switch_user && ::chown(launch.job_dir.c_str(), user.uid, user.gid) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("chown ", launch.job_dir, " to ", user.name));

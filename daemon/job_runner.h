@@ -47,8 +47,7 @@ class JobRunner {
   JobRunner(const JobRunner&) = delete;
   JobRunner& operator=(const JobRunner&) = delete;
 
-  // Creates <job_dir> (owned by `user`; <work_dir> is created 0755 when missing; an existing
-  // <job_dir> is first renamed to the first free <job_dir>.<n>, n = 1..10000), opens
+  // Creates <job_dir> (owned by `user`; <work_dir> is created 0755 when missing), opens
   // <job_dir>/dgt-run.log for dgt-run's output, and forks and execs launch.argv as `user`
   // (setgroups, setgid, setuid in the child; skipped when the daemon already runs as user.uid).
   // Errors: AlreadyExists for a running job id; FailedPrecondition when the daemon is not root

@@ -488,24 +488,5 @@ TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
-TEST_F(DaemonTest, AnEarlierJobDirOfTheSameIdIsMovedAside) {
-  // A restarted memory-backend service numbers jobs from job-1 again: the earlier job-q's files
-  // (and a job-q.1 from before that) stay, the new job starts in an empty job-q.
-  fs::create_directories(config_.work_dir + "/job-q/logs");
-  std::ofstream(config_.work_dir + "/job-q/dgt-run.log") << "earlier run\n";
-  fs::create_directories(config_.work_dir + "/job-q.1");
-  StartDaemon();
-  ASSERT_TRUE(WaitFor("hello node-t"));
-  service_.Send(StartJob("job-q", "quick"));
-  ASSERT_TRUE(WaitFor("update job-q exited 7"));
-  EXPECT_EQ(Slurp(config_.work_dir + "/job-q.2/dgt-run.log"), "earlier run\n");
-  EXPECT_TRUE(fs::is_directory(config_.work_dir + "/job-q.2/logs"));
-  EXPECT_TRUE(fs::is_empty(config_.work_dir + "/job-q.1"));
-  const std::string log = Slurp(config_.work_dir + "/job-q/dgt-run.log");
-  EXPECT_EQ(log.find("earlier run"), std::string::npos) << log;
-  EXPECT_NE(log.find("quick job done\n"), std::string::npos) << log;
-  EXPECT_EQ(StopDaemon(), 0);
-}
-
 }  // namespace
 }  // namespace dgt::daemon
