@@ -1,6 +1,7 @@
 #include "cli/status_command.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -197,11 +198,16 @@ std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s)
 
 void AddStatusCommand(CLI::App& app, std::function<int()>* run) {
   auto flags = std::make_shared<StatusFlags>();
+  // As the job commands (cli/jobs_command.cc): $DGT_RDZV_ENDPOINT is the default endpoint.
+  if (const char* env = std::getenv("DGT_RDZV_ENDPOINT"); env != nullptr && *env != '\0') {
+    flags->endpoint = env;
+  }
   CLI::App* cmd = app.add_subcommand("status",
                                      "Runs, rounds, nodes and ranks of a rendezvous "
                                      "service");
   cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->endpoint,
-                  "dgt-rendezvous HOST[:PORT], or its replicas' A,B,... (the leader answers)")
+                  "dgt-rendezvous HOST[:PORT], or its replicas' A,B,... (the leader answers; "
+                  "default $DGT_RDZV_ENDPOINT, else 127.0.0.1:29400)")
       ->capture_default_str();
   cmd->add_option("--rdzv-id,--rdzv_id", flags->run_id, "Only this run");
   cmd->add_option("--rdzv-tls-ca", flags->tls_ca, "PEM CA of the service's certificate");

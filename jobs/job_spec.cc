@@ -3,10 +3,13 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dgt::jobs {
@@ -36,9 +39,22 @@ absl::Status ReadString(const YAML::Node& node, absl::string_view path, std::str
   return absl::OkStatus();
 }
 
+// Whether text is a decimal integer however large: optional sign, then digits only.
+bool IsIntegerText(absl::string_view text) {
+  if (!absl::ConsumePrefix(&text, "-")) absl::ConsumePrefix(&text, "+");
+  return !text.empty() && absl::c_all_of(text, [](char c) {
+    return absl::ascii_isdigit(static_cast<unsigned char>(c));
+  });
+}
+
 absl::Status ReadInt(const YAML::Node& node, absl::string_view path, int32_t* out) {
   int64_t v = 0;
-  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX) {
+  if (node.IsScalar() && IsIntegerText(node.Scalar()) &&
+      (!absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX)) {
+    return Bad(path, absl::StrCat("out of range (", INT32_MIN, " to ", INT32_MAX, "), got ",
+                                  Describe(node)));
+  }
+  if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v)) {
     return Bad(path, absl::StrCat("must be an integer, got ", Describe(node)));
   }
   *out = static_cast<int32_t>(v);
@@ -71,6 +87,27 @@ constexpr const char* kDistributionKeys[] = {"type", "process_count_per_instance
 absl::Status UnknownKey(absl::string_view path, absl::string_view key, const auto& known) {
   return Bad(absl::StrCat(path, key),
              absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+// yaml-cpp keeps every pair of a map with a repeated key (a lookup sees the first, iteration
+// all): refuse the repeat, as unknown keys are, rather than let one silently win.
+absl::Status CheckDuplicateKeys(const YAML::Node& map, absl::string_view path) {
+  if (!map.IsMap()) return absl::OkStatus();
+  absl::flat_hash_map<std::string, int> lines;  // key -> 1-based line of its first occurrence.
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) continue;  // Refused by the readers ("keys must be strings").
+    const std::string& key = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    auto [it, inserted] = lines.try_emplace(key, line);
+    if (!inserted) {
+      return Bad(absl::StrCat(path, key),
+                 absl::StrCat("duplicate key (lines ", it->second, " and ", line, ")"));
+    }
+    if (absl::Status s = CheckDuplicateKeys(kv.second, absl::StrCat(path, key, ".")); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
@@ -126,6 +163,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "must be a map of job keys (command, instance_count, ...), got ", Describe(root)));
   }
+  if (absl::Status s = CheckDuplicateKeys(root, ""); !s.ok()) return s;
   v1::JobSpec spec;
   bool pcpi_set = false;
   try {

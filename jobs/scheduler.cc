@@ -293,6 +293,12 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     // A node that failed before every node started: the run can never form.
     if (job.info.state() == "starting" && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);
+    } else if (job.info.state() == "running" &&
+               job.info.restarts() + job.replacements >= job.info.spec().max_restarts()) {
+      // No restarts left (counted as LoseNode does): the others' dgt-run would only wait out
+      // their join timeout for this node, holding their nodes and the queue. Fail it now.
+      Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+      CancelNodes(job, options_.default_grace_s, out);
     }
   }
   MaybeFinish(job, now);
@@ -493,13 +499,16 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
       return LogTarget{n.node_name(), rank - n.first_rank()};
     }
   }
-  return absl::NotFoundError(
-      absl::StrCat("job '", job_id, "' has no rank ", rank,
-                   it->second.info.state() == "queued" ? " (it has not started)" : " (ranks: 0 to ",
-                   it->second.info.state() == "queued"
-                       ? ""
-                       : absl::StrCat(it->second.info.spec().instance_count() * per_node - 1,
-                                      ", known once its run formed)")));
+  const v1::JobInfo& info = it->second.info;
+  // A job cancelled while queued was never placed: it has no nodes, hence no ranks or logs.
+  if (info.state() == "queued" || info.nodes_size() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' has no rank ", rank,
+                     info.state() == "queued" ? " (it has not started)" : " (it never started)"));
+  }
+  return absl::NotFoundError(absl::StrCat("job '", job_id, "' has no rank ", rank, " (ranks: 0 to ",
+                                          info.spec().instance_count() * per_node - 1,
+                                          ", known once its run formed)"));
 }
 
 const v1::JobInfo* Scheduler::FindJob(const std::string& job_id) const {

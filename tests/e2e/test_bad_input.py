@@ -448,6 +448,19 @@ def test_dgt_status_of_a_service_that_is_down(spawn):
         "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)"]
 
 
+def test_dgt_status_defaults_to_dgt_rdzv_endpoint(spawn):
+    # As the job commands: $DGT_RDZV_ENDPOINT, not 127.0.0.1:29400, when no flag names one.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # Nothing listens there once the block ends.
+    p = spawn([BIN / "dgt", "status", "--timeout=1"],
+              env=dgt_env(DGT_RDZV_ENDPOINT=f"127.0.0.1:{port}"))
+    assert p.wait(timeout=10) == 69
+    assert p.stderr.strip().splitlines() == [
+        f"dgt status: error: cannot reach the rendezvous service at 127.0.0.1:{port} within 1s "
+        "(is dgt-rendezvous running there? with TLS, pass --rdzv-tls-ca)"]
+
+
 def test_store_get_against_torch_1x_store_does_not_wait_the_whole_timeout(spawn):
     # The 2.x opening has its own 5 s deadline: the hint came only after --timeout (30 s).
     port = start_torch_store(spawn)

@@ -79,7 +79,18 @@ TEST(ParseJobSpecYaml, Errors) {
            {"command: x\ndistribution: {proces_count: 2}\n",
             "distribution.proces_count: unknown key (known: type, process_count_per_instance, "
             "worker_count, parameter_server_count)"},
+           {"command: x\ninstance_count: 2\nname: a\ninstance_count: 3\n",
+            "instance_count: duplicate key (lines 2 and 4)"},
+           {"command: x\ndistribution:\n  type: pytorch\n  type: tensorflow\n",
+            "distribution.type: duplicate key (lines 3 and 4)"},
+           {"command: x\nnode_labels: {gpu: a100, gpu: h100}\n",
+            "node_labels.gpu: duplicate key (lines 2 and 2)"},
            {"command: x\ninstance_count: two\n", "instance_count: must be an integer, got 'two'"},
+           {"command: x\ninstance_count: 99999999999\n",
+            "instance_count: out of range (-2147483648 to 2147483647), got '99999999999'"},
+           {"command: x\nmax_restarts: -99999999999999999999999\n",
+            "max_restarts: out of range (-2147483648 to 2147483647), got "
+            "'-99999999999999999999999'"},
            {"command: x\ninstance_count: [1]\n", "instance_count: must be an integer, got a list"},
            {"command: {a: b}\n", "command: must be a string, got a map"},
            {"command: x\ndistribution: 3\n", "distribution: must be a map, got '3'"},

@@ -208,11 +208,17 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   Submit(Spec(2, 1), &id);
   Update("a", jobs::Update(id, "started"));
   Update("b", jobs::Update(id, "started"));
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 3, "rank 1 exited with code 3")), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");
+  // max_restarts 0: b's failure ends the job at once and stops a (it would wait for b).
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 3, "rank 1 exited with code 3")),
+              ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 3: rank 1 exited with code 3");
+  EXPECT_EQ(Job(id).finished_unix_s(), 1000);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
   Update("a", jobs::Update(id, "exited", 1, "the run failed"));
   EXPECT_EQ(Job(id).state(), "failed");
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 3: rank 1 exited with code 3");
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
 
   // With the run's outcome known, that is the root cause.
   std::string id2;
@@ -223,10 +229,29 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   run.outcome = "failed: rank 0 (node a) exited with code 7";
   s_.OnRunStatus(run, now_);
   EXPECT_EQ(Job(id2).state(), "running");
-  Update("a", jobs::Update(id2, "exited", 7));
+  EXPECT_THAT(Update("a", jobs::Update(id2, "exited", 7)), ElementsAre("b cancel job-2 30"));
+  EXPECT_EQ(Job(id2).state(), "failed");
   Update("b", jobs::Update(id2, "exited", 1));
   EXPECT_EQ(Job(id2).state(), "failed");
   EXPECT_EQ(Job(id2).reason(), "rank 0 (node a) exited with code 7");
+}
+
+TEST_F(SchedulerTest, ANodeFailingARunningJobWithRestartsLeftLeavesItRunning) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  std::string id;
+  Submit(spec, &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  // dgt-run on a may still re-form the run with b: nothing is cancelled yet.
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
+  Update("a", jobs::Update(id, "exited", 1));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 143");
 }
 
 TEST_F(SchedulerTest, ANodeThatCannotStartCancelsTheOthers) {
@@ -257,6 +282,9 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
   EXPECT_EQ(q->reason(), "cancelled before it started");
   EXPECT_EQ(q->finished_unix_s(), 1002);
   EXPECT_THAT(Describe(out), IsEmpty());
+  // It never ran: no ranks, said so (not the ranks it would have had).
+  EXPECT_EQ(s_.LogTargetFor(queued, 0).status().message(),
+            "job 'job-2' has no rank 0 (it never started)");
   auto r = s_.Cancel(running, 5, now_, &out);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->state(), "cancelled");
