@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import BIN, wait_for
+from jobs_helpers import dgt
 from test_rendezvous_etcd import etcd, etcdctl  # noqa: F401 (the etcd fixture)
 
 FAKE_DAEMON = BIN.parent / "tests" / "fake_node_daemon"
@@ -23,11 +24,6 @@ def start_rendezvous(spawn, *flags):
     m = re.search(r"listening on port (\d+)", p.stdout)
     assert m, p.stderr
     return f"127.0.0.1:{m.group(1)}", p
-
-
-def dgt(endpoint, *args, timeout=30):
-    return subprocess.run([BIN / "dgt", *[str(a) for a in args], f"--rdzv-endpoint={endpoint}"],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def show(endpoint, job_id):
