@@ -76,6 +76,7 @@ def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
     work = {}
     for n in ("n1", "n2"):
         work[n] = tmp_path / n / "jobs"
+        work[n].parent.mkdir()
         (tmp_path / n / "agent.yaml").write_text(
             f"rendezvous_endpoints: ['{service.endpoint}']\nnode_name: {n}\n"
             f"advertise_address: 127.0.0.1\nrun_as_user: {getpass.getuser()}\nallow_root: true\n"
