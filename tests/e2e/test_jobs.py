@@ -106,7 +106,12 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
         "spec": {"name": "hello", "command": "echo rank $RANK of $WORLD_SIZE",
                  "instance_count": 1, "distribution": {"process_count_per_instance": 2},
                  "environment_variables": {"GREETING": "hi"}, "node_labels": {"pool": "a"}},
+        # What a restarted service adopts the job from (NodeHello.running_jobs).
+        "uid": info["uid"],
+        "job_nodes": ["a"],
+        "submitted_unix_s": info["submitted_unix_s"],
     }
+    assert re.fullmatch(r"[0-9a-f]{32}", info["uid"]), info
     assert "start" not in str(other.messages())
     # A second daemon with a registered name is refused.
     dup = daemons(endpoint, "a", ["pool=a"])
