@@ -87,8 +87,9 @@ def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
     job = tmp_path / "train.yaml"
+    worker = WORKERS / "jobs_restart_worker.py"
     job.write_text(
-        f"name: train\ncommand: exec {python2} {WORKERS / 'jobs_restart_worker.py'} {pids} {STEPS}\n"
+        f"name: train\ncommand: exec {python2} {worker} {pids} {STEPS}\n"
         "environment_variables: {GLOO_SOCKET_IFNAME: lo}\ninstance_count: 2\n"
         "distribution: {type: pytorch, process_count_per_instance: 2}\n")
     assert service.submit(job) == "job-1"

@@ -662,6 +662,26 @@ TEST_F(SchedulerTest, AdoptedJobsLostNodeReplacedWithRestartsLeft) {
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-4", "c busy job-4"));
 }
 
+// The node's own lost part started again gets the same uid: its daemon keeps the job dir (and
+// the earlier attempts' logs) instead of moving it aside.
+TEST_F(SchedulerTest, ReplacementStartJobKeepsTheJobsUid) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  Submit(spec, &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  Deregister("b");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Register(Hello("b"), now_, &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].node, "b");
+  EXPECT_EQ(out[0].message.start().uid(), Job(id).uid());
+  EXPECT_THAT(out[0].message.start().job_nodes(), ElementsAre("a", "b"));
+}
+
 TEST_F(SchedulerTest, AdoptedJobsReplacementNodeTakesTheLostNodesPlace) {
   // b was replaced by c before the restart: a's StartJob names b, c's names c.
   EXPECT_THAT(Register(Running("a", {Started("job-5", "u5", {"a", "b"})})), IsEmpty());
