@@ -117,7 +117,7 @@ absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std:
     return ErrnoToStatus(err, absl::StrCat("write ", tmp));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
+    err = errno;
     ::unlink(tmp.c_str());
     return ErrnoToStatus(err, absl::StrCat("rename ", tmp, " to ", path));
   }
