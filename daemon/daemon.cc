@@ -151,7 +151,10 @@ v1::NodeMessage Daemon::MakeHello() const {
     for (const auto& d : RdmaDevices(*env_.verbs)) h->add_rdma_devices(d);
   }
   for (const auto& [k, v] : config_.labels) (*h->mutable_labels())[k] = v;
-  for (const auto& id : runner_.RunningIds()) h->add_running_job_ids(id);
+  for (const auto& id : runner_.RunningIds()) {
+    h->add_running_job_ids(id);
+    if (auto it = starts_.find(id); it != starts_.end()) *h->add_running_jobs() = it->second;
+  }
   h->set_version(kVersion);
   return m;
 }
@@ -320,9 +323,10 @@ void Daemon::OnStart(const v1::StartJob& start) {
   if (!user.ok()) return fail(std::string(user.status().message()));
   auto launch = BuildJobLaunch(config_, start, *user, env_.environ);
   if (!launch.ok()) return fail(std::string(launch.status().message()));
-  if (auto s = runner_.Start(id, *launch, *user); !s.ok()) {
+  if (auto s = runner_.Start(id, *launch, *user, start.uid()); !s.ok()) {
     return fail(std::string(s.message()));
   }
+  starts_[id] = start;
   SendUpdate(id, "started", 0, "");
 }
 
@@ -345,6 +349,7 @@ void Daemon::OnReadLog(const v1::ReadLog& request) {
 }
 
 void Daemon::OnJobExit(const JobRunner::Exit& exit) {
+  starts_.erase(exit.job_id);
   SendUpdate(exit.job_id, "exited", exit.exit_code, exit.message);
 }
 

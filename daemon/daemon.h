@@ -116,6 +116,9 @@ class Daemon {
   DaemonEnv env_;
   rendezvous::ClientOptions client_options_;
   JobRunner runner_;
+  // The StartJob of each job runner_ runs, reported in NodeHello.running_jobs (a restarted
+  // service adopts the jobs from them).
+  std::map<std::string, dgt::jobs::v1::StartJob> starts_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::unique_ptr<Stream> stream_;
   uint64_t next_stream_id_ = 1;

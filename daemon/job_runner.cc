@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -58,7 +59,70 @@ int ExitCode(int status) {
   return 1;
 }
 
+// The uid in <dir>/job-uid, "" when there is no such file.
+std::string ReadUid(const std::string& dir) {
+  std::ifstream in(absl::StrCat(dir, "/", kJobUidFile));
+  std::string uid;
+  if (in) std::getline(in, uid);
+  return std::string(absl::StripAsciiWhitespace(uid));
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std::string& uid) {
+  std::string moved;
+  struct stat st {};
+  if (!uid.empty() && ::lstat(job_dir.c_str(), &st) == 0) {
+    std::string old = ReadUid(job_dir);
+    if (old == uid) return moved;  // This job's own dir (a re-run of its lost part).
+    // The uid file is ours, but guard the name against anything odd in it.
+    const bool plain =
+        !old.empty() && old.size() <= 64 && std::all_of(old.begin(), old.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c));
+        });
+    if (!plain) old = "old";
+    for (int n = 1; n <= 10000 && moved.empty(); ++n) {
+      std::string to = absl::StrCat(job_dir, ".", old, ".", n);
+      struct stat taken {};
+      if (::lstat(to.c_str(), &taken) == 0) continue;
+      if (::rename(job_dir.c_str(), to.c_str()) != 0) {
+        return ErrnoToStatus(errno, absl::StrCat("rename ", job_dir, " to ", to));
+      }
+      moved = std::move(to);
+    }
+    if (moved.empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot move ", job_dir, " aside: ", job_dir,
+                                                       ".", old, ".1 to .10000 exist"));
+    }
+    spdlog::info("{} held another job's output (uid {}); moved to {}", job_dir,
+                 old == "old" ? "unknown" : old, moved);
+  }
+  if (::mkdir(job_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(errno, absl::StrCat("mkdir ", job_dir));
+  }
+  if (uid.empty()) return moved;
+  const std::string path = absl::StrCat(job_dir, "/", kJobUidFile);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", tmp));
+  const std::string text = uid + "\n";
+  int err = 0;
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    err = errno != 0 ? errno : EIO;
+  }
+  if (err == 0 && ::fchmod(fd, 0644) != 0) err = errno;  // Past the umask.
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return ErrnoToStatus(err, absl::StrCat("write ", tmp));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoToStatus(err, absl::StrCat("rename ", tmp, " to ", path));
+  }
+  return moved;
+}
 
 std::set<pid_t> ProcessGroupsBelow(pid_t root) {
   std::multimap<pid_t, pid_t> children;  // ppid -> pid
@@ -98,7 +162,7 @@ std::set<pid_t> ProcessGroupsBelow(pid_t root) {
 }
 
 absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch,
-                              const RunAsUser& user) {
+                              const RunAsUser& user, const std::string& uid) {
   if (Has(job_id)) return absl::AlreadyExistsError(absl::StrCat("job ", job_id, " is running"));
   const bool switch_user = ::geteuid() == 0;
   if (!switch_user && ::geteuid() != user.uid) {
@@ -115,8 +179,8 @@ absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch
           "cannot create work_dir ", job_dir.parent_path().string(), ": ", ec.message()));
     }
   }
-  if (::mkdir(launch.job_dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return ErrnoToStatus(errno, absl::StrCat("mkdir ", launch.job_dir));
+  if (auto prepared = PrepareJobDir(launch.job_dir, uid); !prepared.ok()) {
+    return prepared.status();
   }
   if (switch_user && ::chown(launch.job_dir.c_str(), user.uid, user.gid) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("chown ", launch.job_dir, " to ", user.name));

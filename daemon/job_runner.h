@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/job_command.h"
 
@@ -31,6 +32,20 @@ namespace dgt::daemon {
 // A process-tree snapshot: the process groups of `root` and of every process below it
 // (/proc/<pid>/stat's ppid and pgrp fields). Empty when `root` is gone.
 std::set<pid_t> ProcessGroupsBelow(pid_t root);
+
+// The file in a job dir naming the job that made it: its JobInfo.uid and a newline.
+inline constexpr char kJobUidFile[] = "job-uid";
+
+// Makes `job_dir` (mode 0750) the dir of the job with `uid`, so that a job id never names two
+// jobs' logs (a memory-backend service restarted with no job running counts ids from job-1
+// again): when it exists holding another uid in <job_dir>/job-uid, or no such file, it is first
+// renamed to <job_dir>.<its uid, else "old">.<n> (n from 1: the first free name); with the same
+// uid it is kept as it is (a node starting its own lost part of the job again keeps the earlier
+// attempts' output). Then writes <job_dir>/job-uid (0644; written to a temporary file and
+// renamed over). `uid` empty (a service before uids): the dir is used as it is and no file is
+// written. Returns where the earlier dir went, "" when nowhere. Errors: the errno's status naming
+// the path (mkdir, rename, the uid file).
+absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std::string& uid);
 
 class JobRunner {
  public:
@@ -47,14 +62,16 @@ class JobRunner {
   JobRunner(const JobRunner&) = delete;
   JobRunner& operator=(const JobRunner&) = delete;
 
-  // Creates <job_dir> (owned by `user`; <work_dir> is created 0755 when missing), opens
+  // Creates <job_dir> (PrepareJobDir with `uid`; owned by `user`; <work_dir> is created 0755
+  // when missing), opens
   // <job_dir>/dgt-run.log for dgt-run's output, and forks and execs launch.argv as `user`
   // (setgroups, setgid, setuid in the child; skipped when the daemon already runs as user.uid).
   // Errors: AlreadyExists for a running job id; FailedPrecondition when the daemon is not root
   // and `user` is another user; the errno's status naming the path for a directory or file that
   // cannot be made. A failed exec shows as an Exit with code 127 (126: the user switch or the
   // chdir failed), its reason in `message`.
-  absl::Status Start(const std::string& job_id, const JobLaunch& launch, const RunAsUser& user);
+  absl::Status Start(const std::string& job_id, const JobLaunch& launch, const RunAsUser& user,
+                     const std::string& uid = "");
 
   bool Has(const std::string& job_id) const { return jobs_.count(job_id) > 0; }
   std::vector<std::string> RunningIds() const;

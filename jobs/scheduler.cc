@@ -1,11 +1,13 @@
 #include "jobs/scheduler.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "jobs/job_spec.h"
@@ -18,6 +20,14 @@ double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEp
 std::string LabelText(const google::protobuf::Map<std::string, std::string>& labels) {
   std::map<std::string, std::string> sorted(labels.begin(), labels.end());
   return absl::StrCat("{", absl::StrJoin(sorted, ", ", absl::PairFormatter("=")), "}");
+}
+
+// 128 bits from the system's random source as 32 lowercase hex digits.
+std::string NewUid() {
+  std::random_device rd;
+  std::string uid;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&uid, "%08x", rd());
+  return uid;
 }
 
 }  // namespace
@@ -36,13 +46,17 @@ void Scheduler::Restore(const std::vector<v1::JobInfo>& jobs) {
     for (const v1::JobNode& n : info.nodes()) {
       if (n.exit_code() < 0) job.gone.insert(n.node_name());
     }
-    int64_t n = 0;
-    if (absl::string_view id = info.job_id();
-        absl::ConsumePrefix(&id, "job-") && absl::SimpleAtoi(id, &n) && n >= next_id_) {
-      next_id_ = n + 1;
-    }
+    FollowId(info.job_id());
     order_.push_back(info.job_id());
     jobs_[info.job_id()] = std::move(job);
+  }
+}
+
+void Scheduler::FollowId(const std::string& job_id) {
+  int64_t n = 0;
+  if (absl::string_view id = job_id;
+      absl::ConsumePrefix(&id, "job-") && absl::SimpleAtoi(id, &n) && n >= next_id_) {
+    next_id_ = n + 1;
   }
 }
 
@@ -76,6 +90,7 @@ absl::StatusOr<std::string> Scheduler::Submit(const v1::JobSpec& spec, absl::Tim
   *job.info.mutable_spec() = spec;
   job.info.set_state("queued");
   job.info.set_submitted_unix_s(UnixSeconds(now));
+  job.info.set_uid(NewUid());
   order_.push_back(id);
   changes_.jobs.insert(id);
   Place(now, out);
@@ -144,14 +159,67 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
       Node& node = *MutableNode(name);
       node.info.set_job_id(id);
       SetNodeState(node);
-      Action action{name, {}};
-      v1::StartJob* start = action.message.mutable_start();
-      start->set_job_id(id);
-      *start->mutable_spec() = spec;
-      start->set_rdzv_endpoint(options_.rdzv_endpoint);
-      out->push_back(std::move(action));
     }
+    for (const std::string& name : chosen) out->push_back(StartAction(placed, name));
   }
+}
+
+Action Scheduler::StartAction(const Job& job, const std::string& node) const {
+  Action action{node, {}};
+  v1::StartJob* start = action.message.mutable_start();
+  start->set_job_id(job.info.job_id());
+  *start->mutable_spec() = job.info.spec();
+  start->set_rdzv_endpoint(options_.rdzv_endpoint);
+  start->set_uid(job.info.uid());
+  for (const v1::JobNode& n : job.info.nodes()) start->add_job_nodes(n.node_name());
+  start->set_submitted_unix_s(job.info.submitted_unix_s());
+  return action;
+}
+
+void Scheduler::Adopt(const v1::StartJob& start, const std::string& node, absl::Time now) {
+  const std::string& id = start.job_id();
+  Job& job = jobs_[id];
+  order_.push_back(id);
+  changes_.jobs.insert(id);
+  FollowId(id);
+  job.info.set_job_id(id);
+  *job.info.mutable_spec() = start.spec();
+  job.info.set_state("running");
+  job.info.set_uid(start.uid());
+  job.info.set_submitted_unix_s(start.submitted_unix_s());
+  std::vector<std::string> names(start.job_nodes().begin(), start.job_nodes().end());
+  if (std::find(names.begin(), names.end(), node) == names.end()) names.push_back(node);
+  for (const std::string& name : names) {
+    if (JobNodeOf(job, name) != nullptr) continue;  // Named twice.
+    v1::JobNode* jn = job.info.add_nodes();
+    jn->set_node_name(name);
+    jn->set_node_rank(-1);
+    jn->set_first_rank(-1);
+    jn->set_exit_code(-1);
+    if (name == node) continue;
+    // Not back with it yet: lost mid-job now.
+    job.gone.insert(name);
+    job.lost[name] = now;
+  }
+  job.started.insert(node);
+  job.info.set_reason(
+      absl::StrCat("adopted after a service restart (reported by node ", node, ")"));
+}
+
+bool Scheduler::JoinAsReplacement(Job& job, const v1::StartJob& start, const std::string& node) {
+  if (job.info.finished_unix_s() > 0) return false;
+  const std::set<std::string> named(start.job_nodes().begin(), start.job_nodes().end());
+  for (v1::JobNode& jn : *job.info.mutable_nodes()) {
+    const std::string old = jn.node_name();
+    if (jn.exit_code() >= 0 || !job.lost.contains(old) || named.contains(old)) continue;
+    job.lost.erase(old);
+    job.gone.erase(old);
+    job.to_replace.erase(old);
+    jn.set_node_name(node);
+    changes_.jobs.insert(job.info.job_id());
+    return true;
+  }
+  return false;
 }
 
 void Scheduler::SetNodeState(Node& node) {
@@ -177,11 +245,35 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
   *node.info.mutable_labels() = hello.labels();
   node.info.set_registered_unix_s(UnixSeconds(now));
   std::set<std::string> running(hello.running_job_ids().begin(), hello.running_job_ids().end());
+  std::map<std::string, const v1::StartJob*> starts;
+  for (const v1::StartJob& start : hello.running_jobs()) {
+    if (start.job_id().empty()) continue;
+    starts[start.job_id()] = &start;
+    running.insert(start.job_id());
+  }
+  std::set<std::string> foreign;  // Listed ids that name another job (uid) here.
   for (const std::string& id : running) {
+    auto start = starts.find(id);
+    const v1::StartJob* started = start == starts.end() ? nullptr : start->second;
     auto it = jobs_.find(id);
+    if (it == jobs_.end() && started != nullptr) {
+      // A job of the service before a restart: it runs on (the rules above).
+      Adopt(*started, name, now);
+      it = jobs_.find(id);
+    }
     v1::JobNode* jn = it == jobs_.end() ? nullptr : JobNodeOf(it->second, name);
-    if (jn == nullptr || Terminal(it->second.info.state()) || jn->exit_code() >= 0) {
+    // Another uid: a different job that had this id (both known: a daemon before uids has none).
+    const bool other_job = it != jobs_.end() && started != nullptr && !started->uid().empty() &&
+                           !it->second.info.uid().empty() &&
+                           started->uid() != it->second.info.uid();
+    if (jn == nullptr && !other_job && it != jobs_.end() && started != nullptr &&
+        !started->uid().empty() && started->uid() == it->second.info.uid() &&
+        JoinAsReplacement(it->second, *started, name)) {
+      jn = JobNodeOf(it->second, name);
+    }
+    if (jn == nullptr || other_job || Terminal(it->second.info.state()) || jn->exit_code() >= 0) {
       // Not this node's job (any more): stop it there.
+      if (other_job) foreign.insert(id);
       Action action{name, {}};
       action.message.mutable_cancel()->set_job_id(id);
       action.message.mutable_cancel()->set_grace_s(options_.default_grace_s);
@@ -196,7 +288,7 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
   }
   // Jobs that had this node and that it no longer runs: it is gone from them.
   for (auto& [id, job] : jobs_) {
-    if (running.contains(id)) continue;
+    if (running.contains(id) && !foreign.contains(id)) continue;
     v1::JobNode* jn = JobNodeOf(job, name);
     if (jn == nullptr || jn->exit_code() >= 0 || job.info.finished_unix_s() > 0) continue;
     changes_.jobs.insert(id);
@@ -430,12 +522,7 @@ bool Scheduler::Replace(Job& job, const std::string& lost, std::vector<Action>* 
   Node& node = *MutableNode(chosen);
   node.info.set_job_id(job.info.job_id());
   SetNodeState(node);
-  Action action{chosen, {}};
-  v1::StartJob* start = action.message.mutable_start();
-  start->set_job_id(job.info.job_id());
-  *start->mutable_spec() = job.info.spec();
-  start->set_rdzv_endpoint(options_.rdzv_endpoint);
-  out->push_back(std::move(action));
+  out->push_back(StartAction(job, chosen));
   return true;
 }
 

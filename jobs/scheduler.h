@@ -36,6 +36,18 @@
 //   restarted service counts from 0). Until then, a node lost while every other node exits counts
 //   as gone: the job ends ("its daemon was lost before it reported the job's end").
 //   A listed job that is unknown, finished or not this node's is cancelled on that node.
+// - Adoption (a memory-backend service restarted while jobs ran): a job a daemon lists that the
+//   service does not know, with its StartJob in NodeHello.running_jobs, is adopted: it is
+//   "running" again with that StartJob's spec, uid, id and submitted time, on its job_nodes
+//   (ranks and restarts come back with the next run status poll: the run id is the job id), its
+//   reason saying it was adopted. Its nodes that have not registered listing it are lost mid-job
+//   at the adoption time (the rules above: lost_node_grace to come back with it, then replaced
+//   or the job fails). A later daemon listing it with the same uid is back on it (one not among
+//   the job's nodes takes the place of a lost node that its StartJob does not name: it was that
+//   node's replacement); one with another uid runs a different job of that id: cancelled there.
+//   The next job id follows the highest adopted "job-<n>". A listed job without its StartJob
+//   (a daemon before running_jobs) that the service does not know is cancelled, as above.
+//   Queued and finished jobs of the earlier service are not known to the daemons: forgotten.
 // - Cancel: a queued job ends at once; a starting or running one is "cancelled" at once and each
 //   of its nodes still running gets CancelJob; the nodes stay busy until they report "exited".
 //
@@ -86,7 +98,8 @@ class Scheduler {
   void Restore(const std::vector<v1::JobInfo>& jobs);
 
   // Queues a job (Validate()d first: InvalidArgument naming the field) and places what can be
-  // placed. Returns the new job id ("job-<n>", n from 1).
+  // placed. Returns the new job id ("job-<n>", n from 1); the job's uid is 128 random bits as
+  // 32 lowercase hex digits.
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec, absl::Time now,
                                      std::vector<Action>* out);
   // A daemon's NodeHello. Errors: AlreadyExists when a node of that name is registered;
@@ -180,6 +193,15 @@ class Scheduler {
   // Starts the job's replacement for lost `node` on an idle node; false when there is none.
   bool Replace(Job& job, const std::string& node, std::vector<Action>* out);
   void SetNodeState(Node& node);
+  // What a node placed on `job` is sent: its id, spec, uid, nodes and submission time.
+  Action StartAction(const Job& job, const std::string& node) const;
+  // next_id_ past `job_id` when it is "job-<n>".
+  void FollowId(const std::string& job_id);
+  // Takes on the running job that `start` describes, reported by `node` (the rules above).
+  void Adopt(const v1::StartJob& start, const std::string& node, absl::Time now);
+  // A daemon with the same uid as `job` that is not among its nodes: takes the place of a lost
+  // node that its StartJob does not name. False when there is none.
+  bool JoinAsReplacement(Job& job, const v1::StartJob& start, const std::string& node);
 
   SchedulerOptions options_;
   std::map<std::string, Job> jobs_;

@@ -262,8 +262,18 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
 
   // A running job survives a failed reload untouched, and a good one registers again with the
   // new labels and the running job named.
-  service_.Send(StartJob("job-2", "sleep 30"));
+  auto job2 = StartJob("job-2", "sleep 30");
+  job2.mutable_start()->set_uid("00ff");
+  job2.mutable_start()->add_job_nodes("node-t");
+  job2.mutable_start()->set_submitted_unix_s(123);
+  service_.Send(job2);
   ASSERT_TRUE(WaitFor("update job-2 started 0"));
+  {
+    std::ifstream uid_file(config_.work_dir + "/job-2/job-uid");
+    std::string uid;
+    std::getline(uid_file, uid);
+    EXPECT_EQ(uid, "00ff");
+  }
   daemon_->RequestReload();
   absl::SleepFor(absl::Milliseconds(300));
   const auto before = DescribeAll(service_.received());
@@ -280,6 +290,9 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   EXPECT_EQ(second.labels().at("zone"), "b");
   ASSERT_EQ(second.running_job_ids_size(), 1);
   EXPECT_EQ(second.running_job_ids(0), "job-2");
+  // With the StartJob it was sent: a restarted service adopts the job from it.
+  ASSERT_EQ(second.running_jobs_size(), 1);
+  EXPECT_EQ(second.running_jobs(0).DebugString(), job2.start().DebugString());
 
   // CancelJob with a grace: SIGTERM, the script's own exit.
   dgt::jobs::v1::ControlMessage cancel;

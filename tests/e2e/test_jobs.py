@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import BIN, wait_for
+from jobs_helpers import dgt
 from test_rendezvous_etcd import etcd, etcdctl  # noqa: F401 (the etcd fixture)
 
 FAKE_DAEMON = BIN.parent / "tests" / "fake_node_daemon"
@@ -23,11 +24,6 @@ def start_rendezvous(spawn, *flags):
     m = re.search(r"listening on port (\d+)", p.stdout)
     assert m, p.stderr
     return f"127.0.0.1:{m.group(1)}", p
-
-
-def dgt(endpoint, *args, timeout=30):
-    return subprocess.run([BIN / "dgt", *[str(a) for a in args], f"--rdzv-endpoint={endpoint}"],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def show(endpoint, job_id):
@@ -110,7 +106,12 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
         "spec": {"name": "hello", "command": "echo rank $RANK of $WORLD_SIZE",
                  "instance_count": 1, "distribution": {"process_count_per_instance": 2},
                  "environment_variables": {"GREETING": "hi"}, "node_labels": {"pool": "a"}},
+        # What a restarted service adopts the job from (NodeHello.running_jobs).
+        "uid": info["uid"],
+        "job_nodes": ["a"],
+        "submitted_unix_s": info["submitted_unix_s"],
     }
+    assert re.fullmatch(r"[0-9a-f]{32}", info["uid"]), info
     assert "start" not in str(other.messages())
     # A second daemon with a registered name is refused.
     dup = daemons(endpoint, "a", ["pool=a"])

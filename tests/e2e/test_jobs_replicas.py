@@ -4,41 +4,15 @@ while the job runs -> the other replica leads, the daemon registers there listin
 job completes there: `dgt job show` from the new leader says succeeded with the node's exit code
 0. Skips without Debian's etcd except under CI=true (test_rendezvous_etcd.need_etcd)."""
 import getpass
-import json
 import re
-import subprocess
 import time
 
-import pytest
-
 from conftest import BIN
+from jobs_helpers import dgt, logs, show
+from jobs_helpers import poll as wait_for
 from test_rendezvous_etcd import etcd, free_port  # noqa: F401 (etcd: a fixture)
 
 LEASE_S = 2
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return None
-
-
-def logs(proc):
-    return proc.stdout + proc.stderr
-
-
-def dgt(endpoints, *args, timeout=30):
-    return subprocess.run([BIN / "dgt", *[str(a) for a in args], f"--rdzv-endpoint={endpoints}"],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def show(endpoints, job_id):
-    out = dgt(endpoints, "job", "show", job_id, "--json")
-    return json.loads(out.stdout) if out.returncode == 0 else None
 
 
 def test_a_job_completes_when_the_leader_is_killed(spawn, etcd, tmp_path):  # noqa: F811

@@ -531,6 +531,201 @@ TEST_F(SchedulerTest, RestoreKeepsIdsAndWaitsForNodes) {
   EXPECT_EQ(restored.FindJob("job-1")->state(), "succeeded");
 }
 
+// The StartJob a daemon keeps for a job it runs (what the service sent it).
+v1::StartJob Started(const std::string& id, const std::string& uid,
+                     const std::vector<std::string>& nodes, int max_restarts = 0) {
+  v1::StartJob start;
+  start.set_job_id(id);
+  *start.mutable_spec() = Spec(2, 2);
+  start.mutable_spec()->set_max_restarts(max_restarts);
+  start.set_rdzv_endpoint("rdzv:29400");
+  start.set_uid(uid);
+  for (const auto& n : nodes) start.add_job_nodes(n);
+  start.set_submitted_unix_s(900);
+  return start;
+}
+
+// A daemon's hello listing `starts` as running (ids and StartJobs).
+v1::NodeHello Running(const std::string& name, const std::vector<v1::StartJob>& starts) {
+  v1::NodeHello hello = Hello(name);
+  for (const auto& start : starts) {
+    hello.add_running_job_ids(start.job_id());
+    *hello.add_running_jobs() = start;
+  }
+  return hello;
+}
+
+TEST_F(SchedulerTest, SubmitDrawsAUidAndStartJobCarriesIt) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::vector<Action> out;
+  auto id = s_.Submit(Spec(2, 2), now_, &out);
+  ASSERT_TRUE(id.ok());
+  const std::string uid = Job(*id).uid();
+  EXPECT_EQ(uid.size(), 32u);
+  EXPECT_EQ(uid.find_first_not_of("0123456789abcdef"), std::string::npos) << uid;
+  ASSERT_EQ(out.size(), 2u);
+  for (const Action& a : out) {
+    EXPECT_EQ(a.message.start().uid(), uid);
+    EXPECT_THAT(a.message.start().job_nodes(), ElementsAre("a", "b"));
+    EXPECT_EQ(a.message.start().submitted_unix_s(), 1000);
+  }
+  Update("a", jobs::Update(*id, "exited", 0));
+  Update("b", jobs::Update(*id, "exited", 0));
+  std::string second;
+  Submit(Spec(1, 1), &second);
+  EXPECT_EQ(Job(second).uid().size(), 32u);
+  EXPECT_NE(Job(second).uid(), uid);
+}
+
+// A restarted service (memory backend) adopts a 2-node job from its daemons' reports.
+TEST_F(SchedulerTest, AdoptsARunningJobReportedByOneNodeThenTheOther) {
+  const v1::StartJob start = Started("job-7", "u7", {"a", "b"});
+  EXPECT_THAT(Register(Running("a", {start})), IsEmpty());
+  EXPECT_EQ(Job("job-7").state(), "running");
+  EXPECT_EQ(Job("job-7").uid(), "u7");
+  EXPECT_EQ(Job("job-7").submitted_unix_s(), 900);
+  EXPECT_EQ(Job("job-7").spec().instance_count(), 2);
+  EXPECT_EQ(Job("job-7").reason(), "adopted after a service restart (reported by node a)");
+  EXPECT_THAT(JobNodes("job-7"),
+              ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-7"));
+  // b is lost mid-job as of now: it has lost_node_grace to come back with it.
+  EXPECT_EQ(s_.NextTick(), kT0 + absl::Seconds(10));
+  EXPECT_THAT(s_.TakeChanges().jobs, ElementsAre("job-7"));
+  now_ += absl::Seconds(5);
+  EXPECT_THAT(Register(Running("b", {start})), IsEmpty());
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-7", "b busy job-7"));
+  EXPECT_EQ(s_.NextTick(), absl::InfiniteFuture());
+  now_ += absl::Seconds(10);
+  EXPECT_THAT(Tick(), IsEmpty());
+  EXPECT_EQ(Job("job-7").state(), "running");
+  // Ranks and restarts come from the run's status (run id = job id).
+  RunStatus("job-7", {"b", "a"}, 1);
+  EXPECT_EQ(Job("job-7").restarts(), 1);
+  EXPECT_THAT(JobNodes("job-7"),
+              ElementsAre("a rank 1 first 2 exit -1", "b rank 0 first 0 exit -1"));
+  auto rank3 = s_.LogTargetFor("job-7", 3);
+  ASSERT_TRUE(rank3.ok());
+  EXPECT_EQ(rank3->node, "a");
+  EXPECT_EQ(rank3->local_rank, 1);
+  // The next id follows the adopted one; it waits for a node.
+  std::string next;
+  EXPECT_THAT(Submit(Spec(1, 1), &next), IsEmpty());
+  EXPECT_EQ(next, "job-8");
+  EXPECT_THAT(s_.Jobs(), testing::SizeIs(2));
+  EXPECT_THAT(Update("a", jobs::Update("job-7", "exited", 0)),
+              ElementsAre("a start job-8 rdzv:29400"));
+  EXPECT_THAT(Update("b", jobs::Update("job-7", "exited", 0)), IsEmpty());
+  EXPECT_EQ(Job("job-7").state(), "succeeded");
+  EXPECT_EQ(Job("job-7").reason(), "");
+  EXPECT_THAT(JobNodes("job-7"), ElementsAre("a rank 1 first 2 exit 0", "b rank 0 first 0 exit 0"));
+  // A daemon before running_jobs lists only the id of a job the service does not know: cancelled.
+  EXPECT_THAT(Register(Hello("c", {}, {"job-9"})), ElementsAre("c cancel job-9 30"));
+  std::string after;
+  Submit(Spec(1, 1), &after);
+  EXPECT_EQ(after, "job-9");
+}
+
+TEST_F(SchedulerTest, AdoptedJobsNodeNeverBackFollowsTheLostNodeRules) {
+  // max_restarts 0: the job fails when the grace ends; the reporting node's dgt-run is cancelled.
+  EXPECT_THAT(Register(Running("a", {Started("job-3", "u3", {"a", "b"})})), IsEmpty());
+  now_ += absl::Milliseconds(9999);
+  EXPECT_THAT(Tick(), IsEmpty());
+  now_ += absl::Milliseconds(1);
+  EXPECT_THAT(Tick(), ElementsAre("a cancel job-3 30"));
+  EXPECT_EQ(Job("job-3").state(), "failed");
+  EXPECT_EQ(Job("job-3").reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "max_restarts 0");
+  EXPECT_EQ(Job("job-3").finished_unix_s(), 1010);
+  // b back late with it: told to stop it.
+  EXPECT_THAT(Register(Running("b", {Started("job-3", "u3", {"a", "b"})})),
+              ElementsAre("b cancel job-3 30"));
+}
+
+TEST_F(SchedulerTest, AdoptedJobsLostNodeReplacedWithRestartsLeft) {
+  EXPECT_THAT(Register(Hello("c")), IsEmpty());
+  EXPECT_THAT(Register(Running("a", {Started("job-4", "u4", {"a", "b"}, 1)})), IsEmpty());
+  now_ += absl::Seconds(10);
+  std::vector<Action> out;
+  s_.Tick(now_, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].node, "c");
+  EXPECT_EQ(out[0].message.start().job_id(), "job-4");
+  EXPECT_EQ(out[0].message.start().uid(), "u4");
+  EXPECT_THAT(out[0].message.start().job_nodes(), ElementsAre("a", "c"));
+  EXPECT_EQ(out[0].message.start().submitted_unix_s(), 900);
+  EXPECT_EQ(Job("job-4").reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "replacing it (restart 1 of 1)");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-4", "c busy job-4"));
+}
+
+// The node's own lost part started again gets the same uid: its daemon keeps the job dir (and
+// the earlier attempts' logs) instead of moving it aside.
+TEST_F(SchedulerTest, ReplacementStartJobKeepsTheJobsUid) {
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  Submit(spec, &id);
+  Update("a", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, "started"));
+  Deregister("b");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Register(Hello("b"), now_, &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].node, "b");
+  EXPECT_EQ(out[0].message.start().uid(), Job(id).uid());
+  EXPECT_THAT(out[0].message.start().job_nodes(), ElementsAre("a", "b"));
+}
+
+TEST_F(SchedulerTest, AdoptedJobsReplacementNodeTakesTheLostNodesPlace) {
+  // b was replaced by c before the restart: a's StartJob names b, c's names c.
+  EXPECT_THAT(Register(Running("a", {Started("job-5", "u5", {"a", "b"})})), IsEmpty());
+  EXPECT_THAT(Register(Running("c", {Started("job-5", "u5", {"a", "c"})})), IsEmpty());
+  EXPECT_THAT(JobNodes("job-5"),
+              ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-5", "c busy job-5"));
+  EXPECT_EQ(s_.NextTick(), absl::InfiniteFuture());
+}
+
+TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
+  Register(Hello("a"));
+  std::string id;
+  Submit(Spec(1, 1), &id);
+  const std::string uid = Job(id).uid();
+  Update("a", jobs::Update(id, "started"));
+  // b runs an older job-1 (another uid): stopped there, job-1 stays a's.
+  EXPECT_THAT(Register(Running("b", {Started("job-1", "0123", {"b"})})),
+              ElementsAre("b cancel job-1 30"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
+  EXPECT_EQ(Job(id).uid(), uid);
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank -1 first -1 exit -1"));
+  // a back from a stream break listing job-1 with another uid: not ours; a lost our job-1.
+  Deregister("a");
+  EXPECT_THAT(Register(Running("a", {Started("job-1", "4567", {"a"})})),
+              ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(),
+            "node a: its daemon was lost mid-job (it registered again without the job); "
+            "max_restarts 0");
+  // With our uid it would have been back on it.
+  Scheduler other(SchedulerOptions{"rdzv:1", 30});
+  std::vector<Action> none;
+  ASSERT_TRUE(other.Register(Hello("a"), now_, &none).ok());
+  auto again = other.Submit(Spec(1, 1), now_, &none);
+  ASSERT_TRUE(again.ok());
+  const std::string own = other.FindJob(*again)->uid();
+  other.Deregister("a", now_, &none);
+  none.clear();
+  ASSERT_TRUE(other.Register(Running("a", {Started(*again, own, {"a"})}), now_, &none).ok());
+  EXPECT_THAT(Describe(none), IsEmpty());
+  EXPECT_EQ(other.FindJob(*again)->state(), "starting");
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();

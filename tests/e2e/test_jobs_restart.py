@@ -1,0 +1,153 @@
+"""A memory-backend dgt-rendezvous restarted while a job runs (issue 15; docs/JOBS.md, "A restart
+of the service"): two real dgt-agents on loopback run a 2-node x 2-process torch 2.13 gloo job;
+dgt-rendezvous is SIGKILLed mid-job and started again on the same port. The daemons register
+again listing the job with its StartJob, the service adopts it: the workers keep running (same
+PIDs), the job ends `succeeded` with both nodes' exit code 0, and `dgt logs` gives each rank its
+own output. The next job's id follows the adopted one; after a restart with nothing running the
+ids start again at job-1, and the node moves the earlier job-1's dir aside (its uid differs)
+instead of mixing two jobs' logs. The agents run as the current user (allow_root: the CI runs as
+root), the job processes too."""
+import getpass
+import os
+import re
+import signal
+
+from conftest import BIN, WORKERS
+from jobs_helpers import dgt, logs, poll, show
+from test_rendezvous_etcd import free_port
+
+STEPS = 20
+
+
+class Service:
+    """dgt-rendezvous (memory backend, a submit token) on a fixed loopback port, restartable."""
+
+    def __init__(self, spawn, tmp_path):
+        self.spawn = spawn
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.token = tmp_path / "submit.token"
+        self.token.write_text("restart-submit-token\n")
+        self.token.chmod(0o600)
+        self.starts = 0
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.starts += 1
+        self.proc = self.spawn([BIN / "dgt-rendezvous", "--listen", self.endpoint,
+                                "--submit-token-file", self.token], name=f"rdzv{self.starts}")
+        assert poll(lambda: "listening on port" in self.proc.stdout or
+                    self.proc.popen.poll() is not None, 20), logs(self.proc)
+        assert self.proc.popen.poll() is None, logs(self.proc)
+
+    def kill9(self):
+        self.proc.popen.send_signal(signal.SIGKILL)
+        self.proc.popen.wait(timeout=10)
+
+    def wait_registered(self, nodes, timeout=20):
+        assert poll(lambda: all(f"node '{n}' registered from" in logs(self.proc) for n in nodes),
+                    timeout), logs(self.proc)
+
+    def dgt(self, *args):
+        return dgt(self.endpoint, *args, "--token-file", self.token)
+
+    def show(self, job_id):
+        return show(self.endpoint, job_id, "--token-file", self.token)
+
+    def wait_state(self, job_id, states, timeout):
+        info = poll(lambda: (i := self.show(job_id)) and i["state"] in states and i, timeout, 0.2)
+        assert info, (job_id, self.show(job_id), logs(self.proc))
+        return info
+
+    def submit(self, path):
+        out = self.dgt("submit", path)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    def log(self, job_id, rank):
+        out = self.dgt("logs", job_id, "--rank", rank)
+        assert out.returncode == 0, (job_id, rank, out.stderr)
+        return out.stdout
+
+
+def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
+    service = Service(spawn, tmp_path)
+    work = {}
+    for n in ("n1", "n2"):
+        work[n] = tmp_path / n / "jobs"
+        work[n].parent.mkdir()
+        (tmp_path / n / "agent.yaml").write_text(
+            f"rendezvous_endpoints: ['{service.endpoint}']\nnode_name: {n}\n"
+            f"advertise_address: 127.0.0.1\nrun_as_user: {getpass.getuser()}\nallow_root: true\n"
+            f"work_dir: {work[n]}\ndgt_run: {BIN / 'dgt-run'}\nstop_grace_s: 5\nwatchdog: false\n")
+        spawn([BIN / "dgt-agent", "--config", tmp_path / n / "agent.yaml"], name=f"agent-{n}")
+    service.wait_registered(["n1", "n2"])
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    job = tmp_path / "train.yaml"
+    worker = WORKERS / "jobs_restart_worker.py"
+    job.write_text(
+        f"name: train\ncommand: exec {python2} {worker} {pids} {STEPS}\n"
+        "environment_variables: {GLOO_SOCKET_IFNAME: lo}\ninstance_count: 2\n"
+        "distribution: {type: pytorch, process_count_per_instance: 2}\n")
+    assert service.submit(job) == "job-1"
+    # Every rank is in its steps and the service knows the ranks.
+    assert poll(lambda: all((pids / f"rank{r}.pid").exists() for r in range(4)), 60, 0.2), \
+        (service.show("job-1"), logs(service.proc))
+    before = service.wait_state("job-1", {"running"}, 10)
+    assert poll(lambda: all(n["first_rank"] >= 0 for n in service.show("job-1")["nodes"]), 10)
+    worker_pids = {r: int((pids / f"rank{r}.pid").read_text()) for r in range(4)}
+    uid = before["uid"]
+    assert re.fullmatch(r"[0-9a-f]{32}", uid), before
+
+    service.kill9()
+    service.start()
+    service.wait_registered(["n1", "n2"])
+    adopted = service.show("job-1")
+    assert adopted["state"] == "running", (adopted, logs(service.proc))
+    assert adopted["uid"] == uid
+    assert adopted["spec"]["name"] == "train"
+    assert adopted["submitted_unix_s"] == before["submitted_unix_s"]
+    assert adopted["reason"] in {f"adopted after a service restart (reported by node {n})"
+                                 for n in ("n1", "n2")}, adopted
+    assert sorted(n["node_name"] for n in adopted["nodes"]) == ["n1", "n2"]
+    for pid in worker_pids.values():
+        os.kill(pid, 0)  # Still there: raises ProcessLookupError otherwise.
+
+    done = service.wait_state("job-1", {"succeeded", "failed", "cancelled"}, 60)
+    assert done["state"] == "succeeded", (done, logs(service.proc))
+    assert done["restarts"] == 0
+    assert sorted((n["node_name"], n["exit_code"]) for n in done["nodes"]) == \
+        [("n1", 0), ("n2", 0)]
+    assert sorted(n["first_rank"] for n in done["nodes"]) == [0, 2]
+    for r in range(4):
+        lines = service.log("job-1", r).splitlines()
+        assert lines == [f"rank {r} step {s} sum 10" for s in range(STEPS)] + \
+            [f"rank {r} pid {worker_pids[r]} steps {STEPS} sum 10"], r
+
+    # The next job's id follows the adopted one; its logs are its own.
+    echo = tmp_path / "echo.yaml"
+    echo.write_text("command: echo second rank $RANK\ninstance_count: 2\n"
+                    "distribution: {process_count_per_instance: 2}\n")
+    assert service.submit(echo) == "job-2"
+    assert service.wait_state("job-2", {"succeeded", "failed"}, 30)["state"] == "succeeded"
+    assert [service.log("job-2", r) for r in range(4)] == [f"second rank {r}\n" for r in range(4)]
+
+    # A restart with nothing running forgets everything: ids start again at job-1. The nodes move
+    # the earlier job-1's dir aside (another uid) rather than mixing the two jobs' logs.
+    service.kill9()
+    service.start()
+    service.wait_registered(["n1", "n2"])
+    assert service.show("job-1") is None
+    echo.write_text(echo.read_text().replace("second", "third"))
+    assert service.submit(echo) == "job-1"
+    third = service.wait_state("job-1", {"succeeded", "failed"}, 30)
+    assert third["state"] == "succeeded", third
+    assert third["uid"] != uid
+    assert [service.log("job-1", r) for r in range(4)] == [f"third rank {r}\n" for r in range(4)]
+    for n in ("n1", "n2"):
+        assert sorted(p.name for p in work[n].iterdir()) == ["job-1", f"job-1.{uid}.1", "job-2"]
+        assert (work[n] / "job-1" / "job-uid").read_text() == third["uid"] + "\n"
+        assert (work[n] / f"job-1.{uid}.1" / "job-uid").read_text() == uid + "\n"
