@@ -26,8 +26,8 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, grpc::Statu
 
 }  // namespace
 
-// One node daemon's Register stream: the first message must be its NodeHello. Send and End (the
-// stream finishes with its status once queued writes are done) are QueuedWriteReactor's.
+// One node daemon's Register stream: the first message must be its NodeHello. Writes are queued
+// and sent one at a time.
 class JobsService::NodeReactor final
     : public rendezvous::QueuedWriteReactor<v1::NodeMessage, v1::ControlMessage> {
  public:

@@ -25,18 +25,18 @@ template <typename Request, typename Response,
           typename Base = grpc::ServerBidiReactor<Request, Response>>
 class QueuedWriteReactor : public Base {
  public:
-  // Queues `message` after those queued before it; with `end_after`, as End(OK) right after it.
+  // Queues `message` after those queued before it; with `close`, as End(OK) right after it.
   // Ignored once Finish has been called (the stream is ending: nobody would read it).
-  void Send(Response message, bool end_after = false) {
+  void Send(Response message, bool close = false) {
     dgt::MutexLock lock(&mu_);
     if (finish_requested_) return;
     queue_.push_back(std::move(message));
-    if (end_after) EndLocked(grpc::Status::OK);
+    if (close) EndLocked(grpc::Status::OK);
     MaybeWriteLocked();
   }
 
   // Finishes the stream with `status` once the queued writes are done. The first End (or Send
-  // with `end_after`) sets the status; later ones change nothing. Abort still may.
+  // with `close`) sets the status; later ones change nothing. Abort still may.
   void End(grpc::Status status = grpc::Status::OK) {
     dgt::MutexLock lock(&mu_);
     EndLocked(std::move(status));

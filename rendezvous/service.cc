@@ -14,9 +14,8 @@
 
 namespace dgt::rendezvous {
 
-// One agent's session stream. Writes are queued and sent one at a time (QueuedWriteReactor's Send,
-// End, Abort); the stream finishes after a message sent with `end_after`, or when the agent goes
-// away.
+// One agent's session stream. Writes are queued and sent one at a time; the stream finishes after
+// a message marked `close`, or when the agent goes away.
 class RendezvousService::SessionReactor final
     : public QueuedWriteReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:

@@ -83,7 +83,7 @@ TEST(QueuedWriteReactorTest, TheFirstEndSetsTheStatus) {
 
 TEST(QueuedWriteReactorTest, SendWithEndAfterFinishesOkOnceWritten) {
   Reactor r;
-  r.Send("a", /*end_after=*/true);
+  r.Send("a", /*close=*/true);
   r.End(grpc::Status(grpc::StatusCode::INTERNAL, "ignored"));
   r.OnWriteDone(true);
   EXPECT_EQ(r.events, Events({"write a", "finish 0 "}));
