@@ -1,13 +1,13 @@
 #include "jobs/jobs_service.h"
 
 #include <algorithm>
-#include <list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "rendezvous/credentials.h"
+#include "rendezvous/queued_write_reactor.h"
 
 namespace dgt::jobs {
 namespace {
@@ -29,26 +29,10 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, grpc::Statu
 // One node daemon's Register stream: the first message must be its NodeHello. Writes are queued
 // and sent one at a time.
 class JobsService::NodeReactor final
-    : public grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage> {
+    : public rendezvous::QueuedWriteReactor<v1::NodeMessage, v1::ControlMessage> {
  public:
   NodeReactor(JobsService* service, std::string peer) : service_(service), peer_(std::move(peer)) {
     StartRead(&incoming_);
-  }
-
-  void Send(v1::ControlMessage message) {
-    dgt::MutexLock lock(&mu_);
-    if (finish_requested_) return;
-    queue_.push_back(std::move(message));
-    MaybeWriteLocked();
-  }
-
-  // Finishes the stream with `status` once queued writes are done.
-  void End(grpc::Status status) {
-    dgt::MutexLock lock(&mu_);
-    if (close_) return;
-    close_ = true;
-    close_status_ = std::move(status);
-    MaybeWriteLocked();
   }
 
   void OnReadDone(bool ok) override {
@@ -77,17 +61,6 @@ class JobsService::NodeReactor final
     StartRead(&incoming_);
   }
 
-  void OnWriteDone(bool ok) override {
-    dgt::MutexLock lock(&mu_);
-    writing_ = false;
-    queue_.pop_front();
-    if (!ok) {
-      queue_.clear();
-      close_ = true;
-    }
-    MaybeWriteLocked();
-  }
-
   void OnCancel() override { service_->OnNodeGone(this); }
 
   void OnDone() override {
@@ -101,29 +74,10 @@ class JobsService::NodeReactor final
   const std::string& peer() const { return peer_; }
 
  private:
-  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finish_requested_) return;
-    if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-      return;
-    }
-    if (close_) {
-      finish_requested_ = true;
-      Finish(close_status_);
-    }
-  }
-
   JobsService* service_;
   const std::string peer_;
   std::string node_;
   v1::NodeMessage incoming_;
-  dgt::Mutex mu_;
-  std::list<v1::ControlMessage> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool close_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status close_status_ ABSL_GUARDED_BY(mu_);
-  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 namespace {

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <list>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -12,13 +10,14 @@
 #include "common/mutex.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "rendezvous/proto_convert.h"
+#include "rendezvous/queued_write_reactor.h"
 
 namespace dgt::rendezvous {
 
 // One agent's session stream. Writes are queued and sent one at a time; the stream finishes after
 // a message marked `close`, or when the agent goes away.
 class RendezvousService::SessionReactor final
-    : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
+    : public QueuedWriteReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:
   SessionReactor(RendezvousService* service, SessionId id, std::string peer, std::string peer_ip,
                  uint64_t term)
@@ -30,32 +29,6 @@ class RendezvousService::SessionReactor final
     StartRead(&incoming_);
   }
 
-  // Queues `message`; with `close`, the stream finishes once it is written.
-  void Send(v1::ServiceMessage message, bool close) {
-    dgt::MutexLock lock(&mu_);
-    if (finish_requested_) return;
-    queue_.push_back(std::move(message));
-    if (close) close_after_queue_ = true;
-    MaybeWriteLocked();
-  }
-
-  // Drops what is queued (but a write in flight) and finishes the stream with `status`.
-  void Abort(grpc::Status status) {
-    dgt::MutexLock lock(&mu_);
-    if (finish_requested_) return;
-    while (queue_.size() > (writing_ ? 1U : 0U)) queue_.pop_back();
-    final_status_ = std::move(status);
-    close_after_queue_ = true;
-    MaybeWriteLocked();
-  }
-
-  // Finishes the stream once queued writes are done.
-  void End() {
-    dgt::MutexLock lock(&mu_);
-    close_after_queue_ = true;
-    MaybeWriteLocked();
-  }
-
   void OnReadDone(bool ok) override {
     if (!ok) {
       service_->OnSessionEnded(id_, term_);
@@ -64,17 +37,6 @@ class RendezvousService::SessionReactor final
     }
     service_->OnMessage(id_, term_, incoming_);
     StartRead(&incoming_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    dgt::MutexLock lock(&mu_);
-    writing_ = false;
-    queue_.pop_front();
-    if (!ok) {
-      queue_.clear();
-      close_after_queue_ = true;
-    }
-    MaybeWriteLocked();
   }
 
   void OnCancel() override { service_->OnSessionEnded(id_, term_); }
@@ -90,33 +52,12 @@ class RendezvousService::SessionReactor final
   uint64_t term() const { return term_; }
 
  private:
-  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finish_requested_) return;
-    if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-      return;
-    }
-    if (close_after_queue_) {
-      finish_requested_ = true;
-      Finish(final_status_);
-    }
-  }
-
   RendezvousService* service_;
   const SessionId id_;
   const std::string peer_;
   const std::string peer_ip_;
   const uint64_t term_;
   v1::AgentMessage incoming_;
-  dgt::Mutex mu_;
-  // A list, not a deque: an empty std::deque still holds a 512-byte block, 5 MB per 10,000
-  // sessions that mostly have nothing queued.
-  std::list<v1::ServiceMessage> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool close_after_queue_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
 };
 
 // Ends a call at once with a status (an unauthenticated Session).

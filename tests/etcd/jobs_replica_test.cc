@@ -28,6 +28,7 @@
 #include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
 #include "tests/etcd/etcd_cluster.h"
+#include "tests/etcd/replica_harness.h"
 
 namespace dgt::rendezvous {
 namespace {
@@ -35,116 +36,18 @@ namespace {
 namespace jv1 = ::dgt::jobs::v1;
 using etcd::testing::EtcdCluster;
 
-constexpr int64_t kLeaseTtlS = 2;
+using testing::ClientFor;
+using testing::Replica;
+using testing::WaitForOneLeader;
 
-etcd::ClientOptions ClientFor(const EtcdCluster& cluster) {
-  etcd::ClientOptions o;
-  o.endpoints = cluster.endpoints();
-  o.call_timeout = absl::Seconds(2);
-  o.attempt_timeout = absl::Seconds(1);
-  return o;
-}
-
-// One dgt-rendezvous replica serving jobs, wired as rendezvous/main.cc wires --backend=etcd.
-struct Replica {
-  std::string id;
-  std::unique_ptr<EtcdRunStateBackend> backend;
-  std::unique_ptr<jobs::EtcdJobStateBackend> jobs_backend;
-  std::unique_ptr<RendezvousServer> server;
-  std::atomic<ReplicaElection*> election_ptr{nullptr};
-  std::unique_ptr<ReplicaElection> election;
-  std::string address;
-
-  ~Replica() {
-    election_ptr.store(nullptr);
-    election.reset();
-    if (server) server->Shutdown(absl::Milliseconds(200));
-  }
-  bool leader() { return server->service()->is_leader() && server->jobs()->is_leader(); }
-};
-
+// Run records under <prefix>runs/, job records under <prefix>jobs/.
 std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, const std::string& prefix,
                                       const std::string& id) {
-  auto r = std::make_unique<Replica>();
-  r->id = id;
-  EtcdRunStateBackend::Options b;
-  b.client = ClientFor(cluster);
-  b.prefix = absl::StrCat(prefix, "runs/");
-  b.leader_key = LeaderKeyFor(b.prefix);
-  auto backend = EtcdRunStateBackend::Open(b);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return nullptr;
-  r->backend = *std::move(backend);
-  jobs::EtcdJobStateBackend::Options j;
-  j.client = ClientFor(cluster);
-  j.prefix = absl::StrCat(prefix, "jobs/");
-  j.leader_key = b.leader_key;
-  auto jobs_backend = jobs::EtcdJobStateBackend::Open(j);
-  EXPECT_TRUE(jobs_backend.ok()) << jobs_backend.status();
-  if (!jobs_backend.ok()) return nullptr;
-  r->jobs_backend = *std::move(jobs_backend);
-
   RendezvousServerOptions options;
-  options.rounds.backend = r->backend.get();
-  options.elected = true;
-  options.replica_id = id;
-  options.serve_jobs = true;
-  options.jobs.backend = r->jobs_backend.get();
   options.jobs.allow_unauthenticated_submit = true;
   options.jobs.poll_interval = absl::Milliseconds(100);
-  Replica* raw = r.get();
-  options.on_step_down = [raw](const absl::Status& why) {
-    if (auto* e = raw->election_ptr.load()) e->Resign(why);
-  };
-  auto server = RendezvousServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return nullptr;
-  r->server = *std::move(server);
-  r->address = absl::StrCat("127.0.0.1:", r->server->port());
-  ReplicaElectionOptions e;
-  e.client = ClientFor(cluster);
-  e.key = b.leader_key;
-  e.replica_id = id;
-  e.address = r->address;
-  e.lease_ttl_s = kLeaseTtlS;
-  RendezvousService* service = r->server->service();
-  EtcdRunStateBackend* fence = r->backend.get();
-  jobs::EtcdJobStateBackend* jobs_fence = r->jobs_backend.get();
-  e.on_won = [service, fence, jobs_fence](int64_t term) {
-    fence->SetLeaderFence(term);
-    jobs_fence->SetLeaderFence(term);
-    service->TakeOver();
-  };
-  e.on_lost = [service, fence, jobs_fence](const absl::Status& why) {
-    service->StepDown(why);
-    fence->SetLeaderFence(0);
-    jobs_fence->SetLeaderFence(0);
-  };
-  e.on_leader = [service](const LeaderInfo& l) { service->SetLeader(l.replica, l.address); };
-  auto election = ReplicaElection::Start(std::move(e));
-  EXPECT_TRUE(election.ok()) << election.status();
-  if (!election.ok()) return nullptr;
-  r->election = *std::move(election);
-  r->election_ptr.store(r->election.get());
-  return r;
-}
-
-// Waits up to `timeout` until exactly one of `replicas` leads (rendezvous and jobs); returns it.
-Replica* WaitForOneLeader(const std::vector<Replica*>& replicas, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    Replica* leader = nullptr;
-    int leaders = 0;
-    for (Replica* r : replicas) {
-      if (r->leader()) {
-        leader = r;
-        ++leaders;
-      }
-    }
-    if (leaders == 1) return leader;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return nullptr;
+  return testing::StartReplica(cluster, std::move(options), absl::StrCat(prefix, "runs/"), id,
+                               absl::StrCat(prefix, "jobs/"));
 }
 
 std::unique_ptr<jv1::Jobs::Stub> StubFor(const std::string& address) {
@@ -260,11 +163,8 @@ class JobsReplicaTest : public ::testing::Test {
     cluster_ = nullptr;
   }
   void SetUp() override {
-    if (EtcdCluster::FindEtcd().empty()) {
-      const char* ci = std::getenv("CI");
-      if (ci != nullptr && std::string(ci) == "true") FAIL() << "no etcd binary under CI=true";
-      GTEST_SKIP() << "no etcd binary ($DGT_ETCD_BIN, PATH, /usr/bin/etcd)";
-    }
+    testing::SkipWithoutEtcd();
+    if (IsSkipped() || HasFailure()) return;
     ASSERT_NE(cluster_, nullptr);
     auto client = etcd::Client::Create(ClientFor(*cluster_));
     ASSERT_TRUE(client.ok());

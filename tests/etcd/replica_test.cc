@@ -29,6 +29,7 @@
 #include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
 #include "tests/etcd/etcd_cluster.h"
+#include "tests/etcd/replica_harness.h"
 
 namespace dgt::rendezvous {
 namespace {
@@ -36,110 +37,21 @@ namespace {
 using etcd::testing::EtcdCluster;
 
 constexpr absl::Duration kFormTimeout = absl::Seconds(20);
-constexpr int64_t kLeaseTtlS = 2;
-
-void SkipWithoutEtcd() {
-  if (!EtcdCluster::FindEtcd().empty()) return;
-  const char* ci = std::getenv("CI");
-  if (ci != nullptr && std::string(ci) == "true") {
-    FAIL() << "no etcd binary under CI=true; scripts/install-deps.sh installs etcd-server";
-  }
-  GTEST_SKIP() << "no etcd binary ($DGT_ETCD_BIN, PATH, /usr/bin/etcd)";
-}
-
-etcd::ClientOptions ClientFor(const EtcdCluster& cluster) {
-  etcd::ClientOptions o;
-  o.endpoints = cluster.endpoints();
-  o.call_timeout = absl::Seconds(2);
-  o.attempt_timeout = absl::Seconds(1);
-  return o;
-}
-
-// One dgt-rendezvous replica, wired as rendezvous/main.cc wires --backend=etcd.
-struct Replica {
-  std::string id;
-  std::unique_ptr<EtcdRunStateBackend> backend;
-  std::unique_ptr<RendezvousServer> server;
-  std::atomic<ReplicaElection*> election_ptr{nullptr};
-  std::unique_ptr<ReplicaElection> election;
-  std::string address;
-
-  ~Replica() {
-    election_ptr.store(nullptr);
-    election.reset();
-    if (server) server->Shutdown(absl::Milliseconds(200));
-  }
-  bool leader() { return server->service()->is_leader(); }
-};
+using testing::ClientFor;
+using testing::kLeaseTtlS;
+using testing::Replica;
+using testing::SkipWithoutEtcd;
 
 std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, const std::string& prefix,
                                       const std::string& id) {
-  auto r = std::make_unique<Replica>();
-  r->id = id;
-  EtcdRunStateBackend::Options b;
-  b.client = ClientFor(cluster);
-  b.prefix = prefix;
-  b.leader_key = LeaderKeyFor(prefix);
-  auto backend = EtcdRunStateBackend::Open(b);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return nullptr;
-  r->backend = *std::move(backend);
   RendezvousServerOptions options;
-  options.rounds.backend = r->backend.get();
   options.rounds.rejoin_timeout = absl::Seconds(30);
-  options.elected = true;
-  options.replica_id = id;
-  Replica* raw = r.get();
-  options.on_step_down = [raw](const absl::Status& why) {
-    if (auto* e = raw->election_ptr.load()) e->Resign(why);
-  };
-  auto server = RendezvousServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return nullptr;
-  r->server = *std::move(server);
-  r->address = absl::StrCat("127.0.0.1:", r->server->port());
-  ReplicaElectionOptions e;
-  e.client = ClientFor(cluster);
-  e.key = LeaderKeyFor(prefix);
-  e.replica_id = id;
-  e.address = r->address;
-  e.lease_ttl_s = kLeaseTtlS;
-  RendezvousService* service = r->server->service();
-  EtcdRunStateBackend* fence = r->backend.get();
-  e.on_won = [service, fence](int64_t term) {
-    fence->SetLeaderFence(term);
-    service->TakeOver();
-  };
-  e.on_lost = [service, fence](const absl::Status& why) {
-    service->StepDown(why);
-    fence->SetLeaderFence(0);
-  };
-  e.on_leader = [service](const LeaderInfo& l) { service->SetLeader(l.replica, l.address); };
-  auto election = ReplicaElection::Start(std::move(e));
-  EXPECT_TRUE(election.ok()) << election.status();
-  if (!election.ok()) return nullptr;
-  r->election = *std::move(election);
-  r->election_ptr.store(r->election.get());
-  return r;
+  return testing::StartReplica(cluster, std::move(options), prefix, id);
 }
 
-// Waits up to `timeout` until exactly one of `replicas` leads; returns it (nullptr: none).
+// Two replicas leading at once fails the test.
 Replica* WaitForOneLeader(const std::vector<Replica*>& replicas, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    Replica* leader = nullptr;
-    int leaders = 0;
-    for (Replica* r : replicas) {
-      if (r->leader()) {
-        leader = r;
-        ++leaders;
-      }
-    }
-    if (leaders == 1) return leader;
-    EXPECT_LE(leaders, 1) << "two replicas lead at once";
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return nullptr;
+  return testing::WaitForOneLeader(replicas, timeout, /*two_leaders_fail=*/true);
 }
 
 // An agent's Session stream to one replica.

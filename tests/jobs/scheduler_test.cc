@@ -107,6 +107,16 @@ class SchedulerTest : public ::testing::Test {
     }
     s_.OnRunStatus(run, now_);
   }
+  // Nodes "a" and "b" registered, `spec` submitted (placed on both) and started on both; its id.
+  std::string RunningOnAB(const v1::JobSpec& spec) {
+    Register(Hello("a"));
+    Register(Hello("b"));
+    std::string id;
+    Submit(spec, &id);
+    Update("a", jobs::Update(id, "started"));
+    Update("b", jobs::Update(id, "started"));
+    return id;
+  }
   const v1::JobInfo& Job(const std::string& id) { return *s_.FindJob(id); }
   std::vector<std::string> NodeStates() {
     std::vector<std::string> out;
@@ -202,12 +212,7 @@ TEST_F(SchedulerTest, FifoBlocksBehindTheFirstUnplacedJobAndLabelsMatter) {
 }
 
 TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
-  Register(Hello("a"));
-  Register(Hello("b"));
-  std::string id;
-  Submit(Spec(2, 1), &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(Spec(2, 1));
   // max_restarts 0: b's failure ends the job at once and stops a (it would wait for b).
   EXPECT_THAT(Update("b", jobs::Update(id, "exited", 3, "rank 1 exited with code 3")),
               ElementsAre("a cancel job-1 30"));
@@ -237,14 +242,9 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
 }
 
 TEST_F(SchedulerTest, ANodeFailingARunningJobWithRestartsLeftLeavesItRunning) {
-  Register(Hello("a"));
-  Register(Hello("b"));
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(1);
-  std::string id;
-  Submit(spec, &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(spec);
   // dgt-run on a may still re-form the run with b: nothing is cancelled yet.
   EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143)), IsEmpty());
   EXPECT_EQ(Job(id).state(), "running");
@@ -302,12 +302,7 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
 }
 
 TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
-  Register(Hello("a"));
-  Register(Hello("b"));
-  std::string id;
-  Submit(Spec(2, 1), &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(Spec(2, 1));
   // b's stream breaks: the job stays running (dgt-run's rendezvous decides what happens).
   EXPECT_THAT(Deregister("b"), IsEmpty());
   EXPECT_EQ(Job(id).state(), "running");
@@ -329,12 +324,7 @@ TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
 }
 
 TEST_F(SchedulerTest, KilledDaemonBackWithoutTheJobFailsItAtOnceWithoutRestarts) {
-  Register(Hello("a"));
-  Register(Hello("b"));
-  std::string id;
-  Submit(Spec(2, 1), &id);  // max_restarts 0.
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(Spec(2, 1));  // max_restarts 0.
   EXPECT_THAT(Deregister("b"), IsEmpty());
   EXPECT_EQ(Job(id).state(), "running");  // b may still come back with it.
   now_ += absl::Seconds(2);
@@ -383,14 +373,9 @@ TEST_F(SchedulerTest, LostNodeNotBackWithinTheGraceFailsTheJob) {
 }
 
 TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
-  Register(Hello("a"));
-  Register(Hello("b"));
-  std::string id;
   v1::JobSpec spec = Spec(2, 2);
   spec.set_max_restarts(1);
-  Submit(spec, &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(spec);
   RunStatus(id, {"a", "b"});
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank 1 first 2 exit -1"));
   Deregister("b");
@@ -486,12 +471,7 @@ TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
 }
 
 TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobOnceTheOthersEnd) {
-  Register(Hello("a"));
-  Register(Hello("b"));
-  std::string id;
-  Submit(Spec(2, 1), &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  std::string id = RunningOnAB(Spec(2, 1));
   Deregister("b");
   EXPECT_EQ(Job(id).state(), "running");
   Update("a", jobs::Update(id, "exited", 0));

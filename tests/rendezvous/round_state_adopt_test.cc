@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/round_state.h"
 #include "rendezvous/run_state_backend.h"
+#include "tests/testutil/forwarding_run_state_backend.h"
 
 namespace dgt::rendezvous {
 namespace {
@@ -36,38 +37,14 @@ JoinRequest Join(const std::string& node_id, int min_nodes, int max_nodes) {
 
 // The in-memory backend whose commits fail while `fail` is set (a replica whose etcd write
 // failed: unreachable, or fenced).
-class FailingBackend final : public RunStateBackend {
+class FailingBackend final : public ForwardingRunStateBackend {
  public:
   absl::Status fail;
-  const RunRecord* Find(absl::string_view id) const override { return mem_.Find(id); }
-  Revision RevisionOf(absl::string_view id) const override { return mem_.RevisionOf(id); }
-  void ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const override { mem_.ForEach(fn); }
-  size_t size() const override { return mem_.size(); }
-  absl::StatusOr<RunRecord*> Create(absl::string_view id) override { return mem_.Create(id); }
-  RunRecord* Mutable(absl::string_view id) override { return mem_.Mutable(id); }
   absl::StatusOr<Revision> Commit(absl::string_view id) override {
     ++commits;
     if (!fail.ok()) return fail;
-    return mem_.Commit(id);
+    return ForwardingRunStateBackend::Commit(id);
   }
-  absl::Status Delete(absl::string_view id) override { return mem_.Delete(id); }
-  absl::StatusOr<Revision> CompareAndPut(const RunRecord& run, Revision expected,
-                                         LeaseId lease) override {
-    return mem_.CompareAndPut(run, expected, lease);
-  }
-  absl::Status CompareAndDelete(absl::string_view id, Revision expected) override {
-    return mem_.CompareAndDelete(id, expected);
-  }
-  absl::StatusOr<LeaseId> GrantLease(absl::Duration ttl, absl::Time now) override {
-    return mem_.GrantLease(ttl, now);
-  }
-  absl::Status KeepAlive(LeaseId lease, absl::Time now) override {
-    return mem_.KeepAlive(lease, now);
-  }
-  absl::Status RevokeLease(LeaseId lease) override { return mem_.RevokeLease(lease); }
-  void ExpireLeases(absl::Time now) override { mem_.ExpireLeases(now); }
-  WatchId Watch(std::function<void(const RunEvent&)> fn) override { return mem_.Watch(fn); }
-  void CancelWatch(WatchId id) override { mem_.CancelWatch(id); }
   absl::Status Reload() override {
     ++reloads;
     return reload;
@@ -75,9 +52,6 @@ class FailingBackend final : public RunStateBackend {
   absl::Status reload;
   int commits = 0;
   int reloads = 0;
-
- private:
-  InMemoryRunStateBackend mem_;
 };
 
 NodeReport Success(int64_t round) {

@@ -35,16 +35,24 @@ JoinRequest Join(const std::string& node_id) {
   return j;
 }
 
-TEST(RoundStateBackendTest, TheMachineKeepsItsRunsInTheBackendItIsGiven) {
-  InMemoryRunStateBackend backend;
-  std::vector<RunEvent> events;
-  backend.Watch([&](const RunEvent& e) { events.push_back(e); });
-  RoundStateOptions options;
-  options.backend = &backend;
-  RoundStateMachine m(options);
+// A round state machine keeping its runs in an in-memory backend, whose events are recorded.
+class RoundStateBackendTest : public ::testing::Test {
+ protected:
+  static RoundStateOptions On(RunStateBackend* backend) {
+    RoundStateOptions options;
+    options.backend = backend;
+    return options;
+  }
 
-  m.OnJoin(1, Join("n1"), kT0);
-  const RunRecord* run = backend.Find("job");
+  InMemoryRunStateBackend backend_;
+  std::vector<RunEvent> events_;
+  WatchId watch_ = backend_.Watch([this](const RunEvent& e) { events_.push_back(e); });
+  RoundStateMachine m_{On(&backend_)};
+};
+
+TEST_F(RoundStateBackendTest, TheMachineKeepsItsRunsInTheBackendItIsGiven) {
+  m_.OnJoin(1, Join("n1"), kT0);
+  const RunRecord* run = backend_.Find("job");
   ASSERT_NE(run, nullptr);
   EXPECT_EQ(run->state, RunState::kGathering);
   EXPECT_EQ(run->connected, 1);
@@ -52,68 +60,58 @@ TEST(RoundStateBackendTest, TheMachineKeepsItsRunsInTheBackendItIsGiven) {
   EXPECT_EQ(run->nodes.at("n1").address, "10.0.0.1");
   EXPECT_EQ(run->nodes.at("n1").session, 1u);
   // One event, one commit.
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0], (RunEvent{RunEvent::Type::kPut, "job", 1}));
-  EXPECT_EQ(backend.RevisionOf("job"), 1);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0], (RunEvent{RunEvent::Type::kPut, "job", 1}));
+  EXPECT_EQ(backend_.RevisionOf("job"), 1);
 
-  std::vector<Outgoing> out = m.OnJoin(2, Join("n2"), kT0);
+  std::vector<Outgoing> out = m_.OnJoin(2, Join("n2"), kT0);
   ASSERT_EQ(out.size(), 2u);
-  run = backend.Find("job");
+  run = backend_.Find("job");
   EXPECT_EQ(run->state, RunState::kRunning);
   EXPECT_EQ(run->round, 0);
   EXPECT_EQ(run->members, 2);
   EXPECT_EQ(run->nodes.at("n1").node_rank, 0);
   EXPECT_EQ(run->nodes.at("n2").node_rank, 1);
   EXPECT_EQ(run->master_addr, "10.0.0.1");
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[1], (RunEvent{RunEvent::Type::kPut, "job", 2}));
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[1], (RunEvent{RunEvent::Type::kPut, "job", 2}));
 
   // A report is a write of the run too.
-  m.OnReport(2, NodeReport{0, true, std::nullopt, ""}, kT0);
-  EXPECT_TRUE(backend.Find("job")->nodes.at("n2").succeeded);
-  EXPECT_EQ(backend.RevisionOf("job"), 3);
+  m_.OnReport(2, NodeReport{0, true, std::nullopt, ""}, kT0);
+  EXPECT_TRUE(backend_.Find("job")->nodes.at("n2").succeeded);
+  EXPECT_EQ(backend_.RevisionOf("job"), 3);
 }
 
-TEST(RoundStateBackendTest, ARunForgottenByTheMachineIsDeletedFromTheBackend) {
-  InMemoryRunStateBackend backend;
-  std::vector<RunEvent> events;
-  backend.Watch([&](const RunEvent& e) { events.push_back(e); });
-  RoundStateOptions options;
-  options.backend = &backend;
-  RoundStateMachine m(options);
-  m.OnJoin(1, Join("n1"), kT0);
-  ASSERT_NE(backend.Find("job"), nullptr);
+TEST_F(RoundStateBackendTest, ARunForgottenByTheMachineIsDeletedFromTheBackend) {
+  m_.OnJoin(1, Join("n1"), kT0);
+  ASSERT_NE(backend_.Find("job"), nullptr);
   // Its only agent left before a round: nobody is left to tell, the run is forgotten.
-  m.OnSessionClosed(1, kT0);
-  EXPECT_EQ(backend.Find("job"), nullptr);
-  EXPECT_EQ(m.run_count(), 0u);
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[1].type, RunEvent::Type::kDelete);
-  EXPECT_EQ(events[1].run_id, "job");
+  m_.OnSessionClosed(1, kT0);
+  EXPECT_EQ(backend_.Find("job"), nullptr);
+  EXPECT_EQ(m_.run_count(), 0u);
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[1].type, RunEvent::Type::kDelete);
+  EXPECT_EQ(events_[1].run_id, "job");
 }
 
-TEST(RoundStateBackendTest, TicksWriteOnlyRunsWithADeadlinePassed) {
-  InMemoryRunStateBackend backend;
-  RoundStateOptions options;
-  options.backend = &backend;
-  RoundStateMachine m(options);
+TEST_F(RoundStateBackendTest, TicksWriteOnlyRunsWithADeadlinePassed) {
   JoinRequest a = Join("n1");
   a.run_id = "a";
   a.min_nodes = 1;  // Last call: closes at kT0 + 30 s.
   JoinRequest b = Join("n1");
   b.run_id = "b";  // Waits for a second node: no deadline.
-  m.OnJoin(1, a, kT0);
-  m.OnJoin(2, b, kT0);
-  const Revision a_before = backend.RevisionOf("a");
-  const Revision b_before = backend.RevisionOf("b");
-  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(10)).empty());
-  EXPECT_EQ(backend.RevisionOf("a"), a_before);
-  EXPECT_EQ(backend.RevisionOf("b"), b_before);
-  std::vector<Outgoing> out = m.OnTick(kT0 + absl::Seconds(30));
+  m_.OnJoin(1, a, kT0);
+  m_.OnJoin(2, b, kT0);
+  const Revision a_before = backend_.RevisionOf("a");
+  const Revision b_before = backend_.RevisionOf("b");
+  EXPECT_TRUE(m_.OnTick(kT0 + absl::Seconds(10)).empty());
+  EXPECT_EQ(backend_.RevisionOf("a"), a_before);
+  EXPECT_EQ(backend_.RevisionOf("b"), b_before);
+  std::vector<Outgoing> out = m_.OnTick(kT0 + absl::Seconds(30));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<Assignment>(out[0].message));
-  EXPECT_GT(backend.RevisionOf("a"), a_before);
-  EXPECT_EQ(backend.RevisionOf("b"), b_before);
+  EXPECT_GT(backend_.RevisionOf("a"), a_before);
+  EXPECT_EQ(backend_.RevisionOf("b"), b_before);
 }
 
 }  // namespace

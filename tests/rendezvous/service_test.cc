@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/forwarding_run_state_backend.h"
 #include "tests/testutil/raw_client.h"
 
 namespace dgt::rendezvous {
@@ -293,14 +294,8 @@ TEST(ServiceLimitsTest, AJoinFloodIsCappedAndDoesNotStallOtherRuns) {
 
 // A RunStateBackend in memory whose commits are counted, can be held (a slow etcd write) and can
 // fail (etcd unreachable), for the group commit.
-class GatedBackend final : public RunStateBackend {
+class GatedBackend final : public ForwardingRunStateBackend {
  public:
-  const RunRecord* Find(absl::string_view id) const override { return mem_.Find(id); }
-  Revision RevisionOf(absl::string_view id) const override { return mem_.RevisionOf(id); }
-  void ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const override { mem_.ForEach(fn); }
-  size_t size() const override { return mem_.size(); }
-  absl::StatusOr<RunRecord*> Create(absl::string_view id) override { return mem_.Create(id); }
-  RunRecord* Mutable(absl::string_view id) override { return mem_.Mutable(id); }
   absl::StatusOr<Revision> Commit(absl::string_view id) override {
     const int n = ++commits;
     if (n == hold_commit) {
@@ -311,37 +306,14 @@ class GatedBackend final : public RunStateBackend {
       }
     }
     if (n == fail_commit) return absl::UnavailableError("etcd unreachable (test)");
-    return mem_.Commit(id);
+    return ForwardingRunStateBackend::Commit(id);
   }
-  absl::Status Delete(absl::string_view id) override { return mem_.Delete(id); }
-  absl::StatusOr<Revision> CompareAndPut(const RunRecord& run, Revision expected,
-                                         LeaseId lease) override {
-    return mem_.CompareAndPut(run, expected, lease);
-  }
-  absl::Status CompareAndDelete(absl::string_view id, Revision expected) override {
-    return mem_.CompareAndDelete(id, expected);
-  }
-  absl::StatusOr<LeaseId> GrantLease(absl::Duration ttl, absl::Time now) override {
-    return mem_.GrantLease(ttl, now);
-  }
-  absl::Status KeepAlive(LeaseId lease, absl::Time now) override {
-    return mem_.KeepAlive(lease, now);
-  }
-  absl::Status RevokeLease(LeaseId lease) override { return mem_.RevokeLease(lease); }
-  void ExpireLeases(absl::Time now) override { mem_.ExpireLeases(now); }
-  WatchId Watch(std::function<void(const RunEvent&)> fn) override {
-    return mem_.Watch(std::move(fn));
-  }
-  void CancelWatch(WatchId id) override { mem_.CancelWatch(id); }
 
   std::atomic<int> commits{0};
   int hold_commit = 1;  // The commit (1-based) that waits for `release`.
   int fail_commit = 0;  // The commit that fails; 0: none.
   absl::Notification held;
   absl::Notification release;
-
- private:
-  InMemoryRunStateBackend mem_;
 };
 
 // Polls `done` every 10 ms for up to 10 s.
