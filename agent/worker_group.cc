@@ -98,7 +98,9 @@ absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
     const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
     for (int i = 0; i < 2; ++i) {
       if (paths[i]->empty()) continue;
-      files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // Appended to: a later round of the same attempt (nodes joined or left, not a restart)
+      // writes to the same file after what the earlier round's workers wrote.
+      files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (files[i] < 0) {
         int e = errno;
         if (i == 1 && files[0] >= 0) ::close(files[0]);

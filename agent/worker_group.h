@@ -72,7 +72,11 @@ struct WorkerSpec {
   // argv[0] is resolved against PATH before any fork.
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "KEY=VALUE".
-  // Log files (created, truncated); empty for none. Lines go there without the rank prefix.
+  // Log files (created, or appended to); empty for none. Lines go there without the rank prefix.
+  // Appended to, not truncated: a round that keeps its restart count (nodes joined or left, as
+  // torchrun's membership-change rounds) starts its workers with the same attempt_<n> files, and
+  // the earlier round's output stays before the new one's (torchrun 2.13's DefaultLogsSpecs
+  // deletes the attempt directory instead).
   std::string stdout_file;
   std::string stderr_file;
   // Whether each stream also reaches the agent's console, each line prefixed with `prefix`

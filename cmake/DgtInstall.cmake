@@ -64,6 +64,9 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/tmpfiles.d/dgt.conf DESTINATION lib/t
 file(GLOB DGT_EXAMPLE_CONFIGS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/*.default
      ${PROJECT_SOURCE_DIR}/deploy/*.yaml)
 install(FILES ${DGT_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+# The script the example job (deploy/job.yaml) runs, from that directory (its code_dir).
+install(FILES ${PROJECT_SOURCE_DIR}/examples/train_digits.py
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 
 # Man pages from each binary's --help and --version (help2man, when installed; the binaries run
 # from the build tree through PATH so the pages name them without a directory), gzipped as

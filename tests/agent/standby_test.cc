@@ -179,6 +179,8 @@ TEST(StandbyTest, AReadyStandbyTakesTheRankAndAnotherIsStarted) {
   ASSERT_TRUE(RunUntil(f.io, [&] { return f.exits.size() == 1; }));
   WorkerSpec spec = Rank(1, /*attempt=*/1);
   spec.stdout_file = ::testing::TempDir() + "standby_rank1_stdout.log";
+  // What an earlier round of attempt 1 wrote there stays (the file is appended to).
+  std::ofstream(spec.stdout_file, std::ios::trunc) << "earlier round\n";
   absl::StatusOr<pid_t> pid = f.group.StartReplacement(spec);
   ASSERT_TRUE(pid.ok()) << pid.status();
   EXPECT_EQ(*pid, standby);
@@ -213,7 +215,7 @@ TEST(StandbyTest, AReadyStandbyTakesTheRankAndAnotherIsStarted) {
   RunUntil(
       f.io, [] { return false; }, std::chrono::milliseconds(30));
   EXPECT_EQ(Drain(console[0]), "[standby0]: importing torch\n[rank1]: step 41\n");
-  EXPECT_EQ(ReadFile(spec.stdout_file), "step 41\n");
+  EXPECT_EQ(ReadFile(spec.stdout_file), "earlier round\nstep 41\n");
   ::close(console[0]);
   ::close(console[1]);
 }
@@ -443,6 +445,7 @@ TEST(StandbyTest, ForkExecStandbyGetsItsChannelAsDescriptor3) {
   rank.rank = 5;
   rank.env = {"PATH=/usr/bin:/bin", "RANK=5"};
   rank.stdout_file = ::testing::TempDir() + "standby_fork_exec_stdout.log";
+  ::unlink(rank.stdout_file.c_str());  // Appended to: nothing of an earlier run of the test.
   absl::StatusOr<pid_t> pid = group.ActivateStandby(rank);
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_TRUE(RunUntil(io, [&] { return exits.size() == 2; }));

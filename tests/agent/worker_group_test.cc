@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -64,6 +65,8 @@ TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
   WorkerSpec spec = Shell("echo out1; printf 'out2'; echo err1 >&2");
   spec.stdout_file = ::testing::TempDir() + "wg_stdout.log";
   spec.stderr_file = ::testing::TempDir() + "wg_stderr.log";
+  std::remove(spec.stdout_file.c_str());  // Appended to: nothing of an earlier run of the test.
+  std::remove(spec.stderr_file.c_str());
   spec.stdout_console = false;
   ASSERT_TRUE(group.Start({spec}).ok());
   group.OnDrained([&] { io.stop(); });
@@ -74,6 +77,31 @@ TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
   EXPECT_EQ(ReadFile(spec.stderr_file), "err1\n");
 }
 
+// A later round of the same attempt (a round of nodes joining or leaving keeps the restart count,
+// so its workers get the same attempt_<n>/<local_rank>/ files) appends to the earlier round's
+// output instead of truncating it (issue 15 QA: `dgt logs` lost node1's first round).
+TEST(WorkerGroupTest, ALaterRoundOfTheSameAttemptAppendsToItsFiles) {
+  const std::string out = ::testing::TempDir() + "wg_rounds_stdout.log";
+  const std::string err = ::testing::TempDir() + "wg_rounds_stderr.log";
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  for (const char* round : {"1", "2"}) {
+    boost::asio::io_context io;
+    WorkerGroup group(io, [](const WorkerExit&) {});
+    WorkerSpec spec = Shell(std::string("echo round ") + round + "; echo err " + round + " >&2");
+    spec.stdout_file = out;
+    spec.stderr_file = err;
+    spec.stdout_console = false;
+    spec.stderr_console = false;
+    ASSERT_TRUE(group.Start({spec}).ok());
+    group.OnDrained([&] { io.stop(); });
+    io.run_for(std::chrono::seconds(10));
+    ASSERT_TRUE(group.drained());
+  }
+  EXPECT_EQ(ReadFile(out), "round 1\nround 2\n");
+  EXPECT_EQ(ReadFile(err), "err 1\nerr 2\n");
+}
+
 // Each worker leads its own session and process group, as torchrun 2.x's workers
 // (start_new_session=True): with autogroup scheduling, workers sharing the agent's session would
 // share one CPU share.
@@ -82,6 +110,7 @@ TEST(WorkerGroupTest, EachWorkerLeadsItsOwnSessionAndProcessGroup) {
   WorkerGroup group(io, [](const WorkerExit&) {});
   WorkerSpec spec = Shell("echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)");
   spec.stdout_file = ::testing::TempDir() + "wg_session.log";
+  std::remove(spec.stdout_file.c_str());
   spec.stdout_console = false;
   ASSERT_TRUE(group.Start({spec}).ok());
   group.OnDrained([&] { io.stop(); });
@@ -223,6 +252,7 @@ TEST(WorkerGroupFakeTest, LinesAreJoinedAcrossWritesAndRoutedToFiles) {
       io, [](const WorkerExit&) {}, nullptr, nullptr, &launcher);
   WorkerSpec spec = Fake(0);
   spec.stdout_file = ::testing::TempDir() + "wg_fake_stdout.log";
+  std::remove(spec.stdout_file.c_str());
   spec.stdout_console = false;
   ASSERT_TRUE(group.Start({spec}).ok());
   const pid_t p = launcher.launch_order()[0];
@@ -312,6 +342,7 @@ TEST(WorkerGroupFakeTest, CarriageReturnSegmentsReachTheConsoleAsTheyCome) {
   group.SetConsole(console[1], console[1]);
   WorkerSpec spec = Fake(3);
   spec.stderr_file = ::testing::TempDir() + "wg_fake_bar.log";
+  std::remove(spec.stderr_file.c_str());
   ASSERT_TRUE(group.Start({spec}).ok());
   const pid_t p = launcher.launch_order()[0];
   auto step = [&](const std::string& written) {

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -69,6 +71,28 @@ TEST_F(JobLogsTest, AttemptsConcatenatedInNumericOrder) {
   EXPECT_TRUE(past->eof);
   EXPECT_EQ(ReadJobLog(work_, "job-1", 0, "stderr", 0, 0, true)->data, "err\n");
   EXPECT_EQ(ReadJobLog(work_, "job-1", 1, "stdout", 0, 0, true)->data, "rank1\n");
+}
+
+// A node that got the job again (its daemon replaced its lost part: same job id) has two launch
+// directories; the earlier launch's output comes first whatever the random names, then the new
+// one's (the modification times order them: a launch's directory changes only while it runs).
+TEST_F(JobLogsTest, LaunchesOldestFirst) {
+  Put("job-1_zzz", 0, 0, "stdout", "first launch\n");
+  Put("job-1_zzz", 1, 0, "stdout", "first launch, restart\n");
+  Put("job-1_aaa", 0, 0, "stdout", "second launch\n");
+  const fs::path logs = fs::path(work_) / "job-1" / "logs";
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(logs / "job-1_zzz", now - std::chrono::seconds(60));
+  fs::last_write_time(logs / "job-1_aaa", now - std::chrono::seconds(1));
+  auto files = JobLogFiles(work_, "job-1", 0, "stdout");
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files,
+            (std::vector<std::string>{(logs / "job-1_zzz/attempt_0/0/stdout.log").string(),
+                                      (logs / "job-1_zzz/attempt_1/0/stdout.log").string(),
+                                      (logs / "job-1_aaa/attempt_0/0/stdout.log").string()}));
+  auto all = ReadJobLog(work_, "job-1", 0, "stdout", 0, 0, true);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->data, "first launch\nfirst launch, restart\nsecond launch\n");
 }
 
 TEST_F(JobLogsTest, CapsChunksAtOneMiB) {

@@ -445,11 +445,20 @@ def test_kill9_with_a_restart_left_starts_the_node_again(fleet):
     assert info["reason"] in {
         f"{lost} (it registered again without the job); replacing it (restart 1 of 1)",
         f"{lost} (no re-registration within 10 s); replacing it (restart 1 of 1)"}, info
-    # The new round's all_reduce spans both nodes: node1's worker (its log keeps each attempt)
-    # holds a second time, node2's new one once at least.
+    # The new round's all_reduce spans both nodes. Each rank's log keeps both rounds: node1's
+    # worker of the new round appends to the same attempt_0 file (same restart count), node2's
+    # new launch directory follows its first one.
     try:
-        wait_for(lambda: sum(fleet.log(job, r, check=False).count("holding") for r in (0, 1)) >= 3,
-                 90, "both ranks holding in the new round")
+        twice = [f"rank {r} holding\n" * 2 for r in (0, 1)]
+        seen = []
+
+        def both_twice():
+            seen[:] = [fleet.log(job, r, check=False) for r in (0, 1)]
+            return seen == twice
+        try:
+            wait_for(both_twice, 90, "both ranks holding in the new round")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: the logs of ranks 0 and 1 are {seen}") from None
         assert fleet.show(job)["state"] == "running"
     finally:
         fleet.dgt("cancel", job, "--grace", "2", check=False)

@@ -1,5 +1,8 @@
 #include "jobs/job_spec.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -176,6 +179,33 @@ TEST(Validate, TensorflowCountsThatAddUp) {
   spec.mutable_distribution()->set_worker_count(3);
   spec.mutable_distribution()->set_parameter_server_count(1);
   EXPECT_TRUE(Validate(spec).ok()) << Validate(spec);
+}
+
+// The packaged example (deploy/job.yaml, /usr/share/doc/dgt/examples/job.yaml, the job of
+// docs/OPERATIONS.md's walkthrough) parses and validates, and runs a script the package installs
+// next to it (cmake/DgtInstall.cmake; its code_dir is that directory).
+TEST(ParseJobSpecYaml, ThePackagedExampleJob) {
+  std::ifstream in(std::string(DGT_SOURCE_DIR) + "/deploy/job.yaml");
+  ASSERT_TRUE(in) << "cannot read deploy/job.yaml";
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto spec = ParseJobSpecYaml(text);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(Validate(*spec).ok()) << Validate(*spec);
+  v1::JobSpec want;
+  want.set_name("ddp-example");
+  want.set_command("python3 train_digits.py --epochs 30");
+  want.set_code_dir("/usr/share/doc/dgt/examples");
+  (*want.mutable_environment_variables())["OMP_NUM_THREADS"] = "1";
+  want.set_instance_count(2);
+  want.mutable_distribution()->set_type("pytorch");
+  want.mutable_distribution()->set_process_count_per_instance(2);
+  want.set_max_restarts(1);
+  want.set_restart_policy("group");
+  (*want.mutable_node_labels())["pool"] = "default";
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, want))
+      << spec->DebugString();
+  EXPECT_TRUE(
+      std::filesystem::is_regular_file(std::string(DGT_SOURCE_DIR) + "/examples/train_digits.py"));
 }
 
 TEST(ValidJobId, Rules) {
