@@ -834,7 +834,8 @@ absl::Status EtcdRunStateBackend::CompareAndDelete(absl::string_view run_id, Rev
 
 absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(
     absl::string_view what, const std::string& run_id, Revision expected,
-    std::shared_ptr<const RunRecord> run, LeaseId lease, const RunRecord* base, int buckets) {
+    const std::shared_ptr<const RunRecord>& run, LeaseId lease, const RunRecord* base,
+    int buckets) {
   const std::string writer = NextWriter();
   if (run == nullptr) {
     return GuardedWriteTxn(what, run_id, writer, expected, nullptr, lease, base, buckets);

@@ -219,8 +219,9 @@ class EtcdRunStateBackend final : public RunStateBackend {
   // revision written; Aborted naming the current revision; NotFound for a delete of an absent
   // run. Updates the view.
   absl::StatusOr<Revision> GuardedWrite(absl::string_view what, const std::string& run_id,
-                                        Revision expected, std::shared_ptr<const RunRecord> run,
-                                        LeaseId lease, const RunRecord* base, int buckets);
+                                        Revision expected,
+                                        const std::shared_ptr<const RunRecord>& run, LeaseId lease,
+                                        const RunRecord* base, int buckets);
   // GuardedWrite's Txn and its outcome, with the put (run non-null) registered in in_flight_
   // under `writer` by the caller.
   absl::StatusOr<Revision> GuardedWriteTxn(absl::string_view what, const std::string& run_id,
