@@ -441,6 +441,11 @@ absl::Status EtcdRunStateBackend::Resync() {
   return StartWatch(all->revision + 1);
 }
 
+int64_t EtcdRunStateBackend::own_writes_from_watch() const {
+  MutexLock lock(&mu_);
+  return own_writes_from_watch_;
+}
+
 int64_t EtcdRunStateBackend::resyncs() const {
   MutexLock lock(&mu_);
   return resyncs_;
@@ -553,15 +558,32 @@ void EtcdRunStateBackend::OnWatchEvents(const std::vector<etcd::Event>& events) 
           }
         } else {
           int bucket_count = 0;
+          std::string writer;
           absl::StatusOr<RunRecord> run =
-              DecodeRunRecord(g.run_event->kv.value, nullptr, &bucket_count);
+              DecodeRunRecord(g.run_event->kv.value, &writer, &bucket_count);
+          if (auto mine = in_flight_.find(run_id);
+              run.ok() && mine != in_flight_.end() && mine->second.writer == writer) {
+            // This replica's own put, before its Txn answered: the record written is the run.
+            if (it != view_.end()) retired_.push_back(std::move(it->second.run));
+            view_[run_id] = Entry{mine->second.run, revision, g.run_event->kv.lease, bucket_count};
+            ++own_writes_from_watch_;
+            deliver.push_back(RunEvent{RunEvent::Type::kPut, run_id, revision});
+            continue;
+          }
           if (run.ok() && it != view_.end()) run->nodes = it->second.run->nodes;
+          // The changed buckets' nodes are replaced by what each holds now (none once deleted):
+          // one pass over the nodes, not one per bucket.
+          if (run.ok() && bucket_count > 0) {
+            std::vector<bool> replaced(bucket_count, false);
+            for (const auto& [bucket, e] : g.buckets) {
+              if (bucket >= 0 && bucket < bucket_count) replaced[bucket] = true;
+            }
+            std::erase_if(run->nodes, [&](const auto& node) {
+              return replaced[NodeBucket(node.first, bucket_count)];
+            });
+          }
           for (const auto& [bucket, e] : g.buckets) {
             if (!run.ok()) break;
-            // The bucket's nodes are replaced by what it holds now (none once it is deleted).
-            std::erase_if(run->nodes, [&, b = bucket](const auto& node) {
-              return NodeBucket(node.first, bucket_count) == b;
-            });
             if (e->type == etcd::Event::Type::kDelete) continue;
             absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(e->kv.value);
             if (!nodes.ok()) {
@@ -812,10 +834,28 @@ absl::Status EtcdRunStateBackend::CompareAndDelete(absl::string_view run_id, Rev
 
 absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(
     absl::string_view what, const std::string& run_id, Revision expected,
+    const std::shared_ptr<const RunRecord>& run, LeaseId lease, const RunRecord* base,
+    int buckets) {
+  const std::string writer = NextWriter();
+  if (run == nullptr) {
+    return GuardedWriteTxn(what, run_id, writer, expected, nullptr, lease, base, buckets);
+  }
+  {
+    MutexLock lock(&mu_);
+    in_flight_[run_id] = InFlight{writer, run};
+  }
+  absl::StatusOr<Revision> written =
+      GuardedWriteTxn(what, run_id, writer, expected, run, lease, base, buckets);
+  MutexLock lock(&mu_);
+  in_flight_.erase(run_id);
+  return written;
+}
+
+absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
+    absl::string_view what, const std::string& run_id, const std::string& writer, Revision expected,
     std::shared_ptr<const RunRecord> run, LeaseId lease, const RunRecord* base, int buckets) {
   const std::string key = KeyOf(run_id);
   const std::string bucket_prefix = key + kNodeBucketSeparator;
-  const std::string writer = NextWriter();
   std::vector<etcd::Compare> compares = {etcd::Compare::ModRevisionIs(key, expected)};
   std::vector<etcd::Op> then;
   if (run == nullptr) {
@@ -854,6 +894,7 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWrite(
   bool lost_answer = false;
   while (true) {
     absl::StatusOr<etcd::TxnResult> txn = client_->Txn(compares, then, otherwise);
+    if (run != nullptr && options_.after_put_txn_for_test) options_.after_put_txn_for_test();
     if (!txn.ok()) {
       const absl::StatusCode code = txn.status().code();
       if (code == absl::StatusCode::kNotFound && lease != kNoLease) {
