@@ -299,11 +299,11 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
                                     "NODES x PROCS", "RESTARTS", "NAME", "REASON");
   for (const v1::JobInfo& j : jobs.jobs()) {
     absl::StrAppend(
-        &out,
-        absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), j.state(),
-                        absl::StrCat(j.spec().instance_count(), " x ",
-                                     j.spec().distribution().process_count_per_instance()),
-                        j.restarts(), j.spec().name().empty() ? "-" : j.spec().name(), j.reason()));
+        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), j.state(),
+                              absl::StrCat(j.spec().instance_count(), " x ",
+                                           j.spec().distribution().process_count_per_instance()),
+                              j.restarts() + j.node_replacements(),
+                              j.spec().name().empty() ? "-" : j.spec().name(), j.reason()));
   }
   return out;
 }
@@ -317,7 +317,12 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
   absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",
                   s.distribution().process_count_per_instance(), " process(es), distribution ",
                   s.distribution().type().empty() ? "pytorch" : s.distribution().type(),
-                  ", restarts ", j.restarts(), " of ", s.max_restarts(), "\n");
+                  ", restarts ", j.restarts() + j.node_replacements(), " of ", s.max_restarts(),
+                  j.node_replacements() > 0
+                      ? absl::StrCat(" (", j.node_replacements(), " node replacement",
+                                     j.node_replacements() > 1 ? "s" : "", ")")
+                      : "",
+                  "\n");
   absl::StrAppend(&out, "  submitted ", Ago(j.submitted_unix_s(), now), ", started ",
                   Ago(j.started_unix_s(), now), ", finished ", Ago(j.finished_unix_s(), now), "\n");
   if (j.nodes_size() > 0) {

@@ -386,7 +386,8 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     if (job.info.state() == "starting" && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);
     } else if (job.info.state() == "running" &&
-               job.info.restarts() + job.replacements >= job.info.spec().max_restarts()) {
+               job.info.restarts() + job.info.node_replacements() >=
+                   job.info.spec().max_restarts()) {
       // No restarts left (counted as LoseNode does): the others' dgt-run would only wait out
       // their join timeout for this node, holding their nodes and the queue. Fail it now.
       Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
@@ -482,14 +483,14 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& h
   changes_.jobs.insert(job.info.job_id());
   const int32_t max_restarts = job.info.spec().max_restarts();
   // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
-  const int32_t used = job.info.restarts() + job.replacements;
+  const int32_t used = job.info.restarts() + job.info.node_replacements();
   const std::string lost = absl::StrCat("node ", node, ": its daemon was lost mid-job (", how, ")");
   if (used >= max_restarts) {
     Finish(job, "failed", absl::StrCat(lost, "; max_restarts ", max_restarts), now);
     CancelNodes(job, options_.default_grace_s, out);
     return;
   }
-  ++job.replacements;
+  job.info.set_node_replacements(job.info.node_replacements() + 1);
   job.info.set_reason(
       absl::StrCat(lost, "; replacing it (restart ", used + 1, " of ", max_restarts, ")"));
   if (!Replace(job, node, out)) job.to_replace.insert(node);

@@ -32,10 +32,10 @@
 //   in the job, else to the first such node once there is one; its dgt-run joins the run (same run
 //   id) and the rendezvous forms a new round with it. Without restarts left the job fails at once,
 //   its reason naming the node ("node b: its daemon was lost mid-job (no re-registration within
-//   10 s); max_restarts 0"), and its other nodes get CancelJob. Replacements are not persisted (a
-//   restarted service counts from 0). Until then, a node lost while every other node exits counts
-//   as gone: the job ends ("its daemon was lost before it reported the job's end").
-//   A listed job that is unknown, finished or not this node's is cancelled on that node.
+//   10 s); max_restarts 0"), and its other nodes get CancelJob. Replacements are counted in
+//   JobInfo.node_replacements (persisted with the job). Until then, a node lost while every other
+//   node exits counts as gone: the job ends ("its daemon was lost before it reported the job's
+//   end"). A listed job that is unknown, finished or not this node's is cancelled on that node.
 // - Adoption (a memory-backend service restarted while jobs ran): a job a daemon lists that the
 //   service does not know, with its StartJob in NodeHello.running_jobs, is adopted: it is
 //   "running" again with that StartJob's spec, uid, id and submitted time, on its job_nodes
@@ -166,7 +166,6 @@ class Scheduler {
     std::string run_failure;                 // The run's failed outcome, without "failed: ".
     std::map<std::string, absl::Time> lost;  // Nodes lost mid-job: when their stream broke.
     std::set<std::string> to_replace;        // Lost nodes whose replacement waits for a node.
-    int32_t replacements = 0;                // Lost nodes replaced so far.
     bool final_poll = false;                 // Ended; its run's status not read since.
   };
   struct Node {

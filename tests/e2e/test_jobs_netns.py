@@ -445,6 +445,8 @@ def test_kill9_with_a_restart_left_starts_the_node_again(fleet):
     assert info["reason"] in {
         f"{lost} (it registered again without the job); replacing it (restart 1 of 1)",
         f"{lost} (no re-registration within 10 s); replacing it (restart 1 of 1)"}, info
+    # The replacement counts against max_restarts (the run's own restart count stays 0).
+    assert info["node_replacements"] == 1 and info["restarts"] == 0, info
     # The new round's all_reduce spans both nodes. Each rank's log keeps both rounds: node1's
     # worker of the new round appends to the same attempt_0 file (same restart count), node2's
     # new launch directory follows its first one.

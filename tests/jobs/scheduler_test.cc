@@ -386,6 +386,8 @@ TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (it registered again without the job); "
             "replacing it (restart 1 of 1)");
+  EXPECT_EQ(Job(id).node_replacements(), 1);
+  EXPECT_EQ(Job(id).restarts(), 0);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1"));
   // The new round (restart 1) gives b its rank again.
