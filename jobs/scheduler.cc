@@ -297,8 +297,11 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
     const bool was_lost = job.lost.erase(name) > 0;
     if (job.info.state() == "starting" || job.info.state() == "running") {
       LoseNode(job, name,
-               was_lost ? "it registered again without the job"
-                        : "it registered again without the job after a service restart",
+               absl::StrCat("its daemon was lost mid-job (",
+                            was_lost ? "it registered again without the job"
+                                     : "it registered again without the job after a service "
+                                       "restart",
+                            ")"),
                now, out);
       continue;
     }
@@ -378,10 +381,23 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   job.gone.erase(node);
   job.lost.erase(node);
   FreeNode(node, job.info.job_id());
-  if (update.exit_code() != 0 && job.first_failure.empty()) {
-    job.first_failure =
-        absl::StrCat("node ", node, ": dgt-run exited with code ", update.exit_code(),
-                     update.message().empty() ? "" : ": ", update.message());
+  const std::string failure = absl::StrCat("dgt-run exited with code ", update.exit_code(),
+                                           update.message().empty() ? "" : ": ", update.message());
+  const bool left_an_open_run = update.exit_code() != 0 && job.info.state() == "running" &&
+                                !job.run_closed && job.info.finished_unix_s() == 0;
+  if (left_an_open_run &&
+      job.info.restarts() + job.info.node_replacements() < job.info.spec().max_restarts()) {
+    // Its dgt-run left a run that goes on (the node drained, or dgt-run was killed or lost the
+    // service): nothing starts that part again there, and the others' dgt-run would wait out
+    // their join timeout for it. It is lost as a lost daemon's part is: replaced.
+    auto n = nodes_.find(node);
+    LoseNode(job, node,
+             n != nodes_.end() && n->second.draining
+                 ? absl::StrCat("it drained: ", failure)
+                 : absl::StrCat("its ", failure, " while the run went on"),
+             now, out);
+  } else if (update.exit_code() != 0 && job.first_failure.empty()) {
+    job.first_failure = absl::StrCat("node ", node, ": ", failure);
     // A node that failed before every node started: the run can never form.
     if (job.info.state() == "starting" && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);
@@ -461,8 +477,8 @@ void Scheduler::Tick(absl::Time now, std::vector<Action>* out) {
       changes_.jobs.insert(id);
       if (job.info.finished_unix_s() > 0) continue;
       LoseNode(job, name,
-               absl::StrCat("no re-registration within ",
-                            absl::ToDoubleSeconds(options_.lost_node_grace), " s"),
+               absl::StrCat("its daemon was lost mid-job (no re-registration within ",
+                            absl::ToDoubleSeconds(options_.lost_node_grace), " s)"),
                now, out);
     }
   }
@@ -478,13 +494,13 @@ absl::Time Scheduler::NextTick() const {
   return next;
 }
 
-void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& how, absl::Time now,
+void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                          std::vector<Action>* out) {
   changes_.jobs.insert(job.info.job_id());
   const int32_t max_restarts = job.info.spec().max_restarts();
   // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
   const int32_t used = job.info.restarts() + job.info.node_replacements();
-  const std::string lost = absl::StrCat("node ", node, ": its daemon was lost mid-job (", how, ")");
+  const std::string lost = absl::StrCat("node ", node, ": ", what);
   if (used >= max_restarts) {
     Finish(job, "failed", absl::StrCat(lost, "; max_restarts ", max_restarts), now);
     CancelNodes(job, options_.default_grace_s, out);
@@ -547,6 +563,7 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
   }
   if (state == "starting" && run.round >= 0) job.info.set_state("running");
   absl::string_view outcome = run.outcome;
+  if (active && !run.outcome.empty()) job.run_closed = true;
   if (active && absl::ConsumePrefix(&outcome, "failed: ")) job.run_failure = std::string(outcome);
   if (job.info.SerializeAsString() != before.SerializeAsString()) {
     changes_.jobs.insert(job.info.job_id());

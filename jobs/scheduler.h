@@ -19,7 +19,10 @@
 //   exit code was 0, else failed; the reason is the run's failed outcome, else the first failure
 //   in time ("node b: dgt-run exited with code 1: ..."). A node that failed while the job was
 //   still starting (it could not start dgt-run) cancels the job's other nodes: without it their
-//   run can never form.
+//   run can never form. A node whose dgt-run exits non-zero while the job runs and its run has no
+//   outcome (the node drained, dgt-run was killed or lost the service) left a run that goes on
+//   without it: its part is lost as a lost daemon's part is (below: replaced with restarts left,
+//   on that node again unless it drains; else the job fails at once and the others are stopped).
 // - A node lost mid-job (Deregister: its stream broke while the job was starting or running and
 //   the node had not reported "exited"): a daemon that registers again listing the job in
 //   running_job_ids within lost_node_grace is back on it (as if nothing happened). One that
@@ -164,6 +167,7 @@ class Scheduler {
     std::set<std::string> gone;              // Nodes lost without the job.
     std::string first_failure;               // The first failure in time.
     std::string run_failure;                 // The run's failed outcome, without "failed: ".
+    bool run_closed = false;                 // The run has an outcome (it ended).
     std::map<std::string, absl::Time> lost;  // Nodes lost mid-job: when their stream broke.
     std::set<std::string> to_replace;        // Lost nodes whose replacement waits for a node.
     bool final_poll = false;                 // Ended; its run's status not read since.
@@ -185,9 +189,9 @@ class Scheduler {
   // CancelJob to every node of `job` still running it (registered, not exited).
   void CancelNodes(Job& job, double grace_s, std::vector<Action>* out);
   void FreeNode(const std::string& node, const std::string& job_id);
-  // `node` of a starting or running `job` lost its processes (`how`, for the reason): replaces
-  // it or fails the job (the rules above).
-  void LoseNode(Job& job, const std::string& node, const std::string& how, absl::Time now,
+  // `node` of a starting or running `job` lost its processes (`what` happened, for the reason:
+  // "its daemon was lost mid-job (...)"): replaces it or fails the job (the rules above).
+  void LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                 std::vector<Action>* out);
   // Starts the job's replacement for lost `node` on an idle node; false when there is none.
   bool Replace(Job& job, const std::string& node, std::vector<Action>* out);

@@ -151,3 +151,47 @@ def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
         assert sorted(p.name for p in work[n].iterdir()) == ["job-1", f"job-1.{uid}.1", "job-2"]
         assert (work[n] / "job-1" / "job-uid").read_text() == third["uid"] + "\n"
         assert (work[n] / f"job-1.{uid}.1" / "job-uid").read_text() == uid + "\n"
+
+
+def test_a_drained_nodes_part_goes_to_an_idle_node(spawn, python2, tmp_path):
+    """SIGTERM to one dgt-agent mid-job drains it: its dgt-run stops (exit 143) while the run goes
+    on. With a restart left the service starts that part on the idle third node (the run forms a
+    new round with it) instead of leaving the job `running` for dgt-run's join timeout."""
+    service = Service(spawn, tmp_path)
+    agents = {}
+    for n in ("n1", "n2", "n3"):
+        (tmp_path / n).mkdir()
+        (tmp_path / n / "agent.yaml").write_text(
+            f"rendezvous_endpoints: ['{service.endpoint}']\nnode_name: {n}\n"
+            f"advertise_address: 127.0.0.1\nrun_as_user: {getpass.getuser()}\nallow_root: true\n"
+            f"work_dir: {tmp_path / n / 'jobs'}\ndgt_run: {BIN / 'dgt-run'}\nstop_grace_s: 5\n"
+            "watchdog: false\n")
+        agents[n] = spawn([BIN / "dgt-agent", "--config", tmp_path / n / "agent.yaml"],
+                          name=f"agent-{n}")
+    service.wait_registered(["n1", "n2", "n3"])
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    job = tmp_path / "train.yaml"
+    job.write_text(
+        f"command: exec {python2} {WORKERS / 'jobs_restart_worker.py'} {pids} 6\n"
+        "environment_variables: {GLOO_SOCKET_IFNAME: lo}\ninstance_count: 2\nmax_restarts: 1\n"
+        "distribution: {type: pytorch, process_count_per_instance: 1}\n")
+    assert service.submit(job) == "job-1"
+    assert poll(lambda: all((pids / f"rank{r}.pid").exists() for r in range(2)), 60, 0.2), \
+        (service.show("job-1"), logs(service.proc))
+    assert sorted(n["node_name"] for n in service.show("job-1")["nodes"]) == ["n1", "n2"]
+
+    agents["n2"].popen.send_signal(signal.SIGTERM)
+    assert agents["n2"].popen.wait(timeout=30) == 0, logs(agents["n2"])
+    moved = poll(lambda: (i := service.show("job-1")) and "replacing" in i["reason"] and i, 20, 0.1)
+    assert moved, (service.show("job-1"), logs(service.proc))
+    assert re.fullmatch(r"node n2: it drained: dgt-run exited with code 143: .*; "
+                        r"replacing it \(restart 1 of 1\)", moved["reason"]), moved
+    assert sorted(n["node_name"] for n in moved["nodes"]) == ["n1", "n3"]
+
+    done = service.wait_state("job-1", {"succeeded", "failed", "cancelled"}, 90)
+    assert done["state"] == "succeeded", (done, logs(service.proc))
+    assert done["node_replacements"] == 1
+    assert sorted((n["node_name"], n["exit_code"]) for n in done["nodes"]) == [("n1", 0), ("n3", 0)]
+    for r in range(2):
+        assert service.log("job-1", r).splitlines()[-1].startswith(f"rank {r} pid "), r

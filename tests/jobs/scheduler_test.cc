@@ -241,17 +241,66 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   EXPECT_EQ(Job(id2).reason(), "rank 0 (node a) exited with code 7");
 }
 
-TEST_F(SchedulerTest, ANodeFailingARunningJobWithRestartsLeftLeavesItRunning) {
+TEST_F(SchedulerTest, ANodeWhoseDgtRunLeftAnOpenRunIsReplacedWithRestartsLeft) {
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(1);
   std::string id = RunningOnAB(spec);
-  // dgt-run on a may still re-form the run with b: nothing is cancelled yet.
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143)), IsEmpty());
+  // b's dgt-run was killed while the run went on: nothing would start that part again, and a's
+  // dgt-run would wait out its join timeout. b is idle again: the part starts there.
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 137, "killed by SIGKILL")),
+              ElementsAre("b start job-1 rdzv:29400"));
   EXPECT_EQ(Job(id).state(), "running");
-  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
-  Update("a", jobs::Update(id, "exited", 1));
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its dgt-run exited with code 137: killed by SIGKILL while the run went on; "
+            "replacing it (restart 1 of 1)");
+  EXPECT_EQ(Job(id).node_replacements(), 1);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  EXPECT_THAT(JobNodes(id),
+              ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
+  // A second such exit: no restart left, the job fails at once and a is stopped.
+  Update("b", jobs::Update(id, "started"));
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143)), ElementsAre("a cancel job-1 30"));
   EXPECT_EQ(Job(id).state(), "failed");
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 143");
+}
+
+TEST_F(SchedulerTest, ADrainedNodesPartGoesToAnIdleNode) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  std::string id = RunningOnAB(spec);
+  Register(Hello("c"));
+  std::vector<Action> out;
+  s_.Drain("b", now_, &out);
+  EXPECT_THAT(Describe(out), IsEmpty());
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143, "dgt-run: error: stopped by SIGTERM")),
+              ElementsAre("c start job-1 rdzv:29400"));
+  EXPECT_EQ(Job(id).reason(),
+            "node b: it drained: dgt-run exited with code 143: dgt-run: error: stopped by SIGTERM; "
+            "replacing it (restart 1 of 2)");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b draining", "c busy job-1"));
+  EXPECT_THAT(JobNodes(id),
+              ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
+  Update("c", jobs::Update(id, "started"));
+  Update("a", jobs::Update(id, "exited", 0));
+  Update("c", jobs::Update(id, "exited", 0));
+  EXPECT_EQ(Job(id).state(), "succeeded");
+  EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b draining", "c idle"));
+}
+
+TEST_F(SchedulerTest, AnExitAfterTheRunClosedEndsTheJobWithoutAReplacement) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(3);
+  std::string id = RunningOnAB(spec);
+  rendezvous::RunStatus run;
+  run.run_id = id;
+  run.round = 0;
+  run.outcome = "failed: rank 1 (node b) exited with code 2";
+  s_.OnRunStatus(run, now_);
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 1)), IsEmpty());
+  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 1)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(), "rank 1 (node b) exited with code 2");
+  EXPECT_EQ(Job(id).node_replacements(), 0);
 }
 
 TEST_F(SchedulerTest, ANodeThatCannotStartCancelsTheOthers) {
