@@ -61,12 +61,13 @@ endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/sysusers.d/dgt.conf DESTINATION lib/sysusers.d)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/tmpfiles.d/dgt.conf DESTINATION lib/tmpfiles.d)
 # Example configuration files (copied to /etc by the operator: docs/OPERATIONS.md).
-file(GLOB DGT_EXAMPLE_CONFIGS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/*.default
-     ${PROJECT_SOURCE_DIR}/deploy/*.yaml)
-install(FILES ${DGT_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
-# The script the example job (deploy/job.yaml) runs, from that directory (its code_dir).
-install(FILES ${PROJECT_SOURCE_DIR}/examples/train_digits.py
-        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/dgt-rendezvous.default
+              ${PROJECT_SOURCE_DIR}/deploy/agent.yaml DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+# The example job (deploy/job.yaml) and the script it runs from that directory (its code_dir),
+# under share/dgt rather than share/doc: a job needs them at run time on every node, and minimal
+# Debian images drop /usr/share/doc (dpkg path-exclude).
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/job.yaml ${PROJECT_SOURCE_DIR}/examples/train_digits.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/dgt/examples)
 
 # Man pages from each binary's --help and --version (help2man, when installed; the binaries run
 # from the build tree through PATH so the pages name them without a directory), gzipped as

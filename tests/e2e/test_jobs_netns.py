@@ -487,7 +487,7 @@ def test_restarted_daemon_takes_the_next_job(fleet):
 def test_packaged_example_job_is_valid(fleet):
     """The .deb's examples/job.yaml is a valid job: queued (no node has its labels), saying
     why, then cancelled (a queued job blocks the ones behind it)."""
-    example = fleet.h.root / "usr/share/doc/dgt/examples/job.yaml"
+    example = fleet.h.root / "usr/share/dgt/examples/job.yaml"
     job = fleet.dgt("submit", example).stdout.strip()
     info = fleet.show(job)
     assert info["state"] == "queued" and info["spec"]["instance_count"] == 2, info

@@ -181,7 +181,7 @@ TEST(Validate, TensorflowCountsThatAddUp) {
   EXPECT_TRUE(Validate(spec).ok()) << Validate(spec);
 }
 
-// The packaged example (deploy/job.yaml, /usr/share/doc/dgt/examples/job.yaml, the job of
+// The packaged example (deploy/job.yaml, /usr/share/dgt/examples/job.yaml, the job of
 // docs/OPERATIONS.md's walkthrough) parses and validates, and runs a script the package installs
 // next to it (cmake/DgtInstall.cmake; its code_dir is that directory).
 TEST(ParseJobSpecYaml, ThePackagedExampleJob) {
@@ -194,7 +194,7 @@ TEST(ParseJobSpecYaml, ThePackagedExampleJob) {
   v1::JobSpec want;
   want.set_name("ddp-example");
   want.set_command("python3 train_digits.py --epochs 30");
-  want.set_code_dir("/usr/share/doc/dgt/examples");
+  want.set_code_dir("/usr/share/dgt/examples");
   (*want.mutable_environment_variables())["OMP_NUM_THREADS"] = "1";
   want.set_instance_count(2);
   want.mutable_distribution()->set_type("pytorch");
