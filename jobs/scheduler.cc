@@ -173,6 +173,7 @@ Action Scheduler::StartAction(const Job& job, const std::string& node) const {
   start->set_uid(job.info.uid());
   for (const v1::JobNode& n : job.info.nodes()) start->add_job_nodes(n.node_name());
   start->set_submitted_unix_s(job.info.submitted_unix_s());
+  start->set_started_unix_s(job.info.started_unix_s());
   return action;
 }
 
@@ -187,6 +188,7 @@ void Scheduler::Adopt(const v1::StartJob& start, const std::string& node, absl::
   job.info.set_state("running");
   job.info.set_uid(start.uid());
   job.info.set_submitted_unix_s(start.submitted_unix_s());
+  job.info.set_started_unix_s(start.started_unix_s());
   std::vector<std::string> names(start.job_nodes().begin(), start.job_nodes().end());
   if (std::find(names.begin(), names.end(), node) == names.end()) names.push_back(node);
   for (const std::string& name : names) {

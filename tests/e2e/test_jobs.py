@@ -100,6 +100,7 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
     a = daemons(endpoint, "a", ["pool=a"])
     assert a.wait_message("registered") == {"node_name": "a"}
     start = a.wait_message("start")
+    started = start.pop("started_unix_s")  # When it was placed: JobInfo.started_unix_s.
     assert start == {
         "job_id": "job-1",
         "rdzv_endpoint": endpoint,
@@ -139,6 +140,7 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
     assert info["nodes"] == [{"node_name": "a", "node_rank": 0, "first_rank": 0, "exit_code": 0}]
     assert info["restarts"] == 0 and info["reason"] == ""
     assert info["finished_unix_s"] >= info["started_unix_s"] >= info["submitted_unix_s"] > 0
+    assert info["started_unix_s"] == started
     text = dgt(endpoint, "job", "show", "job-1")
     assert text.stdout.splitlines()[0] == "job job-1 (hello): succeeded"
     assert re.search(r"^  a\s+0\s+0-1\s+0$", text.stdout, re.M), text.stdout

@@ -110,6 +110,7 @@ def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
     assert adopted["uid"] == uid
     assert adopted["spec"]["name"] == "train"
     assert adopted["submitted_unix_s"] == before["submitted_unix_s"]
+    assert adopted["started_unix_s"] == before["started_unix_s"] > 0
     assert adopted["reason"] in {f"adopted after a service restart (reported by node {n})"
                                  for n in ("n1", "n2")}, adopted
     assert sorted(n["node_name"] for n in adopted["nodes"]) == ["n1", "n2"]

@@ -573,6 +573,7 @@ v1::StartJob Started(const std::string& id, const std::string& uid,
   start.set_uid(uid);
   for (const auto& n : nodes) start.add_job_nodes(n);
   start.set_submitted_unix_s(900);
+  start.set_started_unix_s(905);
   return start;
 }
 
@@ -600,6 +601,7 @@ TEST_F(SchedulerTest, SubmitDrawsAUidAndStartJobCarriesIt) {
     EXPECT_EQ(a.message.start().uid(), uid);
     EXPECT_THAT(a.message.start().job_nodes(), ElementsAre("a", "b"));
     EXPECT_EQ(a.message.start().submitted_unix_s(), 1000);
+    EXPECT_EQ(a.message.start().started_unix_s(), 1000);
   }
   Update("a", jobs::Update(*id, "exited", 0));
   Update("b", jobs::Update(*id, "exited", 0));
@@ -616,6 +618,7 @@ TEST_F(SchedulerTest, AdoptsARunningJobReportedByOneNodeThenTheOther) {
   EXPECT_EQ(Job("job-7").state(), "running");
   EXPECT_EQ(Job("job-7").uid(), "u7");
   EXPECT_EQ(Job("job-7").submitted_unix_s(), 900);
+  EXPECT_EQ(Job("job-7").started_unix_s(), 905);
   EXPECT_EQ(Job("job-7").spec().instance_count(), 2);
   EXPECT_EQ(Job("job-7").reason(), "adopted after a service restart (reported by node a)");
   EXPECT_THAT(JobNodes("job-7"),
