@@ -68,6 +68,8 @@ struct Daemon::Stream {
   bool ended = false;
   // No Registered within register_timeout: cancelled by the daemon.
   bool gave_up = false;
+  // Cancelled by the daemon to register again with a reloaded config (SIGHUP).
+  bool reloaded = false;
   absl::Time register_deadline;
 };
 
@@ -255,8 +257,16 @@ void Daemon::OnStreamEnded() {
     }
   }
   if (other_endpoint && !to_leader) ++endpoint_index_;
-  LogEndpoint(s.endpoint, spdlog::level::warn,
-              absl::StrCat("registration with ", s.endpoint, " ended: ", what, next));
+  if (s.reloaded && code == grpc::StatusCode::CANCELLED) {
+    // Ended on purpose by OnReload: not a failure to warn about.
+    spdlog::info("registration with {} ended for the reloaded config; registering again",
+                 s.endpoint);
+    endpoint_index_ = 0;
+    backoff_ = kInitialBackoff;
+  } else {
+    LogEndpoint(s.endpoint, spdlog::level::warn,
+                absl::StrCat("registration with ", s.endpoint, " ended: ", what, next));
+  }
   stream_.reset();
   const absl::Time now = absl::Now();
   if (was_registered) {
@@ -387,7 +397,10 @@ void Daemon::OnReload() {
   if (changed) {
     endpoint_index_ = 0;
     endpoint_log_.clear();
-    if (stream_ != nullptr) stream_->context->TryCancel();
+    if (stream_ != nullptr) {
+      stream_->reloaded = true;
+      stream_->context->TryCancel();
+    }
     next_connect_ = absl::Now();
   }
 }

@@ -217,7 +217,32 @@ TEST_F(DaemonTest, DrainStopsJobsThenDeregisters) {
   EXPECT_FALSE(Has(notes, "WATCHDOG=1"));  // No watchdog interval given.
 }
 
+// Captures the default logger's lines ("<level> <text>", debug included) while alive; read it
+// only once the daemon has stopped.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+    sink->set_pattern("%l %v");
+    auto logger = std::make_shared<spdlog::logger>("test", sink);
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    std::istringstream in(log_.str());
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+ private:
+  std::ostringstream log_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
 TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
+  LogCapture capture;
   config_.rendezvous_endpoints = {DeadEndpoint(), service_.endpoint()};
   env_.watchdog_interval = absl::Milliseconds(50);
   AgentConfig reloaded = config_;
@@ -301,6 +326,18 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   service_.Send(cancel);
   ASSERT_TRUE(WaitFor("update job-2 exited 143"));
   EXPECT_EQ(StopDaemon(), 0);
+  // The stream the reload ended on purpose is no warning.
+  const auto lines = capture.lines();
+  const std::string ep = service_.endpoint();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(),
+                       "info registration with " + ep +
+                           " ended for the reloaded config; registering again"),
+            1);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [&](const std::string& l) {
+                            return absl::StartsWith(l, "warning registration with " + ep);
+                          }),
+            0);
   const auto notes = Notes();
   EXPECT_GE(std::count(notes.begin(), notes.end(), "WATCHDOG=1"), 2);
   EXPECT_EQ(std::count(notes.begin(), notes.end(), "READY=1"), 1);
@@ -360,30 +397,6 @@ TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
   EXPECT_EQ(std::count(d.begin(), d.end(), "hello node-t"), 1);  // The first daemon's only.
   EXPECT_EQ(StopDaemon(), 0);
 }
-
-// Captures the default logger's lines ("<level> <text>", debug included) while alive; read it
-// only once the daemon has stopped.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    sink->set_pattern("%l %v");
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(log_.str());
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-
- private:
-  std::ostringstream log_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
 
 // A gRPC server with dgt.rendezvous.v1 only (as dgt-run's embedded rendezvous: no
 // dgt.jobs.v1.Jobs): Register ends UNIMPLEMENTED. The daemon names the code and the service it
