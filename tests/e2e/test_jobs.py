@@ -264,7 +264,8 @@ def test_logs_follow_waits_for_the_rank_and_outlives_a_service_restart(spawn, da
         if waiting.poll() is None:
             waiting.kill()
     assert waiting.returncode == 69, err
-    assert err.startswith(f"dgt logs: error: no jobs service answered at {endpoint} within 2s: "), err
+    assert err.startswith(
+        f"dgt logs: error: no jobs service answered at {endpoint} within 2s: "), err
 
 
 def test_spec_errors_and_submit_tokens(spawn, tmp_path):
