@@ -1,5 +1,6 @@
 #include "cli/jobs_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -97,6 +98,11 @@ class Connection {
   // Returns the exit code: 0, or the error's, after printing it.
   template <typename Call>
   int Run(Call call) {
+    return ExitFor(Try(call));
+  }
+  // As Run, but returns the status and prints nothing.
+  template <typename Call>
+  grpc::Status Try(Call call) {
     grpc::Status st;
     for (const auto& stub : stubs_) {
       grpc::ClientContext ctx;
@@ -105,7 +111,7 @@ class Connection {
       st = call(*stub, &ctx);
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     }
-    return ExitFor(st);
+    return st;
   }
 
   int ExitFor(const grpc::Status& st) const {
@@ -117,6 +123,11 @@ class Connection {
         Error(absl::StrCat("no jobs service answered at ", where, " within ",
                            absl::FormatDuration(timeout_), ": ", st.error_message(),
                            " (is dgt-rendezvous running there? with TLS, pass --tls-ca)"));
+        return agent::kExitRendezvousUnavailable;
+      case grpc::StatusCode::CANCELLED:
+        // The service ended the call: it stopped or restarted while answering.
+        Error(absl::StrCat("the jobs service at ", where, " ended the call (", st.error_message(),
+                           "): did dgt-rendezvous stop or restart?"));
         return agent::kExitRendezvousUnavailable;
       case grpc::StatusCode::UNAUTHENTICATED:
       case grpc::StatusCode::PERMISSION_DENIED:
@@ -140,6 +151,8 @@ class Connection {
     std::fprintf(stderr, "dgt %s: error: %s\n", command_.c_str(), message.c_str());
   }
   int exit_code() const { return exit_; }
+  // --timeout: per call, and how long `dgt logs --follow` waits for a lost service to come back.
+  absl::Duration timeout() const { return timeout_; }
 
  private:
   std::string command_;
@@ -250,6 +263,13 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
   }
   if (!c.Open()) return c.exit_code();
   int64_t offset = 0;
+  // With --follow: since when the service has been lost (CANCELLED when it stopped mid-call,
+  // UNAVAILABLE or DEADLINE_EXCEEDED on every endpoint); reads resume at `offset` once one
+  // answers, and after --timeout without one the last error ends the command (69).
+  absl::Time lost_since = absl::InfiniteFuture();
+  // With --follow: the job had ended when its rank was last not found (one more read then gives
+  // the service's final word, e.g. "it never started").
+  bool ended = false;
   // Without --follow: what the log holds now (a bounded number of reads); with it, until the job
   // ended and the log's end was reached.
   for (int reads = 0; follow || reads < 4096; ++reads) {
@@ -259,10 +279,40 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
     request.set_stream(stream);
     request.set_offset(offset);
     v1::ReadLogResponse response;
-    int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+    grpc::Status st = c.Try([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
       return stub.ReadLog(ctx, request, &response);
     });
-    if (rc != 0) return rc;
+    if (follow && !st.ok()) {
+      const auto code = st.error_code();
+      if (code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE ||
+          code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        if (lost_since == absl::InfiniteFuture()) lost_since = absl::Now();
+        if (absl::Now() - lost_since < c.timeout()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          continue;
+        }
+      } else if (code == grpc::StatusCode::NOT_FOUND && !ended) {
+        // The rank is not known yet (the job is queued or its run has not formed): wait while
+        // the job has not ended and the rank is one it will have.
+        v1::GetJobRequest get;
+        get.set_job_id(id);
+        v1::JobInfo job;
+        grpc::Status got = c.Try([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+          return stub.GetJob(ctx, get, &job);
+        });
+        const int64_t ranks = static_cast<int64_t>(job.spec().instance_count()) *
+                              std::max(1, job.spec().distribution().process_count_per_instance());
+        if (got.ok() && rank < ranks) {
+          lost_since = absl::InfiniteFuture();
+          ended = job.finished_unix_s() > 0 || job.state() == "succeeded" ||
+                  job.state() == "failed" || job.state() == "cancelled";
+          if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          continue;
+        }
+      }
+    }
+    if (!st.ok()) return c.ExitFor(st);
+    lost_since = absl::InfiniteFuture();
     std::fwrite(response.data().data(), 1, response.data().size(), stdout);
     std::fflush(stdout);
     offset = response.next_offset();

@@ -1,8 +1,11 @@
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -134,6 +138,29 @@ absl::Status CheckLabel(const Errors& e, const std::string& name) {
   return absl::OkStatus();
 }
 
+// The errno of open(path, O_RDONLY) as uid/gid with `groups` (0 when it opens): a child
+// process switches to them and tries, so permissions, ACLs and the directories on the way all
+// count. Only as root (another user's ids are out of reach otherwise): 0 then.
+int OpenErrnoAs(const std::string& path, uid_t uid, gid_t gid, const std::vector<gid_t>& groups) {
+  if (::geteuid() != 0 || uid == 0) return 0;
+  const pid_t pid = ::fork();
+  if (pid < 0) return 0;  // Not checked; dgt-run reports it.
+  if (pid == 0) {
+    // Only syscalls from here: the parent may have threads.
+    if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(gid) != 0 ||
+        ::setuid(uid) != 0) {
+      ::_exit(0);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ::_exit(fd >= 0 ? 0 : (errno & 0xff));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 0;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
 absl::Status CheckRunAsUser(const Errors& e, const AgentConfig& c) {
   errno = 0;
   const struct passwd* pw = ::getpwnam(c.run_as_user.c_str());
@@ -141,6 +168,24 @@ absl::Status CheckRunAsUser(const Errors& e, const AgentConfig& c) {
   if (pw->pw_uid == 0 && !c.allow_root) {
     return e.Got("run_as_user", "jobs may not run as root (uid 0) unless allow_root: true is set",
                  c.run_as_user);
+  }
+  // dgt-run runs as run_as_user and reads token_file itself (--rdzv-token-file).
+  if (!c.token_file.empty()) {
+    const uid_t uid = pw->pw_uid;
+    const gid_t gid = pw->pw_gid;
+    int count = 64;
+    std::vector<gid_t> groups(count);
+    if (::getgrouplist(pw->pw_name, gid, groups.data(), &count) < 0) {
+      groups.resize(count);
+      if (::getgrouplist(pw->pw_name, gid, groups.data(), &count) < 0) count = 0;
+    }
+    groups.resize(count);
+    if (const int err = OpenErrnoAs(c.token_file, uid, gid, groups); err != 0) {
+      return e.Bad(
+          "token_file",
+          absl::StrCat("'", c.token_file, "' is not readable by run_as_user '", c.run_as_user,
+                       "' (", std::strerror(err), "): dgt-run runs as that user and reads it"));
+    }
   }
   return absl::OkStatus();
 }

@@ -28,11 +28,14 @@
 namespace dgt::daemon {
 namespace {
 
-// Writes `msg` to fd 2 in a forked child (async-signal-safe) and exits with `code`.
-[[noreturn]] void ChildFail(const char* msg, int code) {
-  const size_t n = std::strlen(msg);
-  if (::write(2, msg, n) < 0) {
-    // Nothing else to do in a child that failed.
+// Writes "`msg`: <errno text>\n" to fd 2 in a forked child (async-signal-safe: strerrordesc_np
+// returns a static string, no locale) and exits with `code`.
+[[noreturn]] void ChildFail(const char* msg, int err, int code) {
+  const char* desc = ::strerrordesc_np(err);
+  for (const char* part : {msg, ": ", desc != nullptr ? desc : "unknown error", "\n"}) {
+    if (::write(2, part, std::strlen(part)) < 0) {
+      // Nothing else to do in a child that failed.
+    }
   }
   ::_exit(code);
 }
@@ -182,6 +185,16 @@ absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch
   if (auto prepared = PrepareJobDir(launch.job_dir, uid); !prepared.ok()) {
     return prepared.status();
   }
+  // A code_dir that is not there fails the start here (exit 1, "could not start: ..."), before
+  // any dgt-run; one run_as_user may not enter fails in the child (126).
+  struct stat cwd_stat {};
+  const int cwd_err = ::stat(launch.cwd.c_str(), &cwd_stat) != 0 ? errno
+                      : S_ISDIR(cwd_stat.st_mode)                ? 0
+                                                                 : ENOTDIR;
+  if (cwd_err != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot change to the job's directory ",
+                                                      launch.cwd, ": ", std::strerror(cwd_err)));
+  }
   if (switch_user && ::chown(launch.job_dir.c_str(), user.uid, user.gid) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("chown ", launch.job_dir, " to ", user.name));
   }
@@ -201,10 +214,10 @@ absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch
   std::vector<char*> envp;
   for (const auto& e : launch.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  const std::string exec_fail = absl::StrCat("dgt-agent: cannot execute ", launch.argv[0], "\n");
+  const std::string exec_fail = absl::StrCat("dgt-agent: cannot execute ", launch.argv[0]);
   const std::string chdir_fail =
-      absl::StrCat("dgt-agent: cannot change to the job's directory ", launch.cwd, "\n");
-  const std::string user_fail = absl::StrCat("dgt-agent: cannot switch to user ", user.name, "\n");
+      absl::StrCat("dgt-agent: cannot change to the job's directory ", launch.cwd);
+  const std::string user_fail = absl::StrCat("dgt-agent: cannot switch to user ", user.name);
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
@@ -225,15 +238,15 @@ absl::Status JobRunner::Start(const std::string& job_id, const JobLaunch& launch
     if (switch_user) {
       if (::setgroups(user.groups.size(), user.groups.data()) != 0 || ::setgid(user.gid) != 0 ||
           ::setuid(user.uid) != 0) {
-        ChildFail(user_fail.c_str(), 126);
+        ChildFail(user_fail.c_str(), errno, 126);
       }
     }
     // After the user switch: a credential change clears the parent-death signal.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);  // The daemon died before the prctl.
-    if (::chdir(launch.cwd.c_str()) != 0) ChildFail(chdir_fail.c_str(), 126);
+    if (::chdir(launch.cwd.c_str()) != 0) ChildFail(chdir_fail.c_str(), errno, 126);
     ::execve(argv[0], argv.data(), envp.data());
-    ChildFail(exec_fail.c_str(), 127);
+    ChildFail(exec_fail.c_str(), errno, 127);
   }
   ::close(log_fd);
   ::close(null_fd);

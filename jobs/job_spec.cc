@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
@@ -93,15 +94,21 @@ absl::Status UnknownKey(absl::string_view path, absl::string_view key, const aut
 // all): refuse the repeat, as unknown keys are, rather than let one silently win.
 absl::Status CheckDuplicateKeys(const YAML::Node& map, absl::string_view path) {
   if (!map.IsMap()) return absl::OkStatus();
-  absl::flat_hash_map<std::string, int> lines;  // key -> 1-based line of its first occurrence.
+  // key -> 1-based line and column of its first occurrence.
+  absl::flat_hash_map<std::string, std::pair<int, int>> marks;
   for (const auto& kv : map) {
     if (!kv.first.IsScalar()) continue;  // Refused by the readers ("keys must be strings").
     const std::string& key = kv.first.Scalar();
-    const int line = kv.first.Mark().line + 1;
-    auto [it, inserted] = lines.try_emplace(key, line);
+    const std::pair<int, int> mark(kv.first.Mark().line + 1, kv.first.Mark().column + 1);
+    auto [it, inserted] = marks.try_emplace(key, mark);
     if (!inserted) {
+      // One line twice (a flow map, "{gpu: a, gpu: b}"): the columns tell them apart.
+      const auto [first_line, first_column] = it->second;
       return Bad(absl::StrCat(path, key),
-                 absl::StrCat("duplicate key (lines ", it->second, " and ", line, ")"));
+                 first_line == mark.first
+                     ? absl::StrCat("duplicate key (line ", mark.first, ", columns ", first_column,
+                                    " and ", mark.second, ")")
+                     : absl::StrCat("duplicate key (lines ", first_line, " and ", mark.first, ")"));
     }
     if (absl::Status s = CheckDuplicateKeys(kv.second, absl::StrCat(path, key, ".")); !s.ok()) {
       return s;

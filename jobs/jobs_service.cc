@@ -564,8 +564,10 @@ grpc::ServerUnaryReactor* JobsService::ReadLog(grpc::CallbackServerContext* cont
   if (!target.ok()) return Done(context, ToGrpc(target.status()));
   auto node = nodes_.find(target->node);
   if (node == nodes_.end()) {
+    // FAILED_PRECONDITION, not UNAVAILABLE: this service answered (a client retries or reports
+    // UNAVAILABLE as a service that did not).
     return Done(context,
-                grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                              absl::StrCat("node '", target->node, "' (rank ", request->rank(),
                                           " of ", request->job_id(),
                                           ") is not registered now: its log cannot be read")));

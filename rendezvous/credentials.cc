@@ -5,6 +5,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -163,8 +165,15 @@ absl::Status CheckClientTlsFiles(const TlsFiles& tls) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  errno = 0;
   auto text = ReadFile(path, "token file");
-  if (!text.ok()) return text.status();
+  if (!text.ok()) {
+    // The reason too ("Permission denied": a file root can read, not the job's user).
+    const int err = errno;
+    if (err == 0) return text.status();
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file: cannot read '", path, "' (", std::strerror(err), ")"));
+  }
   std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));

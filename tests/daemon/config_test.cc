@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -179,6 +180,23 @@ TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
   EXPECT_EQ(ok->advertise_address, "fd00::7");
   EXPECT_EQ(ok->labels, (std::map<std::string, std::string>{{"gpu", "a100"},
                                                             {"topology.dgt.io/zone", "eu-1"}}));
+}
+
+// dgt-run runs as run_as_user and reads token_file itself: a file only root can read would fail
+// every job on the node (QA), so the config is refused naming the file, the user and the errno.
+TEST_F(ConfigTest, TokenFileMustBeReadableByRunAsUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (switches to user 'nobody')";
+  const std::string token = Write("token", "secret\n");
+  ASSERT_EQ(::chmod(token.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const std::string yaml = "run_as_user: nobody\ntoken_file: " + token + "\n";
+  EXPECT_EQ(Error(yaml), "agent.yaml: token_file: '" + token +
+                             "' is not readable by run_as_user 'nobody' (Permission denied): "
+                             "dgt-run runs as that user and reads it");
+  ASSERT_EQ(::chmod(token.c_str(), 0644), 0);
+  auto c = ParseAgentConfig("rendezvous_endpoints: [\"h:1\"]\n" + yaml, "agent.yaml", defaults_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->token_file, token);
 }
 
 TEST_F(ConfigTest, LoadNamesTheFile) {

@@ -509,9 +509,26 @@ TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
   service_.Send(StartJob("job-m", "true"));
   ASSERT_TRUE(WaitFor("update job-m exited 127"));
   EXPECT_EQ(service_.received().back().update().message(),
-            "dgt-agent: cannot execute " + dir_ + "/no-dgt-run");
+            "dgt-agent: cannot execute " + dir_ + "/no-dgt-run: No such file or directory");
   const auto d = DescribeAll(service_.received());
   EXPECT_THAT(d, ElementsAre("hello node-t", "update job-m started 0", "update job-m exited 127"));
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
+// A code_dir that is not there: the job could not start (1, as docs/EXIT_CODES.md says), with
+// the errno, and no dgt-run was started (QA).
+TEST_F(DaemonTest, AMissingCodeDirEndsTheJobWith1AndTheErrno) {
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  auto start = StartJob("job-c", "true");
+  start.mutable_start()->mutable_spec()->set_code_dir("/nonexistent/qa3");
+  service_.Send(start);
+  ASSERT_TRUE(WaitFor("update job-c exited 1"));
+  EXPECT_EQ(service_.received().back().update().message(),
+            "could not start: cannot change to the job's directory /nonexistent/qa3: No such file "
+            "or directory");
+  EXPECT_THAT(DescribeAll(service_.received()),
+              ElementsAre("hello node-t", "update job-c exited 1"));
   EXPECT_EQ(StopDaemon(), 0);
 }
 

@@ -20,7 +20,8 @@ SCRIPT = str(WORKERS / "print_env.py")
     (["--nnodes=2", "--rdzv-endpoint=[::1", SCRIPT],
      "dgt-run: error: --rdzv-endpoint: missing ']' after IPv6 address, got '[::1'"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-token-file=/nonexistent", SCRIPT],
-     "dgt-run: error: --rdzv-token-file: token file: cannot read '/nonexistent'"),
+     "dgt-run: error: --rdzv-token-file: token file: cannot read '/nonexistent' "
+     "(No such file or directory)"),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--local-addr=not an address", SCRIPT],
      None),
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--join-timeout=1e300", SCRIPT],
@@ -200,7 +201,7 @@ def test_rendezvous_metrics_on_the_listen_port_is_refused(spawn):
 
 @pytest.mark.parametrize("args,message", [
     (["--token-file", "/nonexistent"],
-     "--token-file: token file: cannot read '/nonexistent'"),
+     "--token-file: token file: cannot read '/nonexistent' (No such file or directory)"),
     (["--tls-client-ca", "/etc/passwd"],
      "--tls-client-ca '/etc/passwd' needs --tls-cert and --tls-key (mutual TLS is on top of the "
      "service's own TLS)"),

@@ -5,6 +5,7 @@ real dgt-run, so the job's ranks come from the real rendezvous run (run id = job
 import base64
 import json
 import re
+import signal
 import subprocess
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import BIN, wait_for
 from jobs_helpers import dgt
-from test_rendezvous_etcd import etcd, etcdctl  # noqa: F401 (the etcd fixture)
+from test_rendezvous_etcd import etcd, etcdctl, free_port  # noqa: F401 (the etcd fixture)
 
 FAKE_DAEMON = BIN.parent / "tests" / "fake_node_daemon"
 
@@ -195,6 +196,78 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
     # A broken stream deregisters the node.
     a.close()
     wait_for(lambda: "a " not in dgt(endpoint, "nodes").stdout, 10, "node a to deregister")
+
+
+def test_logs_follow_waits_for_the_rank_and_outlives_a_service_restart(spawn, daemons, tmp_path):
+    """`dgt logs --follow` before the job's ranks are known waits (the job ending ends it), and a
+    service that stops is retried for --timeout: one back on the same port answers (QA)."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    flags = ("--listen", endpoint, "--allow-unauthenticated-submit")
+    rdzv = spawn([BIN / "dgt-rendezvous", *flags], name="rendezvous1")
+    wait_for(lambda: "listening on port" in rdzv.stdout or rdzv.popen.poll() is not None, 10,
+             "dgt-rendezvous to listen")
+    queued = tmp_path / "queued.yaml"
+    queued.write_text("command: 'true'\ninstance_count: 1\nnode_labels: {pool: none}\n")
+    assert dgt(endpoint, "submit", queued).stdout == "job-1\n"
+    now = dgt(endpoint, "logs", "job-1")
+    assert (now.returncode, now.stderr) == (
+        1, "dgt logs: error: job 'job-1' has no rank 0 (it has not started)\n")
+
+    def follow(job_id, *args):
+        return subprocess.Popen([BIN / "dgt", "logs", job_id, "--follow", *args,
+                                 f"--rdzv-endpoint={endpoint}"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    waiting = follow("job-1")
+    try:
+        time.sleep(1.5)
+        assert waiting.poll() is None  # Still waiting for the job to start.
+        assert dgt(endpoint, "cancel", "job-1").returncode == 0
+        out, err = waiting.communicate(timeout=20)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert (waiting.returncode, out, err) == (
+        1, "", "dgt logs: error: job 'job-1' has no rank 0 (it never started)\n")
+
+    # job-2 runs on node a; its ranks stay unknown (no dgt-run here): --follow waits. The service
+    # stops (SIGTERM) and comes back on the same port within --timeout (memory backend: without
+    # job-2): the follow's next read gets the new service's answer.
+    a = daemons(endpoint, "a")
+    running = tmp_path / "running.yaml"
+    running.write_text("command: sleep 600\ninstance_count: 1\n")
+    assert dgt(endpoint, "submit", running).stdout == "job-2\n"
+    assert a.wait_message("start")["job_id"] == "job-2"
+    a.send({"update": {"job_id": "job-2", "event": "started"}})
+    waiting = follow("job-2", "--timeout", "20")
+    try:
+        time.sleep(1)
+        rdzv.popen.send_signal(signal.SIGTERM)
+        rdzv.popen.wait(timeout=10)
+        time.sleep(1)
+        assert waiting.poll() is None  # Retrying.
+        rdzv = spawn([BIN / "dgt-rendezvous", *flags], name="rendezvous2")
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert (waiting.returncode, out, err) == (1, "", "dgt logs: error: no job 'job-2'\n")
+
+    # Stopped for good: --follow gives up after --timeout with 69, naming the service.
+    assert dgt(endpoint, "submit", running).stdout == "job-1\n"
+    waiting = follow("job-1", "--timeout", "2")
+    try:
+        time.sleep(1)
+        rdzv.popen.send_signal(signal.SIGTERM)
+        rdzv.popen.wait(timeout=10)
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 69, err
+    assert err.startswith(
+        f"dgt logs: error: no jobs service answered at {endpoint} within 2s: "), err
 
 
 def test_spec_errors_and_submit_tokens(spawn, tmp_path):

@@ -87,7 +87,7 @@ TEST(ParseJobSpecYaml, Errors) {
            {"command: x\ndistribution:\n  type: pytorch\n  type: tensorflow\n",
             "distribution.type: duplicate key (lines 3 and 4)"},
            {"command: x\nnode_labels: {gpu: a100, gpu: h100}\n",
-            "node_labels.gpu: duplicate key (lines 2 and 2)"},
+            "node_labels.gpu: duplicate key (line 2, columns 15 and 26)"},
            {"command: x\ninstance_count: two\n", "instance_count: must be an integer, got 'two'"},
            {"command: x\ninstance_count: 99999999999\n",
             "instance_count: out of range (-2147483648 to 2147483647), got '99999999999'"},

@@ -230,7 +230,20 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_EQ(st.error_message(), "stream: must be stdout or stderr, got 'stdin'");
   }
+  // The node gone: the service answers FAILED_PRECONDITION (UNAVAILABLE would read as a service
+  // that did not answer).
   node_ctx.TryCancel();
+  read.set_stream("stdout");
+  grpc::Status st;
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    st = stub_->ReadLog(&ctx, read, &response);
+    if (st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) break;
+  }
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(st.error_message(),
+            "node 'a' (rank 0 of job-1) is not registered now: its log cannot be read");
 }
 
 TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
