@@ -613,9 +613,19 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
         absl::StrCat("job '", job_id, "' has no rank ", rank,
                      info.state() == "queued" ? " (it has not started)" : " (it never started)"));
   }
-  return absl::NotFoundError(absl::StrCat("job '", job_id, "' has no rank ", rank, " (ranks: 0 to ",
-                                          info.spec().instance_count() * per_node - 1,
-                                          ", known once its run formed)"));
+  const int32_t ranks = info.spec().instance_count() * per_node;
+  if (rank >= ranks) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' has no rank ", rank, " (ranks: 0 to ", ranks - 1, ")"));
+  }
+  if (Terminal(info.state()) && !it->second.final_poll) {
+    return absl::NotFoundError(absl::StrCat("job '", job_id, "' rank ", rank,
+                                            " was never given to a node: its run formed no round "
+                                            "with it"));
+  }
+  return absl::NotFoundError(absl::StrCat("job '", job_id, "' rank ", rank,
+                                          " is not known yet: its run has not formed (ranks 0 to ",
+                                          ranks - 1, " once it has)"));
 }
 
 const v1::JobInfo* Scheduler::FindJob(const std::string& job_id) const {

@@ -133,7 +133,8 @@ class Scheduler {
                                      std::vector<Action>* out);
 
   // Where global rank `rank` of a job ran: its node and local rank. Errors: NotFound for an
-  // unknown job, or a rank that no node of it holds (ranks are known once its run formed).
+  // unknown job, or a rank that no node of it holds: beyond the job's ranks, not known yet (its
+  // run has not formed), or never given (the job ended without its run giving it to a node).
   struct LogTarget {
     std::string node;
     int32_t local_rank = 0;

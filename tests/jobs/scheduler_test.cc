@@ -178,8 +178,7 @@ TEST_F(SchedulerTest, QueuedUntilEnoughNodesThenStartsOnEach) {
   ASSERT_TRUE(target.ok());
   EXPECT_EQ(target->node, "a");
   EXPECT_EQ(target->local_rank, 1);
-  EXPECT_EQ(s_.LogTargetFor(id, 4).status().message(),
-            "job 'job-1' has no rank 4 (ranks: 0 to 3, known once its run formed)");
+  EXPECT_EQ(s_.LogTargetFor(id, 4).status().message(), "job 'job-1' has no rank 4 (ranks: 0 to 3)");
   now_ += absl::Seconds(10);
   EXPECT_THAT(Update("a", jobs::Update(id, "exited", 0)), IsEmpty());
   EXPECT_EQ(Job(id).state(), "running");
@@ -316,6 +315,12 @@ TEST_F(SchedulerTest, ANodeThatCannotStartCancelsTheOthers) {
   Update("c", jobs::Update(id, "exited", 143));
   EXPECT_EQ(Job(id).state(), "failed");
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 1: code_dir /x does not exist");
+  // Its final poll finds no run: its ranks were never given.
+  rendezvous::RunStatus run;
+  run.run_id = id;
+  s_.OnRunStatus(run, now_);
+  EXPECT_EQ(s_.LogTargetFor(id, 0).status().message(),
+            "job 'job-1' rank 0 was never given to a node: its run formed no round with it");
 }
 
 TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
@@ -497,8 +502,9 @@ TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
   Update("a", jobs::Update(id, "started"));
   Update("a", jobs::Update(id, "exited", 0));
   EXPECT_EQ(Job(id).state(), "succeeded");
-  EXPECT_EQ(s_.LogTargetFor(id, 1).status().message(),
-            "job 'job-1' has no rank 1 (ranks: 0 to 1, known once its run formed)");
+  EXPECT_EQ(
+      s_.LogTargetFor(id, 1).status().message(),
+      "job 'job-1' rank 1 is not known yet: its run has not formed (ranks 0 to 1 once it has)");
   // Its final poll still gives it the ranks, once.
   EXPECT_THAT(s_.ActiveJobIds(), ElementsAre("job-1"));
   RunStatus(id, {"a"});
