@@ -71,31 +71,43 @@ class Service:
         return out.stdout
 
 
-def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
-    service = Service(spawn, tmp_path)
-    work = {}
-    for n in ("n1", "n2"):
-        work[n] = tmp_path / n / "jobs"
-        work[n].parent.mkdir()
+def start_agents(spawn, service, tmp_path, names):
+    """One dgt-agent per name (work dir <tmp_path>/<name>/jobs), registered; {name: process}."""
+    agents = {}
+    for n in names:
+        (tmp_path / n).mkdir()
         (tmp_path / n / "agent.yaml").write_text(
             f"rendezvous_endpoints: ['{service.endpoint}']\nnode_name: {n}\n"
             f"advertise_address: 127.0.0.1\nrun_as_user: {getpass.getuser()}\nallow_root: true\n"
-            f"work_dir: {work[n]}\ndgt_run: {BIN / 'dgt-run'}\nstop_grace_s: 5\nwatchdog: false\n")
-        spawn([BIN / "dgt-agent", "--config", tmp_path / n / "agent.yaml"], name=f"agent-{n}")
-    service.wait_registered(["n1", "n2"])
+            f"work_dir: {tmp_path / n / 'jobs'}\ndgt_run: {BIN / 'dgt-run'}\nstop_grace_s: 5\n"
+            "watchdog: false\n")
+        agents[n] = spawn([BIN / "dgt-agent", "--config", tmp_path / n / "agent.yaml"],
+                          name=f"agent-{n}")
+    service.wait_registered(list(names))
+    return agents
 
+
+def submit_training(service, python2, tmp_path, steps, procs, extra=""):
+    """Submits a 2-node job of jobs_restart_worker.py (`procs` per node, `steps` 1 s steps) and
+    waits until every rank wrote its pid; returns the pid dir."""
     pids = tmp_path / "pids"
     pids.mkdir()
     job = tmp_path / "train.yaml"
-    worker = WORKERS / "jobs_restart_worker.py"
     job.write_text(
-        f"name: train\ncommand: exec {python2} {worker} {pids} {STEPS}\n"
+        f"{extra}command: exec {python2} {WORKERS / 'jobs_restart_worker.py'} {pids} {steps}\n"
         "environment_variables: {GLOO_SOCKET_IFNAME: lo}\ninstance_count: 2\n"
-        "distribution: {type: pytorch, process_count_per_instance: 2}\n")
+        f"distribution: {{type: pytorch, process_count_per_instance: {procs}}}\n")
     assert service.submit(job) == "job-1"
-    # Every rank is in its steps and the service knows the ranks.
-    assert poll(lambda: all((pids / f"rank{r}.pid").exists() for r in range(4)), 60, 0.2), \
-        (service.show("job-1"), logs(service.proc))
+    assert poll(lambda: all((pids / f"rank{r}.pid").exists() for r in range(2 * procs)), 60,
+                0.2), (service.show("job-1"), logs(service.proc))
+    return pids
+
+
+def test_running_job_survives_a_service_restart(spawn, python2, tmp_path):
+    service = Service(spawn, tmp_path)
+    start_agents(spawn, service, tmp_path, ("n1", "n2"))
+    work = {n: tmp_path / n / "jobs" for n in ("n1", "n2")}
+    pids = submit_training(service, python2, tmp_path, STEPS, 2, "name: train\n")
     before = service.wait_state("job-1", {"running"}, 10)
     assert poll(lambda: all(n["first_rank"] >= 0 for n in service.show("job-1")["nodes"]), 10)
     worker_pids = {r: int((pids / f"rank{r}.pid").read_text()) for r in range(4)}
@@ -159,27 +171,8 @@ def test_a_drained_nodes_part_goes_to_an_idle_node(spawn, python2, tmp_path):
     on. With a restart left the service starts that part on the idle third node (the run forms a
     new round with it) instead of leaving the job `running` for dgt-run's join timeout."""
     service = Service(spawn, tmp_path)
-    agents = {}
-    for n in ("n1", "n2", "n3"):
-        (tmp_path / n).mkdir()
-        (tmp_path / n / "agent.yaml").write_text(
-            f"rendezvous_endpoints: ['{service.endpoint}']\nnode_name: {n}\n"
-            f"advertise_address: 127.0.0.1\nrun_as_user: {getpass.getuser()}\nallow_root: true\n"
-            f"work_dir: {tmp_path / n / 'jobs'}\ndgt_run: {BIN / 'dgt-run'}\nstop_grace_s: 5\n"
-            "watchdog: false\n")
-        agents[n] = spawn([BIN / "dgt-agent", "--config", tmp_path / n / "agent.yaml"],
-                          name=f"agent-{n}")
-    service.wait_registered(["n1", "n2", "n3"])
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    job = tmp_path / "train.yaml"
-    job.write_text(
-        f"command: exec {python2} {WORKERS / 'jobs_restart_worker.py'} {pids} 6\n"
-        "environment_variables: {GLOO_SOCKET_IFNAME: lo}\ninstance_count: 2\nmax_restarts: 1\n"
-        "distribution: {type: pytorch, process_count_per_instance: 1}\n")
-    assert service.submit(job) == "job-1"
-    assert poll(lambda: all((pids / f"rank{r}.pid").exists() for r in range(2)), 60, 0.2), \
-        (service.show("job-1"), logs(service.proc))
+    agents = start_agents(spawn, service, tmp_path, ("n1", "n2", "n3"))
+    submit_training(service, python2, tmp_path, 6, 1, "max_restarts: 1\n")
     assert sorted(n["node_name"] for n in service.show("job-1")["nodes"]) == ["n1", "n2"]
 
     agents["n2"].popen.send_signal(signal.SIGTERM)
