@@ -387,19 +387,20 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
                                            update.message().empty() ? "" : ": ", update.message());
   const bool left_an_open_run = update.exit_code() != 0 && job.info.state() == "running" &&
                                 !job.run_closed && job.info.finished_unix_s() == 0;
+  auto n = nodes_.find(node);
+  const bool drained = n != nodes_.end() && n->second.draining;
   if (left_an_open_run &&
       job.info.restarts() + job.info.node_replacements() < job.info.spec().max_restarts()) {
     // Its dgt-run left a run that goes on (the node drained, or dgt-run was killed or lost the
     // service): nothing starts that part again there, and the others' dgt-run would wait out
     // their join timeout for it. It is lost as a lost daemon's part is: replaced.
-    auto n = nodes_.find(node);
     LoseNode(job, node,
-             n != nodes_.end() && n->second.draining
-                 ? absl::StrCat("it drained: ", failure)
-                 : absl::StrCat("its ", failure, " while the run went on"),
+             drained ? absl::StrCat("it drained: ", failure)
+                     : absl::StrCat("its ", failure, " while the run went on"),
              now, out);
   } else if (update.exit_code() != 0 && job.first_failure.empty()) {
-    job.first_failure = absl::StrCat("node ", node, ": ", failure);
+    job.first_failure = absl::StrCat("node ", node, ": ",
+                                     left_an_open_run && drained ? "it drained: " : "", failure);
     // A node that failed before every node started: the run can never form.
     if (job.info.state() == "starting" && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);

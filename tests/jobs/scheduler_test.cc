@@ -286,6 +286,17 @@ TEST_F(SchedulerTest, ADrainedNodesPartGoesToAnIdleNode) {
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b draining", "c idle"));
 }
 
+TEST_F(SchedulerTest, ADrainWithNoRestartsLeftFailsTheJobNamingTheDrain) {
+  std::string id = RunningOnAB(Spec(2, 1));
+  std::vector<Action> out;
+  s_.Drain("b", now_, &out);
+  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143, "dgt-run: error: stopped by SIGTERM")),
+              ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: it drained: dgt-run exited with code 143: dgt-run: error: stopped by SIGTERM");
+}
+
 TEST_F(SchedulerTest, AnExitAfterTheRunClosedEndsTheJobWithoutAReplacement) {
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(3);
