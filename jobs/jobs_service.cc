@@ -334,8 +334,11 @@ void JobsService::OnNodeGone(NodeReactor* reactor) {
   for (auto p = pending_logs_.begin(); p != pending_logs_.end();) {
     if (p->second.node == node) {
       p->second.reactor->Finish(
-          grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                       absl::StrCat("node '", node, "' deregistered before it answered")));
+          // FAILED_PRECONDITION as for a node not registered at all: this service answered.
+          grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                       absl::StrCat("node '", node,
+                                    "' deregistered before it answered: its log cannot be read "
+                                    "now")));
       p = pending_logs_.erase(p);
     } else {
       ++p;

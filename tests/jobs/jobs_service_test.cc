@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -230,10 +231,26 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_EQ(st.error_message(), "stream: must be stdout or stderr, got 'stdin'");
   }
+  // The node gone while a read waits for it: FAILED_PRECONDITION too (UNAVAILABLE would read as a
+  // service that did not answer).
+  read.set_stream("stdout");
+  {
+    grpc::Status pending;
+    std::thread reader([&] {
+      grpc::ClientContext ctx;
+      Deadline(&ctx);
+      pending = stub_->ReadLog(&ctx, read, &response);
+    });
+    ASSERT_TRUE(stream->Read(&m));  // The service asked the node; it never answers.
+    EXPECT_EQ(m.read_log().job_id(), "job-1");
+    node_ctx.TryCancel();
+    reader.join();
+    EXPECT_EQ(pending.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(pending.error_message(),
+              "node 'a' deregistered before it answered: its log cannot be read now");
+  }
   // The node gone: the service answers FAILED_PRECONDITION (UNAVAILABLE would read as a service
   // that did not answer).
-  node_ctx.TryCancel();
-  read.set_stream("stdout");
   grpc::Status st;
   for (int i = 0; i < 100; ++i) {
     grpc::ClientContext ctx;
