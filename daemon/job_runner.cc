@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -40,22 +41,6 @@ namespace {
   ::_exit(code);
 }
 
-std::string LastLine(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  const std::streamoff start = size > 4096 ? size - 4096 : 0;
-  in.seekg(start);
-  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::string last;
-  for (absl::string_view line : absl::StrSplit(tail, '\n')) {
-    absl::string_view t = absl::StripAsciiWhitespace(line);
-    if (!t.empty()) last = std::string(t);
-  }
-  return last;
-}
-
 int ExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -71,6 +56,36 @@ std::string ReadUid(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string LastReasonLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > 4096 ? size - 4096 : 0;
+  in.seekg(start);
+  std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(tail, '\n')) {
+    absl::string_view t = absl::StripAsciiWhitespace(line);
+    if (t.empty()) continue;
+    // spdlog's "[time] [level] text": only warnings and errors say why dgt-run ended.
+    if (absl::ConsumePrefix(&t, "[")) {
+      const size_t close = t.find("] [");
+      if (close != absl::string_view::npos) {
+        absl::string_view level = t.substr(close + 3);
+        if (absl::StartsWith(level, "info]") || absl::StartsWith(level, "debug]") ||
+            absl::StartsWith(level, "trace]")) {
+          continue;
+        }
+      }
+      last = absl::StrCat("[", t);
+      continue;
+    }
+    last = std::string(t);
+  }
+  return last;
+}
 
 absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std::string& uid) {
   std::string moved;
@@ -318,7 +333,7 @@ std::vector<JobRunner::Exit> JobRunner::Poll(absl::Time now) {
       Exit e;
       e.job_id = it->first;
       e.exit_code = ExitCode(status);
-      e.message = LastLine(job.dgt_run_log);
+      e.message = LastReasonLine(job.dgt_run_log);
       e.cancelled = job.cancelled;
       spdlog::info("job {}: dgt-run (pid {}) exited with {}", e.job_id, pid, e.exit_code);
       out.push_back(std::move(e));

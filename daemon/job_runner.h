@@ -47,6 +47,12 @@ inline constexpr char kJobUidFile[] = "job-uid";
 // the path (mkdir, rename, the uid file).
 absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std::string& uid);
 
+// The line of dgt-run's own log (<job dir>/dgt-run.log) that says why it ended, for the job's
+// reason: the last non-empty line of its last 4096 bytes that is not an spdlog info, debug or
+// trace line ("[time] [info] ..."); "" when there is none (a dgt-run killed by a signal often
+// leaves none) or the file cannot be read.
+std::string LastReasonLine(const std::string& path);
+
 class JobRunner {
  public:
   struct Exit {

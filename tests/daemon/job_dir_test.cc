@@ -116,5 +116,20 @@ TEST_F(JobDirTest, ErrorsNameThePath) {
   EXPECT_EQ(bad.status().message(), "mkdir " + work_ + "/missing/job-1: No such file or directory");
 }
 
+TEST_F(JobDirTest, TheReasonLineSkipsInfoLines) {
+  const std::string log = work_ + "/dgt-run.log";
+  std::ofstream(log) << "[2026-12-01 21:54:01.000] [warning] dgt-run: a warning\n"
+                        "dgt-run: error: stopped by SIGTERM\n"
+                        "[2026-12-01 21:54:02.311] [info] dgt-run: worker logs of run 'job-11'\n"
+                        "\n";
+  EXPECT_EQ(LastReasonLine(log), "dgt-run: error: stopped by SIGTERM");
+  std::ofstream(log) << "[2026-12-01 21:54:01.000] [error] dgt-run: lost the service\n"
+                        "[2026-12-01 21:54:02.311] [debug] x\n";
+  EXPECT_EQ(LastReasonLine(log), "[2026-12-01 21:54:01.000] [error] dgt-run: lost the service");
+  std::ofstream(log) << "[2026-12-01 21:54:02.311] [info] dgt-run: started\n";
+  EXPECT_EQ(LastReasonLine(log), "");
+  EXPECT_EQ(LastReasonLine(work_ + "/none.log"), "");
+}
+
 }  // namespace
 }  // namespace dgt::daemon
