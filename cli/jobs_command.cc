@@ -173,14 +173,12 @@ std::string Ago(double t, double now) {
 
 int Submit(const CommonFlags& f, const std::string& file) {
   Connection c("submit", f);
-  std::ifstream in(file);
-  if (!in) {
-    c.Error(absl::StrCat("cannot read the job file ", file, ": ", std::strerror(errno)));
+  auto text = dgt::jobs::ReadJobSpecFile(file);
+  if (!text.ok()) {
+    c.Error(std::string(text.status().message()));
     return agent::kExitUsage;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto spec = dgt::jobs::ParseJobSpecYaml(text.str());
+  auto spec = dgt::jobs::ParseJobSpecYaml(*text);
   absl::Status valid = spec.ok() ? dgt::jobs::Validate(*spec) : spec.status();
   if (!valid.ok()) {
     c.Error(absl::StrCat(file, ": ", valid.message()));
