@@ -251,45 +251,25 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
 // ReadLogResponse.node_name says which node answered: a rank moves to another node when its node
 // is replaced, and `dgt logs --follow` reads the new node's file from its start.
 TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
-  JobsServiceOptions options;
-  options.allow_unauthenticated_submit = true;
+  JobsServiceOptions options = Open();
   options.poll_interval = absl::Milliseconds(50);
   options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
     rendezvous::RunStatus run;
     run.run_id = id;
     run.round = 0;
-    run.nodes.resize(1);
-    run.nodes[0].node_id = "a";
-    run.nodes[0].node_rank = 0;
+    run.nodes.emplace_back().node_id = "a";
+    run.nodes.back().node_rank = 0;
     return run;
   };
   Start(std::move(options));
-  grpc::ClientContext node_ctx;
-  // No read below waits past this.
-  node_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub_->Register(&node_ctx);
-  v1::NodeMessage hello;
-  hello.mutable_hello()->set_node_name("a");
-  ASSERT_TRUE(stream->Write(hello));
+  auto a = Node("a");
+  ASSERT_EQ(SubmitJob(Spec()), "job-1");
   v1::ControlMessage m;
-  ASSERT_TRUE(stream->Read(&m));
-  {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::SubmitRequest request;
-    *request.mutable_spec() = Spec();
-    v1::SubmitResponse response;
-    ASSERT_TRUE(stub_->Submit(&ctx, request, &response).ok());
-  }
-  ASSERT_TRUE(stream->Read(&m));
+  ASSERT_TRUE(a->stream->Read(&m));
   ASSERT_EQ(m.start().job_id(), "job-1");
   v1::JobInfo job;
   for (int i = 0; i < 100 && (job.nodes_size() == 0 || job.nodes(0).first_rank() != 0); ++i) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::GetJobRequest get;
-    get.set_job_id("job-1");
-    ASSERT_TRUE(stub_->GetJob(&ctx, get, &job).ok());
+    job = GetJob("job-1");
     absl::SleepFor(absl::Milliseconds(50));
   }
   ASSERT_EQ(job.nodes(0).first_rank(), 0);
@@ -302,14 +282,14 @@ TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
     Deadline(&ctx);
     st = stub_->ReadLog(&ctx, read, &response);
   });
-  // The node answers the ReadLog it is sent.
-  const bool asked = stream->Read(&m);
+  // The node answers the ReadLog it is sent (its stream's deadline bounds this read).
+  const bool asked = a->stream->Read(&m);
   if (asked) {
     v1::NodeMessage chunk;
     chunk.mutable_log()->set_request_id(m.read_log().request_id());
     chunk.mutable_log()->set_data("pid=9305 i=1\n");
     chunk.mutable_log()->set_next_offset(13);
-    stream->Write(chunk);
+    a->stream->Write(chunk);
   }
   reader.join();
   ASSERT_TRUE(asked);
@@ -317,7 +297,7 @@ TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
   EXPECT_EQ(response.node_name(), "a");
   EXPECT_EQ(response.data(), "pid=9305 i=1\n");
   EXPECT_EQ(response.next_offset(), 13);
-  node_ctx.TryCancel();
+  a->ctx.TryCancel();
 }
 
 TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
