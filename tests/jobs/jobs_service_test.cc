@@ -50,6 +50,15 @@ class JobsServiceTest : public ::testing::Test {
     options.submit_token = "submit";
     return options;
   }
+  // JobsServiceOptions::run_status of a run whose one node, "a", holds node rank 0.
+  static std::optional<rendezvous::RunStatus> NodeAHoldsRank0(const std::string& id) {
+    rendezvous::RunStatus run;
+    run.run_id = id;
+    run.round = 0;
+    run.nodes.emplace_back().node_id = "a";
+    run.nodes.back().node_rank = 0;
+    return run;
+  }
   static v1::JobSpec Spec() {
     v1::JobSpec spec;
     spec.set_command("true");
@@ -253,14 +262,7 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
 TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
   JobsServiceOptions options = Open();
   options.poll_interval = absl::Milliseconds(50);
-  options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
-    rendezvous::RunStatus run;
-    run.run_id = id;
-    run.round = 0;
-    run.nodes.emplace_back().node_id = "a";
-    run.nodes.back().node_rank = 0;
-    return run;
-  };
+  options.run_status = NodeAHoldsRank0;
   Start(std::move(options));
   auto a = Node("a");
   ASSERT_EQ(SubmitJob(Spec()), "job-1");
@@ -303,14 +305,7 @@ TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
 TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
   JobsServiceOptions options = Open();
   options.poll_interval = absl::Hours(1);  // No poll after the job is submitted.
-  options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
-    rendezvous::RunStatus run;
-    run.run_id = id;
-    run.round = 0;
-    run.nodes.emplace_back().node_id = "a";
-    run.nodes.back().node_rank = 0;
-    return run;
-  };
+  options.run_status = NodeAHoldsRank0;
   Start(std::move(options));
   auto a = Node("a");
   const std::string id = SubmitJob(Spec());
