@@ -173,14 +173,12 @@ std::string Ago(double t, double now) {
 
 int Submit(const CommonFlags& f, const std::string& file) {
   Connection c("submit", f);
-  std::ifstream in(file);
-  if (!in) {
-    c.Error(absl::StrCat("cannot read the job file ", file, ": ", std::strerror(errno)));
+  auto text = dgt::jobs::ReadJobSpecFile(file);
+  if (!text.ok()) {
+    c.Error(std::string(text.status().message()));
     return agent::kExitUsage;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto spec = dgt::jobs::ParseJobSpecYaml(text.str());
+  auto spec = dgt::jobs::ParseJobSpecYaml(*text);
   absl::Status valid = spec.ok() ? dgt::jobs::Validate(*spec) : spec.status();
   if (!valid.ok()) {
     c.Error(absl::StrCat(file, ": ", valid.message()));
@@ -270,6 +268,9 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
   // With --follow: the job had ended when its rank was last not found (one more read then gives
   // the service's final word, e.g. "it never started").
   bool ended = false;
+  // The node whose log `offset` is in: the rank moves to another node when its node is replaced,
+  // and that node's file is read from its start.
+  std::string node;
   // Without --follow: what the log holds now (a bounded number of reads); with it, until the job
   // ended and the log's end was reached.
   for (int reads = 0; follow || reads < 4096; ++reads) {
@@ -313,6 +314,18 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
     }
     if (!st.ok()) return c.ExitFor(st);
     lost_since = absl::InfiniteFuture();
+    if (!response.node_name().empty() && response.node_name() != node) {
+      const bool moved = !node.empty();
+      node = response.node_name();
+      if (moved) {
+        std::fprintf(stderr, "dgt logs: rank %d is now on node %s; its log there from the start\n",
+                     rank, node.c_str());
+        if (request.offset() != 0) {
+          offset = 0;  // `data` is from the old node's offset: read the new file again.
+          continue;
+        }
+      }
+    }
     std::fwrite(response.data().data(), 1, response.data().size(), stdout);
     std::fflush(stdout);
     offset = response.next_offset();

@@ -402,14 +402,28 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path,
                                             const ConfigDefaults& defaults) {
-  std::ifstream in(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a config file"));
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseAgentConfig(text.str(), path, defaults);
+  // One byte past the limit tells a file at the limit from a longer one.
+  std::string text(static_cast<size_t>(kMaxConfigFileBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
+  }
+  if (in.gcount() > kMaxConfigFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxConfigFileBytes,
+                                                   " bytes, the limit of a config file"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseAgentConfig(text, path, defaults);
 }
 
 }  // namespace dgt::daemon

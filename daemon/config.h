@@ -6,6 +6,7 @@
 #ifndef DGT_DAEMON_CONFIG_H_
 #define DGT_DAEMON_CONFIG_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -63,8 +64,13 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
                                              absl::string_view file_name,
                                              const ConfigDefaults& defaults);
 
-// Reads `path` and parses it. Errors: InvalidArgument naming the path when it cannot be read,
-// else as ParseAgentConfig.
+// The most bytes of agent.yaml LoadAgentConfig reads (1 MiB): `--config /dev/zero` stops there.
+inline constexpr int64_t kMaxConfigFileBytes = 1 << 20;
+
+// Reads `path` (at most kMaxConfigFileBytes) and parses it. Errors: InvalidArgument naming the
+// path when it cannot be read ("<path>: cannot read the config file (<strerror>)"), is a directory
+// ("<path>: is a directory, not a config file") or is longer ("<path>: larger than 1048576 bytes,
+// the limit of a config file"), else as ParseAgentConfig.
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path,
                                             const ConfigDefaults& defaults);
 

@@ -1,6 +1,11 @@
 #include "jobs/job_spec.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -157,6 +162,31 @@ bool ValidEnvName(absl::string_view name) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the job file ", path, ": ", std::strerror(errno)));
+  }
+  // One byte past the limit tells a file at the limit from a longer one.
+  std::string text(static_cast<size_t>(kMaxJobFileBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the job file ", path, ": ", std::strerror(errno)));
+  }
+  if (in.gcount() > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": larger than ", kMaxJobFileBytes, " bytes, the limit of a job file"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
   YAML::Node root;

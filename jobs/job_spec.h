@@ -10,6 +10,7 @@
 #ifndef DGT_JOBS_JOB_SPEC_H_
 #define DGT_JOBS_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,14 @@ inline constexpr int32_t kMaxRestarts = 100000;
 // A job id: "job-<n>" or any [a-z0-9-] string of at most this many bytes (it becomes the
 // rendezvous run id and a directory name on every node).
 inline constexpr size_t kMaxJobIdBytes = 64;
+
+// The most bytes of a job file ReadJobSpecFile reads (1 MiB): `dgt submit /dev/zero` stops there.
+inline constexpr int64_t kMaxJobFileBytes = 1 << 20;
+
+// Reads the job file at `path` (the text for ParseJobSpecYaml), at most kMaxJobFileBytes bytes.
+// Errors (InvalidArgument): "cannot read the job file <path>: <strerror>", "<path>: is a
+// directory, not a job file", "<path>: larger than 1048576 bytes, the limit of a job file".
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
 
 // Reads a job spec from YAML text. Keys absent from the text keep the proto defaults, except
 // distribution.process_count_per_instance, which defaults to 1 (as Azure ML's). Errors:

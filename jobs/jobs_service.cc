@@ -307,6 +307,7 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
       }
       p.response->set_data(chunk.data());
       p.response->set_next_offset(chunk.next_offset());
+      p.response->set_node_name(node);
       const v1::JobInfo* job = scheduler_.FindJob(p.job_id);
       p.response->set_eof(chunk.eof() && job != nullptr && Scheduler::Terminal(job->state()));
       p.reactor->Finish(grpc::Status::OK);

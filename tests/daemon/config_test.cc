@@ -199,6 +199,25 @@ TEST_F(ConfigTest, TokenFileMustBeReadableByRunAsUser) {
   EXPECT_EQ(c->token_file, token);
 }
 
+TEST_F(ConfigTest, LoadRefusesADirectoryAndAnEndlessFile) {
+  auto dir = LoadAgentConfig(dir_, defaults_);
+  ASSERT_FALSE(dir.ok());
+  EXPECT_EQ(dir.status().message(), dir_ + ": is a directory, not a config file");
+  // Read up to the limit, not forever (dgt-agent --config /dev/zero --check).
+  auto zero = LoadAgentConfig("/dev/zero", defaults_);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(),
+            "/dev/zero: larger than 1048576 bytes, the limit of a config file");
+  // A file of exactly the limit is read (and parsed: a comment is valid YAML but lacks the
+  // endpoints).
+  const std::string full =
+      Write("full.yaml", "#" + std::string(kMaxConfigFileBytes - 2, 'x') + "\n");
+  auto at_limit = LoadAgentConfig(full, defaults_);
+  ASSERT_FALSE(at_limit.ok());
+  EXPECT_THAT(std::string(at_limit.status().message()),
+              ::testing::Not(::testing::HasSubstr("limit")));
+}
+
 TEST_F(ConfigTest, LoadNamesTheFile) {
   auto missing = LoadAgentConfig(dir_ + "/nope.yaml", defaults_);
   ASSERT_FALSE(missing.ok());

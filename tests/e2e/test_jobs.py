@@ -291,6 +291,12 @@ def test_spec_errors_and_submit_tokens(spawn, tmp_path):
     assert missing.returncode == 2
     assert missing.stderr.startswith(f"dgt submit: error: cannot read the job file "
                                      f"{tmp_path / 'nope.yaml'}: ")
+    # A directory is refused by name; /dev/zero is read up to 1 MiB, not until memory runs out.
+    for path, error in ((tmp_path, f"{tmp_path}: is a directory, not a job file"),
+                        ("/dev/zero",
+                         "/dev/zero: larger than 1048576 bytes, the limit of a job file")):
+        out = dgt("127.0.0.1:1", "submit", path)
+        assert (out.returncode, out.stdout, out.stderr) == (2, "", f"dgt submit: error: {error}\n")
 
     good = tmp_path / "good.yaml"
     good.write_text("command: 'true'\ninstance_count: 1\n")

@@ -1,5 +1,6 @@
 #include "jobs/job_spec.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -206,6 +207,30 @@ TEST(ParseJobSpecYaml, ThePackagedExampleJob) {
       << spec->DebugString();
   EXPECT_TRUE(
       std::filesystem::is_regular_file(std::string(DGT_SOURCE_DIR) + "/examples/train_digits.py"));
+}
+
+TEST(ReadJobSpecFile, RefusesADirectoryAndAnEndlessFile) {
+  const std::string dir = ::testing::TempDir();
+  auto d = ReadJobSpecFile(dir);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(Error(d.status()), dir + ": is a directory, not a job file");
+  // Read up to the limit, not forever (dgt submit /dev/zero).
+  auto zero = ReadJobSpecFile("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(Error(zero.status()), "/dev/zero: larger than 1048576 bytes, the limit of a job file");
+  auto missing = ReadJobSpecFile(dir + "/no-such-job.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(Error(missing.status()),
+            "cannot read the job file " + dir + "/no-such-job.yaml: No such file or directory");
+  // A file of exactly the limit is read whole.
+  const std::string path = dir + "/read_job_spec_file_full.yaml";
+  const std::string text = "command: 'true'\n#" + std::string(kMaxJobFileBytes - 18, 'x') + "\n";
+  ASSERT_EQ(static_cast<int64_t>(text.size()), kMaxJobFileBytes);
+  std::ofstream(path) << text;
+  auto full = ReadJobSpecFile(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(*full, text);
 }
 
 TEST(ValidJobId, Rules) {

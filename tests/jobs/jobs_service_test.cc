@@ -3,6 +3,7 @@
 // the Register stream).
 #include "jobs/jobs_service.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +49,15 @@ class JobsServiceTest : public ::testing::Test {
     options.agent_token = "agents";
     options.submit_token = "submit";
     return options;
+  }
+  // JobsServiceOptions::run_status of a run whose one node, "a", holds node rank 0.
+  static std::optional<rendezvous::RunStatus> NodeAHoldsRank0(const std::string& id) {
+    rendezvous::RunStatus run;
+    run.run_id = id;
+    run.round = 0;
+    run.nodes.emplace_back().node_id = "a";
+    run.nodes.back().node_rank = 0;
+    return run;
   }
   static v1::JobSpec Spec() {
     v1::JobSpec spec;
@@ -263,17 +273,55 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
             "node 'a' (rank 0 of job-1) is not registered now: its log cannot be read");
 }
 
+// ReadLogResponse.node_name says which node answered: a rank moves to another node when its node
+// is replaced, and `dgt logs --follow` reads the new node's file from its start.
+TEST_F(JobsServiceTest, ReadLogSaysWhichNodeAnswered) {
+  JobsServiceOptions options = Open();
+  options.poll_interval = absl::Milliseconds(50);
+  options.run_status = NodeAHoldsRank0;
+  Start(std::move(options));
+  auto a = Node("a");
+  ASSERT_EQ(SubmitJob(Spec()), "job-1");
+  v1::ControlMessage m;
+  ASSERT_TRUE(a->stream->Read(&m));
+  ASSERT_EQ(m.start().job_id(), "job-1");
+  v1::JobInfo job;
+  for (int i = 0; i < 100 && (job.nodes_size() == 0 || job.nodes(0).first_rank() != 0); ++i) {
+    job = GetJob("job-1");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.nodes(0).first_rank(), 0);
+  v1::ReadLogRequest read;
+  read.set_job_id("job-1");
+  v1::ReadLogResponse response;
+  grpc::Status st;
+  std::thread reader([&] {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    st = stub_->ReadLog(&ctx, read, &response);
+  });
+  // The node answers the ReadLog it is sent (its stream's deadline bounds this read).
+  const bool asked = a->stream->Read(&m);
+  if (asked) {
+    v1::NodeMessage chunk;
+    chunk.mutable_log()->set_request_id(m.read_log().request_id());
+    chunk.mutable_log()->set_data("pid=9305 i=1\n");
+    chunk.mutable_log()->set_next_offset(13);
+    a->stream->Write(chunk);
+  }
+  reader.join();
+  ASSERT_TRUE(asked);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(response.node_name(), "a");
+  EXPECT_EQ(response.data(), "pid=9305 i=1\n");
+  EXPECT_EQ(response.next_offset(), 13);
+  a->ctx.TryCancel();
+}
+
 TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
   JobsServiceOptions options = Open();
   options.poll_interval = absl::Hours(1);  // No poll after the job is submitted.
-  options.run_status = [](const std::string& id) -> std::optional<rendezvous::RunStatus> {
-    rendezvous::RunStatus run;
-    run.run_id = id;
-    run.round = 0;
-    run.nodes.emplace_back().node_id = "a";
-    run.nodes.back().node_rank = 0;
-    return run;
-  };
+  options.run_status = NodeAHoldsRank0;
   Start(std::move(options));
   auto a = Node("a");
   const std::string id = SubmitJob(Spec());
