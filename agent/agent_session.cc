@@ -48,7 +48,7 @@ bool IsRefusal(const grpc::Status& status) {
   }
 }
 
-// Whether a Session stream ended with a standby replica's answer (the HA contract, issue 16).
+// Whether a Session stream ended with a standby replica's answer (the HA contract).
 bool IsStandbyAnswer(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
          absl::StartsWith(status.error_message(), "standby:");

@@ -1,6 +1,6 @@
 // Which rendezvous endpoint an agent tries next, and how long it pauses first, when
 // --rdzv-endpoint names one service or several replicas of one ("a:29400,b:29400"; the HA
-// contract of issue 16: only the leader replica serves sessions, a standby answers UNAVAILABLE
+// replica contract: only the leader replica serves sessions, a standby answers UNAVAILABLE
 // "standby: ...").
 //
 // One endpoint: every retry goes to it, after a jittered exponential backoff (half to all of

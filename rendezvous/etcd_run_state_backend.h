@@ -1,5 +1,5 @@
 // EtcdRunStateBackend: the rendezvous' run state (rendezvous/run_state_backend.h) kept in etcd v3,
-// so that several dgt-rendezvous replicas can share it (issue 16; docs/ETCD.md, "The run-state
+// so that several dgt-rendezvous replicas can share it (docs/ETCD.md, "The run-state
 // backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
 // rendezvous that links it (dgt::rendezvous_etcd).
 //

@@ -1,5 +1,5 @@
 // ReplicaElection: several dgt-rendezvous replicas on one --etcd-prefix elect one leader through an
-// etcd lease (issue 16; docs/ETCD.md, "Replicas"), active/standby as kube-controller-manager's
+// etcd lease (docs/ETCD.md, "Replicas"), active/standby as kube-controller-manager's
 // leader election does. Only the leader serves agents and writes runs; the others are standbys.
 //
 // How: each replica grants itself a lease of `lease_ttl_s` seconds and claims the leader key with

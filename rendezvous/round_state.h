@@ -125,7 +125,7 @@ class RoundStateMachine {
   // nothing.
   void ForgetSessions();
 
-  // Takes over every run as a replica that just became the leader (issue 16): re-reads the runs
+  // Takes over every run as a replica that just became the leader: re-reads the runs
   // (RunStateBackend::Reload), forgets every session (they were another replica's, or this
   // one's in an earlier term), clears commit_failure(), and writes each run back with no node
   // holding a session: a running run goes into recovery (its members must rejoin with their

@@ -1,5 +1,5 @@
 // Where the rendezvous keeps its run state, behind one interface so that several stateless
-// dgt-rendezvous replicas can later share it (an etcd v3 backend, issue 16) while a single
+// dgt-rendezvous replicas can later share it (an etcd v3 backend) while a single
 // service keeps it in memory (InMemoryRunStateBackend, the embedded default).
 //
 // What is stored: one RunRecord per run id — the run's parameters (--nnodes, --nproc-per-node,
@@ -202,7 +202,7 @@ class RunStateBackend {
   virtual WatchId Watch(std::function<void(const RunEvent&)> fn) = 0;
   virtual void CancelWatch(WatchId id) = 0;
 
-  // --- Replicas taking over (issue 16; docs/ETCD.md, "Replicas").
+  // --- Replicas taking over (docs/ETCD.md, "Replicas").
 
   // Drops every stage not committed (an event whose commit failed: nothing of it may be written
   // later). In memory stages are the records themselves: nothing to drop.

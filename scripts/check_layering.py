@@ -187,7 +187,7 @@ KNOWN_EXCEPTIONS = [
     ("the agent reaches the rendezvous server only through rendezvous_host", "agent/agent.h",
      "rendezvous/service.h",
      "Agent owns the embedded RendezvousServer (--standalone) as a member and names "
-     "rdzv_v1::ServiceMessage; agent/ is being reworked (issue 14)"),
+     "rdzv_v1::ServiceMessage"),
 ]
 
 

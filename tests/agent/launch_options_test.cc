@@ -169,7 +169,7 @@ TEST(LaunchOptionsTest, ReadTimeoutBoundsReconnectingToALostService) {
   EXPECT_EQ(p.options->reconnect_timeout_s, 7.5);
 }
 
-// Replicas of one dgt-rendezvous service (issue 16): every item is checked, for any backend.
+// Replicas of one dgt-rendezvous service: every item is checked, for any backend.
 TEST(LaunchOptionsTest, RdzvEndpointListOfReplicas) {
   for (const char* backend : {"static", "c10d", "dgt"}) {
     auto p = Parse({"--nnodes=2", std::string("--rdzv-backend=") + backend,
@@ -429,7 +429,7 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
   }
 }
 
-// QA1 item 6: an empty value given as its own argument is refused as "--flag=" is (torchrun
+// An empty value given as its own argument is refused as "--flag=" is (torchrun
 // 2.13's argparse: "invalid int value: ''"), not taken as "not given".
 TEST(LaunchOptionsTest, EmptyNumericValueIsRefused) {
   for (const char* flag : {"--max-restarts", "--standby-workers", "--node-rank", "--master-port",
@@ -478,7 +478,7 @@ TEST(LaunchOptionsTest, EmptyNumericPetDefaultIsRefused) {
   EXPECT_EQ(text.options->log_dir, "");
 }
 
-// Flags without effect are accepted with a warning (QA1 item 9).
+// Flags without effect are accepted with a warning.
 TEST(LaunchOptionsTest, IgnoredFlagsAreWarned) {
   auto filter =
       Parse({"--standalone", "--nproc-per-node=2", "--local-ranks-filter=1,5,7", kScript});

@@ -331,7 +331,7 @@ TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatu
 }
 
 // A second agent given the same --node-rank (or one restarted while the run goes on) is refused:
-// it would run the same ranks twice (QA: both ran RANK 1 and node rank 0 reported success).
+// it would run the same ranks twice (both ran RANK 1 and node rank 0 reported success).
 TEST_F(StaticCoordinatorTest, SecondAgentWithTheSameNodeRankIsRefused) {
   StaticCoordinator node0(io_, NodeOptions(0, 2));
   StaticCoordinator node1(io_, NodeOptions(1, 2));

@@ -136,7 +136,7 @@ TEST(TfClusterTest, RolesKeyAndValue) {
             "tf_chief, worker_count and nproc_per_node, got '[1]'");
 }
 
-// The QA case: node 0 with --parameter-server-count 1 --tf-chief, node 1 with --tf-chief only.
+// The mixed case: node 0 with --parameter-server-count 1 --tf-chief, node 1 with --tf-chief only.
 // Without the check node 0 built {ps:[A],chief:[B],worker:[C,D]} and node 1 {chief:[A],
 // worker:[B,C,D]}; now both refuse, each naming the flag and both values.
 TEST(TfClusterTest, NodesWithDifferentRolesAreRefusedOnBoth) {

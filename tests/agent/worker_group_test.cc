@@ -79,7 +79,7 @@ TEST(WorkerGroupTest, RedirectedStreamsGoToFilesOnly) {
 
 // A later round of the same attempt (a round of nodes joining or leaving keeps the restart count,
 // so its workers get the same attempt_<n>/<local_rank>/ files) appends to the earlier round's
-// output instead of truncating it (issue 15 QA: `dgt logs` lost node1's first round).
+// output instead of truncating it (`dgt logs` lost node1's first round).
 TEST(WorkerGroupTest, ALaterRoundOfTheSameAttemptAppendsToItsFiles) {
   const std::string out = ::testing::TempDir() + "wg_rounds_stdout.log";
   const std::string err = ::testing::TempDir() + "wg_rounds_stderr.log";

@@ -141,7 +141,7 @@ TEST_F(ConfigTest, EveryError) {
   EXPECT_EQ(Error(root + "node_name: a\nnode_name: b\n").substr(0, 11), "agent.yaml:");
 }
 
-// Values that --check used to accept and that fail at run time (issue 15 QA): each refused,
+// Values that --check used to accept and that fail at run time: each refused,
 // naming the file, the key and the value.
 TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
   const std::string root = "run_as_user: root\nallow_root: true\n";
@@ -183,7 +183,7 @@ TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
 }
 
 // dgt-run runs as run_as_user and reads token_file itself: a file only root can read would fail
-// every job on the node (QA), so the config is refused naming the file, the user and the errno.
+// every job on the node, so the config is refused naming the file, the user and the errno.
 TEST_F(ConfigTest, TokenFileMustBeReadableByRunAsUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (switches to user 'nobody')";
   const std::string token = Write("token", "secret\n");

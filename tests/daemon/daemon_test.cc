@@ -516,7 +516,7 @@ TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
 }
 
 // A code_dir that is not there: the job could not start (1, as docs/EXIT_CODES.md says), with
-// the errno, and no dgt-run was started (QA).
+// the errno, and no dgt-run was started.
 TEST_F(DaemonTest, AMissingCodeDirEndsTheJobWith1AndTheErrno) {
   StartDaemon();
   ASSERT_TRUE(WaitFor("hello node-t"));

@@ -30,7 +30,7 @@ SCRIPT = str(WORKERS / "print_env.py")
     (["--nnodes=2", "--rdzv-endpoint=127.0.0.1:1", "--rdzv-conf=join_timeout=inf", SCRIPT],
      "dgt-run: error: --rdzv-conf join_timeout must be a number of seconds from 0.001 to "
      "31536000 (a year), got 'inf'"),
-    # Aliases that disagree (issue 11 item 6); a repeated flag takes its last value instead.
+    # Aliases that disagree; a repeated flag takes its last value instead.
     (["--nnodes=1", "--instance-count=2", SCRIPT],
      "dgt-run: error: --nnodes=1 and --instance-count=2 disagree: --instance-count is an alias "
      "of --nnodes; give one"),
@@ -65,12 +65,12 @@ SCRIPT = str(WORKERS / "print_env.py")
      "dgt-run: error: --rdzv-conf: key 'is_host' is given twice"),
     (["--standalone", "does_not_exist.py"],
      "dgt-run: error: training script 'does_not_exist.py' does not exist"),
-    # QA1 item 6: an empty value as its own argument, as "--flag=" (torchrun: invalid int value).
+    # An empty value as its own argument, as "--flag=" (torchrun: invalid int value).
     (["--standalone", "--max-restarts", "", SCRIPT],
      "dgt-run: error: --max-restarts needs a value, got an empty one"),
     (["--standalone", "--master-port", "", SCRIPT],
      "dgt-run: error: --master-port needs a value, got an empty one"),
-    # QA1 item 9: an empty item of --local-ranks-filter (torchrun: int('') fails).
+    # An empty item of --local-ranks-filter (torchrun: int('') fails).
     (["--standalone", "--local-ranks-filter", "0,,1", SCRIPT],
      "dgt-run: error: --local-ranks-filter must be local ranks like 0,2, got '0,,1'"),
 ])

@@ -1,5 +1,5 @@
-"""dgt-rendezvous --backend=etcd surviving etcd and replica failures, end to end (issue 16,
-docs/ETCD.md, docs/OPERATIONS.md "High availability").
+"""dgt-rendezvous --backend=etcd surviving etcd and replica failures, end to end
+(docs/ETCD.md, docs/OPERATIONS.md "High availability").
 
 Every test starts a real three-member etcd cluster (Debian's etcd 3.4) on free loopback ports with
 its data in a temporary directory that is removed however the test ends, and runs a job of two

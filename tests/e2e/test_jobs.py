@@ -1,4 +1,4 @@
-"""Jobs on node daemons (issue 15; docs/JOBS.md): dgt-rendezvous' Jobs service with `dgt submit /
+"""Jobs on node daemons (docs/JOBS.md): dgt-rendezvous' Jobs service with `dgt submit /
 jobs / job show / logs / cancel / nodes`, and a fake node daemon (build/tests/fake_node_daemon,
 the daemon's side of Jobs.Register: python has no gRPC here). The fake daemon runs the job with a
 real dgt-run, so the job's ranks come from the real rendezvous run (run id = job id)."""
@@ -199,7 +199,7 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
 
 def test_logs_follow_waits_for_the_rank_and_outlives_a_service_restart(spawn, daemons, tmp_path):
     """`dgt logs --follow` before the job's ranks are known waits (the job ending ends it), and a
-    service that stops is retried for --timeout: one back on the same port answers (QA)."""
+    service that stops is retried for --timeout: one back on the same port answers."""
     port = free_port()
     endpoint = f"127.0.0.1:{port}"
     flags = ("--listen", endpoint, "--allow-unauthenticated-submit")

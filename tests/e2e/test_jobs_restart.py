@@ -1,4 +1,4 @@
-"""A memory-backend dgt-rendezvous restarted while a job runs (issue 15; docs/JOBS.md, "A restart
+"""A memory-backend dgt-rendezvous restarted while a job runs (docs/JOBS.md, "A restart
 of the service"): two real dgt-agents on loopback run a 2-node x 2-process torch 2.13 gloo job;
 dgt-rendezvous is SIGKILLed mid-job and started again on the same port. The daemons register
 again listing the job with its StartJob, the service adopts it: the workers keep running (same

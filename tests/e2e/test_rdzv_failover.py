@@ -1,4 +1,4 @@
-"""dgt-run with several rendezvous replicas (--rdzv-endpoint A,B; issue 16): a dead first
+"""dgt-run with several rendezvous replicas (--rdzv-endpoint A,B): a dead first
 endpoint is skipped, a standby's answer ("standby: ...", UNAVAILABLE) moves the agent to the next
 one at once, and a replica killed mid-job hands the session to the next one: the agents rejoin
 with their assignment and the job completes with the same worker processes.
@@ -143,7 +143,7 @@ def test_job_survives_the_loss_of_its_replica(spawn, tmp_path):
 
 
 def test_replica_lost_just_before_the_workers_end(spawn, tmp_path):
-    # QA of issue 16: the leader died just before the workers ended. Every done mark says success,
+    # The leader died just before the workers ended. Every done mark says success,
     # but a node must not leave on them at once: the replica taking over (B, started late here)
     # fails a run whose nodes do not all rejoin it. Both nodes rejoin B, send their report again,
     # and B ends the run as succeeded.

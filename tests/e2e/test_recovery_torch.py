@@ -148,7 +148,7 @@ def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, ca
 def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
         tmp_path, python2, capsys):
     """Ranks 1 and 2 (one on each node) SIGKILLed within 50 ms, op_timeout (2 s) shorter than a
-    replacement's start (Python + torch import, 3-10 s here; QA's repro of survivors that gave
+    replacement's start (Python + torch import, 3-10 s here; a repro of survivors that gave
     up on their own timeouts and never met the replacements). Every rank forms generation 1
     once both replacements arrive; they take a survivor's state; the survivors keep their PIDs;
     all end with the parameters of a one-process reference."""

@@ -571,7 +571,7 @@ def test_static_kill_9_of_node_rank_1_fails_node_rank_0_promptly(spawn, node0_cm
 
 
 def test_static_second_agent_with_the_same_node_rank_is_refused(spawn):
-    # QA: a second --node-rank=1 agent (or node rank 1 restarted mid-run) was admitted; both ran
+    # A second --node-rank=1 agent (or node rank 1 restarted mid-run) was admitted; both ran
     # RANK 1 and node rank 0 reported success. The node rank is claimed in node rank 0's store.
     port = free_port()
     node0, node1 = static_pair_started(spawn, port, ["/bin/sh", "-c", "echo started; sleep 4"],

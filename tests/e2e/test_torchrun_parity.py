@@ -1,4 +1,4 @@
-"""torchrun 2.13 command-line parity of dgt-run (issue 12, item 4).
+"""torchrun 2.13 command-line parity of dgt-run.
 
 The option list comes from torchrun 2.13 itself: the peers venv's python imports
 torch.distributed.run and walks its argparse parser, so a flag a later torchrun adds fails here

@@ -1,4 +1,4 @@
-// Several rendezvous replicas on one etcd prefix (issue 16; docs/ETCD.md, "Replicas"), each an
+// Several rendezvous replicas on one etcd prefix (docs/ETCD.md, "Replicas"), each an
 // in-process RendezvousServer on an EtcdRunStateBackend with a ReplicaElection wired as
 // dgt-rendezvous wires them, against a real three-member etcd cluster on loopback (EtcdCluster),
 // with agents as raw Session streams: one leader and a standby that refuses with "standby:"; the

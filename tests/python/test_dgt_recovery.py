@@ -243,7 +243,7 @@ class BarrierBackend(RecordingBackend):
 
 class FormationTest(unittest.TestCase):
     """Generations that form only once slow replacements arrive, and a failure during formation
-    (QA: replace mode never settled when replacements took longer than op_timeout to start or
+    (replace mode never settled when replacements took longer than op_timeout to start or
     two ranks died at once)."""
 
     def setUp(self):

@@ -434,7 +434,7 @@ TEST(RendezvousServerTest, BadOptionsAreReported) {
   key_only.tls.key_file = "/k.pem";
   EXPECT_EQ(RendezvousServer::Start(key_only).status().message(),
             "--tls-key '/k.pem' needs --tls-cert (given together)");
-  // QA1 item 8: --tls-client-ca alone names itself.
+  // --tls-client-ca alone names itself.
   RendezvousServerOptions ca_only;
   ca_only.tls.ca_file = "/etc/passwd";
   EXPECT_EQ(RendezvousServer::Start(ca_only).status().code(), absl::StatusCode::kInvalidArgument);

@@ -1,4 +1,4 @@
-// A stand-in for a standby dgt-rendezvous replica (the HA contract of issue 16), for
+// A stand-in for a standby dgt-rendezvous replica (the HA contract), for
 // tests/e2e/test_rdzv_failover.py: it answers every Session stream with UNAVAILABLE
 // "standby: ..." as a replica that is not the leader does, and prints one line per refusal.
 //
