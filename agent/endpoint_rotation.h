@@ -1,7 +1,7 @@
 // Which rendezvous endpoint an agent tries next, and how long it pauses first, when
 // --rdzv-endpoint names one service or several replicas of one ("a:29400,b:29400"; the HA
-// replica contract: only the leader replica serves sessions, a standby answers UNAVAILABLE
-// "standby: ...").
+// replica contract: only the leader replica serves sessions, a standby answers UNAVAILABLE with
+// a NotLeader, replica/leadership_status.h).
 //
 // One endpoint: every retry goes to it, after a jittered exponential backoff (half to all of
 // 100 ms, doubling up to 5 s), as dgt-run always did for a restarted service.

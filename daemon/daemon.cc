@@ -1,12 +1,12 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_port.h"
@@ -16,6 +16,7 @@
 #include "daemon/job_logs.h"
 #include "daemon/node_facts.h"
 #include "grpcpp/grpcpp.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::daemon {
 
@@ -31,18 +32,6 @@ constexpr absl::Duration kCloseTimeout = absl::Seconds(2);
 constexpr absl::Duration kDrainSlack = absl::Seconds(10);
 // What an endpoint's log state is after a Registered (any failure after it is news).
 constexpr char kRegisteredState[] = "registered";
-
-// "the leader is H:P" in a standby's refusal (rendezvous/service.h, jobs/jobs_service.h): H:P,
-// else "".
-std::string NamedLeader(absl::string_view message) {
-  constexpr absl::string_view kMarker = "the leader is ";
-  const size_t at = message.find(kMarker);
-  if (at == absl::string_view::npos) return "";
-  absl::string_view rest = message.substr(at + kMarker.size());
-  rest = rest.substr(0, rest.find_first_of(" \t\n;,()"));
-  while (!rest.empty() && rest.back() == '.') rest.remove_suffix(1);
-  return std::string(rest);
-}
 
 // True when `a` and `b` name one host:port: the same host in any case, or the same address
 // once resolved.
@@ -228,7 +217,8 @@ void Daemon::OnStreamEnded() {
   const bool was_registered = s.registered;
   const std::string& msg = status.error_message();
   const grpc::StatusCode code = status.error_code();
-  const bool standby = absl::StartsWith(msg, "standby:");
+  const std::optional<replica::v1::NotLeader> not_leader = replica::StandbyAnswer(status);
+  const bool standby = not_leader.has_value();
   const bool other_endpoint =
       code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNIMPLEMENTED || standby;
   // absl and gRPC status codes agree.
@@ -246,7 +236,7 @@ void Daemon::OnStreamEnded() {
   bool to_leader = false;
   if (standby) {
     // A standby that names the leader: go to it next when it is one of ours.
-    const std::string leader = NamedLeader(msg);
+    const std::string& leader = not_leader->leader_address();
     const auto& eps = config_.rendezvous_endpoints;
     for (size_t i = 0; !leader.empty() && i < eps.size() && !to_leader; ++i) {
       if (eps[i] != s.endpoint && SameEndpoint(eps[i], leader)) {

@@ -3,9 +3,9 @@
 //
 // - Registration: tries rendezvous_endpoints in order; an endpoint that is not reachable within
 //   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED (a service without dgt.jobs.v1.Jobs:
-//   an older dgt-rendezvous, or dgt-run's embedded one), or refuses with a "standby:" message
-//   (a replica that is not the leader) hands over to the next one; a standby's "the leader is
-//   H:P" that names one of rendezvous_endpoints (same host:port, or same address once
+//   an older dgt-rendezvous, or dgt-run's embedded one), or answers as a standby (a replica that
+//   is not the leader: replica/leadership_status.h) hands over to the next one; a standby's
+//   leader_address that names one of rendezvous_endpoints (same host:port, or same address once
 //   resolved) sends the next attempt there. Attempts back off from 200 ms, doubling, to
 //   max_backoff; a stream that breaks after registering is registered again at once, forever
 //   (NodeHello.running_job_ids keeps running jobs on this node). Failures are logged with the
