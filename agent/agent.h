@@ -21,7 +21,6 @@
 #include "agent/agent_env.h"
 #include "agent/coordinator.h"
 #include "agent/done_marks.h"
-#include "agent/endpoint_rotation.h"
 #include "agent/error_file.h"
 #include "agent/failure_publisher.h"
 #include "agent/group_watchdog.h"
@@ -35,6 +34,7 @@
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
 #include "rendezvous/service.h"
+#include "replica/endpoint_rotation.h"
 
 namespace dgt::agent {
 
@@ -97,7 +97,7 @@ class Agent {
   std::optional<rdzv_v1::Assignment> RejoinAssignment() const;
   // The service is lost (not hosted by another node), or a session ended before the service
   // took it (a standby replica): workers keep running, and the agent reconnects through the
-  // endpoints (agent/endpoint_rotation.h: one endpoint, jittered exponential backoff, 100 ms
+  // endpoints (replica/endpoint_rotation.h: one endpoint, jittered exponential backoff, 100 ms
   // doubling to 5 s; several, the next one at once, at most 200 ms after a full pass) until
   // --rdzv-conf read_timeout passes (OnReconnectWindowOver).
   void StartReconnect(const grpc::Status& status);
@@ -201,7 +201,7 @@ class Agent {
   std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
   grpc::Status closed_status_;  // How the last session ended (kReconnect logs it).
   // The endpoints of --rdzv-endpoint (one, or the replicas of one service) and which is next.
-  std::unique_ptr<EndpointRotation> rotation_;
+  std::unique_ptr<replica::EndpointRotation> rotation_;
   bool session_accepted_ = false;  // The service answered the current session (not an Error).
   std::string lost_endpoint_;      // The replica whose session was lost last (for the log).
   // Until a session is first accepted: by when (--rdzv-connect-timeout) one must be, else a

@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "common/store_keys.h"
 #include "dgt/worker/net_discovery.h"
+#include "replica/endpoint_list.h"
 
 namespace dgt::agent {
 namespace {
@@ -66,8 +67,8 @@ absl::Status Agent::Prepare() {
   // Several replicas of dgt-rendezvous (--rdzv-endpoint a:29400,b:29400): never hosted here.
   std::vector<HostPort> replicas;
   if (absl::StrContains(options_.rdzv_endpoint, ',')) {
-    DGT_ASSIGN_OR_RETURN(replicas,
-                         ParseEndpointList(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+    DGT_ASSIGN_OR_RETURN(
+        replicas, replica::ParseEndpointList(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
   }
   std::vector<std::string> endpoints;  // Resolved, in the given order.
   std::string route_to;                // An IP of the service: MASTER_ADDR routes to it.
@@ -190,7 +191,7 @@ absl::Status Agent::Prepare() {
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
   if (endpoints.empty()) endpoints.push_back(rdzv_endpoint_);
-  rotation_ = std::make_unique<EndpointRotation>(std::move(endpoints));
+  rotation_ = std::make_unique<replica::EndpointRotation>(std::move(endpoints));
   CreateLifecycle(RestartBackend::kRendezvous);
   coordinator_ =
       std::make_unique<SessionBackend>([this](const LifecycleAction& a) { ReportToService(a); });

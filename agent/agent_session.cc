@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -24,6 +23,7 @@
 #include "common/status_macros.h"
 #include "common/store_keys.h"
 #include "dgt/worker/net_discovery.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::agent {
 namespace {
@@ -50,8 +50,7 @@ bool IsRefusal(const grpc::Status& status) {
 
 // Whether a Session stream ended with a standby replica's answer (the HA contract).
 bool IsStandbyAnswer(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         absl::StartsWith(status.error_message(), "standby:");
+  return replica::StandbyAnswer(status).has_value();
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ struct LaunchOptions {
   int max_nodes = 1;
   int nproc_per_node = 1;  // --nproc-per-node (--process-count-per-instance).
   // "host:port" of the rendezvous service; empty with --standalone (embedded on a free port). Or
-  // the replicas of one dgt-rendezvous service, "a:29400,b:29400" (common/host_port.h
-  // ParseEndpointList; the agent tries them in turn, agent/endpoint_rotation.h).
+  // the replicas of one dgt-rendezvous service, "a:29400,b:29400" (replica/endpoint_list.h
+  // ParseEndpointList; the agent tries them in turn, replica/endpoint_rotation.h).
   std::string rdzv_endpoint;
   std::string rdzv_backend = "static";  // static, c10d or dgt: all use dgt's rendezvous.
   std::string run_id = "none";          // --rdzv-id (torchrun's default is "none").

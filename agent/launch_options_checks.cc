@@ -21,6 +21,7 @@
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "rendezvous/credentials.h"
+#include "replica/endpoint_list.h"
 
 namespace dgt::agent::launch_internal {
 namespace {
@@ -193,7 +194,7 @@ absl::Status CheckRendezvous(const RawFlags& raw, LaunchOptions* o) {
   if (absl::StrContains(o->rdzv_endpoint, ',')) {
     // Replicas of one dgt-rendezvous service (docs/RENDEZVOUS.md "Several replicas"), for every
     // --rdzv-backend, as one endpoint is; torchrun has no list form.
-    auto list = ParseEndpointList(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
+    auto list = replica::ParseEndpointList(o->rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!list.ok()) return list.status();
     if (list->size() > 1 && o->rdzv_is_host == true) {
       return Bad(

@@ -33,7 +33,7 @@ class RendezvousSession {
   // defaults a silent service is declared dead after 3 s).
   // `fail_fast`: give up as soon as the first connection attempt fails (refused, handshake
   // failed) instead of retrying until `connect_timeout`: the caller has other replicas to try
-  // (agent/endpoint_rotation.h).
+  // (replica/endpoint_rotation.h).
   // Errors: DeadlineExceeded when the service was not reachable in time (or, fail_fast, refused);
   // Unauthenticated when something answered but the TLS settings disagree; InvalidArgument for
   // unreadable TLS files.

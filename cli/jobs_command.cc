@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
@@ -21,20 +20,14 @@
 #include "google/protobuf/util/json_util.h"
 #include "jobs/job_spec.h"
 #include "rendezvous/client.h"
+#include "replica/endpoint_list.h"
+#include "replica/exit_code.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::cli {
 namespace {
 
 namespace v1 = ::dgt::jobs::v1;
-
-// docs/EXIT_CODES.md ("dgt"), the values of agent/exit_codes.h (the CLI links no agent).
-namespace agent {
-constexpr int kExitSuccess = 0;
-constexpr int kExitLauncherError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitRendezvousUnavailable = 69;
-constexpr int kExitNotAdmitted = 77;
-}  // namespace agent
 
 struct CommonFlags {
   std::string endpoint;
@@ -79,22 +72,20 @@ class Connection {
       }
       client_.token = *std::move(token);
     }
-    for (absl::string_view part : absl::StrSplit(f_.endpoint, ',', absl::SkipEmpty())) {
-      auto hp = ParseHostPort(std::string(part), 29400, "--rdzv-endpoint");
-      if (!hp.ok()) return Usage(hp.status());
-      std::string endpoint = FormatHostPort(hp->host, hp->port);
+    auto list = replica::ParseEndpointList(f_.endpoint, 29400, "--rdzv-endpoint");
+    if (!list.ok()) return Usage(list.status());
+    for (const HostPort& hp : *list) {
+      std::string endpoint = FormatHostPort(hp.host, hp.port);
       auto channel = dgt::rendezvous::CreateClientChannel(endpoint, client_);
       if (!channel.ok()) return Usage(channel.status());
       endpoints_.push_back(endpoint);
       stubs_.push_back(v1::Jobs::NewStub(*channel));
     }
-    if (stubs_.empty()) {
-      return Usage(absl::InvalidArgumentError("--rdzv-endpoint: no HOST:PORT given"));
-    }
     return true;
   }
 
-  // Calls `call(stub, context)` on each endpoint until one answers other than UNAVAILABLE.
+  // Calls `call(stub, context)` on each endpoint until one answers other than UNAVAILABLE; a
+  // standby that names a listed leader not tried yet sends the next call there.
   // Returns the exit code: 0, or the error's, after printing it.
   template <typename Call>
   int Run(Call call) {
@@ -104,18 +95,31 @@ class Connection {
   template <typename Call>
   grpc::Status Try(Call call) {
     grpc::Status st;
-    for (const auto& stub : stubs_) {
+    const size_t n = stubs_.size();
+    std::vector<bool> tried(n, false);
+    for (size_t i = 0; i < n;) {
+      tried[i] = true;
       grpc::ClientContext ctx;
       dgt::rendezvous::AuthorizeCall(client_, &ctx);
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-      st = call(*stub, &ctx);
+      st = call(*stubs_[i], &ctx);
       if (st.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      size_t next = n;  // The leader a standby names, else the first endpoint not tried yet.
+      if (auto standby = replica::StandbyAnswer(st)) {
+        next =
+            replica::LeaderIndex(endpoints_, endpoints_[i], standby->leader_address()).value_or(n);
+      }
+      if (next == n || tried[next])
+        next = std::find(tried.begin(), tried.end(), false) - tried.begin();
+      i = next;
     }
     return st;
   }
 
   int ExitFor(const grpc::Status& st) const {
-    if (st.ok()) return agent::kExitSuccess;
+    // absl and gRPC status codes agree.
+    const int exit_code = replica::ExitCodeFor(static_cast<absl::StatusCode>(st.error_code()));
+    if (st.ok()) return exit_code;
     const std::string where = absl::StrJoin(endpoints_, ",");
     switch (st.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
@@ -123,28 +127,26 @@ class Connection {
         Error(absl::StrCat("no jobs service answered at ", where, " within ",
                            absl::FormatDuration(timeout_), ": ", st.error_message(),
                            " (is dgt-rendezvous running there? with TLS, pass --tls-ca)"));
-        return agent::kExitRendezvousUnavailable;
+        break;
       case grpc::StatusCode::CANCELLED:
         // The service ended the call: it stopped or restarted while answering.
         Error(absl::StrCat("the jobs service at ", where, " ended the call (", st.error_message(),
                            "): did dgt-rendezvous stop or restart?"));
-        return agent::kExitRendezvousUnavailable;
+        break;
       case grpc::StatusCode::UNAUTHENTICATED:
       case grpc::StatusCode::PERMISSION_DENIED:
         Error(absl::StrCat("the jobs service at ", where, " refused: ", st.error_message()));
-        return agent::kExitNotAdmitted;
-      case grpc::StatusCode::INVALID_ARGUMENT:
-        Error(st.error_message());
-        return agent::kExitUsage;
+        break;
       default:
         Error(st.error_message());
-        return agent::kExitLauncherError;
+        break;
     }
+    return exit_code;
   }
 
   bool Usage(const absl::Status& s) {
     Error(std::string(s.message()));
-    exit_ = agent::kExitUsage;
+    exit_ = replica::kExitUsage;
     return false;
   }
   void Error(const std::string& message) const {
@@ -161,7 +163,7 @@ class Connection {
   absl::Duration timeout_;
   std::vector<std::string> endpoints_;
   std::vector<std::unique_ptr<v1::Jobs::Stub>> stubs_;
-  int exit_ = agent::kExitUsage;
+  int exit_ = replica::kExitUsage;
 };
 
 double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
@@ -176,13 +178,13 @@ int Submit(const CommonFlags& f, const std::string& file) {
   auto text = dgt::jobs::ReadJobSpecFile(file);
   if (!text.ok()) {
     c.Error(std::string(text.status().message()));
-    return agent::kExitUsage;
+    return replica::kExitUsage;
   }
   auto spec = dgt::jobs::ParseJobSpecYaml(*text);
   absl::Status valid = spec.ok() ? dgt::jobs::Validate(*spec) : spec.status();
   if (!valid.ok()) {
     c.Error(absl::StrCat(file, ": ", valid.message()));
-    return agent::kExitUsage;
+    return replica::kExitUsage;
   }
   if (!c.Open()) return c.exit_code();
   v1::SubmitRequest request;
@@ -234,7 +236,7 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   auto grace = ParseDuration("--grace", grace_text, absl::ZeroDuration(), kMaxFlagDuration);
   if (!grace.ok()) {
     c.Error(std::string(grace.status().message()));
-    return agent::kExitUsage;
+    return replica::kExitUsage;
   }
   if (!c.Open()) return c.exit_code();
   v1::CancelRequest request;
@@ -253,11 +255,11 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
   Connection c("logs", f);
   if (stream != "stdout" && stream != "stderr") {
     c.Error(absl::StrCat("--stream: must be stdout or stderr, got '", stream, "'"));
-    return agent::kExitUsage;
+    return replica::kExitUsage;
   }
   if (rank < 0) {
     c.Error(absl::StrCat("--rank: must be >= 0, got ", rank));
-    return agent::kExitUsage;
+    return replica::kExitUsage;
   }
   if (!c.Open()) return c.exit_code();
   int64_t offset = 0;

@@ -15,6 +15,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/client.h"
+#include "replica/endpoint_list.h"
 
 namespace dgt::cli {
 namespace {
@@ -66,7 +67,7 @@ grpc::Status QueryStatus(const std::string& endpoint, const dgt::rendezvous::Cli
 int RunStatus(const StatusFlags& f) {
   // One service, or the replicas of one (as dgt-run's --rdzv-endpoint A,B): the leader's answer,
   // else the first standby's.
-  auto list = ParseEndpointList(f.endpoint, 29400, "--rdzv-endpoint");
+  auto list = replica::ParseEndpointList(f.endpoint, 29400, "--rdzv-endpoint");
   auto timeout = ParseDuration("--timeout", f.timeout, kMinPositiveFlagDuration, kMaxFlagDuration);
   absl::Status bad = !list.ok() ? list.status() : timeout.status();
   if (!bad.ok()) {

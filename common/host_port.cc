@@ -8,10 +8,8 @@
 
 #include <cstring>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/errno_status.h"
 
@@ -78,35 +76,6 @@ absl::StatusOr<HostPort> ParseHostPortOrFree(absl::string_view text, int default
 
 absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what) {
   return Parse(text, -1, 0, what);
-}
-
-absl::StatusOr<std::vector<HostPort>> ParseEndpointList(absl::string_view text, int default_port,
-                                                        absl::string_view what) {
-  std::vector<absl::string_view> items = absl::StrSplit(text, ',');
-  std::vector<HostPort> out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    absl::string_view item = absl::StripAsciiWhitespace(items[i]);
-    if (item.empty()) {
-      if (items.size() == 1) return Parse(item, default_port, 1, what).status();  // "expected"
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": empty item ", i + 1, " in '", text, "'"));
-    }
-    auto hp = Parse(item, default_port, 1, what);
-    if (!hp.ok()) {
-      if (items.size() == 1) return hp.status();
-      return absl::InvalidArgumentError(
-          absl::StrCat(hp.status().message(), " (item ", i + 1, " of '", text, "')"));
-    }
-    for (const HostPort& seen : out) {
-      if (seen.port == hp->port &&
-          absl::AsciiStrToLower(seen.host) == absl::AsciiStrToLower(hp->host)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": '", FormatHostPort(hp->host, hp->port), "' is listed twice in '", text, "'"));
-      }
-    }
-    out.push_back(*std::move(hp));
-  }
-  return out;
 }
 
 std::string FormatHostPort(absl::string_view host, uint16_t port) {

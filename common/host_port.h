@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -31,18 +30,6 @@ absl::StatusOr<HostPort> ParseHostPortOrFree(absl::string_view text, int default
 
 // As ParseHostPort for an address to listen on: the port is required and may be 0 (any free).
 absl::StatusOr<HostPort> ParseListenAddress(absl::string_view text, absl::string_view what);
-
-// Parses a comma-separated list of endpoints, "a:29400,b:29400,[::1]:29401" (the replicas of one
-// service, e.g. dgt-run's --rdzv-endpoint): each item as ParseHostPort (ports 1..65535; a missing
-// port becomes `default_port`, -1 makes it required), blanks around an item ignored. Returns the
-// items in the given order (at least one).
-// Errors: InvalidArgument naming `what`, the bad item and the list, e.g.
-//   "--rdzv-endpoint: port must be 1..65535, got 'b:x' (item 2 of 'a:29400,b:x')",
-//   "--rdzv-endpoint: empty item 2 in 'a:29400,,b:29400'",
-//   "--rdzv-endpoint: 'a:29400' is listed twice in 'a:29400,b,a'" (same host, any case, and
-//   port once the default port is applied).
-absl::StatusOr<std::vector<HostPort>> ParseEndpointList(absl::string_view text, int default_port,
-                                                        absl::string_view what);
 
 // "host:port", or "[host]:port" when host contains ':'.
 std::string FormatHostPort(absl::string_view host, uint16_t port);

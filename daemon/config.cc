@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_port.h"
+#include "replica/endpoint_list.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dgt::daemon {
@@ -213,22 +214,15 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
     }
     // Two items naming one replica (same host in any case and port), as dgt-run's
     // --rdzv-endpoint refuses them.
-    auto list = ParseEndpointList(absl::StrJoin(items, ","), -1, key);
+    auto list = replica::ParseEndpointList(absl::StrJoin(items, ","), -1, key);
     if (!list.ok())
       return absl::InvalidArgumentError(absl::StrCat(e.file(), ": ", list.status().message()));
     // Aliases ("localhost:1" and "127.0.0.1:1"): the same address once resolved. A name that
     // does not resolve now (DNS not up yet at boot) is not compared; one item is not resolved.
-    std::map<std::string, std::string> by_address;
-    for (size_t i = 0; list->size() > 1 && i < list->size(); ++i) {
-      auto ip = ResolveToIp((*list)[i].host);
-      if (!ip.ok()) continue;
-      const std::string address = FormatHostPort(*ip, (*list)[i].port);
-      auto [it, fresh] = by_address.emplace(address, items[i]);
-      if (!fresh) {
-        return e.Bad(
-            key, absl::StrCat("'", it->second, "' and '", items[i], "' are the same replica (both ",
-                              address, "); list each replica once"));
-      }
+    if (auto same = replica::FindSameReplica(*list)) {
+      return e.Bad(key, absl::StrCat("'", items[same->first], "' and '", items[same->second],
+                                     "' are the same replica (both ", same->address,
+                                     "); list each replica once"));
     }
     c->rendezvous_endpoints = std::move(items);
     return absl::OkStatus();

@@ -50,10 +50,10 @@ struct ConfigDefaults {
 };
 
 // Parses `yaml_text` (the contents of `file_name`, used in messages) and checks every value:
-// endpoints are host:port without blanks, each replica listed once (common/host_port.h
-// ParseEndpointList, as dgt-run's --rdzv-endpoint; names that resolve to one address, as
-// "localhost:1" and "127.0.0.1:1", count as one), advertise_address has no port, label names
-// are Kubernetes-style ([A-Za-z0-9._/-], 1..253 bytes, alphanumeric at both ends) and values
+// endpoints are host:port without blanks, each replica listed once (replica/endpoint_list.h
+// ParseEndpointList and FindSameReplica, as dgt-run's --rdzv-endpoint; names that resolve to one
+// address, as "localhost:1" and "127.0.0.1:1", count as one), advertise_address has no port, label
+// names are Kubernetes-style ([A-Za-z0-9._/-], 1..253 bytes, alphanumeric at both ends) and values
 // printable ASCII, the run-as user exists (and is not root without allow_root), paths are
 // absolute, work_dir is a directory when it exists, TLS and token files are readable and
 // well-formed, dgt_run is an executable regular file, 0 < stop_grace_s <= 3600.

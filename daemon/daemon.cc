@@ -1,21 +1,21 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "daemon/job_command.h"
 #include "daemon/job_logs.h"
 #include "daemon/node_facts.h"
 #include "grpcpp/grpcpp.h"
+#include "replica/endpoint_list.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::daemon {
 
@@ -32,28 +32,16 @@ constexpr absl::Duration kDrainSlack = absl::Seconds(10);
 // What an endpoint's log state is after a Registered (any failure after it is news).
 constexpr char kRegisteredState[] = "registered";
 
-// "the leader is H:P" in a standby's refusal (rendezvous/service.h, jobs/jobs_service.h): H:P,
-// else "".
-std::string NamedLeader(absl::string_view message) {
-  constexpr absl::string_view kMarker = "the leader is ";
-  const size_t at = message.find(kMarker);
-  if (at == absl::string_view::npos) return "";
-  absl::string_view rest = message.substr(at + kMarker.size());
-  rest = rest.substr(0, rest.find_first_of(" \t\n;,()"));
-  while (!rest.empty() && rest.back() == '.') rest.remove_suffix(1);
-  return std::string(rest);
-}
-
-// True when `a` and `b` name one host:port: the same host in any case, or the same address
-// once resolved.
-bool SameEndpoint(const std::string& a, const std::string& b) {
-  auto pa = ParseHostPort(a, -1, "a");
-  auto pb = ParseHostPort(b, -1, "b");
-  if (!pa.ok() || !pb.ok() || pa->port != pb->port) return false;
-  if (absl::AsciiStrToLower(pa->host) == absl::AsciiStrToLower(pb->host)) return true;
-  auto ia = ResolveToIp(pa->host);
-  auto ib = ResolveToIp(pb->host);
-  return ia.ok() && ib.ok() && *ia == *ib;
+// Registration attempts: 200 ms after a failure, doubling to max_backoff, whatever the number of
+// endpoints; no jitter.
+replica::RotationOptions RotationFor(absl::Duration max_backoff) {
+  replica::RotationOptions options;
+  options.first_pause = kInitialBackoff;
+  options.max_pause_one = max_backoff;
+  options.max_pause_several = max_backoff;
+  options.pause_per_pass = false;
+  options.jitter = [] { return 1.0; };
+  return options;
 }
 }  // namespace
 
@@ -74,7 +62,9 @@ struct Daemon::Stream {
 };
 
 Daemon::Daemon(AgentConfig config, DaemonEnv env)
-    : config_(std::move(config)), env_(std::move(env)), backoff_(kInitialBackoff) {
+    : config_(std::move(config)),
+      env_(std::move(env)),
+      rotation_(config_.rendezvous_endpoints, RotationFor(env_.max_backoff)) {
   client_options_.tls = config_.tls;
   if (!config_.token_file.empty()) {
     auto token = rendezvous::ReadTokenFile(config_.token_file);
@@ -119,9 +109,7 @@ void Daemon::Notify(const std::string& state) {
 
 void Daemon::LogEndpoint(const std::string& endpoint, spdlog::level::level_enum level,
                          const std::string& text) {
-  std::string& last = endpoint_log_[endpoint];
-  spdlog::log(text == last ? spdlog::level::debug : level, "{}", text);
-  last = text;
+  spdlog::log(endpoint_log_.Level(endpoint, level, text), "{}", text);
 }
 
 void Daemon::UpdateStatus() {
@@ -133,9 +121,7 @@ void Daemon::UpdateStatus() {
     status = absl::StrCat("registered with ", stream_->endpoint, "; ",
                           ids.empty() ? "idle" : "running " + absl::StrJoin(ids, ", "));
   } else {
-    status = absl::StrCat(
-        "connecting to ",
-        config_.rendezvous_endpoints[endpoint_index_ % config_.rendezvous_endpoints.size()]);
+    status = absl::StrCat("connecting to ", rotation_.current());
   }
   if (status == last_status_) return;
   last_status_ = status;
@@ -197,8 +183,7 @@ bool Daemon::Connect(const std::string& endpoint) {
   });
   stream_ = std::move(s);
   // After a failure at this endpoint, the next tries are news only when they end differently.
-  const auto last = endpoint_log_.find(endpoint);
-  const bool retry = last != endpoint_log_.end() && last->second != kRegisteredState;
+  const bool retry = endpoint_log_.FailedBefore(endpoint, kRegisteredState);
   spdlog::log(retry ? spdlog::level::debug : spdlog::level::info, "registering node {} with {}",
               config_.node_name, endpoint);
   return true;
@@ -228,7 +213,8 @@ void Daemon::OnStreamEnded() {
   const bool was_registered = s.registered;
   const std::string& msg = status.error_message();
   const grpc::StatusCode code = status.error_code();
-  const bool standby = absl::StartsWith(msg, "standby:");
+  const std::optional<replica::v1::NotLeader> not_leader = replica::StandbyAnswer(status);
+  const bool standby = not_leader.has_value();
   const bool other_endpoint =
       code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNIMPLEMENTED || standby;
   // absl and gRPC status codes agree.
@@ -243,47 +229,57 @@ void Daemon::OnStreamEnded() {
   }
   if (!msg.empty() && !s.gave_up) absl::StrAppend(&what, " (", msg, ")");
   std::string next = other_endpoint ? "; trying the next endpoint" : "; retrying";
-  bool to_leader = false;
-  if (standby) {
-    // A standby that names the leader: go to it next when it is one of ours.
-    const std::string leader = NamedLeader(msg);
-    const auto& eps = config_.rendezvous_endpoints;
-    for (size_t i = 0; !leader.empty() && i < eps.size() && !to_leader; ++i) {
-      if (eps[i] != s.endpoint && SameEndpoint(eps[i], leader)) {
-        endpoint_index_ = i;
-        to_leader = true;
-        next = absl::StrCat("; trying the leader, ", eps[i], ", next");
-      }
-    }
+  // A standby that names the leader: go to it next when it is one of ours.
+  // (An index, not an optional: gcc 12 warns about the optional's use below.)
+  const size_t none = config_.rendezvous_endpoints.size();
+  const size_t leader = standby ? replica::LeaderIndex(config_.rendezvous_endpoints, s.endpoint,
+                                                       not_leader->leader_address())
+                                      .value_or(none)
+                                : none;
+  const bool to_leader = leader != none;
+  if (to_leader) {
+    next = absl::StrCat("; trying the leader, ", config_.rendezvous_endpoints[leader], ", next");
   }
-  if (other_endpoint && !to_leader) ++endpoint_index_;
-  if (s.reloaded && code == grpc::StatusCode::CANCELLED) {
+  const bool reloaded = s.reloaded && code == grpc::StatusCode::CANCELLED;
+  if (reloaded) {
     // Ended on purpose by OnReload: not a failure to warn about.
     spdlog::info("registration with {} ended for the reloaded config; registering again",
                  s.endpoint);
-    endpoint_index_ = 0;
-    backoff_ = kInitialBackoff;
   } else {
     LogEndpoint(s.endpoint, spdlog::level::warn,
                 absl::StrCat("registration with ", s.endpoint, " ended: ", what, next));
   }
   stream_.reset();
-  const absl::Time now = absl::Now();
-  if (was_registered) {
-    backoff_ = kInitialBackoff;
-    next_connect_ = now;
+  absl::Duration pause = absl::ZeroDuration();
+  if (reloaded) {
+    rotation_.MoveTo(0);
+    rotation_.OnAccepted();
+    if (!was_registered) pause = rotation_.OnRefused();
+  } else if (was_registered) {
+    // A break after registering: again at once, at the leader or the next one if it moved.
+    rotation_.OnAccepted();
+    if (to_leader) {
+      rotation_.MoveTo(leader);
+    } else if (other_endpoint) {
+      rotation_.MoveTo(rotation_.index() + 1);
+    }
+  } else if (to_leader) {
+    pause = rotation_.OnRefused();
+    rotation_.MoveTo(leader);
+  } else if (other_endpoint) {
+    pause = rotation_.OnAttemptFailed();
   } else {
-    next_connect_ = now + backoff_;
-    backoff_ = std::min(backoff_ * 2, env_.max_backoff);
+    pause = rotation_.OnRefused();
   }
+  next_connect_ = absl::Now() + pause;
 }
 
 void Daemon::OnControl(const v1::ControlMessage& message) {
   switch (message.kind_case()) {
     case v1::ControlMessage::kRegistered: {
       stream_->registered = true;
-      endpoint_log_[stream_->endpoint] = kRegisteredState;
-      backoff_ = kInitialBackoff;
+      endpoint_log_.Set(stream_->endpoint, kRegisteredState);
+      rotation_.OnAccepted();
       spdlog::info("registered as {} with {}", message.registered().node_name(), stream_->endpoint);
       if (!ready_sent_) {
         ready_sent_ = true;
@@ -395,8 +391,8 @@ void Daemon::OnReload() {
   spdlog::info("config reloaded (labels, rendezvous_endpoints; other keys need a restart){}",
                changed ? "; registering again" : "");
   if (changed) {
-    endpoint_index_ = 0;
-    endpoint_log_.clear();
+    rotation_.SetEndpoints(config_.rendezvous_endpoints);
+    endpoint_log_.Clear();
     if (stream_ != nullptr) {
       stream_->reloaded = true;
       stream_->context->TryCancel();
@@ -456,12 +452,7 @@ int Daemon::Run() {
       return 0;
     }
     if (stream_ == nullptr && !stopping_ && now >= next_connect_) {
-      const auto& eps = config_.rendezvous_endpoints;
-      if (!Connect(eps[endpoint_index_ % eps.size()])) {
-        ++endpoint_index_;
-        next_connect_ = absl::Now() + backoff_;
-        backoff_ = std::min(backoff_ * 2, env_.max_backoff);
-      }
+      if (!Connect(rotation_.current())) next_connect_ = absl::Now() + rotation_.OnAttemptFailed();
       now = absl::Now();
     }
     if (stream_ != nullptr && !stream_->registered && !stream_->ended &&

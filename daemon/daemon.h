@@ -3,9 +3,9 @@
 //
 // - Registration: tries rendezvous_endpoints in order; an endpoint that is not reachable within
 //   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED (a service without dgt.jobs.v1.Jobs:
-//   an older dgt-rendezvous, or dgt-run's embedded one), or refuses with a "standby:" message
-//   (a replica that is not the leader) hands over to the next one; a standby's "the leader is
-//   H:P" that names one of rendezvous_endpoints (same host:port, or same address once
+//   an older dgt-rendezvous, or dgt-run's embedded one), or answers as a standby (a replica that
+//   is not the leader: replica/leadership_status.h) hands over to the next one; a standby's
+//   leader_address that names one of rendezvous_endpoints (same host:port, or same address once
 //   resolved) sends the next attempt there. Attempts back off from 200 ms, doubling, to
 //   max_backoff; a stream that breaks after registering is registered again at once, forever
 //   (NodeHello.running_job_ids keeps running jobs on this node). Failures are logged with the
@@ -46,6 +46,8 @@
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
 #include "dgt/worker/net_discovery.h"
 #include "rendezvous/client.h"
+#include "replica/endpoint_log.h"
+#include "replica/endpoint_rotation.h"
 
 namespace dgt::daemon {
 
@@ -122,16 +124,16 @@ class Daemon {
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::unique_ptr<Stream> stream_;
   uint64_t next_stream_id_ = 1;
-  size_t endpoint_index_ = 0;
-  absl::Duration backoff_;
+  // Which endpoint the next registration goes to, and when (replica/endpoint_rotation.h).
+  replica::EndpointRotation rotation_;
   absl::Time next_connect_ = absl::InfinitePast();
   bool ready_sent_ = false;
   bool stopping_ = false;
   absl::Time drain_deadline_ = absl::InfiniteFuture();
   std::deque<dgt::jobs::v1::NodeMessage> pending_updates_;
   std::string last_status_;
-  // endpoint -> the last line LogEndpoint logged about it ("registered" after a Registered).
-  std::map<std::string, std::string> endpoint_log_;
+  // The last line LogEndpoint logged about each endpoint ("registered" after a Registered).
+  replica::EndpointLog endpoint_log_;
 
   dgt::Mutex mu_;
   dgt::CondVar cv_;

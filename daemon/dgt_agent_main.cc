@@ -24,14 +24,14 @@
 #include "daemon/node_facts.h"
 #include "dgt/worker/net_discovery.h"
 #include "rendezvous/credentials.h"
+#include "replica/exit_code.h"
 
 extern char** environ;
 
 namespace {
 
-// docs/EXIT_CODES.md: 2 is a usage error (agent/exit_codes.h kExitUsage, which dgt-agent does not
-// link).
-constexpr int kExitUsage = 2;
+// docs/EXIT_CODES.md: 2 is a usage error.
+using ::dgt::replica::kExitUsage;
 
 std::string DefaultDgtRun() {
   std::error_code ec;

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/queued_write_reactor.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::jobs {
 namespace {
@@ -197,12 +198,8 @@ bool JobsService::is_leader() {
 }
 
 grpc::Status JobsService::StandbyStatus() const {
-  // The contract daemons and `dgt` rely on: "standby:" (UNAVAILABLE) moves them to the next one.
-  return grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
-      absl::StrCat("standby: dgt-rendezvous replica ", options_.replica_id, " is a standby; ",
-                   leader_address_.empty() ? std::string("no leader now")
-                                           : absl::StrCat("the leader is ", leader_address_)));
+  // The contract daemons and `dgt` rely on: a standby's answer moves them to the next one.
+  return replica::StandbyStatus(options_.replica_id, leader_address_);
 }
 
 bool JobsService::HasToken(const grpc::CallbackServerContext* context,

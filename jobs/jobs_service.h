@@ -14,7 +14,7 @@
 //
 // Replicas (JobsServiceOptions::elected; docs/JOBS.md, "Replicas"): the service follows the
 // rendezvous replica's leadership. A standby refuses Register, Submit, Cancel and ReadLog with
-// UNAVAILABLE "standby: dgt-rendezvous replica <id> is a standby; the leader is <address>" (the
+// replica::StandbyStatus (UNAVAILABLE with a NotLeader detail, replica/leadership_status.h; the
 // daemons and `dgt` move to their next endpoint on UNAVAILABLE), serves ListJobs, GetJob and
 // ListNodes from the backend, and schedules nothing. TakeOver reloads the jobs from the backend
 // and drops the old leader's node records: nodes count again once their daemons register, and a
@@ -147,7 +147,7 @@ class JobsService final : public v1::Jobs::CallbackService {
   // A fenced write (FAILED_PRECONDITION: another replica leads): steps down, tells on_fenced and
   // returns true; false for any other status.
   bool FencedLocked(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // UNAVAILABLE "standby: ..." as a standby's refusal.
+  // replica::StandbyStatus for this replica: a standby's refusal.
   grpc::Status StandbyStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollLoop();
 

@@ -11,6 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/queued_write_reactor.h"
+#include "replica/leadership_status.h"
 
 namespace dgt::rendezvous {
 
@@ -133,12 +134,8 @@ grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService
   // Not the service's mutex: a stream opens while a commit is in flight.
   dgt::MutexLock lock(&reg_mu_);
   if (!leader_) {
-    // The contract agents rely on (--rdzv-endpoint a,b): "standby:" moves them to the next one.
-    return new RejectReactor(grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        absl::StrCat("standby: dgt-rendezvous replica ", session_replica_id_, " is a standby; ",
-                     leader_address_.empty() ? std::string("no leader now")
-                                             : absl::StrCat("the leader is ", leader_address_))));
+    // The contract agents rely on (--rdzv-endpoint a,b): a standby's answer moves them on.
+    return new RejectReactor(replica::StandbyStatus(session_replica_id_, leader_address_));
   }
   int& open = sessions_per_peer_[peer_ip];
   if (max_sessions_per_peer_ > 0 && open >= max_sessions_per_peer_) {

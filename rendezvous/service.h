@@ -67,8 +67,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   // --- Replicas (--backend=etcd; docs/ETCD.md, "Replicas"). A service made with
   // `elected` (RendezvousServerOptions::elected) starts as a standby: it refuses Session streams
-  // with UNAVAILABLE "standby: dgt-rendezvous replica <id> is a standby; the leader is <address>"
-  // (or "no leader now"), serves GetStatus from its view, and decides nothing until TakeOver.
+  // with replica::StandbyStatus (UNAVAILABLE with a NotLeader detail naming the leader, if any),
+  // serves GetStatus from its view, and decides nothing until TakeOver.
   // Without `elected` (the memory backend) it is always the leader.
 
   // This replica won the election: adopts every run (RoundStateMachine::AdoptRuns: read afresh,

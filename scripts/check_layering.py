@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
-PRODUCT_DIRS = ["common", "proto", "store", "rendezvous", "etcd", "jobs", "worker_runtime", "agent", "daemon",
+PRODUCT_DIRS = ["common", "proto", "replica", "store", "rendezvous", "etcd", "jobs", "worker_runtime", "agent", "daemon",
                 "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
@@ -46,10 +46,10 @@ DEP_ALIASES = {"${DGT_IBVERBS_LIBRARY}": "ibverbs", "${CMAKE_DL_LIBS}": "dl"}
 HEADER_OWNER = {"rendezvous/keepalive.h": "rendezvous_credentials",
                 "rendezvous/queued_write_reactor.h": "jobs_service"}
 DIR_OWNER = {"common": "common", "store": "store", "agent": "agent", "cli": "cli",
-             "etcd": "etcd_client", "daemon": "daemon"}
+             "etcd": "etcd_client", "daemon": "daemon", "replica": "replica"}
 
 # Generated headers (dgt::proto) and third-party include prefixes -> the dependency they need.
-GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "dgt/jobs/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
+GENERATED_PREFIXES = ["dgt/rendezvous/v1/", "dgt/jobs/v1/", "dgt/replica/v1/", "grpc/health/v1/", "etcd/etcdserver/", "etcd/mvcc/",
                       "etcd/auth/", "google/api/"]
 THIRD_PARTY = [
     ("grpcpp/", {"gRPC::grpc++"}), ("grpc/", {"gRPC::grpc++"}),

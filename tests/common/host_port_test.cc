@@ -95,47 +95,5 @@ TEST(HostPortTest, CheckLocalAddress) {
   EXPECT_EQ(name.message(), "not an IP address: 'localhost'");
 }
 
-// --rdzv-endpoint a:29400,b:29400: the replicas of one service, in the given order.
-TEST(ParseEndpointListTest, ItemsInOrder) {
-  auto list = ParseEndpointList("a:29400, b ,[::1]:7", 29400, "--rdzv-endpoint");
-  ASSERT_TRUE(list.ok()) << list.status();
-  ASSERT_EQ(list->size(), 3u);
-  EXPECT_EQ((*list)[0].host, "a");
-  EXPECT_EQ((*list)[0].port, 29400);
-  EXPECT_EQ((*list)[1].host, "b");
-  EXPECT_EQ((*list)[1].port, 29400);  // The default port.
-  EXPECT_EQ((*list)[2].host, "::1");
-  EXPECT_EQ((*list)[2].port, 7);
-  auto one = ParseEndpointList("node-0:1234", -1, "x");
-  ASSERT_TRUE(one.ok()) << one.status();
-  ASSERT_EQ(one->size(), 1u);
-  EXPECT_EQ((*one)[0].host, "node-0");
-  EXPECT_EQ((*one)[0].port, 1234);
-}
-
-TEST(ParseEndpointListTest, ErrorsNameTheFlagAndTheItem) {
-  EXPECT_EQ(ParseEndpointList("a:29400,b:x", 29400, "--rdzv-endpoint").status().message(),
-            "--rdzv-endpoint: port must be 1..65535, got 'b:x' (item 2 of 'a:29400,b:x')");
-  EXPECT_EQ(ParseEndpointList("a:29400,,b:29400", 29400, "--rdzv-endpoint").status().message(),
-            "--rdzv-endpoint: empty item 2 in 'a:29400,,b:29400'");
-  EXPECT_EQ(ParseEndpointList("a:1,", 29400, "x").status().message(), "x: empty item 2 in 'a:1,'");
-  EXPECT_EQ(ParseEndpointList("a:0,b:1", 29400, "x").status().message(),
-            "x: port must be 1..65535, got 'a:0' (item 1 of 'a:0,b:1')");
-  // One item: as ParseHostPort, without the list.
-  EXPECT_EQ(ParseEndpointList("h:99999", 1, "x").status().message(),
-            "x: port must be 1..65535, got 'h:99999'");
-  EXPECT_EQ(ParseEndpointList("", 1, "x").status().message(), "x: expected host[:port], got ''");
-  EXPECT_EQ(ParseEndpointList("a:1,b", 1, "x").status().code(), absl::StatusCode::kOk);
-}
-
-TEST(ParseEndpointListTest, DuplicatesAreRefused) {
-  // Same host (any case) and port once the default port is applied.
-  EXPECT_EQ(ParseEndpointList("a:29400,b,A", 29400, "--rdzv-endpoint").status().message(),
-            "--rdzv-endpoint: 'A:29400' is listed twice in 'a:29400,b,A'");
-  EXPECT_EQ(ParseEndpointList("[::1]:5,[::1]:5", 29400, "x").status().message(),
-            "x: '[::1]:5' is listed twice in '[::1]:5,[::1]:5'");
-  EXPECT_TRUE(ParseEndpointList("a:1,a:2", 29400, "x").ok());  // Two ports of one host.
-}
-
 }  // namespace
 }  // namespace dgt

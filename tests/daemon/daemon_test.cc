@@ -24,6 +24,7 @@
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replica/leadership_status.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "tests/daemon/fake_jobs_service.h"
 
@@ -371,12 +372,11 @@ TEST_F(DaemonTest, RunsJobsAsTheConfiguredUser) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
-// A standby replica ("standby:" refusal) hands over to the next endpoint; a refusal of another
+// A standby replica (replica::StandbyStatus) hands over to the next endpoint; a refusal of another
 // kind (ALREADY_EXISTS: the name is registered) retries the same endpoint, backing off.
 TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
   FakeJobsService standby;
-  standby.RefuseWith(
-      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "standby: the leader is 10.0.0.1:29400"));
+  standby.RefuseWith(replica::StandbyStatus("r2", "10.0.0.1:29400"));
   config_.rendezvous_endpoints = {standby.endpoint(), service_.endpoint()};
   StartDaemon();
   ASSERT_TRUE(WaitFor("hello node-t"));
@@ -472,14 +472,12 @@ TEST_F(DaemonTest, ASilentServiceIsLoggedOnce) {
             1);
 }
 
-// A standby that names the leader ("the leader is H:P", as jobs/jobs_service.h answers) sends
+// A standby that names the leader (NotLeader.leader_address, as jobs/jobs_service.h answers) sends
 // the next attempt to that endpoint when it is listed, ahead of the endpoints between them.
 TEST_F(DaemonTest, GoesToTheLeaderAStandbyNames) {
   FakeJobsService standby;
   FakeJobsService other;
-  standby.RefuseWith(grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
-      "standby: dgt-rendezvous replica r2 is a standby; the leader is " + service_.endpoint()));
+  standby.RefuseWith(replica::StandbyStatus("r2", service_.endpoint()));
   config_.rendezvous_endpoints = {standby.endpoint(), other.endpoint(), service_.endpoint()};
   std::vector<std::string> lines;
   {
@@ -493,7 +491,7 @@ TEST_F(DaemonTest, GoesToTheLeaderAStandbyNames) {
   EXPECT_TRUE(other.received().empty());
   EXPECT_EQ(std::count(lines.begin(), lines.end(),
                        "warning registration with " + standby.endpoint() +
-                           " ended: UNAVAILABLE (standby: dgt-rendezvous replica r2 is a standby; "
+                           " ended: UNAVAILABLE (dgt-rendezvous replica r2 is a standby; "
                            "the leader is " +
                            service_.endpoint() + "); trying the leader, " + service_.endpoint() +
                            ", next"),

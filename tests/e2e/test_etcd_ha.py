@@ -12,7 +12,7 @@ test says stop (workers/ha_steps.py: one line per step with RANK and PID):
 - two replicas, agents with `--rdzv-endpoint A,B`: the leading replica SIGKILLed mid-job, the
   standby takes over, the job completes with the same workers and the agents log the switch;
 - one replica in a network namespace, cut from etcd with iptables: it answers Session streams
-  "standby:" UNAVAILABLE within its lease TTL + 2 s, the other replica leads, and the job's ranks
+  a standby's UNAVAILABLE within its lease TTL + 2 s, the other replica leads, and the job's ranks
   stay unique.
 The etcd tests skip without etcd/etcdctl and the peers venv except under CI=true (fail); the
 partition test needs root, ip and iptables.
@@ -373,8 +373,8 @@ with grpc.insecure_channel(sys.argv[1]) as ch:
 def session_answer(python2, endpoint):
     """How the replica at `endpoint` answers a Session stream that joins with 0 workers: the
     leader refuses the join ("REFUSED 3 --nproc-per-node must be >= 1, got 0": ServiceMessage
-    error INVALID_ARGUMENT), a standby the stream ("UNAVAILABLE standby: ..."), a replica that
-    does not answer in 3 s "DEADLINE_EXCEEDED ..."."""
+    error INVALID_ARGUMENT), a standby the stream ("UNAVAILABLE dgt-rendezvous replica ..."), a
+    replica that does not answer in 3 s "DEADLINE_EXCEEDED ..."."""
     r = subprocess.run([python2, "-c", SESSION_PROBE, endpoint], capture_output=True, text=True,
                        timeout=20)
     assert r.returncode == 0, r.stderr
@@ -405,7 +405,7 @@ def test_every_etcd_member_stopped_mid_job_then_back(spawn, tmp_path, etcd3, pyt
                  name="late", env=job.env)
     assert late.wait(timeout=30) == 69, late.stderr
     assert ("dgt-run: lost the rendezvous service at "
-            f"{endpoint} (standby: dgt-rendezvous replica r1 is a standby; no leader now)"
+            f"{endpoint} (dgt-rendezvous replica r1 is a standby; no leader now)"
             ) in late.stderr, late.stderr
     assert late.stderr.rstrip().endswith(
         f"dgt-run: error: lost the rendezvous service at {endpoint} and could not reach it again "
@@ -440,7 +440,7 @@ def test_leading_replica_killed_mid_job_the_standby_takes_over(
     wait_for(lambda: leading(python2, ep_a), 15, "replica rA to lead")
     b, ep_b = start_replica(spawn, "rdzvB", etcd3.endpoints, "/ha3/runs/", "--replica-id=rB")
     assert session_answer(python2, ep_b) == (
-        f"UNAVAILABLE standby: dgt-rendezvous replica rB is a standby; the leader is {ep_a}")
+        f"UNAVAILABLE dgt-rendezvous replica rB is a standby; the leader is {ep_a}")
     job = Job(spawn, tmp_path, python2, "ha3", f"{ep_a},{ep_b}")
     job.start()
     job.wait_steps(3, 90, "every rank at step 3")
@@ -508,7 +508,7 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
     other, ep_other = start_replica(spawn, "rdzv_other", etcd.endpoints, "/ha4/runs/",
                                     "--replica-id=rother", f"--leader-lease-s={lease_s}")
     assert session_answer(python2, ep_other) == (
-        f"UNAVAILABLE standby: dgt-rendezvous replica rother is a standby; the leader is {ep_cut}")
+        f"UNAVAILABLE dgt-rendezvous replica rother is a standby; the leader is {ep_cut}")
     job = Job(spawn, tmp_path, python2, "ha4", f"{ep_cut},{ep_other}")
     job.start()
     job.wait_steps(3, 90, "every rank at step 3")
@@ -526,7 +526,7 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
     def cut_stands_by():
         answers.append(session_answer(python2, ep_cut))
         return answers[-1].startswith(
-            "UNAVAILABLE standby: dgt-rendezvous replica rcut is a standby; ")
+            "UNAVAILABLE dgt-rendezvous replica rcut is a standby; ")
 
     wait_for(cut_stands_by, lease_s + 2 + 3, "the cut replica to answer standby")
     stood_by = time.monotonic() - cut_at
@@ -540,7 +540,7 @@ def test_replica_partitioned_from_etcd_stops_serving_and_the_other_leads(
                 f"at {ep_cut} was lost)") in agent.stderr, agent.stderr
     assert cut.popen.poll() is None, cut.stderr  # Cut off, not crashed.
     assert session_answer(python2, ep_cut).startswith(
-        "UNAVAILABLE standby: dgt-rendezvous replica rcut is a standby; ")
+        "UNAVAILABLE dgt-rendezvous replica rcut is a standby; ")
     assert_run_record(etcd, "/ha4/runs/ha4", "ha4")
     assert writer_of(etcd, "/ha4/runs/ha4") != first_writer  # rother wrote the end.
     with capsys.disabled():

@@ -1,5 +1,5 @@
 """dgt-run with several rendezvous replicas (--rdzv-endpoint A,B): a dead first
-endpoint is skipped, a standby's answer ("standby: ...", UNAVAILABLE) moves the agent to the next
+endpoint is skipped, a standby's answer (UNAVAILABLE with a NotLeader) moves the agent to the next
 one at once, and a replica killed mid-job hands the session to the next one: the agents rejoin
 with their assignment and the job completes with the same worker processes.
 
@@ -90,7 +90,7 @@ def test_a_standby_is_skipped_at_once(spawn, tmp_path):
     (node,) = agents(spawn, f"{standby},{b}", "standby-first", 1, 1, tmp_path / "go")
     assert node.wait(timeout=60) == 0, node.stderr
     assert stub.stdout.count("refused a session") == 1, stub.stdout
-    assert (f"dgt-run: the rendezvous replica at {standby} is a standby (standby: dgt-rendezvous "
+    assert (f"dgt-run: the rendezvous replica at {standby} is a standby (dgt-rendezvous "
             f"replica stub is a standby; no leader now); trying {b}\n") in node.stderr, node.stderr
     # Its first session: "connected", not "reconnected".
     assert f"dgt-run: connected to the rendezvous service at {b}; joining run 'standby-first'\n" \
@@ -184,7 +184,7 @@ def test_only_standbys_answer(spawn, tmp_path):
                "--rdzv-connect-timeout=3", WAIT_FLAG, str(tmp_path / "go"), "5"], name="agent")
     assert p.wait(timeout=30) == 69, p.stderr  # kExitRendezvousUnavailable
     took = time.monotonic() - started
-    answer = "standby: dgt-rendezvous replica stub is a standby; no leader now"
+    answer = "dgt-rendezvous replica stub is a standby; no leader now"
     assert p.stderr.strip().splitlines()[-1] == (
         f"dgt-run: error: no rendezvous replica of 2 took the session within 3s: every one that "
         f"answered is a standby ({a}: {answer}; {b}: {answer}); is the leader's address in "

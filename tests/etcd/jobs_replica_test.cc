@@ -3,17 +3,18 @@
 // EtcdRunStateBackend, a fenced EtcdJobStateBackend and a ReplicaElection wired as
 // rendezvous/main.cc wires --backend=etcd, against a real three-member etcd cluster on loopback.
 // Node daemons are raw Register streams. Checks: a standby refuses Register, Submit, Cancel and
-// ReadLog with "standby: ..." and serves GetJob / ListJobs / ListNodes from etcd; the leader's
-// lease revoked -> the other replica leads, the node's stream ends with "replica <id> lost its
-// leadership", the node re-registers there listing its job, which stays running on it, and finishes
-// there; a fenced job write is refused (backend) and makes the service step down without sending
-// the StartJob it decided (service). Skipped without an etcd binary, except under CI=true.
+// ReadLog with a standby's answer (NotLeader) and serves GetJob / ListJobs / ListNodes from etcd;
+// the leader's lease revoked -> the other replica leads, the node's stream ends with "replica <id>
+// lost its leadership", the node re-registers there listing its job, which stays running on it, and
+// finishes there; a fenced job write is refused (backend) and makes the service step down without
+// sending the StartJob it decided (service). Skipped without an etcd binary, except under CI=true.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "rendezvous/etcd_run_state_backend.h"
 #include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
+#include "replica/leadership_status.h"
 #include "tests/etcd/etcd_cluster.h"
 #include "tests/etcd/replica_harness.h"
 
@@ -184,16 +186,23 @@ TEST_F(JobsReplicaTest, TheStandbyRefusesRegisterAndSubmitAndReadsFromEtcd) {
   ASSERT_NE(leader, nullptr);
   Replica* standby = leader == r1.get() ? r2.get() : r1.get();
   absl::SleepFor(absl::Milliseconds(300));  // The standby learns the leader's address.
-  const std::string refusal = absl::StrCat("standby: dgt-rendezvous replica ", standby->id,
+  const std::string refusal = absl::StrCat("dgt-rendezvous replica ", standby->id,
                                            " is a standby; the leader is ", leader->address);
+  // The typed answer names this replica and the leader.
+  auto expect_standby_answer = [&](const grpc::Status& st) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(st.error_message(), refusal);
+    const std::optional<dgt::replica::v1::NotLeader> answer = dgt::replica::StandbyAnswer(st);
+    ASSERT_TRUE(answer.has_value());
+    EXPECT_EQ(answer->replica_id(), standby->id);
+    EXPECT_EQ(answer->leader_address(), leader->address);
+  };
 
   Node refused(standby->address, "a");
   grpc::Status st = refused.End();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(st.error_message(), refusal);
+  expect_standby_answer(st);
   st = Submit(standby->address, nullptr);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(st.error_message(), refusal);
+  expect_standby_answer(st);
 
   // The leader queues the job (no node); the standby's GetJob reads the leader's record.
   std::string id;
@@ -213,8 +222,7 @@ TEST_F(JobsReplicaTest, TheStandbyRefusesRegisterAndSubmitAndReadsFromEtcd) {
     request.set_job_id(id);
     jv1::JobInfo out;
     st = stub->Cancel(&ctx, request, &out);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_EQ(st.error_message(), refusal);
+    expect_standby_answer(st);
   }
   {
     grpc::ClientContext ctx;

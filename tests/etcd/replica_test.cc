@@ -1,7 +1,7 @@
 // Several rendezvous replicas on one etcd prefix (docs/ETCD.md, "Replicas"), each an
 // in-process RendezvousServer on an EtcdRunStateBackend with a ReplicaElection wired as
 // dgt-rendezvous wires them, against a real three-member etcd cluster on loopback (EtcdCluster),
-// with agents as raw Session streams: one leader and a standby that refuses with "standby:"; the
+// with agents as raw Session streams: one leader and a standby that refuses (NotLeader); the
 // leader's lease revoked -> the standby takes over within the lease TTL + 1 s and the agents'
 // rejoins keep their assignments; a deposed leader's write is fenced, and no rank is handed out
 // twice; every etcd member stopped -> the leader steps down with UNAVAILABLE naming etcd, and
@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "rendezvous/etcd_run_state_backend.h"
 #include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
+#include "replica/leadership_status.h"
 #include "tests/etcd/etcd_cluster.h"
 #include "tests/etcd/replica_harness.h"
 
@@ -198,8 +200,14 @@ TEST_F(ReplicaTest, OneLeaderAndTheStandbyRefusesWithItsAddress) {
   refused.Join("job", 2);
   grpc::Status st = refused.End();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(st.error_message(), absl::StrCat("standby: dgt-rendezvous replica ", standby->id,
+  EXPECT_EQ(st.error_message(), absl::StrCat("dgt-rendezvous replica ", standby->id,
                                              " is a standby; the leader is ", leader->address));
+  {
+    const std::optional<dgt::replica::v1::NotLeader> answer = dgt::replica::StandbyAnswer(st);
+    ASSERT_TRUE(answer.has_value());
+    EXPECT_EQ(answer->replica_id(), standby->id);
+    EXPECT_EQ(answer->leader_address(), leader->address);
+  }
   EXPECT_TRUE(
       absl::StrContains(leader->server->service()->RenderMetrics(), "\ndgt_rendezvous_leader 1\n"));
   EXPECT_TRUE(absl::StrContains(standby->server->service()->RenderMetrics(),
@@ -417,10 +425,13 @@ TEST_F(ReplicaTest, EveryEtcdMemberStoppedStepsDownAndLeadsAgainWithTheRunIntact
   refused.Join("job", 2);
   grpc::Status st = refused.End();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_TRUE(absl::StartsWith(st.error_message(),
-                               "standby: dgt-rendezvous replica r1 is a "
-                               "standby; "))
+  EXPECT_TRUE(absl::StartsWith(st.error_message(), "dgt-rendezvous replica r1 is a standby; "))
       << st.error_message();
+  {
+    const std::optional<dgt::replica::v1::NotLeader> answer = dgt::replica::StandbyAnswer(st);
+    ASSERT_TRUE(answer.has_value());
+    EXPECT_EQ(answer->replica_id(), "r1");
+  }
 
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(cluster_.Restart(i).ok());
   ASSERT_TRUE(cluster_.WaitHealthy(kFormTimeout).ok());

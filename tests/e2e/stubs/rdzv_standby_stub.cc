@@ -1,6 +1,7 @@
 // A stand-in for a standby dgt-rendezvous replica (the HA contract), for
-// tests/e2e/test_rdzv_failover.py: it answers every Session stream with UNAVAILABLE
-// "standby: ..." as a replica that is not the leader does, and prints one line per refusal.
+// tests/e2e/test_rdzv_failover.py: it answers every Session stream with
+// replica::StandbyStatus("stub", "") as a replica that is not the leader does when no replica
+// leads, and prints one line per refusal.
 //
 // Usage: rdzv_standby_stub LISTEN_HOST:PORT (port 0: a free one). Prints "listening on port N",
 // then "refused a session" per stream; runs until killed.
@@ -10,6 +11,7 @@
 
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "replica/leadership_status.h"
 
 namespace {
 
@@ -21,8 +23,7 @@ class StandbyService final : public rdzv_v1::Rendezvous::Service {
       grpc::ServerReaderWriter<rdzv_v1::ServiceMessage, rdzv_v1::AgentMessage>* stream) override {
     std::printf("refused a session\n");
     std::fflush(stdout);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "standby: dgt-rendezvous replica stub is a standby; no leader now");
+    return dgt::replica::StandbyStatus("stub", "");
   }
 };
 

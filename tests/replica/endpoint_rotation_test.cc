@@ -1,11 +1,11 @@
-#include "agent/endpoint_rotation.h"
+#include "replica/endpoint_rotation.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace dgt::agent {
+namespace dgt::replica {
 namespace {
 
 double Full() { return 1.0; }
@@ -80,5 +80,67 @@ TEST(EndpointRotationTest, JitterScalesEachPauseWithinHalfToAll) {
   }
 }
 
+// dgt-agent's registration: a pause after every failed attempt, 200 ms doubling to its
+// max_backoff, no jitter.
+RotationOptions EveryAttempt() {
+  RotationOptions options;
+  options.first_pause = absl::Milliseconds(200);
+  options.max_pause_one = absl::Milliseconds(800);
+  options.max_pause_several = absl::Milliseconds(800);
+  options.pause_per_pass = false;
+  options.jitter = Full;
+  return options;
+}
+
+TEST(EndpointRotationTest, PausePerAttemptMovesOnAndBacksOffEachTime) {
+  EndpointRotation r({"a:1", "b:2"}, EveryAttempt());
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(200));
+  EXPECT_EQ(r.current(), "b:2");
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(400));
+  EXPECT_EQ(r.current(), "a:1");
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(800));
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(800));
+  EXPECT_EQ(r.current(), "a:1");
+  r.OnAccepted();
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(200));
+}
+
+TEST(EndpointRotationTest, ARefusalStaysAndBacksOff) {
+  EndpointRotation r({"a:1", "b:2"}, EveryAttempt());
+  EXPECT_EQ(r.OnRefused(), absl::Milliseconds(200));
+  EXPECT_EQ(r.current(), "a:1");
+  EXPECT_EQ(r.OnRefused(), absl::Milliseconds(400));
+  EXPECT_EQ(r.current(), "a:1");
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(800));
+  EXPECT_EQ(r.current(), "b:2");
+}
+
+TEST(EndpointRotationTest, LeaderRedirectMovesToTheLeaderAndTheBackoffGoesOn) {
+  EndpointRotation r({"a:1", "b:2", "c:3"}, EveryAttempt());
+  // a is a standby naming c: c next, after the backoff step.
+  EXPECT_EQ(r.OnRefused(), absl::Milliseconds(200));
+  r.MoveTo(2);
+  EXPECT_EQ(r.current(), "c:3");
+  EXPECT_EQ(r.index(), 2u);
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(400));
+  EXPECT_EQ(r.current(), "a:1");  // c failed: the rotation goes on after it.
+  r.MoveTo(4);                    // Modulo the list.
+  EXPECT_EQ(r.current(), "b:2");
+}
+
+TEST(EndpointRotationTest, SetEndpointsStartsAtTheFirstAndKeepsTheBackoff) {
+  EndpointRotation r({"a:1", "b:2"}, EveryAttempt());
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(200));
+  EXPECT_EQ(r.current(), "b:2");
+  r.SetEndpoints({"x:1", "y:2", "z:3"});
+  EXPECT_EQ(r.current(), "x:1");
+  EXPECT_EQ(r.endpoints(), (std::vector<std::string>{"x:1", "y:2", "z:3"}));
+  EXPECT_EQ(r.OnAttemptFailed(), absl::Milliseconds(400));
+  EXPECT_EQ(r.current(), "y:2");
+  r.SetEndpoints({});
+  EXPECT_EQ(r.current(), "");
+  EXPECT_FALSE(r.several());
+}
+
 }  // namespace
-}  // namespace dgt::agent
+}  // namespace dgt::replica
