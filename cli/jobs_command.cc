@@ -18,8 +18,8 @@
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "jobs/job_spec.h"
+#include "jobs/job_state.h"
 #include "rendezvous/client.h"
 
 namespace dgt::cli {
@@ -217,12 +217,8 @@ int ShowJob(const CommonFlags& f, const std::string& id, bool json) {
   });
   if (rc != 0) return rc;
   if (json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;  // exit_code 0 and node_rank 0 are values.
-    (void)google::protobuf::util::MessageToJsonString(job, &out, options);
-    std::printf("%s\n", out.c_str());
+    // exit_code 0 and node_rank 0 are values: print every field.
+    std::printf("%s\n", dgt::jobs::JobInfoToJson(job, /*all_fields=*/true).c_str());
   } else {
     std::fputs(FormatJob(job, NowUnix()).c_str(), stdout);
   }
@@ -244,7 +240,9 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
     return stub.Cancel(ctx, request, &job);
   });
-  if (rc == 0) std::printf("%s: %s\n", job.job_id().c_str(), job.state().c_str());
+  if (rc == 0) {
+    std::printf("%s: %s\n", job.job_id().c_str(), std::string(dgt::jobs::JobStateName(job.state())).c_str());
+  }
   return rc;
 }
 
@@ -305,8 +303,7 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
                               std::max(1, job.spec().distribution().process_count_per_instance());
         if (got.ok() && rank < ranks) {
           lost_since = absl::InfiniteFuture();
-          ended = job.finished_unix_s() > 0 || job.state() == "succeeded" ||
-                  job.state() == "failed" || job.state() == "cancelled";
+          ended = job.finished_unix_s() > 0 || dgt::jobs::IsTerminal(job.state());
           if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(300));
           continue;
         }
@@ -362,7 +359,7 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
                                     "NODES x PROCS", "RESTARTS", "NAME", "REASON");
   for (const v1::JobInfo& j : jobs.jobs()) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), j.state(),
+        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
                               absl::StrCat(j.spec().instance_count(), " x ",
                                            j.spec().distribution().process_count_per_instance()),
                               j.restarts() + j.node_replacements(),
@@ -374,7 +371,7 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
 std::string FormatJob(const v1::JobInfo& j, double now) {
   const v1::JobSpec& s = j.spec();
   std::string out = absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
-                                 s.name().empty() ? "" : ")", ": ", j.state(), "\n");
+                                 s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
   if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", j.reason(), "\n");
   absl::StrAppend(&out, "  command: ", s.command(), "\n");
   absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",

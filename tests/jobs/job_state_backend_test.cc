@@ -19,7 +19,7 @@ TEST(InMemoryJobStateBackend, NodesRoundTripAndDelete) {
 TEST(JobRecord, JsonShapeAndErrors) {
   v1::JobInfo job;
   job.set_job_id("job-1");
-  job.set_state("queued");
+  job.set_state(v1::JOB_STATE_QUEUED);
   EXPECT_EQ(EncodeJob(job), R"({"version":1,"job":{"job_id":"job-1","state":"queued"}})");
   EXPECT_EQ(DecodeJob("[1]").status().message(), "job state record: not a JSON object");
   EXPECT_EQ(DecodeJob(R"({"version":2,"job":{}})").status().code(),
