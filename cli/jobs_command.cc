@@ -241,7 +241,8 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
     return stub.Cancel(ctx, request, &job);
   });
   if (rc == 0) {
-    std::printf("%s: %s\n", job.job_id().c_str(), std::string(dgt::jobs::JobStateName(job.state())).c_str());
+    std::printf("%s: %s\n", job.job_id().c_str(),
+                std::string(dgt::jobs::JobStateName(job.state())).c_str());
   }
   return rc;
 }
@@ -359,7 +360,8 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
                                     "NODES x PROCS", "RESTARTS", "NAME", "REASON");
   for (const v1::JobInfo& j : jobs.jobs()) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
+        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(),
+                              dgt::jobs::JobStateName(j.state()),
                               absl::StrCat(j.spec().instance_count(), " x ",
                                            j.spec().distribution().process_count_per_instance()),
                               j.restarts() + j.node_replacements(),
@@ -370,8 +372,9 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
 
 std::string FormatJob(const v1::JobInfo& j, double now) {
   const v1::JobSpec& s = j.spec();
-  std::string out = absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
-                                 s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
+  std::string out =
+      absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
+                   s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
   if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", j.reason(), "\n");
   absl::StrAppend(&out, "  command: ", s.command(), "\n");
   absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",

@@ -266,7 +266,8 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
   // A node's exit may end the job before the next poll: read its run first (outside mu_, as the
   // poller does), so the job keeps the ranks its run gave (`dgt logs --rank`).
   std::optional<rendezvous::RunStatus> run;
-  if (message.has_update() && message.update().event() == v1::JOB_EVENT_EXITED && options_.run_status) {
+  if (message.has_update() && message.update().event() == v1::JOB_EVENT_EXITED &&
+      options_.run_status) {
     run = options_.run_status(message.update().job_id());
   }
   dgt::MutexLock lock(&mu_);

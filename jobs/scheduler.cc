@@ -367,9 +367,9 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
                                             node, "', which does not run it"));
   }
   if (update.event() != v1::JOB_EVENT_STARTED && update.event() != v1::JOB_EVENT_EXITED) {
-    return absl::InvalidArgumentError(absl::StrCat("JobUpdate.event: must be started or exited, got ",
-                                                   JobEventName(update.event()), " (",
-                                                   static_cast<int>(update.event()), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobUpdate.event: must be started or exited, got ",
+                     JobEventName(update.event()), " (", static_cast<int>(update.event()), ")"));
   }
   Job& job = *MutableJob(update.job_id());
   if (update.event() == v1::JOB_EVENT_STARTED) {
@@ -387,8 +387,9 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   FreeNode(node, job.info.job_id());
   const std::string failure = absl::StrCat("dgt-run exited with code ", update.exit_code(),
                                            update.message().empty() ? "" : ": ", update.message());
-  const bool left_an_open_run = update.exit_code() != 0 && job.info.state() == v1::JOB_STATE_RUNNING &&
-                                !job.run_closed && job.info.finished_unix_s() == 0;
+  const bool left_an_open_run = update.exit_code() != 0 &&
+                                job.info.state() == v1::JOB_STATE_RUNNING && !job.run_closed &&
+                                job.info.finished_unix_s() == 0;
   auto n = nodes_.find(node);
   const bool drained = n != nodes_.end() && n->second.draining;
   if (left_an_open_run &&
@@ -411,7 +412,8 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
                    job.info.spec().max_restarts()) {
       // No restarts left (counted as LoseNode does): the others' dgt-run would only wait out
       // their join timeout for this node, holding their nodes and the queue. Fail it now.
-      Finish(job, v1::JOB_STATE_FAILED, !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+      Finish(job, v1::JOB_STATE_FAILED,
+             !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
       CancelNodes(job, options_.default_grace_s, out);
     }
   }
@@ -454,12 +456,12 @@ void Scheduler::MaybeFinish(Job& job, absl::Time now) {
   if (all_ok) {
     Finish(job, v1::JOB_STATE_SUCCEEDED, "", now);
   } else {
-    Finish(job, v1::JOB_STATE_FAILED, !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+    Finish(job, v1::JOB_STATE_FAILED,
+           !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
   }
 }
 
-void Scheduler::Finish(Job& job, v1::JobState state, const std::string& reason,
-                       absl::Time now) {
+void Scheduler::Finish(Job& job, v1::JobState state, const std::string& reason, absl::Time now) {
   changes_.jobs.insert(job.info.job_id());
   job.info.set_state(state);
   job.info.set_reason(reason);
@@ -612,9 +614,9 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
   const v1::JobInfo& info = it->second.info;
   // A job cancelled while queued was never placed: it has no nodes, hence no ranks or logs.
   if (info.state() == v1::JOB_STATE_QUEUED || info.nodes_size() == 0) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' has no rank ", rank,
-                     info.state() == v1::JOB_STATE_QUEUED ? " (it has not started)" : " (it never started)"));
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job_id, "' has no rank ", rank,
+        info.state() == v1::JOB_STATE_QUEUED ? " (it has not started)" : " (it never started)"));
   }
   const int32_t ranks = info.spec().instance_count() * per_node;
   if (rank >= ranks) {

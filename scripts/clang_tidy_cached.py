@@ -53,6 +53,16 @@ def without_paths(data, places):
     return data
 
 
+def placeholders(build, root):
+    """The (absolute path, placeholder) pairs that without_paths() replaces, in order.
+
+    The build directory first: it may lie inside the root or outside it. Each path as written
+    and with symbolic links resolved (the compiler may print either)."""
+    return [(form, placeholder)
+            for path, placeholder in ((build, "@DGT_BUILD@"), (root, "@DGT_ROOT@"))
+            for form in sorted({os.path.abspath(path), os.path.realpath(path)}, reverse=True)]
+
+
 def cache_key(entry, config, places):
     pre = subprocess.run(preprocess_command(entry), cwd=entry["directory"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
@@ -85,11 +95,7 @@ def main():
         return 2
     build, jobs, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     root = os.getcwd()
-    # The build directory first: it may lie inside the root or outside it. Each as written and
-    # with symbolic links resolved (the compiler may print either).
-    places = [(form, placeholder)
-              for path, placeholder in ((build, "@DGT_BUILD@"), (root, "@DGT_ROOT@"))
-              for form in sorted({os.path.abspath(path), os.path.realpath(path)}, reverse=True)]
+    places = placeholders(build, root)
     with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
         entries = {e["file"]: e for e in json.load(f)}
     version = subprocess.run([CLANG_TIDY, "--version"], stdout=subprocess.PIPE, check=True).stdout

@@ -139,8 +139,7 @@ grpc::Status GetJob(const std::string& address, const std::string& id, jv1::JobI
 }
 
 // Polls GetJob at `address` until the job is in `state` (up to 10 s); returns the last answer.
-jv1::JobInfo WaitForState(const std::string& address, const std::string& id,
-                          jv1::JobState state) {
+jv1::JobInfo WaitForState(const std::string& address, const std::string& id, jv1::JobState state) {
   jv1::JobInfo job;
   for (int i = 0; i < 200; ++i) {
     job.Clear();

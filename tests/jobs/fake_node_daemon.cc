@@ -2,7 +2,8 @@
 // tests/e2e/test_jobs.py (python has no gRPC here). It registers as --name with --label K=V and
 // --running JOB, prints every ControlMessage the service sends as one JSON line on stdout
 // (proto3 JSON, field names as in jobs.proto), and sends each line of stdin (a NodeMessage as
-// JSON; an update's event as its word, "started" or "exited") on the stream. At stdin's end it closes its side; when the stream ends it prints
+// JSON; an update's event as its word, "started" or "exited") on the stream. At stdin's end it
+// closes its side; when the stream ends it prints
 // {"status": <gRPC code>, "message": "..."} and exits 0 (1 when the stream could not be opened).
 #include <cstdio>
 #include <iostream>

@@ -45,8 +45,8 @@ void CheckJobsRoundTripInSubmissionOrder(JobStateBackend& backend) {
   auto jobs = backend.LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_THAT(Ids(*jobs), ::testing::ElementsAre("job-1", "job-9", "job-10"));
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals((*jobs)[1],
-                                                                 MakeJob("job-9", 5, v1::JOB_STATE_RUNNING)))
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      (*jobs)[1], MakeJob("job-9", 5, v1::JOB_STATE_RUNNING)))
       << (*jobs)[1].DebugString();
   // A put replaces the record.
   v1::JobInfo done = MakeJob("job-9", 5, v1::JOB_STATE_FAILED);

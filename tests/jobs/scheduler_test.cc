@@ -206,7 +206,8 @@ TEST_F(SchedulerTest, FifoBlocksBehindTheFirstUnplacedJobAndLabelsMatter) {
   EXPECT_EQ(Job(j2).state(), v1::JOB_STATE_STARTING);
   EXPECT_THAT(Submit(Spec(1, 1), &j3), IsEmpty());
   EXPECT_EQ(Job(j3).reason(), "needs 1 idle node; 0 match");
-  EXPECT_THAT(Update("b", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)), ElementsAre("b start job-3 rdzv:29400"));
+  EXPECT_THAT(Update("b", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)),
+              ElementsAre("b start job-3 rdzv:29400"));
   EXPECT_EQ(Job(j2).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
@@ -233,7 +234,8 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   run.outcome = "failed: rank 0 (node a) exited with code 7";
   s_.OnRunStatus(run, now_);
   EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_THAT(Update("a", jobs::Update(id2, v1::JOB_EVENT_EXITED, 7)), ElementsAre("b cancel job-2 30"));
+  EXPECT_THAT(Update("a", jobs::Update(id2, v1::JOB_EVENT_EXITED, 7)),
+              ElementsAre("b cancel job-2 30"));
   EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_FAILED);
   Update("b", jobs::Update(id2, v1::JOB_EVENT_EXITED, 1));
   EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_FAILED);
@@ -258,7 +260,8 @@ TEST_F(SchedulerTest, ANodeWhoseDgtRunLeftAnOpenRunIsReplacedWithRestartsLeft) {
               ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
   // A second such exit: no restart left, the job fails at once and a is stopped.
   Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
-  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)), ElementsAre("a cancel job-1 30"));
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)),
+              ElementsAre("a cancel job-1 30"));
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 143");
 }
@@ -271,7 +274,8 @@ TEST_F(SchedulerTest, ADrainedNodesPartGoesToAnIdleNode) {
   std::vector<Action> out;
   s_.Drain("b", now_, &out);
   EXPECT_THAT(Describe(out), IsEmpty());
-  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143, "dgt-run: error: stopped by SIGTERM")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143,
+                                       "dgt-run: error: stopped by SIGTERM")),
               ElementsAre("c start job-1 rdzv:29400"));
   EXPECT_EQ(Job(id).reason(),
             "node b: it drained: dgt-run exited with code 143: dgt-run: error: stopped by SIGTERM; "
@@ -290,7 +294,8 @@ TEST_F(SchedulerTest, ADrainWithNoRestartsLeftFailsTheJobNamingTheDrain) {
   std::string id = RunningOnAB(Spec(2, 1));
   std::vector<Action> out;
   s_.Drain("b", now_, &out);
-  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143, "dgt-run: error: stopped by SIGTERM")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143,
+                                       "dgt-run: error: stopped by SIGTERM")),
               ElementsAre("a cancel job-1 30"));
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
@@ -492,7 +497,8 @@ TEST_F(SchedulerTest, LostNodeReplacedByTheNextIdleMatchingNode) {
             "replacing it (restart 1 of 3)");
   // A queued job behind it does not take the node the replacement waits for.
   Submit(Spec(1, 1, {{"pool", "x"}}), &j3);
-  EXPECT_THAT(Update("c", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)), ElementsAre("c start job-1 rdzv:29400"));
+  EXPECT_THAT(Update("c", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)),
+              ElementsAre("c start job-1 rdzv:29400"));
   EXPECT_THAT(JobNodes(j1),
               ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "c busy job-1", "d idle"));
@@ -574,7 +580,8 @@ TEST_F(SchedulerTest, RestoreKeepsIdsAndWaitsForNodes) {
   ASSERT_TRUE(restored.Register(Hello("a", {}, {"job-1"}), now_, &out).ok());
   EXPECT_THAT(Describe(out), IsEmpty());
   EXPECT_EQ(restored.FindJob("job-2")->reason(), "needs 1 idle node; 0 match");
-  ASSERT_TRUE(restored.OnUpdate("a", jobs::Update("job-1", v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
+  ASSERT_TRUE(
+      restored.OnUpdate("a", jobs::Update("job-1", v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
   EXPECT_THAT(Describe(out), ElementsAre("a start job-2 rdzv:1"));
   EXPECT_EQ(restored.FindJob("job-1")->state(), v1::JOB_STATE_SUCCEEDED);
 }
