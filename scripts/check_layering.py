@@ -67,9 +67,10 @@ THIRD_PARTY = [
 ]
 
 # What each part may NOT include or link (docs/DESIGN.md "What each library may not use").
-# target: a library or binary name; files: fnmatch patterns over repo paths (instead of a target);
-# include: fnmatch patterns over the included name; link: patterns over the link closure (every
-# library the target's link line pulls in, PUBLIC and PRIVATE, since the libraries are static).
+# - targets: library or binary names; files: fnmatch patterns over repo paths (instead).
+# - include: fnmatch patterns over the included name.
+# - link: patterns over the link closure. That is every library the target's link line pulls in,
+#   PUBLIC and PRIVATE, since the libraries are static.
 @dataclass
 class Rule:
     name: str

@@ -806,5 +806,17 @@ TEST_F(SchedulerTest, InvalidSpecAndUnknownUpdates) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(SchedulerTest, UpdateWithoutAnEventChangesNothing) {
+  const std::string id = RunningOnAB(Spec(2, 1));
+  s_.TakeChanges();
+  std::vector<Action> out;
+  absl::Status s = s_.OnUpdate("a", jobs::Update(id, v1::JOB_EVENT_UNSPECIFIED), now_, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "JobUpdate.event: must be started or exited, got unspecified (0)");
+  EXPECT_THAT(out, IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(s_.TakeChanges().jobs, IsEmpty());
+}
+
 }  // namespace
 }  // namespace dgt::jobs
