@@ -3,7 +3,7 @@
 
 Reads the link graph from the dgt_cc_library / dgt_cc_binary calls (and target_link_libraries)
 in each product folder's CMakeLists.txt, and the #include lines of every product .h/.cc file, then
-checks three things and fails naming the file, the include or link, and the rule:
+checks four things and fails naming the file, the include or link, and the rule:
 
 1. Include only what you link: a file may include a dgt header only when the header's library is
    its own, or one its target reaches through its DEPS / PRIVATE_DEPS and their PUBLIC DEPS (the
