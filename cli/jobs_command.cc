@@ -17,8 +17,8 @@
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "jobs/job_spec.h"
+#include "jobs/job_state.h"
 #include "rendezvous/client.h"
 #include "replica/endpoint_list.h"
 #include "replica/exit_code.h"
@@ -219,12 +219,8 @@ int ShowJob(const CommonFlags& f, const std::string& id, bool json) {
   });
   if (rc != 0) return rc;
   if (json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;  // exit_code 0 and node_rank 0 are values.
-    (void)google::protobuf::util::MessageToJsonString(job, &out, options);
-    std::printf("%s\n", out.c_str());
+    // exit_code 0 and node_rank 0 are values: print every field.
+    std::printf("%s\n", dgt::jobs::JobInfoToJson(job, /*all_fields=*/true).c_str());
   } else {
     std::fputs(FormatJob(job, NowUnix()).c_str(), stdout);
   }
@@ -246,7 +242,10 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
     return stub.Cancel(ctx, request, &job);
   });
-  if (rc == 0) std::printf("%s: %s\n", job.job_id().c_str(), job.state().c_str());
+  if (rc == 0) {
+    std::printf("%s: %s\n", job.job_id().c_str(),
+                std::string(dgt::jobs::JobStateName(job.state())).c_str());
+  }
   return rc;
 }
 
@@ -307,8 +306,7 @@ int Logs(const CommonFlags& f, const std::string& id, int rank, const std::strin
                               std::max(1, job.spec().distribution().process_count_per_instance());
         if (got.ok() && rank < ranks) {
           lost_since = absl::InfiniteFuture();
-          ended = job.finished_unix_s() > 0 || job.state() == "succeeded" ||
-                  job.state() == "failed" || job.state() == "cancelled";
+          ended = job.finished_unix_s() > 0 || dgt::jobs::IsTerminal(job.state());
           if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(300));
           continue;
         }
@@ -364,7 +362,8 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
                                     "NODES x PROCS", "RESTARTS", "NAME", "REASON");
   for (const v1::JobInfo& j : jobs.jobs()) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(), j.state(),
+        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(),
+                              dgt::jobs::JobStateName(j.state()),
                               absl::StrCat(j.spec().instance_count(), " x ",
                                            j.spec().distribution().process_count_per_instance()),
                               j.restarts() + j.node_replacements(),
@@ -375,8 +374,9 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
 
 std::string FormatJob(const v1::JobInfo& j, double now) {
   const v1::JobSpec& s = j.spec();
-  std::string out = absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
-                                 s.name().empty() ? "" : ")", ": ", j.state(), "\n");
+  std::string out =
+      absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
+                   s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
   if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", j.reason(), "\n");
   absl::StrAppend(&out, "  command: ", s.command(), "\n");
   absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",

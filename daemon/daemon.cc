@@ -194,7 +194,7 @@ bool Daemon::Send(const v1::NodeMessage& message) {
   return stream_->rw->Write(message);
 }
 
-void Daemon::SendUpdate(const std::string& job_id, const std::string& event, int exit_code,
+void Daemon::SendUpdate(const std::string& job_id, v1::JobEvent event, int exit_code,
                         const std::string& message) {
   v1::NodeMessage m;
   auto* u = m.mutable_update();
@@ -322,7 +322,7 @@ void Daemon::OnStart(const v1::StartJob& start) {
   }
   auto fail = [&](const std::string& why) {
     spdlog::error("job {} not started: {}", id, why);
-    SendUpdate(id, "exited", 1, "could not start: " + why);
+    SendUpdate(id, v1::JOB_EVENT_EXITED, 1, "could not start: " + why);
   };
   if (stopping_) return fail("the node is draining");
   auto user = LookupRunAsUser(config_.run_as_user, config_.allow_root);
@@ -333,7 +333,7 @@ void Daemon::OnStart(const v1::StartJob& start) {
     return fail(std::string(s.message()));
   }
   starts_[id] = start;
-  SendUpdate(id, "started", 0, "");
+  SendUpdate(id, v1::JOB_EVENT_STARTED, 0, "");
 }
 
 void Daemon::OnReadLog(const v1::ReadLog& request) {
@@ -356,7 +356,7 @@ void Daemon::OnReadLog(const v1::ReadLog& request) {
 
 void Daemon::OnJobExit(const JobRunner::Exit& exit) {
   starts_.erase(exit.job_id);
-  SendUpdate(exit.job_id, "exited", exit.exit_code, exit.message);
+  SendUpdate(exit.job_id, v1::JOB_EVENT_EXITED, exit.exit_code, exit.message);
 }
 
 void Daemon::OnStop() {

@@ -102,7 +102,7 @@ class Daemon {
   void OnStop();
   void OnReload();
   void OnJobExit(const JobRunner::Exit& exit);
-  void SendUpdate(const std::string& job_id, const std::string& event, int exit_code,
+  void SendUpdate(const std::string& job_id, dgt::jobs::v1::JobEvent event, int exit_code,
                   const std::string& message);
   bool Send(const dgt::jobs::v1::NodeMessage& message);
   void CloseStream();

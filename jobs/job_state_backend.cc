@@ -1,13 +1,16 @@
 #include "jobs/job_state_backend.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "jobs/job_state.h"
 #include "nlohmann/json.hpp"
 
 namespace dgt::jobs {
@@ -15,18 +18,16 @@ namespace {
 
 constexpr int kVersion = 1;
 
-std::string Encode(const google::protobuf::Message& m, const char* field) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
+// `json`: the record's object, one line of JSON.
+std::string Encode(const std::string& json, const char* field) {
   nlohmann::ordered_json out;
   out["version"] = kVersion;
   out[field] = nlohmann::ordered_json::parse(json);
   return out.dump();
 }
 
-absl::Status Decode(absl::string_view value, const char* field, google::protobuf::Message* m) {
+// The record's `field` object, one line of JSON.
+absl::StatusOr<std::string> Decode(absl::string_view value, const char* field) {
   nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("job state record: not a JSON object");
@@ -41,12 +42,7 @@ absl::Status Decode(absl::string_view value, const char* field, google::protobuf
   if (!j.contains(field) || !j[field].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("job state record: no \"", field, "\" object"));
   }
-  auto s = google::protobuf::util::JsonStringToMessage(j[field].dump(), m);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job state record: \"", field, "\": ", s.message().as_string()));
-  }
-  return absl::OkStatus();
+  return j[field].dump();
 }
 
 int64_t IdNumber(const std::string& id) {
@@ -58,18 +54,38 @@ int64_t IdNumber(const std::string& id) {
 
 }  // namespace
 
-std::string EncodeJob(const v1::JobInfo& job) { return Encode(job, "job"); }
-std::string EncodeNode(const v1::NodeInfo& node) { return Encode(node, "node"); }
+std::string EncodeJob(const v1::JobInfo& job) {
+  return Encode(JobInfoToJson(job, /*all_fields=*/false), "job");
+}
+
+std::string EncodeNode(const v1::NodeInfo& node) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(node, &json, options);
+  return Encode(json, "node");
+}
 
 absl::StatusOr<v1::JobInfo> DecodeJob(absl::string_view value) {
-  v1::JobInfo job;
-  if (absl::Status s = Decode(value, "job", &job); !s.ok()) return s;
+  absl::StatusOr<std::string> json = Decode(value, "job");
+  if (!json.ok()) return json.status();
+  absl::StatusOr<v1::JobInfo> job = JobInfoFromJson(*json);
+  if (!job.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job state record: \"job\": ", job.status().message()));
+  }
   return job;
 }
 
 absl::StatusOr<v1::NodeInfo> DecodeNode(absl::string_view value) {
+  absl::StatusOr<std::string> json = Decode(value, "node");
+  if (!json.ok()) return json.status();
   v1::NodeInfo node;
-  if (absl::Status s = Decode(value, "node", &node); !s.ok()) return s;
+  auto s = google::protobuf::util::JsonStringToMessage(*json, &node);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job state record: \"node\": ", s.message().as_string()));
+  }
   return node;
 }
 

@@ -5,10 +5,11 @@
 // finds the queue and the jobs' nodes again.
 //
 // Records: one per job (dgt.jobs.v1.JobInfo) and one per registered node (NodeInfo), each stored
-// whole as JSON (EncodeJob / EncodeNode: {"version": 1, "job": {...}} with proto3's JSON mapping,
-// field names as in jobs.proto). The scheduler writes a record after each event that changed it;
-// a record is the unit of consistency (no cross-record transactions). Node records say who was
-// registered; after a restart a node counts as registered only once its daemon registers again.
+// whole as JSON. EncodeJob / EncodeNode write {"version": 1, "job": {...}} with proto3's JSON
+// mapping and the field names of jobs.proto. A job's "state" is its name ("queued";
+// jobs/job_state.h), not the enum's. The scheduler writes a record after each event that changed
+// it. A record is the unit of consistency (no cross-record transactions). Node records say who
+// was registered; after a restart a node counts as registered only once its daemon registers.
 //
 // Thread-compatible: the caller serialises calls (JobsService under its mutex).
 #ifndef DGT_JOBS_JOB_STATE_BACKEND_H_
@@ -25,8 +26,9 @@
 
 namespace dgt::jobs {
 
-// The stored JSON of a record, and back. Decode errors: InvalidArgument naming what is wrong;
-// Unimplemented for another "version".
+// The stored JSON of a record, and back. Decode errors: InvalidArgument naming what is wrong (a
+// job "state" that is not one of JobStateName's words included); Unimplemented for another
+// "version".
 std::string EncodeJob(const v1::JobInfo& job);
 absl::StatusOr<v1::JobInfo> DecodeJob(absl::string_view value);
 std::string EncodeNode(const v1::NodeInfo& node);

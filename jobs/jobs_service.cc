@@ -1,11 +1,13 @@
 #include "jobs/jobs_service.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "jobs/job_state.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/queued_write_reactor.h"
 #include "replica/leadership_status.h"
@@ -261,7 +263,8 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
   // A node's exit may end the job before the next poll: read its run first (outside mu_, as the
   // poller does), so the job keeps the ranks its run gave (`dgt logs --rank`).
   std::optional<rendezvous::RunStatus> run;
-  if (message.has_update() && message.update().event() == "exited" && options_.run_status) {
+  if (message.has_update() && message.update().event() == v1::JOB_EVENT_EXITED &&
+      options_.run_status) {
     run = options_.run_status(message.update().job_id());
   }
   dgt::MutexLock lock(&mu_);
@@ -280,13 +283,13 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
         spdlog::warn("jobs: node '{}': {}", node, s.message());
         break;
       }
-      if (u.event() == "exited") {
+      if (u.event() == v1::JOB_EVENT_EXITED) {
         spdlog::info("jobs: {} on node '{}' exited with code {}{}{}", u.job_id(), node,
                      u.exit_code(), u.message().empty() ? "" : ": ", u.message());
       }
       if (const v1::JobInfo* job = scheduler_.FindJob(u.job_id());
-          job != nullptr && Scheduler::Terminal(job->state()) && job->finished_unix_s() > 0) {
-        spdlog::info("jobs: {} {}{}{}", job->job_id(), job->state(),
+          job != nullptr && IsTerminal(job->state()) && job->finished_unix_s() > 0) {
+        spdlog::info("jobs: {} {}{}{}", job->job_id(), std::string(JobStateName(job->state())),
                      job->reason().empty() ? "" : ": ", job->reason());
       }
       break;
@@ -306,7 +309,7 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
       p.response->set_next_offset(chunk.next_offset());
       p.response->set_node_name(node);
       const v1::JobInfo* job = scheduler_.FindJob(p.job_id);
-      p.response->set_eof(chunk.eof() && job != nullptr && Scheduler::Terminal(job->state()));
+      p.response->set_eof(chunk.eof() && job != nullptr && IsTerminal(job->state()));
       p.reactor->Finish(grpc::Status::OK);
       break;
     }
@@ -473,7 +476,8 @@ grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* conte
   spdlog::info("jobs: {} submitted ({} node(s) x {} process(es)): {}", *id,
                request->spec().instance_count(),
                request->spec().distribution().process_count_per_instance(),
-               job->state() == "queued" ? absl::StrCat("queued: ", job->reason()) : job->state());
+               job->state() == v1::JOB_STATE_QUEUED ? absl::StrCat("queued: ", job->reason())
+                                                    : std::string(JobStateName(job->state())));
   if (!PersistAndDispatch(std::move(actions))) {
     return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_));
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "jobs/job_spec.h"
+#include "jobs/job_state.h"
 
 namespace dgt::jobs {
 namespace {
@@ -30,13 +31,14 @@ std::string NewUid() {
   return uid;
 }
 
+// A job whose nodes run (or start) it: its run's status and its nodes' losses matter.
+bool StartingOrRunning(v1::JobState state) {
+  return state == v1::JOB_STATE_STARTING || state == v1::JOB_STATE_RUNNING;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {}
-
-bool Scheduler::Terminal(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled";
-}
 
 void Scheduler::Restore(const std::vector<v1::JobInfo>& jobs) {
   for (const v1::JobInfo& info : jobs) {
@@ -88,7 +90,7 @@ absl::StatusOr<std::string> Scheduler::Submit(const v1::JobSpec& spec, absl::Tim
   Job& job = jobs_[id];
   job.info.set_job_id(id);
   *job.info.mutable_spec() = spec;
-  job.info.set_state("queued");
+  job.info.set_state(v1::JOB_STATE_QUEUED);
   job.info.set_submitted_unix_s(UnixSeconds(now));
   job.info.set_uid(NewUid());
   order_.push_back(id);
@@ -122,7 +124,7 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
   std::string blocker;
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);
-    if (job.info.state() != "queued") continue;
+    if (job.info.state() != v1::JOB_STATE_QUEUED) continue;
     if (!blocker.empty()) {
       std::string reason = absl::StrCat("waiting behind ", blocker, " (first in, first out)");
       if (job.info.reason() != reason) MutableJob(id)->info.set_reason(reason);
@@ -147,7 +149,7 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
       continue;
     }
     Job& placed = *MutableJob(id);
-    placed.info.set_state("starting");
+    placed.info.set_state(v1::JOB_STATE_STARTING);
     placed.info.clear_reason();
     placed.info.set_started_unix_s(UnixSeconds(now));
     for (const std::string& name : chosen) {
@@ -185,7 +187,7 @@ void Scheduler::Adopt(const v1::StartJob& start, const std::string& node, absl::
   FollowId(id);
   job.info.set_job_id(id);
   *job.info.mutable_spec() = start.spec();
-  job.info.set_state("running");
+  job.info.set_state(v1::JOB_STATE_RUNNING);
   job.info.set_uid(start.uid());
   job.info.set_submitted_unix_s(start.submitted_unix_s());
   job.info.set_started_unix_s(start.started_unix_s());
@@ -273,7 +275,7 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
         JoinAsReplacement(it->second, *started, name)) {
       jn = JobNodeOf(it->second, name);
     }
-    if (jn == nullptr || other_job || Terminal(it->second.info.state()) || jn->exit_code() >= 0) {
+    if (jn == nullptr || other_job || IsTerminal(it->second.info.state()) || jn->exit_code() >= 0) {
       // Not this node's job (any more): stop it there.
       if (other_job) foreign.insert(id);
       Action action{name, {}};
@@ -297,7 +299,7 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
     job.gone.insert(name);
     if (job.to_replace.contains(name)) continue;  // Lost already: waits for an idle node.
     const bool was_lost = job.lost.erase(name) > 0;
-    if (job.info.state() == "starting" || job.info.state() == "running") {
+    if (StartingOrRunning(job.info.state())) {
       LoseNode(job, name,
                absl::StrCat("its daemon was lost mid-job (",
                             was_lost ? "it registered again without the job"
@@ -331,11 +333,10 @@ void Scheduler::Deregister(const std::string& name, absl::Time now, std::vector<
       v1::JobNode* jn = JobNodeOf(*job, name);
       if (jn != nullptr && jn->exit_code() < 0) {
         job->gone.insert(name);
-        const std::string& state = job->info.state();
-        if (state == "starting" || state == "running") job->lost[name] = now;
+        if (StartingOrRunning(job->info.state())) job->lost[name] = now;
       }
       // A cancelled job waits for no node that is gone.
-      if (job->info.state() == "cancelled") MaybeFinish(*job, now);
+      if (job->info.state() == v1::JOB_STATE_CANCELLED) MaybeFinish(*job, now);
     }
   }
   Place(now, out);
@@ -365,18 +366,19 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     return absl::NotFoundError(absl::StrCat("update for job '", update.job_id(), "' from node '",
                                             node, "', which does not run it"));
   }
+  if (update.event() != v1::JOB_EVENT_STARTED && update.event() != v1::JOB_EVENT_EXITED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobUpdate.event: must be started or exited, got ",
+                     JobEventName(update.event()), " (", static_cast<int>(update.event()), ")"));
+  }
   Job& job = *MutableJob(update.job_id());
-  if (update.event() == "started") {
+  if (update.event() == v1::JOB_EVENT_STARTED) {
     job.started.insert(node);
-    if (job.info.state() == "starting" &&
+    if (job.info.state() == v1::JOB_STATE_STARTING &&
         static_cast<int>(job.started.size()) == job.info.nodes_size()) {
-      job.info.set_state("running");
+      job.info.set_state(v1::JOB_STATE_RUNNING);
     }
     return absl::OkStatus();
-  }
-  if (update.event() != "exited") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JobUpdate.event: must be started or exited, got '", update.event(), "'"));
   }
   jn = JobNodeOf(job, node);
   jn->set_exit_code(update.exit_code());
@@ -385,8 +387,9 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   FreeNode(node, job.info.job_id());
   const std::string failure = absl::StrCat("dgt-run exited with code ", update.exit_code(),
                                            update.message().empty() ? "" : ": ", update.message());
-  const bool left_an_open_run = update.exit_code() != 0 && job.info.state() == "running" &&
-                                !job.run_closed && job.info.finished_unix_s() == 0;
+  const bool left_an_open_run = update.exit_code() != 0 &&
+                                job.info.state() == v1::JOB_STATE_RUNNING && !job.run_closed &&
+                                job.info.finished_unix_s() == 0;
   auto n = nodes_.find(node);
   const bool drained = n != nodes_.end() && n->second.draining;
   if (left_an_open_run &&
@@ -402,14 +405,15 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     job.first_failure = absl::StrCat("node ", node, ": ",
                                      left_an_open_run && drained ? "it drained: " : "", failure);
     // A node that failed before every node started: the run can never form.
-    if (job.info.state() == "starting" && !job.started.contains(node)) {
+    if (job.info.state() == v1::JOB_STATE_STARTING && !job.started.contains(node)) {
       CancelNodes(job, options_.default_grace_s, out);
-    } else if (job.info.state() == "running" &&
+    } else if (job.info.state() == v1::JOB_STATE_RUNNING &&
                job.info.restarts() + job.info.node_replacements() >=
                    job.info.spec().max_restarts()) {
       // No restarts left (counted as LoseNode does): the others' dgt-run would only wait out
       // their join timeout for this node, holding their nodes and the queue. Fail it now.
-      Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+      Finish(job, v1::JOB_STATE_FAILED,
+             !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
       CancelNodes(job, options_.default_grace_s, out);
     }
   }
@@ -431,7 +435,7 @@ void Scheduler::CancelNodes(Job& job, double grace_s, std::vector<Action>* out) 
 }
 
 void Scheduler::MaybeFinish(Job& job, absl::Time now) {
-  if (job.info.finished_unix_s() > 0 || job.info.state() == "queued") return;
+  if (job.info.finished_unix_s() > 0 || job.info.state() == v1::JOB_STATE_QUEUED) return;
   bool all_ok = true;
   std::string lost;
   for (const v1::JobNode& n : job.info.nodes()) {
@@ -444,20 +448,20 @@ void Scheduler::MaybeFinish(Job& job, absl::Time now) {
     job.first_failure =
         absl::StrCat("node ", lost, ": its daemon was lost before it reported the job's end");
   }
-  if (job.info.state() == "cancelled") {
+  if (job.info.state() == v1::JOB_STATE_CANCELLED) {
     job.info.set_finished_unix_s(UnixSeconds(now));
     job.final_poll = true;
     return;
   }
   if (all_ok) {
-    Finish(job, "succeeded", "", now);
+    Finish(job, v1::JOB_STATE_SUCCEEDED, "", now);
   } else {
-    Finish(job, "failed", !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
+    Finish(job, v1::JOB_STATE_FAILED,
+           !job.run_failure.empty() ? job.run_failure : job.first_failure, now);
   }
 }
 
-void Scheduler::Finish(Job& job, const std::string& state, const std::string& reason,
-                       absl::Time now) {
+void Scheduler::Finish(Job& job, v1::JobState state, const std::string& reason, absl::Time now) {
   changes_.jobs.insert(job.info.job_id());
   job.info.set_state(state);
   job.info.set_reason(reason);
@@ -505,7 +509,7 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& w
   const int32_t used = job.info.restarts() + job.info.node_replacements();
   const std::string lost = absl::StrCat("node ", node, ": ", what);
   if (used >= max_restarts) {
-    Finish(job, "failed", absl::StrCat(lost, "; max_restarts ", max_restarts), now);
+    Finish(job, v1::JOB_STATE_FAILED, absl::StrCat(lost, "; max_restarts ", max_restarts), now);
     CancelNodes(job, options_.default_grace_s, out);
     return;
   }
@@ -550,8 +554,8 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
   auto it = jobs_.find(run.run_id);
   if (it == jobs_.end()) return;
   Job& job = it->second;
-  const std::string& state = job.info.state();
-  const bool active = state == "starting" || state == "running";
+  const v1::JobState state = job.info.state();
+  const bool active = StartingOrRunning(state);
   if (!active && !job.final_poll) return;
   job.final_poll = false;
   v1::JobInfo before = job.info;
@@ -564,7 +568,7 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
     jn->set_node_rank(ns.node_rank);
     jn->set_first_rank(ns.node_rank * per_node);
   }
-  if (state == "starting" && run.round >= 0) job.info.set_state("running");
+  if (state == v1::JOB_STATE_STARTING && run.round >= 0) job.info.set_state(v1::JOB_STATE_RUNNING);
   absl::string_view outcome = run.outcome;
   if (active && !run.outcome.empty()) job.run_closed = true;
   if (active && absl::ConsumePrefix(&outcome, "failed: ")) job.run_failure = std::string(outcome);
@@ -579,13 +583,13 @@ absl::StatusOr<v1::JobInfo> Scheduler::Cancel(const std::string& job_id, double 
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
   Job& job = it->second;
-  if (Terminal(job.info.state())) {
+  if (IsTerminal(job.info.state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job '", job_id, "' already finished: ", job.info.state()));
+        absl::StrCat("job '", job_id, "' already finished: ", JobStateName(job.info.state())));
   }
   changes_.jobs.insert(job_id);
-  const bool queued = job.info.state() == "queued";
-  job.info.set_state("cancelled");
+  const bool queued = job.info.state() == v1::JOB_STATE_QUEUED;
+  job.info.set_state(v1::JOB_STATE_CANCELLED);
   job.info.set_reason(queued ? "cancelled before it started" : "cancelled");
   if (queued) {
     job.info.set_finished_unix_s(UnixSeconds(now));
@@ -609,17 +613,17 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
   }
   const v1::JobInfo& info = it->second.info;
   // A job cancelled while queued was never placed: it has no nodes, hence no ranks or logs.
-  if (info.state() == "queued" || info.nodes_size() == 0) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' has no rank ", rank,
-                     info.state() == "queued" ? " (it has not started)" : " (it never started)"));
+  if (info.state() == v1::JOB_STATE_QUEUED || info.nodes_size() == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "job '", job_id, "' has no rank ", rank,
+        info.state() == v1::JOB_STATE_QUEUED ? " (it has not started)" : " (it never started)"));
   }
   const int32_t ranks = info.spec().instance_count() * per_node;
   if (rank >= ranks) {
     return absl::NotFoundError(
         absl::StrCat("job '", job_id, "' has no rank ", rank, " (ranks: 0 to ", ranks - 1, ")"));
   }
-  if (Terminal(info.state()) && !it->second.final_poll) {
+  if (IsTerminal(info.state()) && !it->second.final_poll) {
     return absl::NotFoundError(absl::StrCat("job '", job_id, "' rank ", rank,
                                             " was never given to a node: its run formed no round "
                                             "with it"));
@@ -651,8 +655,7 @@ std::vector<std::string> Scheduler::ActiveJobIds() const {
   std::vector<std::string> out;
   for (const std::string& id : order_) {
     const Job& job = jobs_.at(id);
-    const std::string& state = job.info.state();
-    if (state == "starting" || state == "running" || job.final_poll) out.push_back(id);
+    if (StartingOrRunning(job.info.state()) || job.final_poll) out.push_back(id);
   }
   return out;
 }

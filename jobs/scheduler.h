@@ -1,58 +1,10 @@
-// The jobs scheduler of dgt-rendezvous (dgt.jobs.v1; docs/JOBS.md): which node daemons are
-// registered, which jobs are queued or running where, and what to tell which node. Pure: no I/O,
-// no threads, no clock — the caller (JobsService) passes `now`, sends the returned Actions on the
-// nodes' Register streams, and persists what TakeChanges() names.
+// The jobs scheduler of dgt-rendezvous (dgt.jobs.v1): which node daemons are registered, which
+// jobs are queued or running where, and what to tell which node. Its rules are in docs/JOBS.md
+// ("The scheduler's rules"); jobs.proto's comments are the wire contract.
 //
-// The rules (jobs.proto's comments are the contract):
-// - Queue: FIFO with gang placement. A job starts only when instance_count registered, idle, not
-//   draining nodes carry every one of its node_labels; it takes the first such nodes by node name.
-//   The first queued job that cannot be placed blocks the ones behind it (no starvation of large
-//   jobs); its reason says what it needs ("needs 2 idle nodes with labels {gpu=a100}; 1 match"),
-//   the ones behind say whom they wait for.
-// - States: queued -> starting (StartJob sent to each chosen node) -> running (every node reported
-//   "started", or the run formed a round) -> succeeded / failed / cancelled.
-// - The run of a job is the rendezvous run with run id = job id (each node runs dgt-run for it):
-//   its status (OnRunStatus) gives the restarts, the node ranks (first_rank = node rank x
-//   process_count_per_instance) and, when it ends, its outcome, the root cause of a failure.
-// - A node's "exited" update frees the node. When every node of a job has exited (or is gone:
-//   its stream broke and it did not come back with the job), the job ends: succeeded if every
-//   exit code was 0, else failed; the reason is the run's failed outcome, else the first failure
-//   in time ("node b: dgt-run exited with code 1: ..."). A node that failed while the job was
-//   still starting (it could not start dgt-run) cancels the job's other nodes: without it their
-//   run can never form. A node whose dgt-run exits non-zero while the job runs and its run has no
-//   outcome (the node drained, dgt-run was killed or lost the service) left a run that goes on
-//   without it: its part is lost as a lost daemon's part is (below: replaced with restarts left,
-//   on that node again unless it drains; else the job fails at once and the others are stopped).
-// - A node lost mid-job (Deregister: its stream broke while the job was starting or running and
-//   the node had not reported "exited"): a daemon that registers again listing the job in
-//   running_job_ids within lost_node_grace is back on it (as if nothing happened). One that
-//   registers again without it, or that has not registered again when the grace ends (Tick), lost
-//   the job's processes on that node (dgt-agent's dgt-run dies with its daemon: PR_SET_PDEATHSIG).
-//   Then, when the job has restarts left — the run's restart count + node replacements so far <
-//   spec.max_restarts (the rendezvous re-forms the round with a replacement as "nodes rejoined",
-//   not counting it as a restart) — the node is replaced: StartJob for the same job id goes to that
-//   node when it is registered and idle, else to the first idle matching node (by name) that is not
-//   in the job, else to the first such node once there is one; its dgt-run joins the run (same run
-//   id) and the rendezvous forms a new round with it. Without restarts left the job fails at once,
-//   its reason naming the node ("node b: its daemon was lost mid-job (no re-registration within
-//   10 s); max_restarts 0"), and its other nodes get CancelJob. Replacements are counted in
-//   JobInfo.node_replacements (persisted with the job). Until then, a node lost while every other
-//   node exits counts as gone: the job ends ("its daemon was lost before it reported the job's
-//   end"). A listed job that is unknown, finished or not this node's is cancelled on that node.
-// - Adoption (a memory-backend service restarted while jobs ran): a job a daemon lists that the
-//   service does not know, with its StartJob in NodeHello.running_jobs, is adopted: it is
-//   "running" again with that StartJob's spec, uid, id and submitted time, on its job_nodes
-//   (ranks and restarts come back with the next run status poll: the run id is the job id), its
-//   reason saying it was adopted. Its nodes that have not registered listing it are lost mid-job
-//   at the adoption time (the rules above: lost_node_grace to come back with it, then replaced
-//   or the job fails). A later daemon listing it with the same uid is back on it (one not among
-//   the job's nodes takes the place of a lost node that its StartJob does not name: it was that
-//   node's replacement); one with another uid runs a different job of that id: cancelled there.
-//   The next job id follows the highest adopted "job-<n>". A listed job without its StartJob
-//   (a daemon before running_jobs) that the service does not know is cancelled, as above.
-//   Queued and finished jobs of the earlier service are not known to the daemons: forgotten.
-// - Cancel: a queued job ends at once; a starting or running one is "cancelled" at once and each
-//   of its nodes still running gets CancelJob; the nodes stay busy until they report "exited".
+// Pure: no I/O, no threads, no clock. The caller (JobsService) passes `now`, sends the returned
+// Actions on the nodes' Register streams, and persists what TakeChanges() names. Errors come back
+// as absl::Status; a call that returns an error changes nothing.
 //
 // Thread-compatible: JobsService serialises calls under its mutex.
 #ifndef DGT_JOBS_SCHEDULER_H_
@@ -84,8 +36,8 @@ struct SchedulerOptions {
   std::string rdzv_endpoint;
   // CancelJob grace when a Cancel asks for 0 (seconds; jobs.proto: 30 s).
   double default_grace_s = 30;
-  // How long a node lost mid-job may take to register again listing the job before the job
-  // restarts without it or fails (see the rules above).
+  // How long a node lost mid-job may take to register again listing the job. After it, the job
+  // replaces the node or fails (docs/JOBS.md).
   absl::Duration lost_node_grace = absl::Seconds(10);
 };
 
@@ -112,8 +64,8 @@ class Scheduler {
   void Deregister(const std::string& node, absl::Time now, std::vector<Action>* out);
   // The daemon is draining: it takes no new job.
   void Drain(const std::string& node, absl::Time now, std::vector<Action>* out);
-  // A JobUpdate from `node`. Errors: NotFound for a job that is unknown or not on that node
-  // (nothing changes).
+  // A JobUpdate from `node`. Errors: NotFound for a job that is unknown or not on that node;
+  // InvalidArgument for an event other than JOB_EVENT_STARTED or JOB_EVENT_EXITED.
   absl::Status OnUpdate(const std::string& node, const v1::JobUpdate& update, absl::Time now,
                         std::vector<Action>* out);
   // Ends the lost_node_grace of nodes lost mid-job (replacing them or failing their job); call
@@ -150,7 +102,6 @@ class Scheduler {
   // Jobs whose run status matters: starting, running, or ended and not yet given their final
   // poll (OnRunStatus).
   std::vector<std::string> ActiveJobIds() const;
-  static bool Terminal(const std::string& state);
 
   // What changed since the last call, for the caller to persist: job ids and node names written,
   // and nodes deregistered.
@@ -164,7 +115,7 @@ class Scheduler {
  private:
   struct Job {
     v1::JobInfo info;
-    std::set<std::string> started;           // Nodes that reported "started".
+    std::set<std::string> started;           // Nodes that reported JOB_EVENT_STARTED.
     std::set<std::string> gone;              // Nodes lost without the job.
     std::string first_failure;               // The first failure in time.
     std::string run_failure;                 // The run's failed outcome, without "failed: ".
@@ -186,12 +137,12 @@ class Scheduler {
   bool Matches(const v1::JobSpec& spec, const Node& node) const;
   // Ends the job when each of its nodes exited or is gone.
   void MaybeFinish(Job& job, absl::Time now);
-  void Finish(Job& job, const std::string& state, const std::string& reason, absl::Time now);
+  void Finish(Job& job, v1::JobState state, const std::string& reason, absl::Time now);
   // CancelJob to every node of `job` still running it (registered, not exited).
   void CancelNodes(Job& job, double grace_s, std::vector<Action>* out);
   void FreeNode(const std::string& node, const std::string& job_id);
-  // `node` of a starting or running `job` lost its processes (`what` happened, for the reason:
-  // "its daemon was lost mid-job (...)"): replaces it or fails the job (the rules above).
+  // `node` of a starting or running `job` lost its processes; `what` says how, for the reason
+  // ("its daemon was lost mid-job (...)"). Replaces the node or fails the job (docs/JOBS.md).
   void LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                 std::vector<Action>* out);
   // Starts the job's replacement for lost `node` on an idle node; false when there is none.
@@ -201,7 +152,7 @@ class Scheduler {
   Action StartAction(const Job& job, const std::string& node) const;
   // next_id_ past `job_id` when it is "job-<n>".
   void FollowId(const std::string& job_id);
-  // Takes on the running job that `start` describes, reported by `node` (the rules above).
+  // Takes on the running job that `start` describes, reported by `node` (docs/JOBS.md).
   void Adopt(const v1::StartJob& start, const std::string& node, absl::Time now);
   // A daemon with the same uid as `job` that is not among its nodes: takes the place of a lost
   // node that its StartJob does not name. False when there is none.

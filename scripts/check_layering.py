@@ -3,7 +3,7 @@
 
 Reads the link graph from the dgt_cc_library / dgt_cc_binary calls (and target_link_libraries)
 in each product folder's CMakeLists.txt, and the #include lines of every product .h/.cc file, then
-checks three things and fails naming the file, the include or link, and the rule:
+checks four things and fails naming the file, the include or link, and the rule:
 
 1. Include only what you link: a file may include a dgt header only when the header's library is
    its own, or one its target reaches through its DEPS / PRIVATE_DEPS and their PUBLIC DEPS (the
@@ -13,6 +13,9 @@ checks three things and fails naming the file, the include or link, and the rule
    include or link what its rule names, even if someone adds the DEP to make rule 1 pass.
 3. docs/DESIGN.md's edge list (between the `layering:edges` markers) is exactly the dgt-to-dgt
    part of the CMake graph, so the drawing cannot drift from the build.
+4. Lint covers every product folder: each top-level folder whose CMakeLists.txt builds a library
+   or a binary (tests/, bench/ and examples/ aside) is named in both of scripts/lint.sh's
+   patterns, the clang-format one (`pattern=`) and the clang-tidy one (`tidy_pattern=`).
 
 With --bin-dir it also runs `ldd` on the shipped binaries and fails when one loads a library its
 rule forbids (dgt-run: no libgloo, no libnccl, no CUDA runtime).
@@ -34,7 +37,9 @@ import sys
 from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
-PRODUCT_DIRS = ["common", "proto", "replica", "store", "rendezvous", "etcd", "jobs", "worker_runtime", "agent", "daemon",
+# scripts/lint.sh must name every product folder, these and any new one (rule 4).
+PRODUCT_DIRS = ["common", "proto", "replica", "store", "rendezvous", "etcd", "jobs", "worker_runtime",
+                "agent", "daemon",
                 "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
@@ -63,9 +68,10 @@ THIRD_PARTY = [
 ]
 
 # What each part may NOT include or link (docs/DESIGN.md "What each library may not use").
-# target: a library or binary name; files: fnmatch patterns over repo paths (instead of a target);
-# include: fnmatch patterns over the included name; link: patterns over the link closure (every
-# library the target's link line pulls in, PUBLIC and PRIVATE, since the libraries are static).
+# - targets: library or binary names; files: fnmatch patterns over repo paths (instead).
+# - include: fnmatch patterns over the included name.
+# - link: patterns over the link closure. That is every library the target's link line pulls in,
+#   PUBLIC and PRIVATE, since the libraries are static.
 @dataclass
 class Rule:
     name: str
@@ -365,6 +371,38 @@ def matches(value: str, patterns: list) -> bool:
     return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 
 
+# Top-level folders that build but are not product code (rule 4 does not ask lint.sh for them).
+NOT_PRODUCT_DIRS = {"tests", "bench", "examples"}
+BUILDS_RE = re.compile(r"\b(dgt_cc_library|dgt_cc_binary|add_library|add_executable)\s*\(")
+LINT_PATTERN_RE = re.compile(r"^\s*(pattern|tidy_pattern)='\^\(([^)]*)\)/", re.M)
+
+
+def lint_coverage(root: str) -> list:
+    """Rule 4: the product folders scripts/lint.sh's patterns leave out, one error line each."""
+    lint = os.path.join(root, "scripts", "lint.sh")
+    try:
+        with open(lint, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SystemExit(f"check_layering: cannot read {lint}: {e}") from e
+    patterns = {m.group(1): set(m.group(2).split("|")) for m in LINT_PATTERN_RE.finditer(text)}
+    errors = [f"scripts/lint.sh: no {name}='^(folder|...)/...' line to check [lint covers every "
+              "product folder]" for name in ("pattern", "tidy_pattern") if name not in patterns]
+    for d in sorted(os.listdir(root)):
+        cmake = os.path.join(root, d, "CMakeLists.txt")
+        if d in NOT_PRODUCT_DIRS or d.startswith(".") or not os.path.isfile(cmake):
+            continue
+        with open(cmake, encoding="utf-8") as f:
+            if not BUILDS_RE.search(strip_cmake_comments(f.read())):
+                continue
+        for name in sorted(patterns):
+            if d not in patterns[name]:
+                errors.append(f"scripts/lint.sh: {name} does not name {d}/, a product folder "
+                              f"({d}/CMakeLists.txt builds a target) [lint covers every product "
+                              "folder]")
+    return errors
+
+
 def check(root: str, bin_dir: str | None) -> int:
     targets = parse_targets(root)
     files = product_files(root)
@@ -415,6 +453,9 @@ def check(root: str, bin_dir: str | None) -> int:
                 errors.append(f"docs/DESIGN.md: edge list says {name} -> "
                               f"{' '.join(sorted(documented[name]))}, CMake says "
                               f"{' '.join(sorted(actual[name])) or '(nothing)'}")
+
+    # Rule 4: lint.sh's patterns name every product folder.
+    errors.extend(lint_coverage(root))
 
     # Rules 1 and 2 over includes.
     for f in files:

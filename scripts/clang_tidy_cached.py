@@ -4,8 +4,10 @@ input has not changed since (as ccache does for compiles).
 
 A file's input is its preprocessed text with comments kept (so a NOLINT counts), made by the
 compile command of the build's compile_commands.json, together with clang-tidy's version, the
-.clang-tidy configuration and the compile command itself. Only clean results are remembered:
-a file with findings runs again next time. The cache lives in $DGT_TIDY_CACHE (default
+.clang-tidy configuration and the compile command itself. The build directory and the project
+root are replaced by fixed placeholders in what is hashed, so a clone in another folder (CI)
+hits the same entries. Only clean results are remembered: a file with findings runs again next
+time. The cache lives in $DGT_TIDY_CACHE (default
 ~/.cache/dgt-clang-tidy); DGT_TIDY_CACHE=off turns it off.
 
 Usage: clang_tidy_cached.py BUILD_DIR JOBS FILE...   (FILE relative to the project root)
@@ -15,6 +17,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -40,20 +43,41 @@ def preprocess_command(entry):
     return out + ["-E", "-C"]
 
 
-def cache_key(entry, config):
+def without_paths(data, places):
+    """`data` (bytes) with each (absolute path, placeholder) of `places` replaced, in order.
+
+    A path counts only as a whole: followed by "/", a quote, whitespace or the end (so that
+    /src/dgt does not match in /src/dgt2)."""
+    for path, placeholder in places:
+        data = re.sub(re.escape(path.encode()) + rb'(?=[/"\s]|$)', placeholder.encode(), data)
+    return data
+
+
+def placeholders(build, root):
+    """The (absolute path, placeholder) pairs that without_paths() replaces, in order.
+
+    The build directory first: it may lie inside the root or outside it. Each path as written
+    and with symbolic links resolved (the compiler may print either)."""
+    return [(form, placeholder)
+            for path, placeholder in ((build, "@DGT_BUILD@"), (root, "@DGT_ROOT@"))
+            for form in sorted({os.path.abspath(path), os.path.realpath(path)}, reverse=True)]
+
+
+def cache_key(entry, config, places):
     pre = subprocess.run(preprocess_command(entry), cwd=entry["directory"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
     if pre.returncode != 0:
         return None  # Let clang-tidy report what is wrong.
     h = hashlib.sha256()
     h.update(config)
-    h.update(entry.get("command", " ".join(entry.get("arguments", []))).encode())
-    h.update(pre.stdout)
+    command = entry.get("command", " ".join(entry.get("arguments", []))).encode()
+    h.update(without_paths(command, places))
+    h.update(without_paths(pre.stdout, places))
     return h.hexdigest()
 
 
-def lint(path, entry, build, config, cache_dir):
-    key = cache_key(entry, config) if cache_dir else None
+def lint(path, entry, build, config, cache_dir, places):
+    key = cache_key(entry, config, places) if cache_dir else None
     if key and os.path.exists(os.path.join(cache_dir, key)):
         return path, True, "", True
     run = subprocess.run([CLANG_TIDY, "-p", build, "--quiet", path], stdout=subprocess.PIPE,
@@ -71,6 +95,7 @@ def main():
         return 2
     build, jobs, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     root = os.getcwd()
+    places = placeholders(build, root)
     with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
         entries = {e["file"]: e for e in json.load(f)}
     version = subprocess.run([CLANG_TIDY, "--version"], stdout=subprocess.PIPE, check=True).stdout
@@ -89,7 +114,8 @@ def main():
         return 2
     failed = cached = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(lint, p, entries[os.path.join(root, p)], build, config, cache_dir)
+        futures = [pool.submit(lint, p, entries[os.path.join(root, p)], build, config, cache_dir,
+                               places)
                    for p in files]
         for fut in concurrent.futures.as_completed(futures):
             path, clean, output, hit = fut.result()

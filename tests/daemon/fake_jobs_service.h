@@ -15,6 +15,7 @@
 #include "common/mutex.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "jobs/job_state.h"
 
 namespace dgt::daemon::testing {
 
@@ -81,9 +82,7 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
         cv_.SignalAll();
       }
       dgt::MutexLock lock(&mu_);
-      NodeMessage end;
-      end.mutable_update()->set_event("<end>");
-      received_.push_back(end);
+      received_.push_back(NodeMessage());  // No kind: the stream's end ("<end>").
       reading = false;
       cv_.SignalAll();
     });
@@ -149,8 +148,9 @@ inline std::string Describe(const dgt::jobs::v1::NodeMessage& m) {
   if (m.has_log()) {
     return "log " + std::to_string(m.log().request_id()) + " " + std::to_string(m.log().code());
   }
-  if (m.update().event() == "<end>") return "<end>";
-  return "update " + m.update().job_id() + " " + m.update().event() + " " +
+  if (!m.has_update()) return "<end>";
+  return "update " + m.update().job_id() + " " +
+         std::string(dgt::jobs::JobEventName(m.update().event())) + " " +
          std::to_string(m.update().exit_code());
 }
 

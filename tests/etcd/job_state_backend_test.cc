@@ -44,7 +44,7 @@ TEST_F(EtcdJobStateBackendTest, JobsRoundTripInSubmissionOrder) {
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 2u);
   EXPECT_EQ((*jobs)[0].job_id(), "job-9");
-  EXPECT_EQ((*jobs)[0].state(), "failed");
+  EXPECT_EQ((*jobs)[0].state(), v1::JOB_STATE_FAILED);
 }
 
 TEST_F(EtcdJobStateBackendTest, NodesRoundTripAndDelete) {

@@ -87,7 +87,7 @@ class Node {
     finished_ = true;
     return false;
   }
-  bool Update(const std::string& job_id, const std::string& event, int exit_code = 0) {
+  bool Update(const std::string& job_id, jv1::JobEvent event, int exit_code = 0) {
     jv1::NodeMessage m;
     m.mutable_update()->set_job_id(job_id);
     m.mutable_update()->set_event(event);
@@ -141,8 +141,7 @@ grpc::Status GetJob(const std::string& address, const std::string& id, jv1::JobI
 }
 
 // Polls GetJob at `address` until the job is in `state` (up to 10 s); returns the last answer.
-jv1::JobInfo WaitForState(const std::string& address, const std::string& id,
-                          const std::string& state) {
+jv1::JobInfo WaitForState(const std::string& address, const std::string& id, jv1::JobState state) {
   jv1::JobInfo job;
   for (int i = 0; i < 200; ++i) {
     job.Clear();
@@ -211,7 +210,7 @@ TEST_F(JobsReplicaTest, TheStandbyRefusesRegisterAndSubmitAndReadsFromEtcd) {
   jv1::JobInfo job;
   ASSERT_TRUE(GetJob(standby->address, id, &job).ok());
   EXPECT_EQ(job.job_id(), "job-1");
-  EXPECT_EQ(job.state(), "queued");
+  EXPECT_EQ(job.state(), jv1::JOB_STATE_QUEUED);
   EXPECT_EQ(GetJob(standby->address, "job-7", &job).error_code(), grpc::StatusCode::NOT_FOUND);
 
   auto stub = StubFor(standby->address);
@@ -273,9 +272,9 @@ TEST_F(JobsReplicaTest, AJobStaysRunningOnItsNodeAcrossATakeover) {
   ASSERT_TRUE(a->Read(&m));
   ASSERT_TRUE(m.has_start());
   EXPECT_EQ(m.start().job_id(), id);
-  ASSERT_TRUE(a->Update(id, "started"));
-  jv1::JobInfo before = WaitForState(leader->address, id, "running");
-  ASSERT_EQ(before.state(), "running");
+  ASSERT_TRUE(a->Update(id, jv1::JOB_EVENT_STARTED));
+  jv1::JobInfo before = WaitForState(leader->address, id, jv1::JOB_STATE_RUNNING);
+  ASSERT_EQ(before.state(), jv1::JOB_STATE_RUNNING);
   ASSERT_EQ(before.nodes_size(), 1);
   EXPECT_EQ(before.nodes(0).node_name(), "a");
 
@@ -293,7 +292,7 @@ TEST_F(JobsReplicaTest, AJobStaysRunningOnItsNodeAcrossATakeover) {
   // Whoever leads now (the revoked replica campaigns again too) has the job, still running.
   jv1::JobInfo after;
   ASSERT_TRUE(GetJob(next->address, id, &after).ok());
-  EXPECT_EQ(after.state(), "running");
+  EXPECT_EQ(after.state(), jv1::JOB_STATE_RUNNING);
   EXPECT_EQ(after.started_unix_s(), before.started_unix_s());
   ASSERT_EQ(after.nodes_size(), 1);
   EXPECT_EQ(after.nodes(0).node_name(), "a");
@@ -312,16 +311,16 @@ TEST_F(JobsReplicaTest, AJobStaysRunningOnItsNodeAcrossATakeover) {
     ASSERT_EQ(out.nodes_size(), 1);
     EXPECT_EQ(out.nodes(0).job_id(), id);
   }
-  ASSERT_TRUE(a->Update(id, "exited", 0));
-  jv1::JobInfo done = WaitForState(next->address, id, "succeeded");
-  EXPECT_EQ(done.state(), "succeeded");
+  ASSERT_TRUE(a->Update(id, jv1::JOB_EVENT_EXITED, 0));
+  jv1::JobInfo done = WaitForState(next->address, id, jv1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.state(), jv1::JOB_STATE_SUCCEEDED);
   ASSERT_EQ(done.nodes_size(), 1);
   EXPECT_EQ(done.nodes(0).exit_code(), 0);
   // And etcd holds the outcome (what the next leader would read).
   auto stored = next->jobs_backend->LoadJobs();
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), 1u);
-  EXPECT_EQ((*stored)[0].state(), "succeeded");
+  EXPECT_EQ((*stored)[0].state(), jv1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(JobsReplicaTest, AFencedJobWriteIsRefused) {
@@ -334,7 +333,7 @@ TEST_F(JobsReplicaTest, AFencedJobWriteIsRefused) {
   ASSERT_TRUE(backend.ok());
   jv1::JobInfo job;
   job.set_job_id("job-1");
-  job.set_state("queued");
+  job.set_state(jv1::JOB_STATE_QUEUED);
   absl::Status s = (*backend)->PutJob(job);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
@@ -348,7 +347,7 @@ TEST_F(JobsReplicaTest, AFencedJobWriteIsRefused) {
   ASSERT_TRUE(etcd_->Delete(leader_key).ok());
   auto theirs = etcd_->Put(leader_key, "someone else");
   ASSERT_TRUE(theirs.ok());
-  job.set_state("cancelled");
+  job.set_state(jv1::JOB_STATE_CANCELLED);
   s = (*backend)->PutJob(job);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
@@ -359,7 +358,7 @@ TEST_F(JobsReplicaTest, AFencedJobWriteIsRefused) {
   auto jobs = (*backend)->LoadJobs();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
-  EXPECT_EQ((*jobs)[0].state(), "queued");
+  EXPECT_EQ((*jobs)[0].state(), jv1::JOB_STATE_QUEUED);
   ASSERT_TRUE(etcd_->Delete(leader_key).ok());
 
   // A leader whose job write is fenced steps down and sends nothing it decided.

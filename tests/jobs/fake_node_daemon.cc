@@ -2,7 +2,8 @@
 // tests/e2e/test_jobs.py (python has no gRPC here). It registers as --name with --label K=V and
 // --running JOB, prints every ControlMessage the service sends as one JSON line on stdout
 // (proto3 JSON, field names as in jobs.proto), and sends each line of stdin (a NodeMessage as
-// JSON) on the stream. At stdin's end it closes its side; when the stream ends it prints
+// JSON; an update's event as its word, "started" or "exited") on the stream. At stdin's end it
+// closes its side; when the stream ends it prints
 // {"status": <gRPC code>, "message": "..."} and exits 0 (1 when the stream could not be opened).
 #include <cstdio>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "jobs/job_state.h"
 #include "nlohmann/json.hpp"
 
 namespace v1 = ::dgt::jobs::v1;
@@ -65,8 +67,14 @@ int main(int argc, char** argv) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("update") && j["update"].is_object() &&
+        j["update"].contains("event") && j["update"]["event"].is_string()) {
+      auto event = dgt::jobs::ParseJobEvent(j["update"]["event"].get<std::string>());
+      if (event.has_value()) j["update"]["event"] = v1::JobEvent_Name(*event);
+    }
     v1::NodeMessage m;
-    if (!google::protobuf::util::JsonStringToMessage(line, &m).ok()) {
+    if (j.is_discarded() || !google::protobuf::util::JsonStringToMessage(j.dump(), &m).ok()) {
       std::fprintf(stderr, "fake_node_daemon: not a NodeMessage: %s\n", line.c_str());
       continue;
     }

@@ -10,7 +10,7 @@
 namespace dgt::jobs::testing {
 namespace {
 
-v1::JobInfo MakeJob(const std::string& id, double submitted, const std::string& state) {
+v1::JobInfo MakeJob(const std::string& id, double submitted, v1::JobState state) {
   v1::JobInfo job;
   job.set_job_id(id);
   job.set_state(state);
@@ -39,23 +39,23 @@ std::vector<std::string> Ids(const std::vector<v1::JobInfo>& jobs) {
 
 void CheckJobsRoundTripInSubmissionOrder(JobStateBackend& backend) {
   // job-10 after job-9 (numbers, not text), ties on the submission time broken by the number.
-  ASSERT_TRUE(backend.PutJob(MakeJob("job-10", 5, "queued")).ok());
-  ASSERT_TRUE(backend.PutJob(MakeJob("job-9", 5, "running")).ok());
-  ASSERT_TRUE(backend.PutJob(MakeJob("job-1", 1, "succeeded")).ok());
+  ASSERT_TRUE(backend.PutJob(MakeJob("job-10", 5, v1::JOB_STATE_QUEUED)).ok());
+  ASSERT_TRUE(backend.PutJob(MakeJob("job-9", 5, v1::JOB_STATE_RUNNING)).ok());
+  ASSERT_TRUE(backend.PutJob(MakeJob("job-1", 1, v1::JOB_STATE_SUCCEEDED)).ok());
   auto jobs = backend.LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_THAT(Ids(*jobs), ::testing::ElementsAre("job-1", "job-9", "job-10"));
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals((*jobs)[1],
-                                                                 MakeJob("job-9", 5, "running")))
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      (*jobs)[1], MakeJob("job-9", 5, v1::JOB_STATE_RUNNING)))
       << (*jobs)[1].DebugString();
   // A put replaces the record.
-  v1::JobInfo done = MakeJob("job-9", 5, "failed");
+  v1::JobInfo done = MakeJob("job-9", 5, v1::JOB_STATE_FAILED);
   done.set_reason("node b: dgt-run exited with code 3");
   ASSERT_TRUE(backend.PutJob(done).ok());
   jobs = backend.LoadJobs();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 3u);
-  EXPECT_EQ((*jobs)[1].state(), "failed");
+  EXPECT_EQ((*jobs)[1].state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ((*jobs)[1].reason(), "node b: dgt-run exited with code 3");
   ASSERT_TRUE(backend.DeleteJob("job-1").ok());
   EXPECT_EQ(backend.DeleteJob("job-1").code(), absl::StatusCode::kNotFound);

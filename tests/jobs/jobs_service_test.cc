@@ -104,7 +104,7 @@ class JobsServiceTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.error_message();
     return job;
   }
-  static v1::NodeMessage JobUpdate(const std::string& id, const std::string& event, int code) {
+  static v1::NodeMessage JobUpdate(const std::string& id, v1::JobEvent event, int code) {
     v1::NodeMessage m;
     m.mutable_update()->set_job_id(id);
     m.mutable_update()->set_event(event);
@@ -212,7 +212,7 @@ TEST_F(JobsServiceTest, ReadLogFromANodeThatNeverAnswersTimesOut) {
     ASSERT_TRUE(stub_->GetJob(&ctx, get, &job).ok());
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_EQ(job.state(), "running");
+  ASSERT_EQ(job.state(), v1::JOB_STATE_RUNNING);
   ASSERT_EQ(job.nodes(0).first_rank(), 0);
   v1::ReadLogRequest read;
   read.set_job_id("job-1");
@@ -328,14 +328,14 @@ TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
   v1::ControlMessage m;
   ASSERT_TRUE(a->stream->Read(&m));
   ASSERT_EQ(m.start().job_id(), id);
-  ASSERT_TRUE(a->stream->Write(JobUpdate(id, "started", 0)));
-  ASSERT_TRUE(a->stream->Write(JobUpdate(id, "exited", 0)));
+  ASSERT_TRUE(a->stream->Write(JobUpdate(id, v1::JOB_EVENT_STARTED, 0)));
+  ASSERT_TRUE(a->stream->Write(JobUpdate(id, v1::JOB_EVENT_EXITED, 0)));
   v1::JobInfo job;
-  for (int i = 0; i < 100 && job.state() != "succeeded"; ++i) {
+  for (int i = 0; i < 100 && job.state() != v1::JOB_STATE_SUCCEEDED; ++i) {
     job = GetJob(id);
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(job.state(), "succeeded");
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_EQ(job.nodes_size(), 1);
   EXPECT_EQ(job.nodes(0).node_rank(), 0);
   EXPECT_EQ(job.nodes(0).first_rank(), 0);
@@ -356,12 +356,12 @@ TEST_F(JobsServiceTest, ANodeLostMidJobFailsItAfterTheGrace) {
   for (auto* node : {a.get(), b.get()}) {
     ASSERT_TRUE(node->stream->Read(&m));
     ASSERT_EQ(m.start().job_id(), id);
-    ASSERT_TRUE(node->stream->Write(JobUpdate(id, "started", 0)));
+    ASSERT_TRUE(node->stream->Write(JobUpdate(id, v1::JOB_EVENT_STARTED, 0)));
   }
-  for (int i = 0; i < 100 && GetJob(id).state() != "running"; ++i) {
+  for (int i = 0; i < 100 && GetJob(id).state() != v1::JOB_STATE_RUNNING; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(GetJob(id).state(), "running");
+  ASSERT_EQ(GetJob(id).state(), v1::JOB_STATE_RUNNING);
   const absl::Time lost = absl::Now();
   b->ctx.TryCancel();  // b's daemon is gone (kill -9).
   ASSERT_TRUE(a->stream->Read(&m));
@@ -369,7 +369,7 @@ TEST_F(JobsServiceTest, ANodeLostMidJobFailsItAfterTheGrace) {
   EXPECT_EQ(m.cancel().job_id(), id);
   EXPECT_EQ(m.cancel().grace_s(), 30);
   v1::JobInfo job = GetJob(id);
-  EXPECT_EQ(job.state(), "failed");
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.reason(),
             "node b: its daemon was lost mid-job (no re-registration within 0.3 s); "
             "max_restarts 0");

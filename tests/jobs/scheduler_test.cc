@@ -51,7 +51,7 @@ v1::NodeHello Hello(const std::string& name, const std::map<std::string, std::st
   return hello;
 }
 
-v1::JobUpdate Update(const std::string& job, const std::string& event, int code = 0,
+v1::JobUpdate Update(const std::string& job, v1::JobEvent event, int code = 0,
                      const std::string& message = "") {
   v1::JobUpdate u;
   u.set_job_id(job);
@@ -113,8 +113,8 @@ class SchedulerTest : public ::testing::Test {
     Register(Hello("b"));
     std::string id;
     Submit(spec, &id);
-    Update("a", jobs::Update(id, "started"));
-    Update("b", jobs::Update(id, "started"));
+    Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
+    Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
     return id;
   }
   const v1::JobInfo& Job(const std::string& id) { return *s_.FindJob(id); }
@@ -143,7 +143,7 @@ TEST_F(SchedulerTest, QueuedUntilEnoughNodesThenStartsOnEach) {
   std::string id;
   EXPECT_THAT(Submit(Spec(2, 2), &id), IsEmpty());
   EXPECT_EQ(id, "job-1");
-  EXPECT_EQ(Job(id).state(), "queued");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(Job(id).reason(), "needs 2 idle nodes; 0 match");
   EXPECT_EQ(Job(id).submitted_unix_s(), 1000);
   EXPECT_THAT(Register(Hello("b")), IsEmpty());
@@ -151,16 +151,16 @@ TEST_F(SchedulerTest, QueuedUntilEnoughNodesThenStartsOnEach) {
   now_ += absl::Seconds(5);
   EXPECT_THAT(Register(Hello("a")),
               ElementsAre("a start job-1 rdzv:29400", "b start job-1 rdzv:29400"));
-  EXPECT_EQ(Job(id).state(), "starting");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
   EXPECT_EQ(Job(id).reason(), "");
   EXPECT_EQ(Job(id).started_unix_s(), 1005);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
   EXPECT_THAT(JobNodes(id),
               ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
-  EXPECT_THAT(Update("a", jobs::Update(id, "started")), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "starting");
-  EXPECT_THAT(Update("b", jobs::Update(id, "started")), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   // The run: b got node rank 0, a node rank 1 after a restart.
   rendezvous::RunStatus run;
   run.run_id = id;
@@ -180,11 +180,11 @@ TEST_F(SchedulerTest, QueuedUntilEnoughNodesThenStartsOnEach) {
   EXPECT_EQ(target->local_rank, 1);
   EXPECT_EQ(s_.LogTargetFor(id, 4).status().message(), "job 'job-1' has no rank 4 (ranks: 0 to 3)");
   now_ += absl::Seconds(10);
-  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 0)), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b busy job-1"));
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 0)), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "succeeded");
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Job(id).finished_unix_s(), 1015);
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit 0", "b rank 0 first 0 exit 0"));
@@ -198,29 +198,30 @@ TEST_F(SchedulerTest, FifoBlocksBehindTheFirstUnplacedJobAndLabelsMatter) {
   EXPECT_EQ(Job(j1).reason(), "needs 2 idle nodes with labels {gpu=a100}; 1 matches");
   // j2 fits on b alone, but waits behind j1: no starvation of the large job.
   EXPECT_THAT(Submit(Spec(1, 1), &j2), IsEmpty());
-  EXPECT_EQ(Job(j2).state(), "queued");
+  EXPECT_EQ(Job(j2).state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(Job(j2).reason(), "waiting behind job-1 (first in, first out)");
   EXPECT_THAT(Register(Hello("c", {{"gpu", "a100"}, {"zone", "x"}})),
               ElementsAre("a start job-1 rdzv:29400", "c start job-1 rdzv:29400",
                           "b start job-2 rdzv:29400"));
-  EXPECT_EQ(Job(j2).state(), "starting");
+  EXPECT_EQ(Job(j2).state(), v1::JOB_STATE_STARTING);
   EXPECT_THAT(Submit(Spec(1, 1), &j3), IsEmpty());
   EXPECT_EQ(Job(j3).reason(), "needs 1 idle node; 0 match");
-  EXPECT_THAT(Update("b", jobs::Update(j2, "exited", 0)), ElementsAre("b start job-3 rdzv:29400"));
-  EXPECT_EQ(Job(j2).state(), "succeeded");
+  EXPECT_THAT(Update("b", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)),
+              ElementsAre("b start job-3 rdzv:29400"));
+  EXPECT_EQ(Job(j2).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   std::string id = RunningOnAB(Spec(2, 1));
   // max_restarts 0: b's failure ends the job at once and stops a (it would wait for b).
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 3, "rank 1 exited with code 3")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 3, "rank 1 exited with code 3")),
               ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 3: rank 1 exited with code 3");
   EXPECT_EQ(Job(id).finished_unix_s(), 1000);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
-  Update("a", jobs::Update(id, "exited", 1, "the run failed"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 1, "the run failed"));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 3: rank 1 exited with code 3");
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
 
@@ -232,11 +233,12 @@ TEST_F(SchedulerTest, FailureReasonIsTheFirstFailureOrTheRunsOutcome) {
   run.round = 0;
   run.outcome = "failed: rank 0 (node a) exited with code 7";
   s_.OnRunStatus(run, now_);
-  EXPECT_EQ(Job(id2).state(), "running");
-  EXPECT_THAT(Update("a", jobs::Update(id2, "exited", 7)), ElementsAre("b cancel job-2 30"));
-  EXPECT_EQ(Job(id2).state(), "failed");
-  Update("b", jobs::Update(id2, "exited", 1));
-  EXPECT_EQ(Job(id2).state(), "failed");
+  EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Update("a", jobs::Update(id2, v1::JOB_EVENT_EXITED, 7)),
+              ElementsAre("b cancel job-2 30"));
+  EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_FAILED);
+  Update("b", jobs::Update(id2, v1::JOB_EVENT_EXITED, 1));
+  EXPECT_EQ(Job(id2).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id2).reason(), "rank 0 (node a) exited with code 7");
 }
 
@@ -246,9 +248,9 @@ TEST_F(SchedulerTest, ANodeWhoseDgtRunLeftAnOpenRunIsReplacedWithRestartsLeft) {
   std::string id = RunningOnAB(spec);
   // b's dgt-run was killed while the run went on: nothing would start that part again, and a's
   // dgt-run would wait out its join timeout. b is idle again: the part starts there.
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 137, "killed by SIGKILL")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 137, "killed by SIGKILL")),
               ElementsAre("b start job-1 rdzv:29400"));
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
             "node b: its dgt-run exited with code 137: killed by SIGKILL while the run went on; "
             "replacing it (restart 1 of 1)");
@@ -257,9 +259,10 @@ TEST_F(SchedulerTest, ANodeWhoseDgtRunLeftAnOpenRunIsReplacedWithRestartsLeft) {
   EXPECT_THAT(JobNodes(id),
               ElementsAre("a rank -1 first -1 exit -1", "b rank -1 first -1 exit -1"));
   // A second such exit: no restart left, the job fails at once and a is stopped.
-  Update("b", jobs::Update(id, "started"));
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143)), ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)),
+              ElementsAre("a cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 143");
 }
 
@@ -271,7 +274,8 @@ TEST_F(SchedulerTest, ADrainedNodesPartGoesToAnIdleNode) {
   std::vector<Action> out;
   s_.Drain("b", now_, &out);
   EXPECT_THAT(Describe(out), IsEmpty());
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143, "dgt-run: error: stopped by SIGTERM")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143,
+                                       "dgt-run: error: stopped by SIGTERM")),
               ElementsAre("c start job-1 rdzv:29400"));
   EXPECT_EQ(Job(id).reason(),
             "node b: it drained: dgt-run exited with code 143: dgt-run: error: stopped by SIGTERM; "
@@ -279,10 +283,10 @@ TEST_F(SchedulerTest, ADrainedNodesPartGoesToAnIdleNode) {
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b draining", "c busy job-1"));
   EXPECT_THAT(JobNodes(id),
               ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
-  Update("c", jobs::Update(id, "started"));
-  Update("a", jobs::Update(id, "exited", 0));
-  Update("c", jobs::Update(id, "exited", 0));
-  EXPECT_EQ(Job(id).state(), "succeeded");
+  Update("c", jobs::Update(id, v1::JOB_EVENT_STARTED));
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  Update("c", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b draining", "c idle"));
 }
 
@@ -290,9 +294,10 @@ TEST_F(SchedulerTest, ADrainWithNoRestartsLeftFailsTheJobNamingTheDrain) {
   std::string id = RunningOnAB(Spec(2, 1));
   std::vector<Action> out;
   s_.Drain("b", now_, &out);
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 143, "dgt-run: error: stopped by SIGTERM")),
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143,
+                                       "dgt-run: error: stopped by SIGTERM")),
               ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
             "node b: it drained: dgt-run exited with code 143: dgt-run: error: stopped by SIGTERM");
 }
@@ -306,9 +311,9 @@ TEST_F(SchedulerTest, AnExitAfterTheRunClosedEndsTheJobWithoutAReplacement) {
   run.round = 0;
   run.outcome = "failed: rank 1 (node b) exited with code 2";
   s_.OnRunStatus(run, now_);
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 1)), IsEmpty());
-  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 1)), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 1)), IsEmpty());
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 1)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "rank 1 (node b) exited with code 2");
   EXPECT_EQ(Job(id).node_replacements(), 0);
 }
@@ -319,12 +324,12 @@ TEST_F(SchedulerTest, ANodeThatCannotStartCancelsTheOthers) {
   Register(Hello("c"));
   std::string id;
   Submit(Spec(3, 1), &id);
-  Update("a", jobs::Update(id, "started"));
-  EXPECT_THAT(Update("b", jobs::Update(id, "exited", 1, "code_dir /x does not exist")),
+  Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 1, "code_dir /x does not exist")),
               ElementsAre("a cancel job-1 30", "c cancel job-1 30"));
-  Update("a", jobs::Update(id, "exited", 143));
-  Update("c", jobs::Update(id, "exited", 143));
-  EXPECT_EQ(Job(id).state(), "failed");
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 143));
+  Update("c", jobs::Update(id, v1::JOB_EVENT_EXITED, 143));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: dgt-run exited with code 1: code_dir /x does not exist");
   // Its final poll finds no run: its ranks were never given.
   rendezvous::RunStatus run;
@@ -343,7 +348,7 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
   now_ += absl::Seconds(2);
   auto q = s_.Cancel(queued, 0, now_, &out);
   ASSERT_TRUE(q.ok());
-  EXPECT_EQ(q->state(), "cancelled");
+  EXPECT_EQ(q->state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(q->reason(), "cancelled before it started");
   EXPECT_EQ(q->finished_unix_s(), 1002);
   EXPECT_THAT(Describe(out), IsEmpty());
@@ -352,12 +357,12 @@ TEST_F(SchedulerTest, CancelQueuedRunningAndFinished) {
             "job 'job-2' has no rank 0 (it never started)");
   auto r = s_.Cancel(running, 5, now_, &out);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->state(), "cancelled");
+  EXPECT_EQ(r->state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(r->finished_unix_s(), 0);
   EXPECT_THAT(Describe(out), ElementsAre("a cancel job-1 5"));
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1"));
-  EXPECT_THAT(Update("a", jobs::Update(running, "exited", 143)), IsEmpty());
-  EXPECT_EQ(Job(running).state(), "cancelled");
+  EXPECT_THAT(Update("a", jobs::Update(running, v1::JOB_EVENT_EXITED, 143)), IsEmpty());
+  EXPECT_EQ(Job(running).state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(Job(running).finished_unix_s(), 1002);
   EXPECT_THAT(NodeStates(), ElementsAre("a idle"));
   auto again = s_.Cancel(running, 0, now_, &out);
@@ -370,7 +375,7 @@ TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
   std::string id = RunningOnAB(Spec(2, 1));
   // b's stream breaks: the job stays running (dgt-run's rendezvous decides what happens).
   EXPECT_THAT(Deregister("b"), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1"));
   // It comes back still running the job, within the grace: it keeps it, even after the grace.
   now_ += absl::Seconds(9);
@@ -378,32 +383,32 @@ TEST_F(SchedulerTest, NodeLostMidJobAndBack) {
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
   now_ += absl::Seconds(30);
   EXPECT_THAT(Tick(), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(), "");
   // A second daemon with b's name is refused.
   std::vector<Action> out;
   EXPECT_EQ(s_.Register(Hello("b"), now_, &out).code(), absl::StatusCode::kAlreadyExists);
-  Update("a", jobs::Update(id, "exited", 0));
-  Update("b", jobs::Update(id, "exited", 0));
-  EXPECT_EQ(Job(id).state(), "succeeded");
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(SchedulerTest, KilledDaemonBackWithoutTheJobFailsItAtOnceWithoutRestarts) {
   std::string id = RunningOnAB(Spec(2, 1));  // max_restarts 0.
   EXPECT_THAT(Deregister("b"), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "running");  // b may still come back with it.
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);  // b may still come back with it.
   now_ += absl::Seconds(2);
   // b's daemon was killed (its dgt-run died with it) and restarted: it lists no job.
   EXPECT_THAT(Register(Hello("b")), ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (it registered again without the job); "
             "max_restarts 0");
   EXPECT_EQ(Job(id).finished_unix_s(), 1002);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
   // a's dgt-run ends on the CancelJob: a is free, the job's end stays.
-  EXPECT_THAT(Update("a", jobs::Update(id, "exited", 143)), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).finished_unix_s(), 1002);
   EXPECT_THAT(NodeStates(), ElementsAre("a idle", "b idle"));
   now_ += absl::Seconds(30);
@@ -419,14 +424,14 @@ TEST_F(SchedulerTest, LostNodeNotBackWithinTheGraceFailsTheJob) {
   Register(Hello("b"));
   std::string id;
   Submit(Spec(2, 1), &id);
-  Update("a", jobs::Update(id, "started"));
+  Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
   Deregister("b");  // While the job is still starting.
   now_ += absl::Milliseconds(9999);
   EXPECT_THAT(Tick(), IsEmpty());
-  EXPECT_EQ(Job(id).state(), "starting");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_STARTING);
   now_ += absl::Milliseconds(1);
   EXPECT_THAT(Tick(), ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (no re-registration within 10 s); "
             "max_restarts 0");
@@ -447,7 +452,7 @@ TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   now_ += absl::Seconds(3);
   // Back without the job: the same job id starts on it again; its dgt-run joins the run.
   EXPECT_THAT(Register(Hello("b")), ElementsAre("b start job-1 rdzv:29400"));
-  EXPECT_EQ(Job(id).state(), "running");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (it registered again without the job); "
             "replacing it (restart 1 of 1)");
@@ -456,7 +461,7 @@ TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1"));
   // The new round (restart 1) gives b its rank again.
-  Update("b", jobs::Update(id, "started"));
+  Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
   RunStatus(id, {"b", "a"}, 1);
   EXPECT_EQ(Job(id).restarts(), 1);
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank 1 first 2 exit -1", "b rank 0 first 0 exit -1"));
@@ -464,7 +469,7 @@ TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   Deregister("b");
   now_ += absl::Seconds(10);
   EXPECT_THAT(Tick(), ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (no re-registration within 10 s); "
             "max_restarts 1");
@@ -480,28 +485,29 @@ TEST_F(SchedulerTest, LostNodeReplacedByTheNextIdleMatchingNode) {
   spec.set_max_restarts(3);
   Submit(spec, &j1);                         // On a and b.
   Submit(Spec(1, 1, {{"pool", "x"}}), &j2);  // On c.
-  Update("a", jobs::Update(j1, "started"));
-  Update("b", jobs::Update(j1, "started"));
+  Update("a", jobs::Update(j1, v1::JOB_EVENT_STARTED));
+  Update("b", jobs::Update(j1, v1::JOB_EVENT_STARTED));
   Deregister("b");
   now_ += absl::Seconds(10);
   // No idle node of pool x (d does not match): the replacement waits.
   EXPECT_THAT(Tick(), IsEmpty());
-  EXPECT_EQ(Job(j1).state(), "running");
+  EXPECT_EQ(Job(j1).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(j1).reason(),
             "node b: its daemon was lost mid-job (no re-registration within 10 s); "
             "replacing it (restart 1 of 3)");
   // A queued job behind it does not take the node the replacement waits for.
   Submit(Spec(1, 1, {{"pool", "x"}}), &j3);
-  EXPECT_THAT(Update("c", jobs::Update(j2, "exited", 0)), ElementsAre("c start job-1 rdzv:29400"));
+  EXPECT_THAT(Update("c", jobs::Update(j2, v1::JOB_EVENT_EXITED, 0)),
+              ElementsAre("c start job-1 rdzv:29400"));
   EXPECT_THAT(JobNodes(j1),
               ElementsAre("a rank -1 first -1 exit -1", "c rank -1 first -1 exit -1"));
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "c busy job-1", "d idle"));
-  EXPECT_EQ(Job(j3).state(), "queued");
+  EXPECT_EQ(Job(j3).state(), v1::JOB_STATE_QUEUED);
   // b back without the job: it is not in job-1 any more, and takes job-3.
   EXPECT_THAT(Register(Hello("b", {{"pool", "x"}})), ElementsAre("b start job-3 rdzv:29400"));
-  Update("a", jobs::Update(j1, "exited", 0));
-  Update("c", jobs::Update(j1, "exited", 0));
-  EXPECT_EQ(Job(j1).state(), "succeeded");
+  Update("a", jobs::Update(j1, v1::JOB_EVENT_EXITED, 0));
+  Update("c", jobs::Update(j1, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(j1).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
@@ -510,9 +516,9 @@ TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
   Submit(Spec(1, 2), &id);
   EXPECT_THAT(s_.ActiveJobIds(), ElementsAre("job-1"));
   // The job ends before any poll of its run.
-  Update("a", jobs::Update(id, "started"));
-  Update("a", jobs::Update(id, "exited", 0));
-  EXPECT_EQ(Job(id).state(), "succeeded");
+  Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(
       s_.LogTargetFor(id, 1).status().message(),
       "job 'job-1' rank 1 is not known yet: its run has not formed (ranks 0 to 1 once it has)");
@@ -541,9 +547,9 @@ TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
 TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobOnceTheOthersEnd) {
   std::string id = RunningOnAB(Spec(2, 1));
   Deregister("b");
-  EXPECT_EQ(Job(id).state(), "running");
-  Update("a", jobs::Update(id, "exited", 0));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node b: its daemon was lost before it reported the job's end");
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank -1 first -1 exit 0", "b rank -1 first -1 exit -1"));
 }
@@ -574,9 +580,10 @@ TEST_F(SchedulerTest, RestoreKeepsIdsAndWaitsForNodes) {
   ASSERT_TRUE(restored.Register(Hello("a", {}, {"job-1"}), now_, &out).ok());
   EXPECT_THAT(Describe(out), IsEmpty());
   EXPECT_EQ(restored.FindJob("job-2")->reason(), "needs 1 idle node; 0 match");
-  ASSERT_TRUE(restored.OnUpdate("a", jobs::Update("job-1", "exited", 0), now_, &out).ok());
+  ASSERT_TRUE(
+      restored.OnUpdate("a", jobs::Update("job-1", v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
   EXPECT_THAT(Describe(out), ElementsAre("a start job-2 rdzv:1"));
-  EXPECT_EQ(restored.FindJob("job-1")->state(), "succeeded");
+  EXPECT_EQ(restored.FindJob("job-1")->state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 // The StartJob a daemon keeps for a job it runs (what the service sent it).
@@ -620,8 +627,8 @@ TEST_F(SchedulerTest, SubmitDrawsAUidAndStartJobCarriesIt) {
     EXPECT_EQ(a.message.start().submitted_unix_s(), 1000);
     EXPECT_EQ(a.message.start().started_unix_s(), 1000);
   }
-  Update("a", jobs::Update(*id, "exited", 0));
-  Update("b", jobs::Update(*id, "exited", 0));
+  Update("a", jobs::Update(*id, v1::JOB_EVENT_EXITED, 0));
+  Update("b", jobs::Update(*id, v1::JOB_EVENT_EXITED, 0));
   std::string second;
   Submit(Spec(1, 1), &second);
   EXPECT_EQ(Job(second).uid().size(), 32u);
@@ -632,7 +639,7 @@ TEST_F(SchedulerTest, SubmitDrawsAUidAndStartJobCarriesIt) {
 TEST_F(SchedulerTest, AdoptsARunningJobReportedByOneNodeThenTheOther) {
   const v1::StartJob start = Started("job-7", "u7", {"a", "b"});
   EXPECT_THAT(Register(Running("a", {start})), IsEmpty());
-  EXPECT_EQ(Job("job-7").state(), "running");
+  EXPECT_EQ(Job("job-7").state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job("job-7").uid(), "u7");
   EXPECT_EQ(Job("job-7").submitted_unix_s(), 900);
   EXPECT_EQ(Job("job-7").started_unix_s(), 905);
@@ -650,7 +657,7 @@ TEST_F(SchedulerTest, AdoptsARunningJobReportedByOneNodeThenTheOther) {
   EXPECT_EQ(s_.NextTick(), absl::InfiniteFuture());
   now_ += absl::Seconds(10);
   EXPECT_THAT(Tick(), IsEmpty());
-  EXPECT_EQ(Job("job-7").state(), "running");
+  EXPECT_EQ(Job("job-7").state(), v1::JOB_STATE_RUNNING);
   // Ranks and restarts come from the run's status (run id = job id).
   RunStatus("job-7", {"b", "a"}, 1);
   EXPECT_EQ(Job("job-7").restarts(), 1);
@@ -665,10 +672,10 @@ TEST_F(SchedulerTest, AdoptsARunningJobReportedByOneNodeThenTheOther) {
   EXPECT_THAT(Submit(Spec(1, 1), &next), IsEmpty());
   EXPECT_EQ(next, "job-8");
   EXPECT_THAT(s_.Jobs(), testing::SizeIs(2));
-  EXPECT_THAT(Update("a", jobs::Update("job-7", "exited", 0)),
+  EXPECT_THAT(Update("a", jobs::Update("job-7", v1::JOB_EVENT_EXITED, 0)),
               ElementsAre("a start job-8 rdzv:29400"));
-  EXPECT_THAT(Update("b", jobs::Update("job-7", "exited", 0)), IsEmpty());
-  EXPECT_EQ(Job("job-7").state(), "succeeded");
+  EXPECT_THAT(Update("b", jobs::Update("job-7", v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job("job-7").state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Job("job-7").reason(), "");
   EXPECT_THAT(JobNodes("job-7"), ElementsAre("a rank 1 first 2 exit 0", "b rank 0 first 0 exit 0"));
   // A daemon before running_jobs lists only the id of a job the service does not know: cancelled.
@@ -685,7 +692,7 @@ TEST_F(SchedulerTest, AdoptedJobsNodeNeverBackFollowsTheLostNodeRules) {
   EXPECT_THAT(Tick(), IsEmpty());
   now_ += absl::Milliseconds(1);
   EXPECT_THAT(Tick(), ElementsAre("a cancel job-3 30"));
-  EXPECT_EQ(Job("job-3").state(), "failed");
+  EXPECT_EQ(Job("job-3").state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job("job-3").reason(),
             "node b: its daemon was lost mid-job (no re-registration within 10 s); "
             "max_restarts 0");
@@ -722,8 +729,8 @@ TEST_F(SchedulerTest, ReplacementStartJobKeepsTheJobsUid) {
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(1);
   Submit(spec, &id);
-  Update("a", jobs::Update(id, "started"));
-  Update("b", jobs::Update(id, "started"));
+  Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
+  Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
   Deregister("b");
   std::vector<Action> out;
   ASSERT_TRUE(s_.Register(Hello("b"), now_, &out).ok());
@@ -748,7 +755,7 @@ TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
   std::string id;
   Submit(Spec(1, 1), &id);
   const std::string uid = Job(id).uid();
-  Update("a", jobs::Update(id, "started"));
+  Update("a", jobs::Update(id, v1::JOB_EVENT_STARTED));
   // b runs an older job-1 (another uid): stopped there, job-1 stays a's.
   EXPECT_THAT(Register(Running("b", {Started("job-1", "0123", {"b"})})),
               ElementsAre("b cancel job-1 30"));
@@ -759,7 +766,7 @@ TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
   Deregister("a");
   EXPECT_THAT(Register(Running("a", {Started("job-1", "4567", {"a"})})),
               ElementsAre("a cancel job-1 30"));
-  EXPECT_EQ(Job(id).state(), "failed");
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(),
             "node a: its daemon was lost mid-job (it registered again without the job); "
             "max_restarts 0");
@@ -774,7 +781,7 @@ TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
   none.clear();
   ASSERT_TRUE(other.Register(Running("a", {Started(*again, own, {"a"})}), now_, &none).ok());
   EXPECT_THAT(Describe(none), IsEmpty());
-  EXPECT_EQ(other.FindJob(*again)->state(), "starting");
+  EXPECT_EQ(other.FindJob(*again)->state(), v1::JOB_STATE_STARTING);
 }
 
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
@@ -795,8 +802,20 @@ TEST_F(SchedulerTest, InvalidSpecAndUnknownUpdates) {
   std::vector<Action> out;
   auto bad = s_.Submit(Spec(0, 1), now_, &out);
   EXPECT_EQ(bad.status().message(), "instance_count: must be >= 1, got 0");
-  EXPECT_EQ(s_.OnUpdate("a", jobs::Update("job-5", "exited"), now_, &out).code(),
+  EXPECT_EQ(s_.OnUpdate("a", jobs::Update("job-5", v1::JOB_EVENT_EXITED), now_, &out).code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, UpdateWithoutAnEventChangesNothing) {
+  const std::string id = RunningOnAB(Spec(2, 1));
+  s_.TakeChanges();
+  std::vector<Action> out;
+  absl::Status s = s_.OnUpdate("a", jobs::Update(id, v1::JOB_EVENT_UNSPECIFIED), now_, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "JobUpdate.event: must be started or exited, got unspecified (0)");
+  EXPECT_THAT(out, IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(s_.TakeChanges().jobs, IsEmpty());
 }
 
 }  // namespace
