@@ -10,201 +10,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace dgt::rendezvous {
 namespace {
-
-using nlohmann::json;
-
-constexpr int kRecordVersion = 2;
-// Node buckets: about this many nodes per bucket key, and at most this many buckets, so that a
-// commit that changes every node (a round start) stays one Txn within etcd's default
-// --max-txn-ops (128): the run key plus every bucket.
-constexpr int kNodesPerBucket = 32;
-constexpr int kMaxBuckets = 100;
-
-json TimeToJson(absl::Time t) {
-  if (t == absl::InfiniteFuture()) return "inf";
-  if (t == absl::InfinitePast()) return "-inf";
-  return absl::ToUnixNanos(t);
-}
-
-absl::Time TimeFromJson(const json& j) {
-  if (j.is_string()) {
-    return j.get<std::string>() == "inf" ? absl::InfiniteFuture() : absl::InfinitePast();
-  }
-  return absl::FromUnixNanos(j.get<int64_t>());
-}
-
-json DurationToJson(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return "inf";
-  if (d == -absl::InfiniteDuration()) return "-inf";
-  return absl::ToInt64Nanoseconds(d);
-}
-
-absl::Duration DurationFromJson(const json& j) {
-  if (j.is_string()) {
-    return j.get<std::string>() == "inf" ? absl::InfiniteDuration() : -absl::InfiniteDuration();
-  }
-  return absl::Nanoseconds(j.get<int64_t>());
-}
-
-json OptionalTime(const std::optional<absl::Time>& t) {
-  return t.has_value() ? TimeToJson(*t) : json(nullptr);
-}
-
-std::optional<absl::Time> OptionalTimeFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return TimeFromJson(j);
-}
-
-json FailureToJson(const WorkerFailure& f) {
-  return json{{"rank", f.rank},     {"local_rank", f.local_rank}, {"exit_code", f.exit_code},
-              {"signal", f.signal}, {"node_id", f.node_id},       {"time", TimeToJson(f.time)}};
-}
-
-WorkerFailure FailureFromJson(const json& j) {
-  WorkerFailure f;
-  f.rank = j.at("rank").get<int32_t>();
-  f.local_rank = j.at("local_rank").get<int32_t>();
-  f.exit_code = j.at("exit_code").get<int32_t>();
-  f.signal = j.at("signal").get<int32_t>();
-  f.node_id = j.at("node_id").get<std::string>();
-  f.time = TimeFromJson(j.at("time"));
-  return f;
-}
-
-json OptionalFailure(const std::optional<WorkerFailure>& f) {
-  return f.has_value() ? FailureToJson(*f) : json(nullptr);
-}
-
-std::optional<WorkerFailure> OptionalFailureFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return FailureFromJson(j);
-}
-
-json OptionalString(const std::optional<std::string>& s) {
-  return s.has_value() ? json(*s) : json(nullptr);
-}
-
-std::optional<std::string> OptionalStringFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<std::string>();
-}
-
-RunState StateFromJson(const json& j) {
-  const std::string name = j.get<std::string>();
-  if (name == RunStateName(RunState::kGathering)) return RunState::kGathering;
-  if (name == RunStateName(RunState::kRunning)) return RunState::kRunning;
-  if (name == RunStateName(RunState::kClosed)) return RunState::kClosed;
-  throw std::invalid_argument("unknown state '" + name + "'");
-}
-
-// A node as a JSON array (compact: a bucket of 100 nodes is about 7 KB):
-// [node_id, session, address, nproc, store_port, node_rank, succeeded, failed, last_contact].
-json NodeToJson(const NodeRecord& n) {
-  return json::array({n.node_id, n.session, n.address, n.nproc, n.store_port, n.node_rank,
-                      n.succeeded, n.failed, TimeToJson(n.last_contact)});
-}
-
-NodeRecord NodeFromJson(const json& j) {
-  if (!j.is_array() || j.size() != 9) throw std::invalid_argument("a node is not an array of 9");
-  NodeRecord node;
-  node.node_id = j[0].get<std::string>();
-  node.session = j[1].get<SessionId>();
-  node.address = j[2].get<std::string>();
-  node.nproc = j[3].get<int32_t>();
-  node.store_port = j[4].get<int32_t>();
-  node.node_rank = j[5].get<int32_t>();
-  node.succeeded = j[6].get<bool>();
-  node.failed = j[7].get<bool>();
-  node.last_contact = TimeFromJson(j[8]);
-  return node;
-}
-
-// The run without its nodes (they are in the bucket keys).
-json RunToJson(const RunRecord& r) {
-  json failures = json::array();
-  for (const WorkerFailure& f : r.failures) failures.push_back(FailureToJson(f));
-  return json{
-      {"run_id", r.run_id},
-      {"min_nodes", r.min_nodes},
-      {"max_nodes", r.max_nodes},
-      {"nproc_per_node", r.nproc_per_node},
-      {"max_restarts", r.max_restarts},
-      {"last_call_timeout", DurationToJson(r.last_call_timeout)},
-      {"join_timeout", DurationToJson(r.join_timeout)},
-      {"state", RunStateName(r.state)},
-      {"connected", r.connected},
-      {"members", r.members},
-      {"succeeded", r.succeeded},
-      {"round", r.round},
-      {"restart_count", r.restart_count},
-      {"world_size", r.world_size},
-      {"master_addr", r.master_addr},
-      {"master_port", r.master_port},
-      {"last_call_deadline", OptionalTime(r.last_call_deadline)},
-      {"join_deadline", OptionalTime(r.join_deadline)},
-      {"scale_up_deadline", OptionalTime(r.scale_up_deadline)},
-      {"failures", std::move(failures)},
-      {"failure_messages", r.failure_messages},
-      {"failure_deadline", OptionalTime(r.failure_deadline)},
-      {"recovering", r.recovering},
-      {"expected_members", r.expected_members},
-      {"rank_rejoined", r.rank_rejoined},
-      {"rejoin_deadline", OptionalTime(r.rejoin_deadline)},
-      {"deferred_restart", OptionalString(r.deferred_restart)},
-      {"pending_reason", OptionalString(r.pending_reason)},
-      {"pending_restart_increment", r.pending_restart_increment},
-      {"outcome", r.outcome},
-      {"finished", json{{"succeeded", r.finished.succeeded},
-                        {"message", r.finished.message},
-                        {"failure", OptionalFailure(r.finished.failure)}}},
-      {"closed_at", TimeToJson(r.closed_at)},
-  };
-}
-
-RunRecord RunFromJson(const json& j) {
-  RunRecord r;
-  r.run_id = j.at("run_id").get<std::string>();
-  r.min_nodes = j.at("min_nodes").get<int32_t>();
-  r.max_nodes = j.at("max_nodes").get<int32_t>();
-  r.nproc_per_node = j.at("nproc_per_node").get<int32_t>();
-  r.max_restarts = j.at("max_restarts").get<int32_t>();
-  r.last_call_timeout = DurationFromJson(j.at("last_call_timeout"));
-  r.join_timeout = DurationFromJson(j.at("join_timeout"));
-  r.state = StateFromJson(j.at("state"));
-  r.connected = j.at("connected").get<int32_t>();
-  r.members = j.at("members").get<int32_t>();
-  r.succeeded = j.at("succeeded").get<int32_t>();
-  r.round = j.at("round").get<int64_t>();
-  r.restart_count = j.at("restart_count").get<int32_t>();
-  r.world_size = j.at("world_size").get<int32_t>();
-  r.master_addr = j.at("master_addr").get<std::string>();
-  r.master_port = j.at("master_port").get<int32_t>();
-  r.last_call_deadline = OptionalTimeFromJson(j.at("last_call_deadline"));
-  r.join_deadline = OptionalTimeFromJson(j.at("join_deadline"));
-  r.scale_up_deadline = OptionalTimeFromJson(j.at("scale_up_deadline"));
-  for (const json& f : j.at("failures")) r.failures.push_back(FailureFromJson(f));
-  r.failure_messages = j.at("failure_messages").get<std::vector<std::string>>();
-  r.failure_deadline = OptionalTimeFromJson(j.at("failure_deadline"));
-  r.recovering = j.at("recovering").get<bool>();
-  r.expected_members = j.at("expected_members").get<int32_t>();
-  r.rank_rejoined = j.at("rank_rejoined").get<std::vector<bool>>();
-  r.rejoin_deadline = OptionalTimeFromJson(j.at("rejoin_deadline"));
-  r.deferred_restart = OptionalStringFromJson(j.at("deferred_restart"));
-  r.pending_reason = OptionalStringFromJson(j.at("pending_reason"));
-  r.pending_restart_increment = j.at("pending_restart_increment").get<int32_t>();
-  r.outcome = j.at("outcome").get<std::string>();
-  const json& finished = j.at("finished");
-  r.finished.succeeded = finished.at("succeeded").get<bool>();
-  r.finished.message = finished.at("message").get<std::string>();
-  r.finished.failure = OptionalFailureFromJson(finished.at("failure"));
-  r.closed_at = TimeFromJson(j.at("closed_at"));
-  return r;
-}
 
 // Whether two records differ in one node, by bucket: marks the bucket of every node added,
 // removed or changed between `before` and `after` (both sorted by node id). O(nodes).
@@ -238,7 +47,8 @@ bool SplitKey(absl::string_view rest, std::string* run_id, int* bucket) {
     return true;
   }
   *run_id = std::string(rest.substr(0, sep));
-  return absl::SimpleAtoi(rest.substr(sep + 1), bucket) && *bucket >= 0 && *bucket < kMaxBuckets;
+  return absl::SimpleAtoi(rest.substr(sep + 1), bucket) && *bucket >= 0 &&
+         *bucket < kMaxNodeBuckets;
 }
 
 // The keys of each run in a read of the prefix.
@@ -273,83 +83,8 @@ std::string LeaseGone(LeaseId lease) {
 
 }  // namespace
 
-int NodeBuckets(int32_t max_nodes) {
-  const int64_t wanted = (static_cast<int64_t>(max_nodes) + kNodesPerBucket - 1) / kNodesPerBucket;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxBuckets));
-}
-
-int NodeBucket(absl::string_view node_id, int buckets) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits: stable across builds and hosts.
-  for (unsigned char c : node_id) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return static_cast<int>(h % static_cast<uint64_t>(std::max(buckets, 1)));
-}
-
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets) {
-  return json{{"version", kRecordVersion},
-              {"writer", std::string(writer)},
-              {"buckets", buckets},
-              {"run", RunToJson(run)}}
-      .dump();
-}
-
-std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes) {
-  json list = json::array();
-  for (const NodeRecord* n : nodes) list.push_back(NodeToJson(*n));
-  return json{{"version", kRecordVersion}, {"nodes", std::move(list)}}.dump();
-}
-
-absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value) {
-  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("node bucket: not a JSON object");
-  }
-  auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer() ||
-      version->get<int64_t>() != kRecordVersion) {
-    return absl::UnimplementedError(absl::StrCat("node bucket: not version ", kRecordVersion,
-                                                 " (this dgt reads version ", kRecordVersion, ")"));
-  }
-  try {
-    std::vector<NodeRecord> nodes;
-    for (const json& n : j.at("nodes")) nodes.push_back(NodeFromJson(n));
-    return nodes;
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("node bucket: ", e.what()));
-  }
-}
-
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer,
-                                          int* buckets) {
-  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("run record: not a JSON object");
-  }
-  auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer()) {
-    return absl::InvalidArgumentError("run record: no integer \"version\"");
-  }
-  if (version->get<int64_t>() != kRecordVersion) {
-    return absl::UnimplementedError(absl::StrCat("run record: version ", version->get<int64_t>(),
-                                                 " (this dgt reads version ", kRecordVersion, ")"));
-  }
-  try {
-    if (writer != nullptr) *writer = j.at("writer").get<std::string>();
-    const int b = j.at("buckets").get<int>();
-    if (b < 1 || b > kMaxBuckets) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("run record: \"buckets\" ", b, " is not in 1..", kMaxBuckets));
-    }
-    if (buckets != nullptr) *buckets = b;
-    return RunFromJson(j.at("run"));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run record: ", e.what()));
-  }
-}
-
-EtcdRunStateBackend::EtcdRunStateBackend(Options options) : options_(std::move(options)) {
+EtcdRunStateBackend::EtcdRunStateBackend(Options options)
+    : options_(std::move(options)), fence_(options_.leader_key, "runs") {
   std::random_device rd;
   replica_id_ =
       absl::StrCat(absl::Hex((static_cast<uint64_t>(rd()) << 32) | rd(), absl::kZeroPad16));
@@ -758,8 +493,8 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
   bool lost_answer = false;
   std::vector<etcd::Compare> compares;
   std::vector<etcd::Op> otherwise;
-  const int64_t fence = fence_.load();
-  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+  const int64_t fence = fence_.term();
+  if (absl::Status fenced = fence_.Guard(fence, compares, otherwise); !fenced.ok()) {
     return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
                                                     "' (key ", key, "): ", fenced.message()));
   }
@@ -768,7 +503,7 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
         compares, {etcd::Op::Delete(key), etcd::Op::DeletePrefix(key + kNodeBucketSeparator)},
         otherwise);
     if (txn.ok() && !txn->succeeded) {
-      absl::Status fenced = CheckFence(fence, *txn, 0);
+      absl::Status fenced = fence_.Check(fence, *txn, 0);
       return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
                                                       "' (key ", key, "): ", fenced.message()));
     }
@@ -885,8 +620,8 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
     return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
                                                "' (key ", key, "): ", s.message()));
   };
-  const int64_t fence = fence_.load();
-  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+  const int64_t fence = fence_.term();
+  if (absl::Status fenced = fence_.Guard(fence, compares, otherwise); !fenced.ok()) {
     return fail(fenced);
   }
 
@@ -947,7 +682,7 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
     if (txn->results.size() > 1) {
       for (const etcd::KeyValue& kv : txn->results[1].kvs) current_buckets.push_back(&kv);
     }
-    if (absl::Status fenced = CheckFence(fence, *txn, 2); !fenced.ok()) {
+    if (absl::Status fenced = fence_.Check(fence, *txn, 2); !fenced.ok()) {
       MutexLock lock(&mu_);
       ApplyRead(run_id, current, current_buckets, txn->revision);
       return fail(fenced);
@@ -963,33 +698,6 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
                                            current == nullptr ? 0 : current->mod_revision,
                                            ", expected ", expected));
   }
-}
-
-absl::Status EtcdRunStateBackend::AddFence(int64_t fence, std::vector<etcd::Compare>& compares,
-                                           std::vector<etcd::Op>& otherwise) const {
-  if (options_.leader_key.empty()) return absl::OkStatus();
-  if (fence == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("fenced: this replica holds no leader key (",
-                                                      options_.leader_key,
-                                                      "): only the leader writes runs"));
-  }
-  compares.push_back(etcd::Compare::CreateRevisionIs(options_.leader_key, fence));
-  otherwise.push_back(etcd::Op::Get(options_.leader_key));
-  return absl::OkStatus();
-}
-
-absl::Status EtcdRunStateBackend::CheckFence(int64_t fence, const etcd::TxnResult& txn,
-                                             size_t index) const {
-  if (options_.leader_key.empty() || txn.succeeded) return absl::OkStatus();
-  int64_t holder = 0;
-  if (index < txn.results.size() && !txn.results[index].kvs.empty()) {
-    holder = txn.results[index].kvs[0].create_revision;
-  }
-  if (holder == fence) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "fenced: the leader key ", options_.leader_key,
-      holder == 0 ? " is gone" : absl::StrCat(" was created at revision ", holder),
-      ", this replica's term began at revision ", fence, ": it is no longer the leader"));
 }
 
 absl::Status EtcdRunStateBackend::Reload() {

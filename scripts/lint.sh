@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Lints dgt's C++ sources: clang-format (check only) over every tracked file (product code, tests,
 # benchmarks, examples), and clang-tidy over every product .cc file (agent, cli, common, etcd,
-# rendezvous, store, worker_runtime) that the build compiles, in parallel (one clang-tidy per
-# core; CI's lint stage), skipping files unchanged since a clean run
+# rendezvous, run_status, server, store, worker_runtime) that the build compiles, in parallel
+# (one clang-tidy per core; CI's lint stage), skipping files unchanged since a clean run
 # (scripts/clang_tidy_cached.py). --changed limits clang-tidy to the .cc files the last commit
 # changed (HEAD~1..HEAD), for a quick local check. Tests and benchmarks are formatted but not held
 # to clang-tidy's performance checks (loops over a handful of test threads are not hot paths).
@@ -17,14 +17,14 @@ if [ "${1:-}" = "--changed" ]; then changed_only=1; shift; fi
 if [ "${1:-}" = "--all" ]; then shift; fi
 BUILD=${1:-build}
 JOBS=${DGT_LINT_JOBS:-$(nproc)}
-pattern='^(agent|cli|common|daemon|etcd|rendezvous|store|worker_runtime|bench|examples|tests)/.*\.(cc|h)$'
+pattern='^(agent|cli|common|daemon|etcd|rendezvous|run_status|server|store|worker_runtime|bench|examples|tests)/.*\.(cc|h)$'
 mapfile -t format_files < <(git ls-files | grep -E "$pattern" || true)
 status=0
 echo "lint: clang-format on ${#format_files[@]} file(s)"
 if [ ${#format_files[@]} -gt 0 ] && ! clang-format --dry-run -Werror "${format_files[@]}"; then
   status=1
 fi
-tidy_pattern='^(agent|cli|common|daemon|etcd|rendezvous|store|worker_runtime)/.*\.cc$'
+tidy_pattern='^(agent|cli|common|daemon|etcd|rendezvous|run_status|server|store|worker_runtime)/.*\.cc$'
 if [ $changed_only -eq 0 ]; then
   mapfile -t candidates < <(git ls-files | grep -E "$tidy_pattern" || true)
 elif git rev-parse --verify -q HEAD~1 >/dev/null; then
