@@ -57,6 +57,10 @@
 // run and key prefixed ("etcd backend: commit of run 'job' (key /dgt/runs/job): etcd txn: no
 // member answered within 5s (127.0.0.1:2379: ...)").
 //
+// Code: the view (Open, Find, ForEach, Watch, the watch's events, Reload) is
+// etcd_run_state_view.cc; the stages and the fenced writes (Commit, Delete, CompareAndPut, the
+// leases) are etcd_run_state_backend.cc.
+//
 // Thread-compatible as RunStateBackend says (the caller serialises its calls); the watch thread
 // updates the view under a mutex of its own. A pointer from Find stays valid until the caller's
 // next write (records the watch replaced are kept until then).
