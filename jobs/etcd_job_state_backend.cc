@@ -25,32 +25,8 @@ std::string EtcdJobStateBackend::NodeKey(absl::string_view node_name) const {
   return absl::StrCat(options_.prefix, "node/", node_name);
 }
 
-absl::StatusOr<int64_t> EtcdJobStateBackend::FencedWrite(etcd::Op op) {
-  const std::string& leader_key = options_.leader_key;
-  const int64_t fence = fence_.load();
-  if (fence == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("fenced: this replica holds no leader key (",
-                                                      leader_key,
-                                                      "): only the leader writes jobs"));
-  }
-  auto txn = client_->Txn({etcd::Compare::CreateRevisionIs(leader_key, fence)}, {std::move(op)},
-                          {etcd::Op::Get(leader_key)});
-  if (!txn.ok()) return txn.status();
-  if (txn->succeeded) return txn->results.empty() ? 0 : txn->results[0].count;
-  int64_t holder = 0;
-  if (!txn->results.empty() && !txn->results[0].kvs.empty()) {
-    holder = txn->results[0].kvs[0].create_revision;
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "fenced: the leader key ", leader_key,
-      holder == 0 ? " is gone" : absl::StrCat(" was created at revision ", holder),
-      ", this replica's term began at revision ", fence, ": it is no longer the leader"));
-}
-
 absl::Status EtcdJobStateBackend::Put(const std::string& key, const std::string& value) {
-  absl::StatusOr<int64_t> written = options_.leader_key.empty()
-                                        ? client_->Put(key, value)
-                                        : FencedWrite(etcd::Op::Put(key, value));
+  absl::StatusOr<int64_t> written = fence_.Write(*client_, etcd::Op::Put(key, value));
   if (absl::IsFailedPrecondition(written.status())) {
     return absl::FailedPreconditionError(
         absl::StrCat(written.status().message(), " (put of ", key, ")"));
@@ -63,8 +39,7 @@ absl::Status EtcdJobStateBackend::Put(const std::string& key, const std::string&
 }
 
 absl::Status EtcdJobStateBackend::Delete(const std::string& key, absl::string_view what) {
-  absl::StatusOr<int64_t> deleted =
-      options_.leader_key.empty() ? client_->Delete(key) : FencedWrite(etcd::Op::Delete(key));
+  absl::StatusOr<int64_t> deleted = fence_.Write(*client_, etcd::Op::Delete(key));
   if (absl::IsFailedPrecondition(deleted.status())) {
     return absl::FailedPreconditionError(
         absl::StrCat(deleted.status().message(), " (delete of ", key, ")"));

@@ -7,24 +7,23 @@
 // the prefix (a value that does not decode is skipped with a warning naming the key). Errors from
 // etcd (UNAVAILABLE naming each endpoint, from etcd/client.h) come back with the key prefixed.
 //
-// Replicas (docs/ETCD.md): with Options::leader_key each write is one Txn that also compares
-// create_revision(leader_key) == the revision SetLeaderFence gave (the term of this replica's
-// leadership), as EtcdRunStateBackend fences runs: a replica that was deposed (its leader key gone
-// or another replica's now) can never write a job or node record, so it cannot start or cancel a
-// job a second time. Such a write fails FAILED_PRECONDITION "fenced: ..." naming the key and both
+// Replicas (docs/ETCD.md): with Options::leader_key each write is guarded by an etcd::LeaderFence
+// (etcd/fence.h) at the term SetLeaderFence gave, as EtcdRunStateBackend's writes are: a replica
+// that was deposed can never write a job or node record, so it cannot start or cancel a job a
+// second time. Such a write fails FAILED_PRECONDITION "fenced: ..." naming the key and both
 // revisions; until SetLeaderFence gives a revision every write is refused so. Reads are not fenced.
 //
 // Thread-compatible, as JobStateBackend.
 #ifndef DGT_JOBS_ETCD_JOB_STATE_BACKEND_H_
 #define DGT_JOBS_ETCD_JOB_STATE_BACKEND_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "etcd/client.h"
+#include "etcd/fence.h"
 #include "jobs/job_state_backend.h"
 
 namespace dgt::jobs {
@@ -35,7 +34,7 @@ class EtcdJobStateBackend final : public JobStateBackend {
     etcd::ClientOptions client;
     // Must be non-empty (never the whole keyspace).
     std::string prefix = "/dgt/jobs/";
-    // The replicas' leader key (rendezvous::LeaderKeyFor), or empty: writes are not fenced.
+    // The replicas' leader key (etcd::LeaderKeyFor), or empty: writes are not fenced.
     std::string leader_key;
   };
   // Connects (lazily, as the etcd client does). Errors: InvalidArgument for an empty prefix or
@@ -51,23 +50,23 @@ class EtcdJobStateBackend final : public JobStateBackend {
 
   // The create_revision of the leader key this replica holds (its term), or 0 when it holds none
   // (every write is then refused). Only with Options::leader_key. Thread-safe.
-  void SetLeaderFence(int64_t create_revision) { fence_.store(create_revision); }
+  void SetLeaderFence(int64_t create_revision) { fence_.set_term(create_revision); }
 
   std::string JobKey(absl::string_view job_id) const;
   std::string NodeKey(absl::string_view node_name) const;
 
  private:
   EtcdJobStateBackend(Options options, std::unique_ptr<etcd::Client> client)
-      : options_(std::move(options)), client_(std::move(client)) {}
+      : options_(std::move(options)),
+        client_(std::move(client)),
+        fence_(options_.leader_key, "jobs") {}
   absl::Status Put(const std::string& key, const std::string& value);
   absl::Status Delete(const std::string& key, absl::string_view what);
-  // One fenced write (a Put or a Delete) as a Txn; returns the op's result (the deleted count).
-  absl::StatusOr<int64_t> FencedWrite(etcd::Op op);
   absl::StatusOr<std::vector<etcd::KeyValue>> Range(const std::string& prefix);
 
   Options options_;
   std::unique_ptr<etcd::Client> client_;
-  std::atomic<int64_t> fence_{0};  // SetLeaderFence.
+  etcd::LeaderFence fence_;  // Off without Options::leader_key.
 };
 
 }  // namespace dgt::jobs

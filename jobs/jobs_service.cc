@@ -8,9 +8,9 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "jobs/job_state.h"
-#include "rendezvous/credentials.h"
-#include "rendezvous/queued_write_reactor.h"
 #include "replica/leadership_status.h"
+#include "server/auth.h"
+#include "server/queued_write_reactor.h"
 
 namespace dgt::jobs {
 namespace {
@@ -32,7 +32,7 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, grpc::Statu
 // One node daemon's Register stream: the first message must be its NodeHello. Writes are queued
 // and sent one at a time.
 class JobsService::NodeReactor final
-    : public rendezvous::QueuedWriteReactor<v1::NodeMessage, v1::ControlMessage> {
+    : public server::QueuedWriteReactor<v1::NodeMessage, v1::ControlMessage> {
  public:
   NodeReactor(JobsService* service, std::string peer) : service_(service), peer_(std::move(peer)) {
     StartRead(&incoming_);
@@ -85,11 +85,7 @@ class JobsService::NodeReactor final
 
 namespace {
 
-class RejectReactor final : public grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage> {
- public:
-  explicit RejectReactor(grpc::Status status) { Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
+using RejectReactor = server::RejectReactor<v1::NodeMessage, v1::ControlMessage>;
 
 }  // namespace
 
@@ -204,18 +200,10 @@ grpc::Status JobsService::StandbyStatus() const {
   return replica::StandbyStatus(options_.replica_id, leader_address_);
 }
 
-bool JobsService::HasToken(const grpc::CallbackServerContext* context,
-                           const std::string& token) const {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(rendezvous::kAuthorizationKey);
-  if (it == metadata.end()) return false;
-  return rendezvous::TokenMatches(absl::string_view(it->second.data(), it->second.size()), token);
-}
-
 grpc::Status JobsService::CheckSubmitter(const grpc::CallbackServerContext* context,
                                          bool writes) const {
   if (!options_.submit_token.empty()) {
-    if (HasToken(context, options_.submit_token)) return grpc::Status::OK;
+    if (server::BearerAuthorized(*context, options_.submit_token)) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong submit token");
   }
   if (writes && !options_.allow_unauthenticated_submit) {
@@ -227,11 +215,10 @@ grpc::Status JobsService::CheckSubmitter(const grpc::CallbackServerContext* cont
 
 grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* JobsService::Register(
     grpc::CallbackServerContext* context) {
-  if (!options_.agent_token.empty() && !HasToken(context, options_.agent_token)) {
+  if (!server::BearerAuthorized(*context, options_.agent_token)) {
     spdlog::warn("jobs: refusing node registration from {}: missing or wrong bearer token",
                  context->peer());
-    return new RejectReactor(
-        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+    return new RejectReactor(server::MissingBearerToken());
   }
   {
     dgt::MutexLock lock(&mu_);

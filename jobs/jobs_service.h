@@ -43,7 +43,7 @@
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
 #include "jobs/job_state_backend.h"
 #include "jobs/scheduler.h"
-#include "rendezvous/types.h"
+#include "run_status/run_status.h"
 
 namespace dgt::jobs {
 
@@ -56,7 +56,8 @@ struct JobsServiceOptions {
   bool allow_unauthenticated_submit = false;
   // Where jobs and nodes are kept (not owned; must outlive the service). Null: in memory.
   JobStateBackend* backend = nullptr;
-  // The status of a rendezvous run (RendezvousService::RunStatusOf), nullopt when unknown.
+  // The status of a rendezvous run (the server layer wires RendezvousService::RunStatusOf),
+  // nullopt when unknown.
   std::function<std::optional<rendezvous::RunStatus>(const std::string&)> run_status;
   // How often started jobs' runs are polled.
   absl::Duration poll_interval = absl::Seconds(1);
@@ -67,8 +68,8 @@ struct JobsServiceOptions {
   SchedulerOptions scheduler;
   // One of several replicas (RendezvousServerOptions::elected): start as a standby, serve after
   // TakeOver. `replica_id` names it in messages. `on_fenced` is called (under the service's mutex:
-  // it must not call back into this service; ReplicaElection::Resign does not) when a write was
-  // fenced, after the service stepped down.
+  // it must not call back into this service; etcd::LeaderElection::Resign does not) when a write
+  // was fenced, after the service stepped down.
   bool elected = false;
   std::string replica_id;
   std::function<void(const absl::Status&)> on_fenced;
@@ -132,7 +133,6 @@ class JobsService final : public v1::Jobs::CallbackService {
   explicit JobsService(JobsServiceOptions options);
   // Which token a call needs: "" when none; the status to refuse with otherwise.
   grpc::Status CheckSubmitter(const grpc::CallbackServerContext* context, bool writes) const;
-  bool HasToken(const grpc::CallbackServerContext* context, const std::string& token) const;
   // A Register stream's messages.
   grpc::Status OnHello(NodeReactor* reactor, const v1::NodeHello& hello);
   void OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& message);

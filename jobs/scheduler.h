@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dgt/jobs/v1/jobs.pb.h"
-#include "rendezvous/types.h"
+#include "run_status/run_status.h"
 
 namespace dgt::jobs {
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/bearer_token.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -47,12 +48,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // one line of its own. Call once at startup, before any channel exists.
 void RouteGrpcLogsToDebug();
 
-// Metadata key and value a client sends with `token`.
-inline constexpr char kAuthorizationKey[] = "authorization";
-std::string BearerValue(absl::string_view token);
-
-// Constant-time comparison of a received authorization value with the expected token.
-bool TokenMatches(absl::string_view received_value, absl::string_view token);
+// The bearer token's metadata (kAuthorizationKey, BearerValue, TokenMatches) is
+// common/bearer_token.h's, included here for the clients.
 
 }  // namespace dgt::rendezvous
 

@@ -1,3 +1,5 @@
+// EtcdRunStateBackend's stages and fenced writes (rendezvous/etcd_run_state_backend.h); its view
+// of the runs, fed by the watch, is etcd_run_state_view.cc.
 #include "rendezvous/etcd_run_state_backend.h"
 
 #include <algorithm>
@@ -7,204 +9,12 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace dgt::rendezvous {
 namespace {
-
-using nlohmann::json;
-
-constexpr int kRecordVersion = 2;
-// Node buckets: about this many nodes per bucket key, and at most this many buckets, so that a
-// commit that changes every node (a round start) stays one Txn within etcd's default
-// --max-txn-ops (128): the run key plus every bucket.
-constexpr int kNodesPerBucket = 32;
-constexpr int kMaxBuckets = 100;
-
-json TimeToJson(absl::Time t) {
-  if (t == absl::InfiniteFuture()) return "inf";
-  if (t == absl::InfinitePast()) return "-inf";
-  return absl::ToUnixNanos(t);
-}
-
-absl::Time TimeFromJson(const json& j) {
-  if (j.is_string()) {
-    return j.get<std::string>() == "inf" ? absl::InfiniteFuture() : absl::InfinitePast();
-  }
-  return absl::FromUnixNanos(j.get<int64_t>());
-}
-
-json DurationToJson(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return "inf";
-  if (d == -absl::InfiniteDuration()) return "-inf";
-  return absl::ToInt64Nanoseconds(d);
-}
-
-absl::Duration DurationFromJson(const json& j) {
-  if (j.is_string()) {
-    return j.get<std::string>() == "inf" ? absl::InfiniteDuration() : -absl::InfiniteDuration();
-  }
-  return absl::Nanoseconds(j.get<int64_t>());
-}
-
-json OptionalTime(const std::optional<absl::Time>& t) {
-  return t.has_value() ? TimeToJson(*t) : json(nullptr);
-}
-
-std::optional<absl::Time> OptionalTimeFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return TimeFromJson(j);
-}
-
-json FailureToJson(const WorkerFailure& f) {
-  return json{{"rank", f.rank},     {"local_rank", f.local_rank}, {"exit_code", f.exit_code},
-              {"signal", f.signal}, {"node_id", f.node_id},       {"time", TimeToJson(f.time)}};
-}
-
-WorkerFailure FailureFromJson(const json& j) {
-  WorkerFailure f;
-  f.rank = j.at("rank").get<int32_t>();
-  f.local_rank = j.at("local_rank").get<int32_t>();
-  f.exit_code = j.at("exit_code").get<int32_t>();
-  f.signal = j.at("signal").get<int32_t>();
-  f.node_id = j.at("node_id").get<std::string>();
-  f.time = TimeFromJson(j.at("time"));
-  return f;
-}
-
-json OptionalFailure(const std::optional<WorkerFailure>& f) {
-  return f.has_value() ? FailureToJson(*f) : json(nullptr);
-}
-
-std::optional<WorkerFailure> OptionalFailureFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return FailureFromJson(j);
-}
-
-json OptionalString(const std::optional<std::string>& s) {
-  return s.has_value() ? json(*s) : json(nullptr);
-}
-
-std::optional<std::string> OptionalStringFromJson(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<std::string>();
-}
-
-RunState StateFromJson(const json& j) {
-  const std::string name = j.get<std::string>();
-  if (name == RunStateName(RunState::kGathering)) return RunState::kGathering;
-  if (name == RunStateName(RunState::kRunning)) return RunState::kRunning;
-  if (name == RunStateName(RunState::kClosed)) return RunState::kClosed;
-  throw std::invalid_argument("unknown state '" + name + "'");
-}
-
-// A node as a JSON array (compact: a bucket of 100 nodes is about 7 KB):
-// [node_id, session, address, nproc, store_port, node_rank, succeeded, failed, last_contact].
-json NodeToJson(const NodeRecord& n) {
-  return json::array({n.node_id, n.session, n.address, n.nproc, n.store_port, n.node_rank,
-                      n.succeeded, n.failed, TimeToJson(n.last_contact)});
-}
-
-NodeRecord NodeFromJson(const json& j) {
-  if (!j.is_array() || j.size() != 9) throw std::invalid_argument("a node is not an array of 9");
-  NodeRecord node;
-  node.node_id = j[0].get<std::string>();
-  node.session = j[1].get<SessionId>();
-  node.address = j[2].get<std::string>();
-  node.nproc = j[3].get<int32_t>();
-  node.store_port = j[4].get<int32_t>();
-  node.node_rank = j[5].get<int32_t>();
-  node.succeeded = j[6].get<bool>();
-  node.failed = j[7].get<bool>();
-  node.last_contact = TimeFromJson(j[8]);
-  return node;
-}
-
-// The run without its nodes (they are in the bucket keys).
-json RunToJson(const RunRecord& r) {
-  json failures = json::array();
-  for (const WorkerFailure& f : r.failures) failures.push_back(FailureToJson(f));
-  return json{
-      {"run_id", r.run_id},
-      {"min_nodes", r.min_nodes},
-      {"max_nodes", r.max_nodes},
-      {"nproc_per_node", r.nproc_per_node},
-      {"max_restarts", r.max_restarts},
-      {"last_call_timeout", DurationToJson(r.last_call_timeout)},
-      {"join_timeout", DurationToJson(r.join_timeout)},
-      {"state", RunStateName(r.state)},
-      {"connected", r.connected},
-      {"members", r.members},
-      {"succeeded", r.succeeded},
-      {"round", r.round},
-      {"restart_count", r.restart_count},
-      {"world_size", r.world_size},
-      {"master_addr", r.master_addr},
-      {"master_port", r.master_port},
-      {"last_call_deadline", OptionalTime(r.last_call_deadline)},
-      {"join_deadline", OptionalTime(r.join_deadline)},
-      {"scale_up_deadline", OptionalTime(r.scale_up_deadline)},
-      {"failures", std::move(failures)},
-      {"failure_messages", r.failure_messages},
-      {"failure_deadline", OptionalTime(r.failure_deadline)},
-      {"recovering", r.recovering},
-      {"expected_members", r.expected_members},
-      {"rank_rejoined", r.rank_rejoined},
-      {"rejoin_deadline", OptionalTime(r.rejoin_deadline)},
-      {"deferred_restart", OptionalString(r.deferred_restart)},
-      {"pending_reason", OptionalString(r.pending_reason)},
-      {"pending_restart_increment", r.pending_restart_increment},
-      {"outcome", r.outcome},
-      {"finished", json{{"succeeded", r.finished.succeeded},
-                        {"message", r.finished.message},
-                        {"failure", OptionalFailure(r.finished.failure)}}},
-      {"closed_at", TimeToJson(r.closed_at)},
-  };
-}
-
-RunRecord RunFromJson(const json& j) {
-  RunRecord r;
-  r.run_id = j.at("run_id").get<std::string>();
-  r.min_nodes = j.at("min_nodes").get<int32_t>();
-  r.max_nodes = j.at("max_nodes").get<int32_t>();
-  r.nproc_per_node = j.at("nproc_per_node").get<int32_t>();
-  r.max_restarts = j.at("max_restarts").get<int32_t>();
-  r.last_call_timeout = DurationFromJson(j.at("last_call_timeout"));
-  r.join_timeout = DurationFromJson(j.at("join_timeout"));
-  r.state = StateFromJson(j.at("state"));
-  r.connected = j.at("connected").get<int32_t>();
-  r.members = j.at("members").get<int32_t>();
-  r.succeeded = j.at("succeeded").get<int32_t>();
-  r.round = j.at("round").get<int64_t>();
-  r.restart_count = j.at("restart_count").get<int32_t>();
-  r.world_size = j.at("world_size").get<int32_t>();
-  r.master_addr = j.at("master_addr").get<std::string>();
-  r.master_port = j.at("master_port").get<int32_t>();
-  r.last_call_deadline = OptionalTimeFromJson(j.at("last_call_deadline"));
-  r.join_deadline = OptionalTimeFromJson(j.at("join_deadline"));
-  r.scale_up_deadline = OptionalTimeFromJson(j.at("scale_up_deadline"));
-  for (const json& f : j.at("failures")) r.failures.push_back(FailureFromJson(f));
-  r.failure_messages = j.at("failure_messages").get<std::vector<std::string>>();
-  r.failure_deadline = OptionalTimeFromJson(j.at("failure_deadline"));
-  r.recovering = j.at("recovering").get<bool>();
-  r.expected_members = j.at("expected_members").get<int32_t>();
-  r.rank_rejoined = j.at("rank_rejoined").get<std::vector<bool>>();
-  r.rejoin_deadline = OptionalTimeFromJson(j.at("rejoin_deadline"));
-  r.deferred_restart = OptionalStringFromJson(j.at("deferred_restart"));
-  r.pending_reason = OptionalStringFromJson(j.at("pending_reason"));
-  r.pending_restart_increment = j.at("pending_restart_increment").get<int32_t>();
-  r.outcome = j.at("outcome").get<std::string>();
-  const json& finished = j.at("finished");
-  r.finished.succeeded = finished.at("succeeded").get<bool>();
-  r.finished.message = finished.at("message").get<std::string>();
-  r.finished.failure = OptionalFailureFromJson(finished.at("failure"));
-  r.closed_at = TimeFromJson(j.at("closed_at"));
-  return r;
-}
 
 // Whether two records differ in one node, by bucket: marks the bucket of every node added,
 // removed or changed between `before` and `after` (both sorted by node id). O(nodes).
@@ -228,394 +38,20 @@ void MarkChangedBuckets(const std::map<std::string, NodeRecord>& before,
   }
 }
 
-// A key under the prefix, split: the run id and the node bucket (-1: the run's own key).
-// False for a bucket suffix that is not a number.
-bool SplitKey(absl::string_view rest, std::string* run_id, int* bucket) {
-  const size_t sep = rest.find(kNodeBucketSeparator);
-  if (sep == absl::string_view::npos) {
-    *run_id = std::string(rest);
-    *bucket = -1;
-    return true;
-  }
-  *run_id = std::string(rest.substr(0, sep));
-  return absl::SimpleAtoi(rest.substr(sep + 1), bucket) && *bucket >= 0 && *bucket < kMaxBuckets;
-}
-
-// The keys of each run in a read of the prefix.
-struct RunKeys {
-  const etcd::KeyValue* run = nullptr;
-  std::vector<const etcd::KeyValue*> buckets;
-};
-
-std::map<std::string, RunKeys, std::less<>> GroupByRun(const std::vector<etcd::KeyValue>& kvs,
-                                                       size_t prefix_size) {
-  std::map<std::string, RunKeys, std::less<>> runs;
-  for (const etcd::KeyValue& kv : kvs) {
-    std::string run_id;
-    int bucket = -1;
-    if (!SplitKey(absl::string_view(kv.key).substr(prefix_size), &run_id, &bucket)) {
-      spdlog::warn("etcd backend: skipping key {}: not a run or node bucket key", kv.key);
-      continue;
-    }
-    RunKeys& keys = runs[run_id];
-    if (bucket < 0) {
-      keys.run = &kv;
-    } else {
-      keys.buckets.push_back(&kv);
-    }
-  }
-  return runs;
-}
-
 std::string LeaseGone(LeaseId lease) {
   return absl::StrCat("lease ", lease, " does not exist (expired?)");
 }
 
 }  // namespace
 
-int NodeBuckets(int32_t max_nodes) {
-  const int64_t wanted = (static_cast<int64_t>(max_nodes) + kNodesPerBucket - 1) / kNodesPerBucket;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxBuckets));
-}
-
-int NodeBucket(absl::string_view node_id, int buckets) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits: stable across builds and hosts.
-  for (unsigned char c : node_id) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return static_cast<int>(h % static_cast<uint64_t>(std::max(buckets, 1)));
-}
-
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets) {
-  return json{{"version", kRecordVersion},
-              {"writer", std::string(writer)},
-              {"buckets", buckets},
-              {"run", RunToJson(run)}}
-      .dump();
-}
-
-std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes) {
-  json list = json::array();
-  for (const NodeRecord* n : nodes) list.push_back(NodeToJson(*n));
-  return json{{"version", kRecordVersion}, {"nodes", std::move(list)}}.dump();
-}
-
-absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value) {
-  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("node bucket: not a JSON object");
-  }
-  auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer() ||
-      version->get<int64_t>() != kRecordVersion) {
-    return absl::UnimplementedError(absl::StrCat("node bucket: not version ", kRecordVersion,
-                                                 " (this dgt reads version ", kRecordVersion, ")"));
-  }
-  try {
-    std::vector<NodeRecord> nodes;
-    for (const json& n : j.at("nodes")) nodes.push_back(NodeFromJson(n));
-    return nodes;
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("node bucket: ", e.what()));
-  }
-}
-
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer,
-                                          int* buckets) {
-  json j = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("run record: not a JSON object");
-  }
-  auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer()) {
-    return absl::InvalidArgumentError("run record: no integer \"version\"");
-  }
-  if (version->get<int64_t>() != kRecordVersion) {
-    return absl::UnimplementedError(absl::StrCat("run record: version ", version->get<int64_t>(),
-                                                 " (this dgt reads version ", kRecordVersion, ")"));
-  }
-  try {
-    if (writer != nullptr) *writer = j.at("writer").get<std::string>();
-    const int b = j.at("buckets").get<int>();
-    if (b < 1 || b > kMaxBuckets) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("run record: \"buckets\" ", b, " is not in 1..", kMaxBuckets));
-    }
-    if (buckets != nullptr) *buckets = b;
-    return RunFromJson(j.at("run"));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run record: ", e.what()));
-  }
-}
-
-EtcdRunStateBackend::EtcdRunStateBackend(Options options) : options_(std::move(options)) {
+EtcdRunStateBackend::EtcdRunStateBackend(Options options)
+    : options_(std::move(options)), fence_(options_.leader_key, "runs") {
   std::random_device rd;
   replica_id_ =
       absl::StrCat(absl::Hex((static_cast<uint64_t>(rd()) << 32) | rd(), absl::kZeroPad16));
 }
 
 EtcdRunStateBackend::~EtcdRunStateBackend() { watcher_.reset(); }
-
-absl::StatusOr<std::unique_ptr<EtcdRunStateBackend>> EtcdRunStateBackend::Open(Options options) {
-  if (options.prefix.empty()) {
-    return absl::InvalidArgumentError("etcd backend: the key prefix must not be empty");
-  }
-  std::unique_ptr<EtcdRunStateBackend> backend(new EtcdRunStateBackend(std::move(options)));
-  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
-      etcd::Client::Create(backend->options_.client);
-  if (!client.ok()) return client.status();
-  backend->client_ = *std::move(client);
-  absl::StatusOr<etcd::RangeResult> all = backend->client_->GetPrefix(backend->options_.prefix);
-  if (!all.ok()) {
-    return absl::Status(all.status().code(),
-                        absl::StrCat("etcd backend: reading the runs under '",
-                                     backend->options_.prefix, "': ", all.status().message()));
-  }
-  {
-    MutexLock lock(&backend->mu_);
-    backend->known_revision_ = all->revision;
-    for (const auto& [id, keys] : GroupByRun(all->kvs, backend->options_.prefix.size())) {
-      if (keys.run != nullptr) backend->ApplyRead(id, keys.run, keys.buckets, all->revision);
-    }
-  }
-  absl::Status watching = backend->StartWatch(all->revision + 1);
-  if (!watching.ok()) return watching;
-  return backend;
-}
-
-absl::Status EtcdRunStateBackend::StartWatch(Revision revision) {
-  absl::StatusOr<std::unique_ptr<etcd::Watcher>> watcher = client_->Watch(
-      options_.prefix, /*prefix=*/true, revision,
-      [this](const std::vector<etcd::Event>& events) { OnWatchEvents(events); },
-      [this](const absl::Status& error) {
-        spdlog::error("etcd backend: the watch of '{}' ended: {}; the next write re-reads the runs",
-                      options_.prefix, error.ToString());
-        watch_ended_.store(true);
-      });
-  if (!watcher.ok()) return watcher.status();
-  watcher_ = *std::move(watcher);
-  return absl::OkStatus();
-}
-
-absl::Status EtcdRunStateBackend::Resync() {
-  watcher_.reset();  // Its thread has ended (terminal error); joins it.
-  absl::StatusOr<etcd::RangeResult> all = client_->GetPrefix(options_.prefix);
-  if (!all.ok()) return all.status();
-  std::vector<RunEvent> deliver;
-  {
-    MutexLock lock(&mu_);
-    std::map<std::string, RunKeys, std::less<>> read = GroupByRun(all->kvs, options_.prefix.size());
-    std::vector<std::string> gone;
-    for (const auto& [id, entry] : view_) {
-      auto r = read.find(id);
-      if ((r == read.end() || r->second.run == nullptr) && entry.revision < all->revision) {
-        gone.push_back(id);
-      }
-    }
-    for (const std::string& id : gone) {
-      ApplyRead(id, nullptr, {}, all->revision);
-      deliver.push_back(RunEvent{RunEvent::Type::kDelete, id, all->revision});
-    }
-    for (const auto& [id, keys] : read) {
-      if (keys.run == nullptr) continue;
-      auto it = view_.find(id);
-      if (it != view_.end() && it->second.revision >= keys.run->mod_revision) continue;
-      ApplyRead(id, keys.run, keys.buckets, all->revision);
-      deliver.push_back(RunEvent{RunEvent::Type::kPut, id, keys.run->mod_revision});
-    }
-    known_revision_ = std::max(known_revision_, all->revision);
-    ++resyncs_;
-  }
-  std::sort(deliver.begin(), deliver.end(),
-            [](const RunEvent& a, const RunEvent& b) { return a.revision < b.revision; });
-  {
-    MutexLock lock(&watch_mu_);
-    for (const RunEvent& event : deliver) {
-      for (const auto& [id, watch] : watches_) {
-        if (event.revision > watch.after) watch.fn(event);
-      }
-    }
-  }
-  watch_ended_.store(false);
-  return StartWatch(all->revision + 1);
-}
-
-int64_t EtcdRunStateBackend::own_writes_from_watch() const {
-  MutexLock lock(&mu_);
-  return own_writes_from_watch_;
-}
-
-int64_t EtcdRunStateBackend::resyncs() const {
-  MutexLock lock(&mu_);
-  return resyncs_;
-}
-
-void EtcdRunStateBackend::ApplyRead(const std::string& run_id, const etcd::KeyValue* kv,
-                                    const std::vector<const etcd::KeyValue*>& buckets,
-                                    Revision read_revision) {
-  auto it = view_.find(run_id);
-  if (kv == nullptr) {
-    if (it != view_.end() && it->second.revision < read_revision) {
-      retired_.push_back(std::move(it->second.run));
-      view_.erase(it);
-      floors_[run_id] = std::max(floors_[run_id], read_revision);
-    }
-    return;
-  }
-  if (it != view_.end() && it->second.revision >= kv->mod_revision) return;
-  int bucket_count = 0;
-  absl::StatusOr<RunRecord> run = DecodeRunRecord(kv->value, nullptr, &bucket_count);
-  for (const etcd::KeyValue* b : buckets) {
-    if (!run.ok()) break;
-    absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(b->value);
-    if (!nodes.ok()) {
-      run = absl::Status(nodes.status().code(),
-                         absl::StrCat("bucket key ", b->key, ": ", nodes.status().message()));
-      break;
-    }
-    for (NodeRecord& n : *nodes) {
-      std::string id = n.node_id;
-      run->nodes.insert_or_assign(std::move(id), std::move(n));
-    }
-  }
-  if (!run.ok()) {
-    spdlog::warn("etcd backend: skipping run key {} (revision {}): {}", kv->key, kv->mod_revision,
-                 run.status().ToString());
-    return;
-  }
-  if (it != view_.end()) retired_.push_back(std::move(it->second.run));
-  view_[run_id] = Entry{std::make_shared<const RunRecord>(*std::move(run)), kv->mod_revision,
-                        kv->lease, bucket_count};
-  Revision& floor = floors_[run_id];
-  floor = std::max(floor, kv->mod_revision);
-}
-
-void EtcdRunStateBackend::ApplyLocal(const std::string& run_id,
-                                     std::shared_ptr<const RunRecord> run, Revision revision,
-                                     LeaseId lease, int buckets) {
-  MutexLock lock(&mu_);
-  known_revision_ = std::max(known_revision_, revision);
-  Revision& floor = floors_[run_id];
-  floor = std::max(floor, revision);
-  auto it = view_.find(run_id);
-  if (it != view_.end()) {
-    if (it->second.revision > revision) return;  // The watch already applied a later change.
-    retired_.push_back(std::move(it->second.run));
-    if (run == nullptr) {
-      view_.erase(it);
-      return;
-    }
-  }
-  if (run != nullptr) view_[run_id] = Entry{std::move(run), revision, lease, buckets};
-}
-
-void EtcdRunStateBackend::OnWatchEvents(const std::vector<etcd::Event>& events) {
-  // One write of a run (its run key and the node buckets it changed, one revision) is one group,
-  // applied together and delivered as one RunEvent.
-  struct Group {
-    std::string run_id;
-    Revision revision = 0;
-    const etcd::Event* run_event = nullptr;
-    std::vector<std::pair<int, const etcd::Event*>> buckets;
-  };
-  std::vector<Group> groups;
-  std::map<std::pair<std::string, Revision>, size_t> index;
-  for (const etcd::Event& e : events) {
-    if (!absl::StartsWith(e.kv.key, options_.prefix)) continue;
-    std::string run_id;
-    int bucket = -1;
-    if (!SplitKey(absl::string_view(e.kv.key).substr(options_.prefix.size()), &run_id, &bucket)) {
-      continue;
-    }
-    auto [it, added] = index.try_emplace({run_id, e.kv.mod_revision}, groups.size());
-    if (added) groups.push_back(Group{std::move(run_id), e.kv.mod_revision, nullptr, {}});
-    Group& g = groups[it->second];
-    if (bucket < 0) {
-      g.run_event = &e;
-    } else {
-      g.buckets.emplace_back(bucket, &e);
-    }
-  }
-  std::vector<RunEvent> deliver;
-  {
-    MutexLock lock(&mu_);
-    for (Group& g : groups) {
-      const std::string& run_id = g.run_id;
-      const Revision revision = g.revision;
-      known_revision_ = std::max(known_revision_, revision);
-      if (g.run_event == nullptr) continue;  // Never alone: each write puts or deletes the run key.
-      const bool deleted = g.run_event->type == etcd::Event::Type::kDelete;
-      auto floor = floors_.find(run_id);
-      const bool stale = floor != floors_.end() && revision <= floor->second;
-      if (floor != floors_.end() && revision >= floor->second) floors_.erase(floor);
-      if (!stale) {
-        auto it = view_.find(run_id);
-        if (deleted) {
-          if (it != view_.end()) {
-            retired_.push_back(std::move(it->second.run));
-            view_.erase(it);
-          }
-        } else {
-          int bucket_count = 0;
-          std::string writer;
-          absl::StatusOr<RunRecord> run =
-              DecodeRunRecord(g.run_event->kv.value, &writer, &bucket_count);
-          if (auto mine = in_flight_.find(run_id);
-              run.ok() && mine != in_flight_.end() && mine->second.writer == writer) {
-            // This replica's own put, before its Txn answered: the record written is the run.
-            if (it != view_.end()) retired_.push_back(std::move(it->second.run));
-            view_[run_id] = Entry{mine->second.run, revision, g.run_event->kv.lease, bucket_count};
-            ++own_writes_from_watch_;
-            deliver.push_back(RunEvent{RunEvent::Type::kPut, run_id, revision});
-            continue;
-          }
-          if (run.ok() && it != view_.end()) run->nodes = it->second.run->nodes;
-          // The changed buckets' nodes are replaced by what each holds now (none once deleted):
-          // one pass over the nodes, not one per bucket.
-          if (run.ok() && bucket_count > 0) {
-            std::vector<bool> replaced(bucket_count, false);
-            for (const auto& [bucket, e] : g.buckets) {
-              if (bucket >= 0 && bucket < bucket_count) replaced[bucket] = true;
-            }
-            std::erase_if(run->nodes, [&](const auto& node) {
-              return replaced[NodeBucket(node.first, bucket_count)];
-            });
-          }
-          for (const auto& [bucket, e] : g.buckets) {
-            if (!run.ok()) break;
-            if (e->type == etcd::Event::Type::kDelete) continue;
-            absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(e->kv.value);
-            if (!nodes.ok()) {
-              run = nodes.status();
-              break;
-            }
-            for (NodeRecord& n : *nodes) {
-              std::string id = n.node_id;
-              run->nodes.insert_or_assign(std::move(id), std::move(n));
-            }
-          }
-          if (run.ok()) {
-            if (it != view_.end()) retired_.push_back(std::move(it->second.run));
-            view_[run_id] = Entry{std::make_shared<const RunRecord>(*std::move(run)), revision,
-                                  g.run_event->kv.lease, bucket_count};
-          } else {
-            spdlog::warn("etcd backend: skipping run key {} (revision {}): {}", g.run_event->kv.key,
-                         revision, run.status().ToString());
-          }
-        }
-      }
-      deliver.push_back(
-          RunEvent{deleted ? RunEvent::Type::kDelete : RunEvent::Type::kPut, run_id, revision});
-    }
-  }
-  MutexLock lock(&watch_mu_);
-  for (const RunEvent& event : deliver) {
-    for (const auto& [id, watch] : watches_) {
-      if (event.revision > watch.after) watch.fn(event);
-    }
-  }
-}
 
 bool EtcdRunStateBackend::DropStage(absl::string_view run_id) {
   auto it = stages_.find(run_id);
@@ -624,72 +60,11 @@ bool EtcdRunStateBackend::DropStage(absl::string_view run_id) {
   return true;
 }
 
-void EtcdRunStateBackend::ReleaseRetired() {
-  {
-    MutexLock lock(&mu_);
-    retired_.clear();
-  }
-  if (watch_ended_.load()) {
-    absl::Status resynced = Resync();
-    if (!resynced.ok()) {
-      watch_ended_.store(true);
-      spdlog::warn(
-          "etcd backend: re-reading the runs under '{}' after the watch ended: {}; "
-          "trying again at the next write",
-          options_.prefix, resynced.ToString());
-    }
-  }
-}
-
 std::string EtcdRunStateBackend::NextWriter() { return absl::StrCat(replica_id_, ":", ++writes_); }
 
 int64_t EtcdRunStateBackend::decided_after_lost_answer() const {
   MutexLock lock(&mu_);
   return decided_;
-}
-
-const RunRecord* EtcdRunStateBackend::Find(absl::string_view run_id) const {
-  if (auto stage = stages_.find(run_id); stage != stages_.end()) return &stage->second.run;
-  MutexLock lock(&mu_);
-  auto it = view_.find(run_id);
-  return it == view_.end() ? nullptr : it->second.run.get();
-}
-
-Revision EtcdRunStateBackend::RevisionOf(absl::string_view run_id) const {
-  MutexLock lock(&mu_);
-  auto it = view_.find(run_id);
-  return it == view_.end() ? 0 : it->second.revision;
-}
-
-void EtcdRunStateBackend::ForEach(absl::FunctionRef<void(const RunRecord&)> fn) const {
-  // The records, not the map: fn runs without the lock (it may call Find). The shared_ptrs keep
-  // them alive whatever the watch does meanwhile.
-  std::vector<std::pair<std::string, std::shared_ptr<const RunRecord>>> runs;
-  {
-    MutexLock lock(&mu_);
-    runs.reserve(view_.size());
-    for (const auto& [id, entry] : view_) runs.emplace_back(id, entry.run);
-  }
-  auto stage = stages_.begin();
-  for (const auto& [id, run] : runs) {
-    for (; stage != stages_.end() && stage->first < id; ++stage) fn(stage->second.run);
-    if (stage != stages_.end() && stage->first == id) {
-      fn(stage->second.run);
-      ++stage;
-    } else {
-      fn(*run);
-    }
-  }
-  for (; stage != stages_.end(); ++stage) fn(stage->second.run);
-}
-
-size_t EtcdRunStateBackend::size() const {
-  MutexLock lock(&mu_);
-  size_t n = view_.size();
-  for (const auto& [id, stage] : stages_) {
-    if (!view_.contains(id)) ++n;
-  }
-  return n;
 }
 
 absl::StatusOr<RunRecord*> EtcdRunStateBackend::Create(absl::string_view run_id) {
@@ -758,8 +133,8 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
   bool lost_answer = false;
   std::vector<etcd::Compare> compares;
   std::vector<etcd::Op> otherwise;
-  const int64_t fence = fence_.load();
-  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+  const int64_t fence = fence_.term();
+  if (absl::Status fenced = fence_.Guard(fence, compares, otherwise); !fenced.ok()) {
     return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
                                                     "' (key ", key, "): ", fenced.message()));
   }
@@ -768,7 +143,7 @@ absl::Status EtcdRunStateBackend::Delete(absl::string_view run_id) {
         compares, {etcd::Op::Delete(key), etcd::Op::DeletePrefix(key + kNodeBucketSeparator)},
         otherwise);
     if (txn.ok() && !txn->succeeded) {
-      absl::Status fenced = CheckFence(fence, *txn, 0);
+      absl::Status fenced = fence_.Check(fence, *txn, 0);
       return absl::Status(fenced.code(), absl::StrCat("etcd backend: delete of run '", run_id,
                                                       "' (key ", key, "): ", fenced.message()));
     }
@@ -885,8 +260,8 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
     return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
                                                "' (key ", key, "): ", s.message()));
   };
-  const int64_t fence = fence_.load();
-  if (absl::Status fenced = AddFence(fence, compares, otherwise); !fenced.ok()) {
+  const int64_t fence = fence_.term();
+  if (absl::Status fenced = fence_.Guard(fence, compares, otherwise); !fenced.ok()) {
     return fail(fenced);
   }
 
@@ -947,7 +322,7 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
     if (txn->results.size() > 1) {
       for (const etcd::KeyValue& kv : txn->results[1].kvs) current_buckets.push_back(&kv);
     }
-    if (absl::Status fenced = CheckFence(fence, *txn, 2); !fenced.ok()) {
+    if (absl::Status fenced = fence_.Check(fence, *txn, 2); !fenced.ok()) {
       MutexLock lock(&mu_);
       ApplyRead(run_id, current, current_buckets, txn->revision);
       return fail(fenced);
@@ -963,46 +338,6 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
                                            current == nullptr ? 0 : current->mod_revision,
                                            ", expected ", expected));
   }
-}
-
-absl::Status EtcdRunStateBackend::AddFence(int64_t fence, std::vector<etcd::Compare>& compares,
-                                           std::vector<etcd::Op>& otherwise) const {
-  if (options_.leader_key.empty()) return absl::OkStatus();
-  if (fence == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("fenced: this replica holds no leader key (",
-                                                      options_.leader_key,
-                                                      "): only the leader writes runs"));
-  }
-  compares.push_back(etcd::Compare::CreateRevisionIs(options_.leader_key, fence));
-  otherwise.push_back(etcd::Op::Get(options_.leader_key));
-  return absl::OkStatus();
-}
-
-absl::Status EtcdRunStateBackend::CheckFence(int64_t fence, const etcd::TxnResult& txn,
-                                             size_t index) const {
-  if (options_.leader_key.empty() || txn.succeeded) return absl::OkStatus();
-  int64_t holder = 0;
-  if (index < txn.results.size() && !txn.results[index].kvs.empty()) {
-    holder = txn.results[index].kvs[0].create_revision;
-  }
-  if (holder == fence) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "fenced: the leader key ", options_.leader_key,
-      holder == 0 ? " is gone" : absl::StrCat(" was created at revision ", holder),
-      ", this replica's term began at revision ", fence, ": it is no longer the leader"));
-}
-
-absl::Status EtcdRunStateBackend::Reload() {
-  DiscardStages();
-  {
-    MutexLock lock(&mu_);
-    retired_.clear();
-  }
-  absl::Status reloaded = Resync();
-  // Resync dropped the watch before reading: without a read there is no watch, and the next
-  // write tries again.
-  if (!reloaded.ok()) watch_ended_.store(true);
-  return reloaded;
 }
 
 absl::StatusOr<RunRecord> EtcdRunStateBackend::ReadRun(etcd::Client& client,
@@ -1078,22 +413,5 @@ absl::Status EtcdRunStateBackend::RevokeLease(LeaseId lease) {
 }
 
 void EtcdRunStateBackend::ExpireLeases(absl::Time /*now*/) {}
-
-WatchId EtcdRunStateBackend::Watch(std::function<void(const RunEvent&)> fn) {
-  Revision after = 0;
-  {
-    MutexLock lock(&mu_);
-    after = known_revision_;
-  }
-  MutexLock lock(&watch_mu_);
-  const WatchId id = next_watch_++;
-  watches_.emplace(id, WatchEntry{std::move(fn), after});
-  return id;
-}
-
-void EtcdRunStateBackend::CancelWatch(WatchId id) {
-  MutexLock lock(&watch_mu_);
-  watches_.erase(id);
-}
 
 }  // namespace dgt::rendezvous

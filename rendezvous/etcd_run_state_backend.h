@@ -3,7 +3,8 @@
 // backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
 // rendezvous that links it (dgt::rendezvous_etcd).
 //
-// Keys and values (record version 2): per run, a run key `<prefix><run_id>` (default prefix
+// Keys and values (record version 2, rendezvous/run_record_codec.h): per run, a run key
+// `<prefix><run_id>` (default prefix
 // "/dgt/runs/") whose value is the RunRecord without its nodes as JSON: {"version": 2, "writer":
 // "<replica id>:<write>", "buckets": B, "run": {...}} (times as Unix nanoseconds, durations as
 // nanoseconds, infinite ones as "inf"/"-inf"); and the nodes in B bucket keys
@@ -56,6 +57,10 @@
 // run and key prefixed ("etcd backend: commit of run 'job' (key /dgt/runs/job): etcd txn: no
 // member answered within 5s (127.0.0.1:2379: ...)").
 //
+// Code: the view (Open, Find, ForEach, Watch, the watch's events, Reload) is
+// etcd_run_state_view.cc; the stages and the fenced writes (Commit, Delete, CompareAndPut, the
+// leases) are etcd_run_state_backend.cc.
+//
 // Thread-compatible as RunStateBackend says (the caller serialises its calls); the watch thread
 // updates the view under a mutex of its own. A pointer from Find stays valid until the caller's
 // next write (records the watch replaced are kept until then).
@@ -76,30 +81,11 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "etcd/client.h"
+#include "etcd/fence.h"
+#include "rendezvous/run_record_codec.h"
 #include "rendezvous/run_state_backend.h"
 
 namespace dgt::rendezvous {
-
-// Separates a run's key from its node buckets' keys: `<prefix><run id>\x1f<bucket>`. A run id
-// with this byte is refused (InvalidArgument).
-inline constexpr char kNodeBucketSeparator = '\x1f';
-// How many node buckets a run of at most `max_nodes` nodes gets: one per 32 nodes, 1..100.
-int NodeBuckets(int32_t max_nodes);
-// The bucket of a node (FNV-1a of its id, modulo `buckets`).
-int NodeBucket(absl::string_view node_id, int buckets);
-// The JSON value of a run's key: the run without its nodes (see above); `writer` identifies the
-// write, `buckets` is the run's number of node buckets.
-std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int buckets = 1);
-// The record in a run key's value (no nodes), its writer and its number of node buckets.
-// Errors: InvalidArgument for a value that is not JSON of this shape, naming what is wrong;
-// Unimplemented for another "version".
-absl::StatusOr<RunRecord> DecodeRunRecord(absl::string_view value, std::string* writer = nullptr,
-                                          int* buckets = nullptr);
-// The JSON value of a node bucket's key: {"version": 2, "nodes": [[node_id, session, address,
-// nproc, store_port, node_rank, succeeded, failed, last_contact], ...]}.
-std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes);
-// The nodes in a bucket's value. Errors as DecodeRunRecord's.
-absl::StatusOr<std::vector<NodeRecord>> DecodeNodeBucket(absl::string_view value);
 
 class EtcdRunStateBackend final : public RunStateBackend {
  public:
@@ -110,10 +96,10 @@ class EtcdRunStateBackend final : public RunStateBackend {
     std::string prefix = "/dgt/runs/";
     // How long a write whose answer was lost keeps trying to learn its outcome.
     absl::Duration decide_timeout = absl::Seconds(10);
-    // The replicas' leader key (rendezvous/replica_election.h), or empty: no fence. When set,
-    // every write also compares create_revision(leader_key) == the revision SetLeaderFence was
-    // given, so that a replica deposed since it won (its lease ended, another replica holds the
-    // key now) can never commit; until SetLeaderFence gives a revision every write is refused.
+    // The replicas' leader key (etcd/leader_election.h), or empty: no fence. When set, every
+    // write is guarded by an etcd::LeaderFence (etcd/fence.h) at the term SetLeaderFence gave,
+    // so that a replica deposed since it won can never commit; until SetLeaderFence gives a
+    // revision every write is refused.
     std::string leader_key;
     // Tests only: called after each put's Txn answered and before the view takes the write, so
     // that a test can let the watch deliver the write first (own_writes_from_watch).
@@ -161,7 +147,7 @@ class EtcdRunStateBackend final : public RunStateBackend {
   // sets it while a write may be in flight (the write uses the value it read when it started).
   // Only with Options::leader_key. A write the fence refused fails FAILED_PRECONDITION
   // "fenced: ..." naming the key and both revisions.
-  void SetLeaderFence(int64_t create_revision) { fence_.store(create_revision); }
+  void SetLeaderFence(int64_t create_revision) { fence_.set_term(create_revision); }
 
   // The run `run_id` as stored under `prefix` (its run key and node buckets, read in one Txn),
   // for tools and tests that read etcd without a backend. Errors: NotFound when the run key is
@@ -246,13 +232,6 @@ class EtcdRunStateBackend final : public RunStateBackend {
   absl::Status Resync();
   // Starts the watch of the prefix from `revision`.
   absl::Status StartWatch(Revision revision);
-  // With Options::leader_key: adds the fence's compare (and a read of the key to the else
-  // branch); FAILED_PRECONDITION when `fence` is 0 (this replica holds no leader key).
-  absl::Status AddFence(int64_t fence, std::vector<etcd::Compare>& compares,
-                        std::vector<etcd::Op>& otherwise) const;
-  // After a Txn that did not succeed: FAILED_PRECONDITION "fenced: ..." when the leader key (read
-  // in the else branch's op `index`) is not the one created at `fence`; OK otherwise.
-  absl::Status CheckFence(int64_t fence, const etcd::TxnResult& txn, size_t index) const;
   // Drops this replica's stage of the run; whether there was one.
   bool DropStage(absl::string_view run_id);
   std::string NextWriter();
@@ -279,7 +258,7 @@ class EtcdRunStateBackend final : public RunStateBackend {
   std::map<std::string, InFlight, std::less<>> in_flight_ ABSL_GUARDED_BY(mu_);
   int64_t own_writes_from_watch_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> watch_ended_{false};
-  std::atomic<int64_t> fence_{0};  // SetLeaderFence.
+  etcd::LeaderFence fence_;  // SetLeaderFence; off without Options::leader_key.
 
   Mutex watch_mu_;  // Held while callbacks run, so that CancelWatch waits for a delivery.
   std::map<WatchId, WatchEntry> watches_ ABSL_GUARDED_BY(watch_mu_);

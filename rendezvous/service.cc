@@ -1,24 +1,23 @@
 #include "rendezvous/service.h"
 
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/mutex.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "rendezvous/proto_convert.h"
-#include "rendezvous/queued_write_reactor.h"
 #include "replica/leadership_status.h"
+#include "server/auth.h"
+#include "server/grpc_server.h"
+#include "server/queued_write_reactor.h"
 
 namespace dgt::rendezvous {
 
 // One agent's session stream. Writes are queued and sent one at a time; the stream finishes after
 // a message marked `close`, or when the agent goes away.
 class RendezvousService::SessionReactor final
-    : public QueuedWriteReactor<v1::AgentMessage, v1::ServiceMessage> {
+    : public server::QueuedWriteReactor<v1::AgentMessage, v1::ServiceMessage> {
  public:
   SessionReactor(RendezvousService* service, SessionId id, std::string peer, std::string peer_ip,
                  uint64_t term)
@@ -61,12 +60,7 @@ class RendezvousService::SessionReactor final
   v1::AgentMessage incoming_;
 };
 
-// Ends a call at once with a status (an unauthenticated Session).
-class RejectReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage> {
- public:
-  explicit RejectReactor(grpc::Status status) { Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
+using RejectReactor = server::RejectReactor<v1::AgentMessage, v1::ServiceMessage>;
 
 namespace {
 
@@ -115,20 +109,11 @@ void RendezvousService::Stop(bool quiet) {
   if (timer_.joinable()) timer_.join();
 }
 
-bool RendezvousService::Authorized(const grpc::CallbackServerContext* context) const {
-  if (token_.empty()) return true;
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(kAuthorizationKey);
-  if (it == metadata.end()) return false;
-  return TokenMatches(absl::string_view(it->second.data(), it->second.size()), token_);
-}
-
 grpc::ServerBidiReactor<v1::AgentMessage, v1::ServiceMessage>* RendezvousService::Session(
     grpc::CallbackServerContext* context) {
-  if (!Authorized(context)) {
+  if (!server::BearerAuthorized(*context, token_)) {
     spdlog::warn("rendezvous: refusing {}: missing or wrong bearer token", context->peer());
-    return new RejectReactor(
-        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+    return new RejectReactor(server::MissingBearerToken());
   }
   std::string peer_ip = PeerIp(context->peer());
   // Not the service's mutex: a stream opens while a commit is in flight.
@@ -287,7 +272,7 @@ void RendezvousService::StepDownLocked(const absl::Status& why) {
   for (auto& [id, reactor] : sessions_) {
     reactor->Abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
   }
-  if (jobs_ != nullptr) jobs_->StepDown(message);
+  if (follower_ != nullptr) follower_->StepDown(message);
   timer_cv_.SignalAll();
 }
 
@@ -309,8 +294,8 @@ void RendezvousService::TakeOver() {
     if (on_step_down_) on_step_down_(adopted);
     return;
   }
-  if (jobs_ != nullptr) {
-    if (absl::Status taken = jobs_->TakeOver(); !taken.ok()) {
+  if (follower_ != nullptr) {
+    if (absl::Status taken = follower_->TakeOver(); !taken.ok()) {
       spdlog::warn("rendezvous: replica {} won the election but cannot take the jobs over: {}",
                    replica_id_, taken.ToString());
       if (on_step_down_) on_step_down_(taken);
@@ -341,7 +326,7 @@ void RendezvousService::SetLeader(const std::string& replica, const std::string&
     dgt::MutexLock registry(&reg_mu_);
     if (leader_) return;  // Without waiting for mu_, which a leader holds while it commits.
   }
-  // replica_id_ and jobs_ are the main mutex's; the registry's is taken after it.
+  // replica_id_ and follower_ are the main mutex's; the registry's is taken after it.
   dgt::MutexLock lock(&mu_);
   dgt::MutexLock registry(&reg_mu_);
   if (leader_) return;
@@ -350,7 +335,7 @@ void RendezvousService::SetLeader(const std::string& replica, const std::string&
   standby_logged_ = true;
   leader_replica_ = replica;
   leader_address_ = address;
-  if (jobs_ != nullptr) jobs_->SetLeader(address);
+  if (follower_ != nullptr) follower_->SetLeader(address);
   if (!changed) return;
   if (replica.empty()) {
     spdlog::info("rendezvous: replica {} is a standby; no leader now", replica_id_);
@@ -360,9 +345,9 @@ void RendezvousService::SetLeader(const std::string& replica, const std::string&
   }
 }
 
-void RendezvousService::set_jobs(jobs::JobsService* jobs) {
+void RendezvousService::set_follower(LeadershipFollower* follower) {
   dgt::MutexLock lock(&mu_);
-  jobs_ = jobs;
+  follower_ = follower;
 }
 
 bool RendezvousService::is_leader() {
@@ -389,9 +374,8 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
                                                        const v1::GetStatusRequest* request,
                                                        v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!Authorized(context)) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+  if (!server::BearerAuthorized(*context, token_)) {
+    reactor->Finish(server::MissingBearerToken());
     return reactor;
   }
   {
@@ -533,69 +517,23 @@ void RendezvousService::TimerLoop() {
 
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const RendezvousServerOptions& options) {
-  auto listen_hp = ParseListenAddress(options.listen, "--listen");
-  if (!listen_hp.ok()) return listen_hp.status();
-  auto listen_ip = ResolveToIp(listen_hp->host);
-  if (!listen_ip.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen: ", listen_ip.status().message()));
-  }
-  const std::string listen = FormatHostPort(*listen_ip, listen_hp->port);
-  const KeepaliveOptions& keepalive = options.keepalive;
+  auto listen = server::ResolveListenAddress(options.listen);
+  if (!listen.ok()) return listen.status();
   auto credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->service_ = std::make_unique<RendezvousService>(
       options.rounds, options.token, options.max_sessions_per_peer, options.elected,
       options.replica_id, options.on_step_down);
-  if (options.serve_jobs) {
-    jobs::JobsServiceOptions jobs_options = options.jobs;
-    jobs_options.agent_token = options.token;
-    RendezvousService* rdzv = server->service_.get();
-    jobs_options.run_status = [rdzv](const std::string& id) { return rdzv->RunStatusOf(id); };
-    jobs_options.elected = options.elected;
-    jobs_options.replica_id = options.replica_id;
-    jobs_options.on_fenced = options.on_step_down;
-    auto jobs = jobs::JobsService::Create(std::move(jobs_options));
-    if (!jobs.ok()) return jobs.status();
-    server->jobs_ = *std::move(jobs);
-    rdzv->set_jobs(server->jobs_.get());
-  }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, *credentials, &server->port_);
-  builder.RegisterService(server->service_.get());
-  if (server->jobs_) builder.RegisterService(server->jobs_.get());
-  // gRPC sets SO_REUSEPORT by default: a second service would then share the port and split the
-  // agents of one run between two services.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 1 << 20);
-  grpc::ResourceQuota quota("dgt-rendezvous");
-  quota.Resize(size_t{4} << 30);
-  builder.SetResourceQuota(quota);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive.keepalive_time_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive.keepalive_timeout_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             keepalive.keepalive_time_ms / 2);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  server->server_ = builder.BuildAndStart();
-  if (!server->server_ || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("rendezvous cannot listen on ", listen,
-                                               ": the address is in use or not local"));
-  }
-  if (server->jobs_) {
-    std::string endpoint = options.jobs.scheduler.rdzv_endpoint;
-    if (endpoint.empty()) {
-      std::string host = *listen_ip;
-      if (host == "0.0.0.0" || host == "::") {
-        char name[256] = {};
-        host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
-      }
-      endpoint = FormatHostPort(host, static_cast<uint16_t>(server->port_));
-    }
-    server->jobs_->set_rdzv_endpoint(endpoint);
-  }
+  server::GrpcServerOptions grpc_options;
+  grpc_options.listen = *listen;
+  grpc_options.credentials = *credentials;
+  grpc_options.keepalive_time_ms = options.keepalive.keepalive_time_ms;
+  grpc_options.keepalive_timeout_ms = options.keepalive.keepalive_timeout_ms;
+  grpc_options.services = {server->service_.get()};
+  auto grpc_server = server::StartGrpcServer(grpc_options, &server->port_);
+  if (!grpc_server.ok()) return grpc_server.status();
+  server->server_ = *std::move(grpc_server);
   if (!options.metrics_listen.empty()) {
     auto hp = ParseListenAddress(options.metrics_listen, "--metrics-listen");
     if (!hp.ok()) return hp.status();
@@ -613,10 +551,6 @@ void RendezvousServer::Shutdown(absl::Duration grace, bool quiet) {
   if (shut_down_) return;
   shut_down_ = true;
   if (metrics_) metrics_->Stop();
-  if (jobs_) {
-    if (service_) service_->set_jobs(nullptr);
-    jobs_->Stop();
-  }
   if (service_) service_->Stop(quiet);
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));

@@ -31,13 +31,27 @@
 #include "common/mutex.h"
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "jobs/jobs_service.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/keepalive.h"
 #include "rendezvous/metrics_http.h"
 #include "rendezvous/round_state.h"
 
 namespace dgt::rendezvous {
+
+// Another service that follows a replica's leadership (dgt-rendezvous's jobs service; the server
+// layer, server/server.h, wires it). Called under the rendezvous service's mutex: it must not
+// call back into the rendezvous service.
+class LeadershipFollower {
+ public:
+  virtual ~LeadershipFollower() = default;
+  // This replica leads now. Errors: the follower cannot take over (the replica then gives its
+  // leadership up, as when adopting the runs fails).
+  virtual absl::Status TakeOver() = 0;
+  // This replica no longer leads: `message` says why ("replica <id> lost its leadership: ...").
+  virtual void StepDown(const std::string& message) = 0;
+  // As a standby: the leader's address (empty: none now).
+  virtual void SetLeader(const std::string& address) = 0;
+};
 
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
@@ -87,9 +101,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // As a standby: who leads now (empty: nobody), for the refusal's message.
   void SetLeader(const std::string& replica, const std::string& address);
   bool is_leader();
-  // The jobs service that follows this replica's leadership (TakeOver, StepDown, SetLeader), or
-  // null. Not owned; set before the election starts.
-  void set_jobs(jobs::JobsService* jobs);
+  // The service that follows this replica's leadership (TakeOver, StepDown, SetLeader), or null.
+  // Not owned; set before the election starts, cleared before the follower goes.
+  void set_follower(LeadershipFollower* follower);
   // The operators' view of one run (RoundStateMachine::Status); nullopt for an unknown run. The
   // jobs service polls its started jobs' runs here.
   std::optional<RunStatus> RunStatusOf(const std::string& run_id);
@@ -125,7 +139,6 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Whether events of `session` are to be handled: this replica leads and opened it in this term.
   bool ServingLocked(SessionId session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
-  bool Authorized(const grpc::CallbackServerContext* context) const;
 
   const std::string token_;
   const int max_sessions_per_peer_;
@@ -143,7 +156,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   uint64_t refused_sessions_ ABSL_GUARDED_BY(reg_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   const bool elected_;
-  jobs::JobsService* jobs_ ABSL_GUARDED_BY(mu_) = nullptr;
+  LeadershipFollower* follower_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::string replica_id_ ABSL_GUARDED_BY(mu_);
   // The same, for Session (which takes only reg_mu_); written with replica_id_, under both.
   std::string session_replica_id_ ABSL_GUARDED_BY(reg_mu_);
@@ -178,21 +191,17 @@ struct RendezvousServerOptions {
   // Open Session streams allowed from one peer IP (RESOURCE_EXHAUSTED beyond); 0: no limit. One
   // agent holds one stream per run, so a normal host needs a handful.
   int max_sessions_per_peer = 1024;
-  // One of several replicas electing a leader (rendezvous/replica_election.h): start as a
+  // One of several replicas electing a leader (etcd/leader_election.h): start as a
   // standby, serve after RendezvousService::TakeOver. `replica_id` names it in messages;
   // `on_step_down` is called (under the service's mutex: it must not block or call back) when
-  // the service gives its leadership up by itself (a failed commit): ReplicaElection::Resign.
+  // the service gives its leadership up by itself (a failed commit): etcd::LeaderElection::Resign.
   bool elected = false;
   std::string replica_id;
   std::function<void(const absl::Status&)> on_step_down;
-  // The jobs service (dgt.jobs.v1.Jobs, jobs/jobs_service.h) on the same port: dgt-rendezvous
-  // serves it, dgt-run's embedded service does not. jobs.agent_token is `token`;
-  // jobs.run_status is this service's; an empty jobs.scheduler.rdzv_endpoint becomes the bound
-  // address (the host name for a wildcard --listen).
-  bool serve_jobs = false;
-  jobs::JobsServiceOptions jobs;
 };
 
+// The rendezvous service alone on a port: dgt-run's embedded rendezvous (--standalone) and tests.
+// dgt-rendezvous composes it with the jobs service in the server layer (server/server.h).
 class RendezvousServer {
  public:
   // Serves the rendezvous service (and the gRPC health service) as `options` say.
@@ -204,8 +213,6 @@ class RendezvousServer {
 
   int port() const { return port_; }
   RendezvousService* service() const { return service_.get(); }
-  // The jobs service (RendezvousServerOptions::serve_jobs), or null.
-  jobs::JobsService* jobs() const { return jobs_.get(); }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   // Stops accepting, ends every session, and waits up to `grace` for in-flight calls. `quiet`:
   // as RendezvousService::Stop.
@@ -214,7 +221,6 @@ class RendezvousServer {
  private:
   RendezvousServer() = default;
   std::unique_ptr<RendezvousService> service_;
-  std::unique_ptr<jobs::JobsService> jobs_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

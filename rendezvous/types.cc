@@ -2,18 +2,6 @@
 
 namespace dgt::rendezvous {
 
-const char* RunStateName(RunState state) {
-  switch (state) {
-    case RunState::kGathering:
-      return "gathering";
-    case RunState::kRunning:
-      return "running";
-    case RunState::kClosed:
-      return "closed";
-  }
-  return "?";
-}
-
 bool SameRound(const Assignment& a, const Assignment& held) {
   return a.run_id == held.run_id && a.round == held.round && a.node_rank == held.node_rank &&
          a.node_count == held.node_count && a.world_size == held.world_size &&

@@ -1,10 +1,11 @@
 // The rendezvous domain types: what agents and the service say to each other (join, report,
 // assignment, outcome, refusal) and what operators see (run and node status), in C++ terms —
 // absl::Time and absl::Duration for times, absl::Status for refusals, std::optional for the
-// fields the protocol may leave out, enums for states. The round state machine (round_state.h)
-// and the run state backend (run_state_backend.h) speak only these; the v1 protos
-// (proto/dgt/rendezvous/v1/rendezvous.proto) appear only at the gRPC edges, converted in one
-// place (proto_convert.h). Field meanings are those of the proto's comments.
+// fields the protocol may leave out, enums for states. The operators' view of a run (RunState,
+// RunStatus, NodeStatus) is run_status/run_status.h's, below both the rendezvous and the jobs. The
+// round state machine (round_state.h) and the run state backend (run_state_backend.h) speak only
+// these; the v1 protos (proto/dgt/rendezvous/v1/rendezvous.proto) appear only at the gRPC edges,
+// converted in one place (proto_convert.h). Field meanings are those of the proto's comments.
 //
 // Plain value types: thread-compatible.
 #ifndef DGT_RENDEZVOUS_TYPES_H_
@@ -18,19 +19,12 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "run_status/run_status.h"
 
 namespace dgt::rendezvous {
 
 // One agent's Session stream, as the service numbers them (never 0).
 using SessionId = uint64_t;
-
-// A run's phase. kGathering: waiting for nodes (before the first round, or after losing nodes
-// below MIN). kRunning: a round's workers run. kClosed: the run ended (kept a while to answer
-// late joins and `dgt status`).
-enum class RunState { kGathering, kRunning, kClosed };
-
-// "gathering", "running" or "closed" (RunStatus.state on the wire, metrics labels).
-const char* RunStateName(RunState state);
 
 // What one node was told for one round (v1.Assignment).
 struct Assignment {
@@ -149,35 +143,6 @@ struct Outgoing {
   bool close = false;
 
   friend bool operator==(const Outgoing&, const Outgoing&) = default;
-};
-
-// Operators' view of one node (v1.NodeStatus).
-struct NodeStatus {
-  std::string node_id;
-  std::string address;
-  int32_t node_rank = -1;  // -1 while waiting for a round.
-  int32_t nproc_per_node = 0;
-  absl::Time last_contact = absl::UnixEpoch();
-  bool succeeded = false;
-
-  friend bool operator==(const NodeStatus&, const NodeStatus&) = default;
-};
-
-// Operators' view of one run (v1.RunStatus).
-struct RunStatus {
-  std::string run_id;
-  RunState state = RunState::kGathering;
-  int64_t round = -1;
-  int32_t restart_count = 0;
-  int32_t min_nodes = 0;
-  int32_t max_nodes = 0;
-  int32_t world_size = 0;
-  std::vector<NodeStatus> nodes;  // By node rank, waiting nodes last (by node id).
-  std::string outcome;            // A closed run's "succeeded: ..." / "failed: ...".
-  std::string master_addr;
-  int32_t master_port = 0;
-
-  friend bool operator==(const RunStatus&, const RunStatus&) = default;
 };
 
 }  // namespace dgt::rendezvous

@@ -38,18 +38,17 @@ from dataclasses import dataclass, field
 
 # Product folders, in build order; tests/, bench/, examples/ are not product code.
 # scripts/lint.sh must name every product folder, these and any new one (rule 4).
-PRODUCT_DIRS = ["common", "proto", "replica", "store", "rendezvous", "etcd", "jobs", "worker_runtime",
-                "agent", "daemon",
-                "cli"]
+PRODUCT_DIRS = ["common", "proto", "replica", "store", "run_status", "server", "rendezvous", "etcd",
+                "jobs", "worker_runtime", "agent", "daemon", "cli"]
 
 # A CMake dependency token -> the name this script uses for it.
 DEP_ALIASES = {"${DGT_IBVERBS_LIBRARY}": "ibverbs", "${CMAKE_DL_LIBS}": "dl"}
 
 # Headers without a .cc of their own, and folders' default owners.
-# rendezvous/queued_write_reactor.h: a template for the service streams of dgt-rendezvous; its lowest
-# user is jobs_service (dgt::rendezvous links that too), which links what it includes.
+# server/queued_write_reactor.h: templates for the service streams of dgt-rendezvous (both
+# services), in the gRPC plumbing below them.
 HEADER_OWNER = {"rendezvous/keepalive.h": "rendezvous_credentials",
-                "rendezvous/queued_write_reactor.h": "jobs_service"}
+                "server/queued_write_reactor.h": "server_rpc"}
 DIR_OWNER = {"common": "common", "store": "store", "agent": "agent", "cli": "cli",
              "etcd": "etcd_client", "daemon": "daemon", "replica": "replica"}
 
@@ -125,6 +124,27 @@ RULES = [
                                                                        "dgt-rendezvous"],
          include=["agent/*", "dgt/store/*", "store/*", "dgt/worker/*", "gloo/*"],
          link=["agent", "store", "worker*", "net_discovery", "recovery_keys", "gloo", "ibverbs"]),
+    Rule("rendezvous/ and jobs/ include nothing of each other (shared types live below both)",
+         files=["rendezvous/*"], include=["jobs/*", "dgt/jobs/*"]),
+    Rule("jobs/ and rendezvous/ include nothing of each other (shared types live below both)",
+         files=["jobs/*"], include=["rendezvous/*", "dgt/rendezvous/*"]),
+    Rule("the rendezvous libraries link no jobs code", targets=[
+        "rendezvous_core", "rendezvous_codec", "rendezvous_proto", "rendezvous_credentials",
+        "rendezvous_client", "rendezvous", "rendezvous_etcd"],
+         link=["jobs*", "job_spec"]),
+    Rule("the jobs libraries link no rendezvous code", targets=[
+        "job_spec", "jobs_core", "jobs_etcd", "jobs_service"],
+         link=["rendezvous*"]),
+    Rule("dgt-run links no jobs code (nm -C build/bin/dgt-run shows no dgt::jobs)",
+         targets=["agent", "dgt-run"], include=["jobs/*"], link=["jobs*", "job_spec", "server"]),
+    Rule("the shared run status and the gRPC plumbing know neither service",
+         targets=["run_status", "server_rpc"],
+         include=["rendezvous/*", "jobs/*", "dgt/rendezvous/*", "dgt/jobs/*", "etcd/*", "agent/*"],
+         link=["rendezvous*", "jobs*", "job_spec", "etcd*", "agent", "proto"]),
+    Rule("the etcd building blocks know no service", targets=["etcd_leader"],
+         include=["rendezvous/*", "jobs/*", "agent/*", "server/*", "dgt/rendezvous/*",
+                  "dgt/jobs/*"],
+         link=["rendezvous*", "jobs*", "job_spec", "server*", "agent"]),
     Rule("the job spec and the scheduler are pure: no gRPC, no Asio, no etcd, no agent",
          targets=["job_spec", "jobs_core"],
          include=["grpcpp/*", "grpc/*", "*.grpc.pb.h", "boost/*", "etcd/*", "agent/*",

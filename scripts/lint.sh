@@ -18,14 +18,14 @@ BUILD=${1:-build}
 JOBS=${DGT_LINT_JOBS:-$(nproc)}
 # Every product folder (a top-level folder whose CMakeLists.txt builds a library or a binary) is
 # in both patterns: scripts/check_layering.py (ctest layering_check) fails when one is missing.
-pattern='^(agent|cli|common|daemon|etcd|jobs|proto|replica|rendezvous|server|store|worker_runtime|bench|examples|tests)/.*\.(cc|h)$'
+pattern='^(agent|cli|common|daemon|etcd|jobs|proto|replica|rendezvous|run_status|server|store|worker_runtime|bench|examples|tests)/.*\.(cc|h)$'
 mapfile -t format_files < <(git ls-files | grep -E "$pattern" || true)
 status=0
 echo "lint: clang-format on ${#format_files[@]} file(s)"
 if [ ${#format_files[@]} -gt 0 ] && ! clang-format --dry-run -Werror "${format_files[@]}"; then
   status=1
 fi
-tidy_pattern='^(agent|cli|common|daemon|etcd|jobs|proto|replica|rendezvous|server|store|worker_runtime)/.*\.cc$'
+tidy_pattern='^(agent|cli|common|daemon|etcd|jobs|proto|replica|rendezvous|run_status|server|store|worker_runtime)/.*\.cc$'
 if [ $changed_only -eq 0 ]; then
   mapfile -t candidates < <(git ls-files | grep -E "$tidy_pattern" || true)
 elif git rev-parse --verify -q HEAD~1 >/dev/null; then

@@ -1,13 +1,13 @@
-// The jobs service on several dgt-rendezvous replicas (issues 15 and 16; docs/JOBS.md,
-// "Replicas"): two in-process RendezvousServers with serve_jobs on one etcd prefix, each with an
-// EtcdRunStateBackend, a fenced EtcdJobStateBackend and a ReplicaElection wired as
-// rendezvous/main.cc wires --backend=etcd, against a real three-member etcd cluster on loopback.
-// Node daemons are raw Register streams. Checks: a standby refuses Register, Submit, Cancel and
-// ReadLog with a standby's answer (NotLeader) and serves GetJob / ListJobs / ListNodes from etcd;
-// the leader's lease revoked -> the other replica leads, the node's stream ends with "replica <id>
-// lost its leadership", the node re-registers there listing its job, which stays running on it, and
-// finishes there; a fenced job write is refused (backend) and makes the service step down without
-// sending the StartJob it decided (service). Skipped without an etcd binary, except under CI=true.
+// The jobs service on several dgt-rendezvous replicas (docs/JOBS.md, "Replicas"): in-process
+// server layers (server::Server, as dgt-rendezvous --backend=etcd runs it) on one etcd prefix,
+// each with an EtcdRunStateBackend, a fenced EtcdJobStateBackend and an etcd::LeaderElection,
+// against a real three-member etcd cluster on loopback. Node daemons are raw Register streams.
+// Checks: a standby refuses Register, Submit, Cancel and ReadLog with a standby's answer (NotLeader) and serves
+// GetJob / ListJobs / ListNodes from etcd; the leader's lease revoked -> the other replica leads,
+// the node's stream ends with "replica <id> lost its leadership", the node re-registers there
+// listing its job, which stays running on it, and finishes there; a fenced job write is refused
+// (backend) and makes the service step down without sending the StartJob it decided (service).
+// Skipped without an etcd binary, except under CI=true.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -23,10 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "etcd/client.h"
+#include "etcd/leader_election.h"
 #include "grpcpp/grpcpp.h"
 #include "jobs/etcd_job_state_backend.h"
 #include "rendezvous/etcd_run_state_backend.h"
-#include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
 #include "replica/leadership_status.h"
 #include "tests/etcd/etcd_cluster.h"
@@ -45,7 +45,7 @@ using testing::WaitForOneLeader;
 // Run records under <prefix>runs/, job records under <prefix>jobs/.
 std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, const std::string& prefix,
                                       const std::string& id) {
-  RendezvousServerOptions options;
+  server::ServerOptions options;
   options.jobs.allow_unauthenticated_submit = true;
   options.jobs.poll_interval = absl::Milliseconds(100);
   return testing::StartReplica(cluster, std::move(options), absl::StrCat(prefix, "runs/"), id,
@@ -279,7 +279,7 @@ TEST_F(JobsReplicaTest, AJobStaysRunningOnItsNodeAcrossATakeover) {
   EXPECT_EQ(before.nodes(0).node_name(), "a");
 
   // The leader's lease ends (as when it dies or is cut off from etcd: etcd deletes its key).
-  auto key = etcd_->Get(LeaderKeyFor("/jr2/runs/"));
+  auto key = etcd_->Get(etcd::LeaderKeyFor("/jr2/runs/"));
   ASSERT_TRUE(key.ok()) << key.status();
   ASSERT_TRUE(etcd_->LeaseRevoke(key->lease).ok());
   grpc::Status ended = a->End();
@@ -369,17 +369,17 @@ TEST_F(JobsReplicaTest, AFencedJobWriteIsRefused) {
   jv1::ControlMessage m;
   ASSERT_TRUE(a.Read(&m));
   ASSERT_TRUE(m.has_registered());
-  auto key = etcd_->Get(LeaderKeyFor("/jr4/runs/"));
+  auto key = etcd_->Get(etcd::LeaderKeyFor("/jr4/runs/"));
   ASSERT_TRUE(key.ok());
   r1->jobs_backend->SetLeaderFence(key->create_revision - 1);
   grpc::Status st = Submit(r1->address, nullptr);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(
-      st.error_message(),
-      absl::StrCat("replica r1 lost its leadership: fenced: the leader key ",
-                   LeaderKeyFor("/jr4/runs/"), " was created at revision ", key->create_revision,
-                   ", this replica's term began at revision ", key->create_revision - 1,
-                   ": it is no longer the leader (put of /jr4/jobs/job/job-1)"));
+  EXPECT_EQ(st.error_message(),
+            absl::StrCat("replica r1 lost its leadership: fenced: the leader key ",
+                         etcd::LeaderKeyFor("/jr4/runs/"), " was created at revision ",
+                         key->create_revision, ", this replica's term began at revision ",
+                         key->create_revision - 1,
+                         ": it is no longer the leader (put of /jr4/jobs/job/job-1)"));
   std::vector<jv1::ControlMessage::KindCase> kinds;
   st = a.End(&kinds);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);

@@ -29,78 +29,34 @@ etcd::ClientOptions ClientFor(const EtcdCluster& cluster) {
 }
 
 Replica::~Replica() {
-  election_ptr.store(nullptr);
-  election.reset();
   if (server) server->Shutdown(absl::Milliseconds(200));
 }
 
-bool Replica::leader() {
-  return server->service()->is_leader() && (jobs_backend == nullptr || server->jobs()->is_leader());
-}
+bool Replica::leader() { return server->is_leader(); }
 
-std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, RendezvousServerOptions options,
+std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, server::ServerOptions options,
                                       const std::string& prefix, const std::string& id,
                                       const std::string& jobs_prefix) {
   auto r = std::make_unique<Replica>();
   r->id = id;
-  EtcdRunStateBackend::Options b;
-  b.client = ClientFor(cluster);
-  b.prefix = prefix;
-  b.leader_key = LeaderKeyFor(b.prefix);
-  auto backend = EtcdRunStateBackend::Open(b);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  if (!backend.ok()) return nullptr;
-  r->backend = *std::move(backend);
-  if (!jobs_prefix.empty()) {
-    jobs::EtcdJobStateBackend::Options j;
-    j.client = ClientFor(cluster);
-    j.prefix = jobs_prefix;
-    j.leader_key = b.leader_key;
-    auto jobs_backend = jobs::EtcdJobStateBackend::Open(j);
-    EXPECT_TRUE(jobs_backend.ok()) << jobs_backend.status();
-    if (!jobs_backend.ok()) return nullptr;
-    r->jobs_backend = *std::move(jobs_backend);
-    options.serve_jobs = true;
-    options.jobs.backend = r->jobs_backend.get();
-  }
-
-  options.rounds.backend = r->backend.get();
-  options.elected = true;
-  options.replica_id = id;
-  Replica* raw = r.get();
-  options.on_step_down = [raw](const absl::Status& why) {
-    if (auto* e = raw->election_ptr.load()) e->Resign(why);
-  };
-  auto server = RendezvousServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return nullptr;
-  r->server = *std::move(server);
-  r->address = absl::StrCat("127.0.0.1:", r->server->port());
-  ReplicaElectionOptions e;
-  e.client = ClientFor(cluster);
-  e.key = b.leader_key;
-  e.replica_id = id;
-  e.address = r->address;
+  const etcd::ClientOptions client = ClientFor(cluster);
+  server::EtcdOptions& e = options.etcd.emplace();
+  e.endpoints = client.endpoints;
+  e.call_timeout = client.call_timeout;
+  e.attempt_timeout = client.attempt_timeout;
+  e.prefix = prefix;
   e.lease_ttl_s = kLeaseTtlS;
-  RendezvousService* service = r->server->service();
-  EtcdRunStateBackend* fence = r->backend.get();
-  jobs::EtcdJobStateBackend* jobs_fence = r->jobs_backend.get();
-  e.on_won = [service, fence, jobs_fence](int64_t term) {
-    fence->SetLeaderFence(term);
-    if (jobs_fence != nullptr) jobs_fence->SetLeaderFence(term);
-    service->TakeOver();
-  };
-  e.on_lost = [service, fence, jobs_fence](const absl::Status& why) {
-    service->StepDown(why);
-    fence->SetLeaderFence(0);
-    if (jobs_fence != nullptr) jobs_fence->SetLeaderFence(0);
-  };
-  e.on_leader = [service](const LeaderInfo& l) { service->SetLeader(l.replica, l.address); };
-  auto election = ReplicaElection::Start(std::move(e));
-  EXPECT_TRUE(election.ok()) << election.status();
-  if (!election.ok()) return nullptr;
-  r->election = *std::move(election);
-  r->election_ptr.store(r->election.get());
+  options.serve_jobs = !jobs_prefix.empty();
+  if (options.serve_jobs) e.jobs_prefix = jobs_prefix;
+  options.rendezvous.replica_id = id;
+  auto started = server::Server::Start(std::move(options));
+  EXPECT_TRUE(started.ok()) << started.status();
+  if (!started.ok()) return nullptr;
+  r->server = *std::move(started);
+  r->backend = r->server->etcd_runs();
+  r->jobs_backend = r->server->etcd_jobs();
+  r->address = absl::StrCat("127.0.0.1:", r->server->port());
+  EXPECT_EQ(r->server->advertise_address(), r->address);
   return r;
 }
 

@@ -1,6 +1,6 @@
 // Several rendezvous replicas on one etcd prefix (docs/ETCD.md, "Replicas"), each an
-// in-process RendezvousServer on an EtcdRunStateBackend with a ReplicaElection wired as
-// dgt-rendezvous wires them, against a real three-member etcd cluster on loopback (EtcdCluster),
+// in-process server layer (server::Server, as dgt-rendezvous runs it) on an EtcdRunStateBackend
+// with an etcd::LeaderElection, against a real three-member etcd cluster on loopback (EtcdCluster),
 // with agents as raw Session streams: one leader and a standby that refuses (NotLeader); the
 // leader's lease revoked -> the standby takes over within the lease TTL + 1 s and the agents'
 // rejoins keep their assignments; a deposed leader's write is fenced, and no rank is handed out
@@ -25,11 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "etcd/client.h"
+#include "etcd/leader_election.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/etcd_run_state_backend.h"
-#include "rendezvous/replica_election.h"
 #include "rendezvous/service.h"
 #include "replica/leadership_status.h"
+#include "server/server.h"
 #include "tests/etcd/etcd_cluster.h"
 #include "tests/etcd/replica_harness.h"
 
@@ -46,8 +47,8 @@ using testing::SkipWithoutEtcd;
 
 std::unique_ptr<Replica> StartReplica(const EtcdCluster& cluster, const std::string& prefix,
                                       const std::string& id) {
-  RendezvousServerOptions options;
-  options.rounds.rejoin_timeout = absl::Seconds(30);
+  server::ServerOptions options;
+  options.rendezvous.rounds.rejoin_timeout = absl::Seconds(30);
   return testing::StartReplica(cluster, std::move(options), prefix, id);
 }
 
@@ -193,8 +194,8 @@ TEST_F(ReplicaTest, OneLeaderAndTheStandbyRefusesWithItsAddress) {
 
   auto value = etcd_->Get("/ha1/runs.leader");
   ASSERT_TRUE(value.ok()) << value.status();
-  EXPECT_EQ(DecodeLeaderInfo(value->value).replica, leader->id);
-  EXPECT_EQ(DecodeLeaderInfo(value->value).address, leader->address);
+  EXPECT_EQ(etcd::DecodeLeaderInfo(value->value).replica, leader->id);
+  EXPECT_EQ(etcd::DecodeLeaderInfo(value->value).address, leader->address);
 
   Agent refused(standby->address, "n1");
   refused.Join("job", 2);
@@ -209,8 +210,8 @@ TEST_F(ReplicaTest, OneLeaderAndTheStandbyRefusesWithItsAddress) {
     EXPECT_EQ(answer->leader_address(), leader->address);
   }
   EXPECT_TRUE(
-      absl::StrContains(leader->server->service()->RenderMetrics(), "\ndgt_rendezvous_leader 1\n"));
-  EXPECT_TRUE(absl::StrContains(standby->server->service()->RenderMetrics(),
+      absl::StrContains(leader->server->rendezvous()->RenderMetrics(), "\ndgt_rendezvous_leader 1\n"));
+  EXPECT_TRUE(absl::StrContains(standby->server->rendezvous()->RenderMetrics(),
                                 "\ndgt_rendezvous_leader 0\n"));
 
   // The leader serves; the standby's GetStatus shows the run from its view (the watch).
@@ -261,7 +262,7 @@ TEST_F(ReplicaTest, StandbyTakesOverWithinTheLeaseTtlAndRejoinsKeepTheirAssignme
   while (next == nullptr && absl::Now() < deadline) {
     auto now_key = etcd_->Get("/ha2/runs.leader");
     if (now_key.ok() && now_key->create_revision != key->create_revision) {
-      const std::string id = DecodeLeaderInfo(now_key->value).replica;
+      const std::string id = etcd::DecodeLeaderInfo(now_key->value).replica;
       for (Replica* r : {r1.get(), r2.get()}) {
         if (r->id == id && r->leader()) next = r;
       }

@@ -1,10 +1,9 @@
 // EtcdRunStateBackend (rendezvous/etcd_run_state_backend.h) on a real three-member etcd cluster on
 // loopback (EtcdCluster): the RunStateBackend conformance suite, each test on a fresh key prefix
-// of one cluster shared by the suite; the record's JSON round trip and its version check; and, on
-// a cluster of its own, the etcd leader killed between two commits (the next commit succeeds or
-// fails cleanly within a bound, never written twice) and every member stopped (UNAVAILABLE naming
-// the endpoints, then the backend carries on once they return). Skipped when no etcd binary is
-// installed, except under CI=true, where that fails.
+// of one cluster shared by the suite; and, on a cluster of its own, the etcd leader killed between
+// two commits (the next commit succeeds or fails cleanly within a bound, never written twice) and
+// every member stopped (UNAVAILABLE naming the endpoints, then the backend carries on once they
+// return). Skipped when no etcd binary is installed, except under CI=true, where that fails.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -84,55 +83,6 @@ INSTANTIATE_TEST_SUITE_P(Etcd, RunStateBackendSuite,
                          [](const ::testing::TestParamInfo<BackendFactory>& info) {
                            return info.param.name;
                          });
-
-TEST(EtcdRunRecordTest, TheJsonValueIsVersionedAndRoundTrips) {
-  RunRecord run;
-  run.run_id = "job";
-  run.round = 2;
-  run.last_call_deadline = absl::InfiniteFuture();
-  run.closed_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
-  run.finished.failure = WorkerFailure{1, 0, 0, 9, "n1", absl::FromUnixSeconds(5)};
-  std::string writer;
-  int buckets = 0;
-  absl::StatusOr<RunRecord> back =
-      DecodeRunRecord(EncodeRunRecord(run, "r:1", 7), &writer, &buckets);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, run);
-  EXPECT_EQ(writer, "r:1");
-  EXPECT_EQ(buckets, 7);
-  EXPECT_THAT(EncodeRunRecord(run, "r:1"), HasSubstr("\"version\":2"));
-
-  // The nodes live in bucket keys, not in the run's value.
-  NodeRecord n1{"n1", 3, "10.0.0.1", 8, 29500, 0, true, false, absl::FromUnixNanos(42)};
-  NodeRecord n2{"n2", 0, "10.0.0.2", 8, 0, -1, false, true, absl::InfinitePast()};
-  run.nodes = {{"n1", n1}, {"n2", n2}};
-  EXPECT_THAT(EncodeRunRecord(run, "r:1"), Not(HasSubstr("10.0.0.1")));
-  EXPECT_EQ(EncodeNodeBucket({&n1}),
-            R"({"nodes":[["n1",3,"10.0.0.1",8,29500,0,true,false,42]],"version":2})");
-  absl::StatusOr<std::vector<NodeRecord>> nodes = DecodeNodeBucket(EncodeNodeBucket({&n1, &n2}));
-  ASSERT_TRUE(nodes.ok()) << nodes.status();
-  EXPECT_EQ(*nodes, (std::vector<NodeRecord>{n1, n2}));
-  EXPECT_EQ(DecodeNodeBucket(R"({"version":2,"nodes":[["n1"]]})").status().message(),
-            "node bucket: a node is not an array of 9");
-
-  // One bucket per 32 nodes, 1..100; a node's bucket is stable.
-  EXPECT_EQ(NodeBuckets(0), 1);
-  EXPECT_EQ(NodeBuckets(33), 2);
-  EXPECT_EQ(NodeBuckets(1000), 32);
-  EXPECT_EQ(NodeBuckets(10000), 100);
-  EXPECT_EQ(NodeBucket("node-100000", 1), 0);
-  EXPECT_EQ(NodeBucket("a", 100), NodeBucket("a", 100));
-
-  absl::StatusOr<RunRecord> older = DecodeRunRecord(R"({"version":1,"writer":"x","run":{}})");
-  EXPECT_EQ(older.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(older.status().message(), "run record: version 1 (this dgt reads version 2)");
-  EXPECT_EQ(DecodeRunRecord("{").status().message(), "run record: not a JSON object");
-  EXPECT_EQ(DecodeRunRecord(R"({"version":2,"writer":"x","buckets":1,"run":{}})").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      DecodeRunRecord(R"({"version":2,"writer":"x","buckets":0,"run":{}})").status().message(),
-      "run record: \"buckets\" 0 is not in 1..100");
-}
 
 // Events one backend's watch delivered, for the test thread to wait on (bounded).
 class Events {

@@ -447,13 +447,5 @@ TEST(RendezvousServerTest, BadOptionsAreReported) {
             "--metrics-listen: a port is required, got 'localhost'");
 }
 
-TEST(CredentialsTest, TokenMatching) {
-  EXPECT_TRUE(TokenMatches("Bearer abc", "abc"));
-  EXPECT_FALSE(TokenMatches("Bearer abd", "abc"));
-  EXPECT_FALSE(TokenMatches("Bearer ab", "abc"));
-  EXPECT_FALSE(TokenMatches("Bearer abcd", "abc"));
-  EXPECT_FALSE(TokenMatches("abc", "abc"));
-}
-
 }  // namespace
 }  // namespace dgt::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/replica_election.h"
+#include "etcd/leader_election.h"
 
 #include <utility>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 
-namespace dgt::rendezvous {
+namespace dgt::etcd {
 
 std::string LeaderKeyFor(absl::string_view prefix) {
   if (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
@@ -31,10 +31,10 @@ LeaderInfo DecodeLeaderInfo(absl::string_view value) {
   return info;
 }
 
-ReplicaElection::ReplicaElection(ReplicaElectionOptions options) : options_(std::move(options)) {}
+LeaderElection::LeaderElection(LeaderElectionOptions options) : options_(std::move(options)) {}
 
-absl::StatusOr<std::unique_ptr<ReplicaElection>> ReplicaElection::Start(
-    ReplicaElectionOptions options) {
+absl::StatusOr<std::unique_ptr<LeaderElection>> LeaderElection::Start(
+    LeaderElectionOptions options) {
   if (options.key.empty()) return absl::InvalidArgumentError("replica election: empty leader key");
   if (options.replica_id.empty()) {
     return absl::InvalidArgumentError("--replica-id: must not be empty");
@@ -43,18 +43,17 @@ absl::StatusOr<std::unique_ptr<ReplicaElection>> ReplicaElection::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("--leader-lease-s: must be >= 1, got ", options.lease_ttl_s));
   }
-  std::unique_ptr<ReplicaElection> election(new ReplicaElection(std::move(options)));
-  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
-      etcd::Client::Create(election->options_.client);
+  std::unique_ptr<LeaderElection> election(new LeaderElection(std::move(options)));
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(election->options_.client);
   if (!client.ok()) return client.status();
   election->client_ = *std::move(client);
   election->thread_ = std::thread([e = election.get()] { e->Loop(); });
   return election;
 }
 
-ReplicaElection::~ReplicaElection() { Stop(); }
+LeaderElection::~LeaderElection() { Stop(); }
 
-void ReplicaElection::Stop() {
+void LeaderElection::Stop() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -63,7 +62,7 @@ void ReplicaElection::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ReplicaElection::Resign(const absl::Status& why) {
+void LeaderElection::Resign(const absl::Status& why) {
   MutexLock lock(&mu_);
   if (!leader_ || woken_) return;
   wake_ = why;
@@ -71,17 +70,17 @@ void ReplicaElection::Resign(const absl::Status& why) {
   cv_.SignalAll();
 }
 
-bool ReplicaElection::is_leader() const {
+bool LeaderElection::is_leader() const {
   MutexLock lock(&mu_);
   return leader_;
 }
 
-int64_t ReplicaElection::terms_won() const {
+int64_t LeaderElection::terms_won() const {
   MutexLock lock(&mu_);
   return terms_won_;
 }
 
-bool ReplicaElection::WaitFor(absl::Duration timeout) {
+bool LeaderElection::WaitFor(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   MutexLock lock(&mu_);
   while (!stopping_ && !woken_) {
@@ -90,7 +89,7 @@ bool ReplicaElection::WaitFor(absl::Duration timeout) {
   return stopping_;
 }
 
-void ReplicaElection::Loop() {
+void LeaderElection::Loop() {
   // Pause after a failed campaign (etcd unreachable): doubling from 100 ms to one lease TTL.
   absl::Duration backoff = absl::Milliseconds(100);
   int64_t warned_same_id = 0;  // The leader key's create revision last warned about.
@@ -106,16 +105,16 @@ void ReplicaElection::Loop() {
       absl::Status revoked = client_->LeaseRevoke(stale_lease_);
       if (revoked.ok() || absl::IsNotFound(revoked)) stale_lease_ = 0;
     }
-    absl::StatusOr<etcd::Lease> lease = client_->LeaseGrant(options_.lease_ttl_s);
-    absl::StatusOr<etcd::TxnResult> txn = absl::UnknownError("no lease");
+    absl::StatusOr<Lease> lease = client_->LeaseGrant(options_.lease_ttl_s);
+    absl::StatusOr<TxnResult> txn = absl::UnknownError("no lease");
     if (!lease.ok()) {
       txn = lease.status();
     } else {
       txn = client_->Txn(
-          {etcd::Compare::CreateRevisionIs(options_.key, 0)},
-          {etcd::Op::Put(options_.key, EncodeLeaderInfo({options_.replica_id, options_.address}),
-                         lease->id)},
-          {etcd::Op::Get(options_.key)});
+          {Compare::CreateRevisionIs(options_.key, 0)},
+          {Op::Put(options_.key, EncodeLeaderInfo({options_.replica_id, options_.address}),
+                   lease->id)},
+          {Op::Get(options_.key)});
     }
     if (!txn.ok()) {
       spdlog::warn("rendezvous: replica {} cannot campaign for {}: {}", options_.replica_id,
@@ -148,24 +147,24 @@ void ReplicaElection::Loop() {
           options_.replica_id, options_.key, leader.address.empty() ? "unknown" : leader.address);
     }
     if (options_.on_leader) options_.on_leader(leader);
-    absl::StatusOr<std::unique_ptr<etcd::Watcher>> watch = client_->Watch(
-        options_.key, /*prefix=*/false, txn->revision + 1,
-        [this, holder](const std::vector<etcd::Event>& events) {
-          for (const etcd::Event& e : events) {
-            if (e.type == etcd::Event::Type::kDelete || e.kv.create_revision != holder) {
-              MutexLock lock(&mu_);
-              woken_ = true;
-              cv_.SignalAll();
-            }
-          }
-        });
+    absl::StatusOr<std::unique_ptr<Watcher>> watch =
+        client_->Watch(options_.key, /*prefix=*/false, txn->revision + 1,
+                       [this, holder](const std::vector<Event>& events) {
+                         for (const Event& e : events) {
+                           if (e.type == Event::Type::kDelete || e.kv.create_revision != holder) {
+                             MutexLock lock(&mu_);
+                             woken_ = true;
+                             cv_.SignalAll();
+                           }
+                         }
+                       });
     // Claims again when the key goes, and at least every TTL (a watch that broke for good).
     if (WaitFor(absl::Seconds(options_.lease_ttl_s))) return;
   }
 }
 
-void ReplicaElection::Lead(int64_t lease, int64_t term) {
-  absl::StatusOr<std::unique_ptr<etcd::LeaseKeeper>> keeper =
+void LeaderElection::Lead(int64_t lease, int64_t term) {
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper =
       client_->KeepAlive(lease, options_.lease_ttl_s, [this](const absl::Status& lost) {
         MutexLock lock(&mu_);
         if (woken_) return;
@@ -174,16 +173,15 @@ void ReplicaElection::Lead(int64_t lease, int64_t term) {
         woken_ = true;
         cv_.SignalAll();
       });
-  absl::StatusOr<std::unique_ptr<etcd::Watcher>> watch = client_->Watch(
-      options_.key, /*prefix=*/false, term + 1,
-      [this, term](const std::vector<etcd::Event>& events) {
-        for (const etcd::Event& e : events) {
-          if (e.type == etcd::Event::Type::kPut && e.kv.create_revision == term) continue;
+  absl::StatusOr<std::unique_ptr<Watcher>> watch = client_->Watch(
+      options_.key, /*prefix=*/false, term + 1, [this, term](const std::vector<Event>& events) {
+        for (const Event& e : events) {
+          if (e.type == Event::Type::kPut && e.kv.create_revision == term) continue;
           MutexLock lock(&mu_);
           if (woken_) return;
-          wake_ = absl::UnavailableError(absl::StrCat(
-              "the leader key ", options_.key,
-              e.type == etcd::Event::Type::kDelete ? " was deleted" : " was replaced"));
+          wake_ = absl::UnavailableError(
+              absl::StrCat("the leader key ", options_.key,
+                           e.type == Event::Type::kDelete ? " was deleted" : " was replaced"));
           woken_ = true;
           cv_.SignalAll();
         }
@@ -221,4 +219,4 @@ void ReplicaElection::Lead(int64_t lease, int64_t term) {
   if (!revoked.ok() && !absl::IsNotFound(revoked) && !stopping) stale_lease_ = lease;
 }
 
-}  // namespace dgt::rendezvous
+}  // namespace dgt::etcd

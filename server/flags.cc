@@ -1,23 +1,20 @@
-// dgt-rendezvous: the standalone rendezvous service. Agents (dgt-run, dgt-agent) join runs here.
+#include "server/flags.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -27,13 +24,9 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/version.h"
-#include "rendezvous/service.h"
-#ifdef DGT_WITH_ETCD_BACKEND
-#include "jobs/etcd_job_state_backend.h"
-#include "rendezvous/etcd_run_state_backend.h"
-#include "rendezvous/replica_election.h"
-#endif
+#include "rendezvous/credentials.h"
 
+namespace dgt::server {
 namespace {
 
 // "host:port,host:port" (--etcd-endpoints): each a non-empty host and a port in 1..65535.
@@ -59,10 +52,6 @@ absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text)
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // Binds a throwaway socket to `text` ("HOST:PORT", the value of `flag`) and closes it, so that an
 // address this host cannot serve on is reported in one line naming the flag and the value, before
 // gRPC (whose own failure is a multi-line dump) or the metrics server tries it. Nothing listens:
@@ -71,9 +60,9 @@ namespace {
 // address is not this host's (EADDRNOTAVAIL); Unavailable (exit 1: a retry may pass) when the
 // port is in use or the bind is refused for another reason (EACCES below port 1024, ...).
 absl::Status ProbeBind(const char* flag, const std::string& text) {
-  auto hp = dgt::ParseListenAddress(text, flag);
+  auto hp = ParseListenAddress(text, flag);
   if (!hp.ok()) return hp.status();
-  auto ip = dgt::ResolveToIp(hp->host);
+  auto ip = ResolveToIp(hp->host);
   if (!ip.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", ip.status().message()));
   }
@@ -113,10 +102,6 @@ absl::Status ProbeBind(const char* flag, const std::string& text) {
   return absl::UnavailableError(message);
 }
 
-void PrintError(const absl::Status& s) {
-  std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(s.message()).c_str());
-}
-
 // Whether `host` (a host name, an IPv4 address, or an IPv6 address without brackets) is made of
 // the characters such names have: letters, digits, '.', '-', '_', and ':' / '%' for IPv6.
 bool IsHostName(const std::string& host) {
@@ -130,33 +115,23 @@ bool IsHostName(const std::string& host) {
   return true;
 }
 
-// This machine's host name ("localhost" if it has none).
-std::string HostName() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "localhost";
-  return host;
-}
-
-// Exit 2 for a usage error (a bad flag value), 1 for a failure a retry may get past.
-int ExitCode(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  // Block the stop signals before any gRPC thread starts, so only sigwait() below sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+int ExitCodeFor(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
-  dgt::InitLogging();
+void PrintError(const absl::Status& status) {
+  std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(status.message()).c_str());
+}
+
+ParsedFlags ParseFlags(int argc, char** argv) {
   CLI::App app{"dgt-rendezvous: elastic rendezvous service for dgt agents", "dgt-rendezvous"};
   // A repeated flag takes its last value, as dgt-run's (torchrun's argparse).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  dgt::rendezvous::RendezvousServerOptions options;
+  ParsedFlags parsed;
+  ServerOptions& server = parsed.options;
+  rendezvous::RendezvousServerOptions& options = server.rendezvous;
   options.listen = "127.0.0.1:29400";
   // Numbers stay text until common/flag_parse.h checks them, with the same messages as dgt-run's
   // and dgt's flags.
@@ -176,7 +151,6 @@ int main(int argc, char** argv) {
   // The jobs service (jobs/jobs_service.h, docs/JOBS.md).
   std::string submit_token_file;
   std::string etcd_jobs_prefix = "/dgt/jobs/";
-  options.serve_jobs = true;
   app.add_option("--listen", options.listen,
                  "HOST:PORT to serve on ([v6]:port for IPv6; port 0 = free)")
       ->capture_default_str();
@@ -234,40 +208,43 @@ int main(int argc, char** argv) {
   app.add_option("--submit-token-file", submit_token_file,
                  "File holding the token `dgt submit` / `dgt cancel` (and the job reads) must "
                  "carry; without it job submission is off");
-  app.add_flag("--allow-unauthenticated-submit", options.jobs.allow_unauthenticated_submit,
+  app.add_flag("--allow-unauthenticated-submit", server.jobs.allow_unauthenticated_submit,
                "Without --submit-token-file, accept jobs from anyone who reaches the port (tests, "
                "one-machine trials)");
-  app.add_option("--advertise-endpoint", options.jobs.scheduler.rdzv_endpoint,
+  app.add_option("--advertise-endpoint", server.jobs.scheduler.rdzv_endpoint,
                  "HOST:PORT node daemons pass to dgt-run for a job (default: the bound --listen "
                  "address; the host name for 0.0.0.0 / [::])");
   app.add_option("--etcd-jobs-prefix", etcd_jobs_prefix,
                  "etcd key prefix of the jobs and nodes (--backend=etcd)")
       ->capture_default_str();
-  app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", dgt::kVersion));
+  app.set_version_flag("--version", absl::StrCat("dgt-rendezvous ", kVersion));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
-    return 0;
+    parsed.exit_code = 0;
+    return parsed;
   } catch (const CLI::CallForVersion&) {
-    std::printf("dgt-rendezvous %s\n", dgt::kVersion);
-    return 0;
+    std::printf("dgt-rendezvous %s\n", kVersion);
+    parsed.exit_code = 0;
+    return parsed;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "dgt-rendezvous: error: %s\n", e.what());
-    return 2;
+    parsed.exit_code = 2;
+    return parsed;
   }
 
   // A whole number in [0, kMaxCount] for the per-run and per-peer limits.
   constexpr int64_t kMaxCount = 1000000;
   absl::Status bad;
   auto seconds = [&bad](const char* flag, const std::string& text, absl::Duration* out) {
-    auto d = dgt::ParseDuration(flag, text, dgt::kMinPositiveFlagDuration, dgt::kMaxFlagDuration);
+    auto d = ParseDuration(flag, text, kMinPositiveFlagDuration, kMaxFlagDuration);
     if (d.ok()) *out = *d;
     if (bad.ok()) bad = d.status();
   };
   auto integer = [&bad](const char* flag, const std::string& text, int64_t min, int64_t max,
                         auto* out) {
-    auto n = dgt::ParseInt64(flag, text, min, max);
+    auto n = ParseInt64(flag, text, min, max);
     if (n.ok()) *out = static_cast<std::remove_pointer_t<decltype(out)>>(*n);
     if (bad.ok()) bad = n.status();
   };
@@ -315,7 +292,7 @@ int main(int argc, char** argv) {
     }
   }
   if (bad.ok() && !advertise_address.empty()) {
-    auto hp = dgt::ParseListenAddress(advertise_address, "--advertise-address");
+    auto hp = ParseListenAddress(advertise_address, "--advertise-address");
     if (!hp.ok()) {
       bad = hp.status();
     } else if (hp->port == 0) {
@@ -347,28 +324,31 @@ int main(int argc, char** argv) {
     }
   }
   if (!bad.ok()) {
-    std::fprintf(stderr, "dgt-rendezvous: error: %s\n", std::string(bad.message()).c_str());
-    return 2;
+    PrintError(bad);
+    parsed.exit_code = 2;
+    return parsed;
   }
   if (!token_file.empty()) {
-    auto token = dgt::rendezvous::ReadTokenFile(token_file);
+    auto token = rendezvous::ReadTokenFile(token_file);
     if (!token.ok()) {
       // As dgt-run's "--rdzv-token-file: ...": the flag, then the file and the reason.
       PrintError(
           absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message())));
-      return 2;
+      parsed.exit_code = 2;
+      return parsed;
     }
     options.token = *token;
   }
   if (!submit_token_file.empty()) {
-    auto token = dgt::rendezvous::ReadTokenFile(submit_token_file);
+    auto token = rendezvous::ReadTokenFile(submit_token_file);
     if (!token.ok()) {
       PrintError(absl::InvalidArgumentError(
           absl::StrCat("--submit-token-file: ", token.status().message())));
-      return 2;
+      parsed.exit_code = 2;
+      return parsed;
     }
-    options.jobs.submit_token = *token;
-  } else if (options.jobs.allow_unauthenticated_submit) {
+    server.jobs.submit_token = *token;
+  } else if (server.jobs.allow_unauthenticated_submit) {
     spdlog::warn(
         "dgt-rendezvous: --allow-unauthenticated-submit: anyone who reaches this port can run "
         "commands on the registered nodes");
@@ -379,143 +359,34 @@ int main(int argc, char** argv) {
     if (text.empty()) continue;
     if (absl::Status s = ProbeBind(flag, text); !s.ok()) {
       PrintError(s);
-      return ExitCode(s);
+      parsed.exit_code = ExitCodeFor(s);
+      return parsed;
     }
   }
   if (!options.metrics_listen.empty()) {
     // Both on one port of one address: each bind alone passes the probe, the second fails.
-    auto listen = dgt::ParseListenAddress(options.listen, "--listen");
-    auto metrics = dgt::ParseListenAddress(options.metrics_listen, "--metrics-listen");
+    auto listen = ParseListenAddress(options.listen, "--listen");
+    auto metrics = ParseListenAddress(options.metrics_listen, "--metrics-listen");
     auto wildcard = [](const std::string& h) { return h == "0.0.0.0" || h == "::"; };
     if (listen.ok() && metrics.ok() && listen->port != 0 && listen->port == metrics->port &&
         (listen->host == metrics->host || wildcard(listen->host) || wildcard(metrics->host))) {
       PrintError(absl::InvalidArgumentError(
           absl::StrCat("--metrics-listen '", options.metrics_listen, "' and --listen '",
                        options.listen, "' need different ports")));
-      return 2;
+      parsed.exit_code = 2;
+      return parsed;
     }
   }
-  // Outlives the server (declared first, destroyed last).
-  std::unique_ptr<dgt::rendezvous::RunStateBackend> backend;
-#ifdef DGT_WITH_ETCD_BACKEND
-  dgt::rendezvous::EtcdRunStateBackend* etcd_backend = nullptr;
-  dgt::jobs::EtcdJobStateBackend* etcd_jobs_backend = nullptr;
-  // Set once the election runs (after the server: its callbacks need the service); the service's
-  // step-down callback resigns through it.
-  std::atomic<dgt::rendezvous::ReplicaElection*> election_ptr{nullptr};
-#endif
-  std::unique_ptr<dgt::jobs::JobStateBackend> jobs_backend;
+  options.replica_id = replica_id;  // Empty: HOSTNAME:PORT once the port is bound (Server).
   if (backend_name == "etcd") {
-#ifdef DGT_WITH_ETCD_BACKEND
-    dgt::rendezvous::EtcdRunStateBackend::Options etcd_options;
-    etcd_options.client.endpoints = endpoints;
-    etcd_options.prefix = etcd_prefix;
-    etcd_options.leader_key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
-    auto opened = dgt::rendezvous::EtcdRunStateBackend::Open(etcd_options);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
-                   std::string(opened.status().message()).c_str());
-      return 1;
-    }
-    etcd_backend = opened->get();
-    backend = *std::move(opened);
-    options.rounds.backend = backend.get();
-    options.elected = true;
-    options.on_step_down = [&election_ptr](const absl::Status& why) {
-      if (auto* e = election_ptr.load()) e->Resign(why);
-    };
-    dgt::jobs::EtcdJobStateBackend::Options jobs_etcd;
-    jobs_etcd.client.endpoints = endpoints;
-    jobs_etcd.prefix = etcd_jobs_prefix;
-    jobs_etcd.leader_key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
-    auto jobs_opened = dgt::jobs::EtcdJobStateBackend::Open(jobs_etcd);
-    if (!jobs_opened.ok()) {
-      std::fprintf(stderr, "dgt-rendezvous: error: %s\n",
-                   std::string(jobs_opened.status().message()).c_str());
-      return 1;
-    }
-    etcd_jobs_backend = jobs_opened->get();
-    jobs_backend = *std::move(jobs_opened);
-    options.jobs.backend = jobs_backend.get();
-    spdlog::info("dgt-rendezvous: run state in etcd at {} under {}", etcd_endpoints, etcd_prefix);
-#else
-    std::fprintf(stderr,
-                 "dgt-rendezvous: error: --backend=etcd: this dgt-rendezvous was built without "
-                 "etcd (install etcd's protos: scripts/install-deps.sh, then reconfigure)\n");
-    return 2;
-#endif
+    EtcdOptions& etcd = server.etcd.emplace();
+    etcd.endpoints = std::move(endpoints);
+    etcd.prefix = etcd_prefix;
+    etcd.jobs_prefix = etcd_jobs_prefix;
+    etcd.advertise_address = advertise_address;
+    etcd.lease_ttl_s = lease_ttl_s;
   }
-  options.replica_id = replica_id;  // Empty: HOSTNAME:PORT once the port is bound (below).
-  auto server = dgt::rendezvous::RendezvousServer::Start(options);
-  if (!server.ok()) {
-    PrintError(server.status());
-    return ExitCode(server.status());
-  }
-#ifdef DGT_WITH_ETCD_BACKEND
-  std::unique_ptr<dgt::rendezvous::ReplicaElection> election;
-  if (options.elected) {
-    // The defaults take the bound port (--listen may say port 0) and, for a wildcard address,
-    // the host name, which other machines can reach (as the jobs service's --advertise-endpoint).
-    const std::string host_name = HostName();
-    if (replica_id.empty()) {
-      replica_id = absl::StrCat(host_name, ":", (*server)->port());
-      (*server)->service()->SetReplicaId(replica_id);
-    }
-    if (advertise_address.empty()) {
-      auto listen = dgt::ParseListenAddress(options.listen, "--listen");
-      std::string host = listen.ok() ? listen->host : "127.0.0.1";
-      if (host.empty() || host == "0.0.0.0" || host == "::") host = host_name;
-      advertise_address = dgt::FormatHostPort(host, (*server)->port());
-    }
-    dgt::rendezvous::RendezvousService* service = (*server)->service();
-    dgt::rendezvous::ReplicaElectionOptions election_options;
-    election_options.client.endpoints = endpoints;
-    election_options.key = dgt::rendezvous::LeaderKeyFor(etcd_prefix);
-    election_options.replica_id = replica_id;
-    election_options.address = advertise_address;
-    election_options.lease_ttl_s = lease_ttl_s;
-    election_options.on_won = [service, etcd_backend, etcd_jobs_backend](int64_t term) {
-      etcd_backend->SetLeaderFence(term);
-      etcd_jobs_backend->SetLeaderFence(term);
-      service->TakeOver();
-    };
-    election_options.on_lost = [service, etcd_backend, etcd_jobs_backend](const absl::Status& why) {
-      service->StepDown(why);
-      etcd_backend->SetLeaderFence(0);
-      etcd_jobs_backend->SetLeaderFence(0);
-    };
-    election_options.on_leader = [service](const dgt::rendezvous::LeaderInfo& leader) {
-      service->SetLeader(leader.replica, leader.address);
-    };
-    auto started = dgt::rendezvous::ReplicaElection::Start(std::move(election_options));
-    if (!started.ok()) {
-      PrintError(started.status());
-      return ExitCode(started.status());
-    }
-    election = *std::move(started);
-    election_ptr.store(election.get());
-    spdlog::info("dgt-rendezvous: replica {} (agents reach it at {}) campaigns for {} (lease {} s)",
-                 replica_id, advertise_address, dgt::rendezvous::LeaderKeyFor(etcd_prefix),
-                 lease_ttl_s);
-  }
-#endif
-  // Print the bound ports on stdout, parseable by scripts that asked for port 0.
-  std::printf("dgt-rendezvous listening on port %d\n", (*server)->port());
-  if ((*server)->metrics_port() != 0) {
-    std::printf("dgt-rendezvous metrics on port %d\n", (*server)->metrics_port());
-  }
-  std::fflush(stdout);
-
-  int sig = 0;
-  sigwait(&set, &sig);
-  spdlog::info("dgt-rendezvous: signal {}, shutting down", sig);
-#ifdef DGT_WITH_ETCD_BACKEND
-  if (election) {
-    // A leader gives its key up first, so that a standby takes over at once.
-    election_ptr.store(nullptr);
-    election->Stop();
-  }
-#endif
-  (*server)->Shutdown();
-  return 0;
+  return parsed;
 }
+
+}  // namespace dgt::server

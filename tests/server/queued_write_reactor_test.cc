@@ -1,7 +1,7 @@
 // QueuedWriteReactor: each StartWrite and Finish it makes, on a recording fake of the gRPC reactor
 // (exact order, one write in flight, when it finishes and with which status), and a burst of
 // writes over a real loopback gRPC stream.
-#include "rendezvous/queued_write_reactor.h"
+#include "server/queued_write_reactor.h"
 
 #include <chrono>
 #include <memory>
@@ -12,7 +12,8 @@
 #include "dgt/rendezvous/v1/rendezvous.grpc.pb.h"
 #include "gtest/gtest.h"
 
-namespace dgt::rendezvous {
+namespace dgt::server {
+namespace v1 = ::dgt::rendezvous::v1;
 namespace {
 
 // Stands in for grpc::ServerBidiReactor: records "write <message>" and "finish <code> <message>".
@@ -209,4 +210,4 @@ TEST_F(QueuedWriteReactorGrpcTest, TheAgentClosingItsSideEndsTheStreamOk) {
 }
 
 }  // namespace
-}  // namespace dgt::rendezvous
+}  // namespace dgt::server

@@ -1,12 +1,13 @@
-// ReplicaElection: several dgt-rendezvous replicas on one --etcd-prefix elect one leader through an
-// etcd lease (docs/ETCD.md, "Replicas"), active/standby as kube-controller-manager's
-// leader election does. Only the leader serves agents and writes runs; the others are standbys.
+// LeaderElection: replicas sharing one leader key elect one leader through an etcd lease
+// (docs/ETCD.md, "Replicas"), active/standby as kube-controller-manager's leader election does.
+// dgt-rendezvous replicas on one --etcd-prefix use it: only the leader serves agents and writes
+// runs and jobs; the others are standbys.
 //
 // How: each replica grants itself a lease of `lease_ttl_s` seconds and claims the leader key with
 // one Txn: create_revision(key) == 0 (absent) ? put(key, value, lease) : get(key). The winner keeps
-// its lease alive (etcd::Client::KeepAlive, renewed every ttl/3) and watches the key; its term is
-// the key's create_revision, which the run-state backend's writes compare (the fence:
-// EtcdRunStateBackend::SetLeaderFence), so a replica deposed since it won can never commit. A
+// its lease alive (Client::KeepAlive, renewed every ttl/3) and watches the key; its term is
+// the key's create_revision, which the state backends' writes compare (LeaderFence,
+// etcd/fence.h), so a replica deposed since it won can never commit. A
 // standby watches the key and claims it again as soon as it is deleted (the leader's lease ended:
 // killed, partitioned, or it resigned), and at least every lease_ttl_s in any case.
 //
@@ -21,8 +22,8 @@
 //
 // Thread-safety: thread-safe. Callbacks run on the election's own thread, one at a time, in the
 // order won -> lost -> won ...; they may call Resign but must not destroy the election.
-#ifndef DGT_RENDEZVOUS_REPLICA_ELECTION_H_
-#define DGT_RENDEZVOUS_REPLICA_ELECTION_H_
+#ifndef DGT_ETCD_LEADER_ELECTION_H_
+#define DGT_ETCD_LEADER_ELECTION_H_
 
 #include <cstdint>
 #include <functional>
@@ -37,7 +38,7 @@
 #include "common/mutex.h"
 #include "etcd/client.h"
 
-namespace dgt::rendezvous {
+namespace dgt::etcd {
 
 // The leader key of the replicas serving runs under `prefix` (--etcd-prefix): the prefix without
 // its trailing '/' and ".leader" ("/dgt/runs/" -> "/dgt/runs.leader"), outside the runs' keys.
@@ -51,8 +52,8 @@ struct LeaderInfo {
 std::string EncodeLeaderInfo(const LeaderInfo& info);
 LeaderInfo DecodeLeaderInfo(absl::string_view value);
 
-struct ReplicaElectionOptions {
-  etcd::ClientOptions client;
+struct LeaderElectionOptions {
+  ClientOptions client;
   std::string key;          // LeaderKeyFor(--etcd-prefix).
   std::string replica_id;   // --replica-id.
   std::string address;      // --advertise-address, what agents reach this replica at.
@@ -66,15 +67,15 @@ struct ReplicaElectionOptions {
   std::function<void(const LeaderInfo& leader)> on_leader;
 };
 
-class ReplicaElection {
+class LeaderElection {
  public:
   // Starts campaigning on a thread of its own. Errors: INVALID_ARGUMENT for an empty key or
   // replica id, a TTL < 1, or bad client options.
-  static absl::StatusOr<std::unique_ptr<ReplicaElection>> Start(ReplicaElectionOptions options);
+  static absl::StatusOr<std::unique_ptr<LeaderElection>> Start(LeaderElectionOptions options);
   // Stop().
-  ~ReplicaElection();
-  ReplicaElection(const ReplicaElection&) = delete;
-  ReplicaElection& operator=(const ReplicaElection&) = delete;
+  ~LeaderElection();
+  LeaderElection(const LeaderElection&) = delete;
+  LeaderElection& operator=(const LeaderElection&) = delete;
 
   // Stops campaigning; a leader revokes its lease (deleting the key, so that a standby takes over
   // at once; bounded by the client's call_timeout) and on_lost is called. Idempotent.
@@ -89,7 +90,7 @@ class ReplicaElection {
   int64_t terms_won() const;
 
  private:
-  explicit ReplicaElection(ReplicaElectionOptions options);
+  explicit LeaderElection(LeaderElectionOptions options);
   void Loop();
   // One campaign: claims the key; true when won (then leads until the leadership ends).
   void Campaign();
@@ -98,8 +99,8 @@ class ReplicaElection {
   // Waits up to `timeout` for Stop or (when `wake` is set) an event; returns whether stopping.
   bool WaitFor(absl::Duration timeout);
 
-  ReplicaElectionOptions options_;
-  std::unique_ptr<etcd::Client> client_;
+  LeaderElectionOptions options_;
+  std::unique_ptr<Client> client_;
   mutable Mutex mu_;
   CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -115,6 +116,6 @@ class ReplicaElection {
   std::thread thread_;
 };
 
-}  // namespace dgt::rendezvous
+}  // namespace dgt::etcd
 
-#endif  // DGT_RENDEZVOUS_REPLICA_ELECTION_H_
+#endif  // DGT_ETCD_LEADER_ELECTION_H_

@@ -7,8 +7,10 @@
 //
 // Thread-safe: Send, End and Abort may be called from any thread, also from within this stream's
 // own callbacks. None of them blocks on the network.
-#ifndef DGT_RENDEZVOUS_QUEUED_WRITE_REACTOR_H_
-#define DGT_RENDEZVOUS_QUEUED_WRITE_REACTOR_H_
+//
+// RejectReactor: a stream refused at once with a status (no token, a standby), for either service.
+#ifndef DGT_SERVER_QUEUED_WRITE_REACTOR_H_
+#define DGT_SERVER_QUEUED_WRITE_REACTOR_H_
 
 #include <list>
 #include <utility>
@@ -17,7 +19,7 @@
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 
-namespace dgt::rendezvous {
+namespace dgt::server {
 
 // `Base` is the gRPC reactor; tests put a fake with the same StartWrite / Finish / OnWriteDone in
 // its place, to see each call the stream makes.
@@ -99,6 +101,14 @@ class QueuedWriteReactor : public Base {
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace dgt::rendezvous
+// Ends a bidi stream at once with `status` and deletes itself when gRPC is done with it.
+template <typename Request, typename Response>
+class RejectReactor final : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  explicit RejectReactor(grpc::Status status) { this->Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
 
-#endif  // DGT_RENDEZVOUS_QUEUED_WRITE_REACTOR_H_
+}  // namespace dgt::server
+
+#endif  // DGT_SERVER_QUEUED_WRITE_REACTOR_H_
