@@ -4,7 +4,7 @@
 //
 // Everything happens on one event loop (boost::asio): rendezvous messages, worker exits, worker
 // output, signals and timers. What to do on each of those is NodeLifecycle's decision
-// (agent/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it every
+// (agent/lifecycle/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it every
 // event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
 // one thread.
 #ifndef DGT_AGENT_AGENT_H_
@@ -19,19 +19,19 @@
 #include <utility>
 
 #include "agent/agent_env.h"
-#include "agent/coordinator.h"
-#include "agent/done_marks.h"
+#include "agent/coord/coordinator.h"
+#include "agent/coord/done_marks.h"
 #include "agent/endpoint_rotation.h"
-#include "agent/error_file.h"
-#include "agent/failure_publisher.h"
-#include "agent/group_watchdog.h"
-#include "agent/launch_options.h"
-#include "agent/node_lifecycle.h"
-#include "agent/rendezvous_session.h"
-#include "agent/restart_policy.h"
-#include "agent/tf_cluster.h"
-#include "agent/worker_env.h"
-#include "agent/worker_group.h"
+#include "agent/workers/error_file.h"
+#include "agent/coord/failure_publisher.h"
+#include "agent/workers/group_watchdog.h"
+#include "agent/flags/launch_options.h"
+#include "agent/lifecycle/node_lifecycle.h"
+#include "agent/coord/rendezvous_session.h"
+#include "agent/lifecycle/restart_policy.h"
+#include "agent/coord/tf_cluster.h"
+#include "agent/workers/worker_env.h"
+#include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
 #include "rendezvous/service.h"
@@ -60,7 +60,7 @@ class Agent {
   };
 
   absl::Status Prepare();
-  // The lifecycle (agent/node_lifecycle.h) for this node, once Prepare knows its addresses.
+  // The lifecycle (agent/lifecycle/node_lifecycle.h) for this node, once Prepare knows its addresses.
   void CreateLifecycle(RestartBackend backend);
   NodeState state() const { return lifecycle_->state(); }
   // Carries out the lifecycle's actions, in order, then arms the timer for its next deadline.
@@ -111,7 +111,7 @@ class Agent {
   // The service re-attached this node to its round (the Assignment of that round again).
   void OnRejoined();
   bool ServiceLost() const { return reconnect_deadline_.has_value(); }
-  // Writes this node's done mark (agent/done_marks.h) into the round's store.
+  // Writes this node's done mark (agent/coord/done_marks.h) into the round's store.
   void MarkDone(int exit_status);
   // Reads the round's done marks (once; OnMarks schedules the next read while needed).
   void PollMarks();
@@ -164,7 +164,7 @@ class Agent {
   // that the workers bind them.
   void SpawnRound(WorkerGroup* group, int restart_count);
   // Several nodes with --distribution tensorflow: publishes this node's addresses into the
-  // round's store and reads every node's (agent/tf_cluster.h), retrying every 100 ms until all
+  // round's store and reads every node's (agent/coord/tf_cluster.h), retrying every 100 ms until all
   // are there, then SpawnRound. Bounded by --join-timeout (exit 75 naming the missing node
   // ranks). A stop or a new round meanwhile ends the exchange (the group is no longer current).
   void StartTfExchange(WorkerGroup* group, int restart_count);

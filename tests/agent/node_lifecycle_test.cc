@@ -1,4 +1,4 @@
-// NodeLifecycle (agent/node_lifecycle.h) on a simulated clock, its worker actions carried out on
+// NodeLifecycle (agent/lifecycle/node_lifecycle.h) on a simulated clock, its worker actions carried out on
 // a FakeProcessLauncher: every test asserts the exact action sequence of each step.
 //
 // Scenario (TEST name)                        End-to-end test covering it today (tests/e2e/)
@@ -76,7 +76,7 @@
 //                                               test_static_second_agent_with_the_same_node_rank_is_refused,
 //                                             test_supervision.py::
 //                                               test_static_node_rank_1_without_node_rank_0_exits_69
-#include "agent/node_lifecycle.h"
+#include "agent/lifecycle/node_lifecycle.h"
 
 #include <signal.h>
 #include <sys/wait.h>
