@@ -12,10 +12,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
 #include "agent/workers/log_dir.h"
 #include "agent/workers/log_line_prefix.h"
-#include "agent/coord/rendezvous_host.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -40,7 +40,8 @@ bool IsSameRound(const rdzv_v1::Assignment& a, const rdzv_v1::Assignment& held) 
 }  // namespace
 
 void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
-  if (rejoin_round_ && IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
+  if (session_policy_.rejoin_round() &&
+      IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
     OnRejoined();  // The service took this node back into its round: nothing restarts.
     return;
   }
@@ -84,7 +85,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
     if (absl::Status st = store_->Start(); !st.ok()) {
       spdlog::error("dgt-run: cannot open the next store: {}", st.message());
       store_.reset();
-    } else if (session_open_) {
+    } else if (session_policy_.open()) {
       rdzv_v1::AgentMessage ready;
       ready.mutable_store_ready()->set_store_port(store_->port());
       (void)session_->Send(ready);
@@ -158,11 +159,7 @@ void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
   }
   // The decisions are NodeLifecycle::OnMarks's.
   const absl::Time now = env_.clock->Now();
-  absl::Duration lost_for = absl::ZeroDuration();
-  if (reconnect_deadline_) {
-    lost_for = now - (*reconnect_deadline_ - absl::Seconds(options_.reconnect_timeout_s));
-  }
-  Execute(lifecycle_->OnMarks(view, ServiceLost(), now, lost_for));
+  Execute(lifecycle_->OnMarks(view, ServiceLost(), now, session_policy_.LostFor(now)));
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {

@@ -20,7 +20,7 @@ void StaticBackend::Start() {
       });
 }
 
-void StaticBackend::Report(const LifecycleAction& report) {
+void StaticBackend::Report(const actions::Report& report) {
   auto outcome = [this](const absl::Status& others) {
     sink_(lifecycle_->OnStaticOutcome(others.ok(), std::string(others.message())));
   };

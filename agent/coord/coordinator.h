@@ -1,7 +1,7 @@
 // Coordinator: the agent's side of what decides rounds and outcomes across nodes — a rendezvous
 // service (c10d, --standalone; the Session stream) or the static backend (no service; node rank
 // 0's store, agent/coord/static_coordinator.h). The Agent starts one and hands its answers to the
-// NodeLifecycle as events; the lifecycle's coordinator actions (kReport, kInterruptCoordinator)
+// NodeLifecycle as events; the lifecycle's coordinator actions (Report, InterruptCoordinator)
 // come back here, so that agent code has no per-backend branch.
 //
 // Thread-compatible: used from the agent's event loop only.
@@ -12,9 +12,9 @@
 #include <memory>
 #include <utility>
 
+#include "agent/coord/static_coordinator.h"
 #include "agent/lifecycle/node_lifecycle.h"
 #include "agent/lifecycle/restart_policy.h"
-#include "agent/coord/static_coordinator.h"
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
@@ -28,10 +28,10 @@ class Coordinator {
   virtual ~Coordinator() = default;
   // Who starts a group restart's round (RestartTracker's table).
   virtual RestartBackend backend() const = 0;
-  // kReport: this node's workers are done (exit status, the failure, or the stopping signal);
-  // the run's outcome comes back as NodeLifecycle events.
-  virtual void Report(const LifecycleAction& report) = 0;
-  // kInterruptCoordinator: a signal stops this node; stop waiting for the others.
+  // actions::Report: this node's workers are done (exit status, the failure, or the stopping
+  // signal); the run's outcome comes back as NodeLifecycle events.
+  virtual void Report(const actions::Report& report) = 0;
+  // actions::InterruptCoordinator: a signal stops this node; stop waiting for the others.
   virtual void Interrupt() = 0;
 };
 
@@ -47,7 +47,7 @@ class StaticBackend final : public Coordinator {
   // Connects to node rank 0's store (this node hosts it when it is node rank 0): every node
   // there is NodeLifecycle::OnStaticStarted; another node's failure, OnStaticRemoteFailure.
   void Start();
-  void Report(const LifecycleAction& report) override;
+  void Report(const actions::Report& report) override;
   void Interrupt() override { coordinator_.Interrupt(); }
 
  private:
@@ -61,15 +61,15 @@ class StaticBackend final : public Coordinator {
 // NodeReport. The service decides when to stop waiting for other nodes: Interrupt does nothing.
 class SessionBackend final : public Coordinator {
  public:
-  explicit SessionBackend(std::function<void(const LifecycleAction&)> report)
+  explicit SessionBackend(std::function<void(const actions::Report&)> report)
       : report_(std::move(report)) {}
 
   RestartBackend backend() const override { return RestartBackend::kRendezvous; }
-  void Report(const LifecycleAction& report) override { report_(report); }
+  void Report(const actions::Report& report) override { report_(report); }
   void Interrupt() override {}
 
  private:
-  std::function<void(const LifecycleAction&)> report_;
+  std::function<void(const actions::Report&)> report_;
 };
 
 }  // namespace dgt::agent

@@ -122,7 +122,8 @@ struct LaunchOptions {
   std::string event_log_handler = "null";
   std::string logs_specs;
   // Logs: <log_dir>/<run_id>_<unique>/attempt_<n>/<local_rank>/{stdout,stderr}.log and
-  // error.json, a new directory per launch (agent/workers/log_dir.h). run_id has no '/' and no "..".
+  // error.json, a new directory per launch (agent/workers/log_dir.h). run_id has no '/' and no
+  // "..".
   std::string log_dir;
   StreamSpec redirects;              // Streams written to the files only.
   StreamSpec tee;                    // Streams written to the files and the console.

@@ -1,5 +1,5 @@
-// The parts of ParseDgtRunCommandLine (agent/flags/launch_options.h) shared by its three files, private
-// to agent/:
+// The parts of ParseDgtRunCommandLine (agent/flags/launch_options.h) shared by its three files,
+// private to agent/:
 //   launch_options.cc          the torchrun-compatible flag table (CLI11), PET_* defaults and the
 //                              checks on the raw argv; fills a RawFlags and calls Validate.
 //   launch_options_values.cc   one flag's text to its value (--nnodes, --nproc-per-node,
@@ -121,6 +121,15 @@ absl::Status ParseChoices(const RawFlags& raw, LaunchOptions* o);
 // PYTHON_EXEC and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
 absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
                       const char* (*getenv_fn)(const char*), LaunchOptions* o);
+
+// --- launch_options_command.cc: the script ---
+
+// The script and its arguments from `rest_in` (what follows the flags) into o->command, the
+// checks that need it, then the interpreter (DGT_PYTHON, PYTHON_EXEC) and the console prefix
+// (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) from getenv_fn. Errors: InvalidArgument for a missing
+// script or flags that exclude each other; NotFound for a script that does not exist.
+absl::Status ResolveCommand(const std::vector<std::string>& rest_in,
+                            const char* (*getenv_fn)(const char*), LaunchOptions* o);
 
 }  // namespace dgt::agent::launch_internal
 

@@ -12,59 +12,73 @@
 namespace dgt::agent {
 namespace {
 
-using lifecycle_internal::Kind;
 using lifecycle_internal::Level;
 using lifecycle_internal::Log;
-using lifecycle_internal::Make;
 
 bool WorkersOfRound(NodeState s) {
   return s == NodeState::kRunning || s == NodeState::kRestarting || s == NodeState::kStopping ||
          s == NodeState::kRerounding;
 }
 
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kLog:
-      return "Log";
-    case Kind::kStartRound:
-      return "StartRound";
-    case Kind::kApplyAssignment:
-      return "ApplyAssignment";
-    case Kind::kStopWorkers:
-      return "StopWorkers";
-    case Kind::kKillWorkers:
-      return "KillWorkers";
-    case Kind::kForwardSignal:
-      return "ForwardSignal";
-    case Kind::kRecordFailure:
-      return "RecordFailure";
-    case Kind::kClearFailures:
-      return "ClearFailures";
-    case Kind::kPublishFailure:
-      return "PublishFailure";
-    case Kind::kInterruptCoordinator:
-      return "InterruptCoordinator";
-    case Kind::kWatchDrain:
-      return "WatchDrain";
-    case Kind::kReport:
-      return "Report";
-    case Kind::kMarkDone:
-      return "MarkDone";
-    case Kind::kPollMarks:
-      return "PollMarks";
-    case Kind::kPollMarksLater:
-      return "PollMarksLater";
-    case Kind::kFinishFromMarks:
-      return "FinishFromMarks";
-    case Kind::kLinger:
-      return "Linger";
-    case Kind::kFinish:
-      return "Finish";
-    case Kind::kReconnect:
-      return "Reconnect";
+// Each action's DebugString.
+struct Describe {
+  std::string operator()(const actions::Log& a) const {
+    static constexpr const char* kLevels[] = {"debug", "info", "warn", "error"};
+    return absl::StrCat("Log(", kLevels[static_cast<int>(a.level)], "): ", a.text);
   }
-  return "?";
-}
+  std::string operator()(const actions::StartRound& a) const {
+    return absl::StrCat("StartRound(", a.restart_count, ")");
+  }
+  std::string operator()(const actions::ApplyAssignment& a) const {
+    return absl::StrCat("ApplyAssignment(",
+                        a.assignment ? absl::StrCat("round ", a.assignment->round) : "static", ")");
+  }
+  std::string operator()(const actions::StopWorkers& a) const {
+    return absl::StrCat("StopWorkers(", Signal(a.signal), ")");
+  }
+  std::string operator()(const actions::KillWorkers&) const { return "KillWorkers"; }
+  std::string operator()(const actions::ForwardSignal& a) const {
+    return absl::StrCat("ForwardSignal(", Signal(a.signal), ")");
+  }
+  std::string operator()(const actions::RecordFailure& a) const {
+    return absl::StrCat("RecordFailure(rank ", a.exit.rank, a.recovered ? ", recovered" : "", ")");
+  }
+  std::string operator()(const actions::ClearFailures&) const { return "ClearFailures"; }
+  std::string operator()(const actions::PublishFailure& a) const {
+    return absl::StrCat("PublishFailure(rank ", a.exit.rank, a.restart ? ", restart " : ", drop ",
+                        a.restart_count, ")");
+  }
+  std::string operator()(const actions::InterruptCoordinator&) const {
+    return "InterruptCoordinator";
+  }
+  std::string operator()(const actions::WatchDrain&) const { return "WatchDrain"; }
+  std::string operator()(const actions::Report& a) const {
+    return absl::StrCat("Report(", a.exit_status,
+                        a.failure ? absl::StrCat(", rank ", a.failure->rank) : "",
+                        a.signal != 0 ? absl::StrCat(", ", SignalName(a.signal)) : "",
+                        a.text.empty() ? "" : ", ", a.text, ")");
+  }
+  std::string operator()(const actions::MarkDone& a) const {
+    return absl::StrCat("MarkDone(", a.exit_status, ")");
+  }
+  std::string operator()(const actions::PollMarks&) const { return "PollMarks"; }
+  std::string operator()(const actions::PollMarksLater&) const { return "PollMarksLater"; }
+  std::string operator()(const actions::FinishFromMarks& a) const {
+    return WithStatus("FinishFromMarks", a.exit_status, a.text);
+  }
+  std::string operator()(const actions::Linger& a) const {
+    return WithStatus("Linger", a.exit_status, a.text);
+  }
+  std::string operator()(const actions::Reconnect&) const { return "Reconnect"; }
+  std::string operator()(const actions::Finish& a) const {
+    return WithStatus("Finish", a.exit_status, a.text);
+  }
+
+  static std::string Signal(int sig) { return sig == 0 ? "SIGTERM" : SignalName(sig); }
+  static std::string WithStatus(const char* name, int exit_status, const std::string& text) {
+    return absl::StrCat(name, "(", exit_status, text.empty() ? "" : ", ", text, ")");
+  }
+};
 
 }  // namespace
 
@@ -73,38 +87,7 @@ std::string SignalName(int sig) {
   return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
 }
 
-std::string LifecycleAction::DebugString() const {
-  static constexpr const char* kLevels[] = {"debug", "info", "warn", "error"};
-  switch (kind) {
-    case Kind::kLog:
-      return absl::StrCat("Log(", kLevels[static_cast<int>(level)], "): ", text);
-    case Kind::kStartRound:
-      return absl::StrCat("StartRound(", restart_count, ")");
-    case Kind::kApplyAssignment:
-      return absl::StrCat("ApplyAssignment(",
-                          assignment ? absl::StrCat("round ", assignment->round) : "static", ")");
-    case Kind::kStopWorkers:
-    case Kind::kForwardSignal:
-      return absl::StrCat(KindName(kind), "(", signal == 0 ? "SIGTERM" : SignalName(signal), ")");
-    case Kind::kRecordFailure:
-      return absl::StrCat("RecordFailure(rank ", exit->rank, recovered ? ", recovered" : "", ")");
-    case Kind::kPublishFailure:
-      return absl::StrCat("PublishFailure(rank ", exit->rank, restart ? ", restart " : ", drop ",
-                          restart_count, ")");
-    case Kind::kReport:
-      return absl::StrCat("Report(", exit_status, exit ? absl::StrCat(", rank ", exit->rank) : "",
-                          signal != 0 ? absl::StrCat(", ", SignalName(signal)) : "",
-                          text.empty() ? "" : ", ", text, ")");
-    case Kind::kMarkDone:
-      return absl::StrCat("MarkDone(", exit_status, ")");
-    case Kind::kLinger:
-    case Kind::kFinishFromMarks:
-    case Kind::kFinish:
-      return absl::StrCat(KindName(kind), "(", exit_status, text.empty() ? "" : ", ", text, ")");
-    default:
-      return KindName(kind);
-  }
-}
+std::string DebugString(const LifecycleAction& action) { return std::visit(Describe{}, action); }
 
 NodeLifecycle::NodeLifecycle(Options options, const Clock* clock)
     : options_(std::move(options)), clock_(clock) {}
@@ -124,9 +107,7 @@ void NodeLifecycle::OnJoinSent(absl::Time now) {
 
 void NodeLifecycle::Stop(LifecycleActions* out, int signal) {
   state_ = NodeState::kStopping;
-  LifecycleAction a = Make(Kind::kStopWorkers);
-  a.signal = signal;
-  out->push_back(std::move(a));
+  out->push_back(actions::StopWorkers{signal});
 }
 
 LifecycleActions NodeLifecycle::Finish(int exit_status, const std::string& message) {
@@ -136,10 +117,7 @@ LifecycleActions NodeLifecycle::Finish(int exit_status, const std::string& messa
   round_wait_deadline_.reset();
   drain_deadline_.reset();
   drain_pending_ = false;
-  LifecycleAction a = Make(Kind::kFinish);
-  a.exit_status = exit_status;
-  a.text = message;
-  return {std::move(a)};
+  return {actions::Finish{exit_status, message}};
 }
 
 bool NodeLifecycle::StoppingForSignal(LifecycleActions* out, const std::string& what,
@@ -158,8 +136,7 @@ LifecycleActions NodeLifecycle::OnAssignment(const RoundAssignment& a, int alive
   (void)now;
   LifecycleActions out;
   if (StoppingForSignal(&out, "a new round", a.reason)) return out;
-  LifecycleAction apply = Make(Kind::kApplyAssignment);
-  apply.assignment = a;
+  LifecycleAction apply = actions::ApplyAssignment{a};
   switch (state_) {
     case NodeState::kJoining:
       join_deadline_.reset();
@@ -177,14 +154,14 @@ LifecycleActions NodeLifecycle::OnAssignment(const RoundAssignment& a, int alive
                                          " (", a.reason, "); stopping this node's workers")));
       pending_ = a;
       first_failure_.reset();
-      out.push_back(Make(Kind::kClearFailures));
+      out.push_back(actions::ClearFailures{});
       if (state_ != NodeState::kRerounding && state_ != NodeState::kStopping) {
-        out.push_back(Make(Kind::kStopWorkers));
+        out.push_back(actions::StopWorkers{});
       }
       state_ = NodeState::kRerounding;
       if (alive == 0) {
         pending_.reset();
-        out.push_back(Make(Kind::kKillWorkers));
+        out.push_back(actions::KillWorkers{});
         out.push_back(std::move(apply));
       }
       return out;
@@ -195,7 +172,7 @@ LifecycleActions NodeLifecycle::OnAssignment(const RoundAssignment& a, int alive
       drain_deadline_.reset();
       drain_pending_ = false;
       first_failure_.reset();
-      out.push_back(Make(Kind::kClearFailures));
+      out.push_back(actions::ClearFailures{});
       out.push_back(std::move(apply));
       return out;
     case NodeState::kDone:
@@ -223,9 +200,7 @@ LifecycleActions NodeLifecycle::OnRoundApplied(const RoundAssignment& a) {
 LifecycleActions NodeLifecycle::StartRound(int restart_count) {
   state_ = NodeState::kRunning;
   spawning_ = true;
-  LifecycleAction a = Make(Kind::kStartRound);
-  a.restart_count = restart_count;
-  return {std::move(a)};
+  return {actions::StartRound{restart_count}};
 }
 
 LifecycleActions NodeLifecycle::OnStop(const std::string& reason, int alive, absl::Time now) {
@@ -235,10 +210,10 @@ LifecycleActions NodeLifecycle::OnStop(const std::string& reason, int alive, abs
   out.push_back(
       Log(Level::kWarn, absl::StrCat("the rendezvous stopped this node's workers: ", reason)));
   first_failure_.reset();
-  out.push_back(Make(Kind::kClearFailures));
+  out.push_back(actions::ClearFailures{});
   if (alive > 0 && state_ != NodeState::kRerounding) {
     state_ = NodeState::kRerounding;  // Stop; wait for the next assignment once they are gone.
-    out.push_back(Make(Kind::kStopWorkers));
+    out.push_back(actions::StopWorkers{});
   } else if (alive == 0) {
     state_ = NodeState::kWaitingForRound;
   }
@@ -275,10 +250,7 @@ LifecycleActions NodeLifecycle::LeaveRun(int exit_status, const std::string& mes
     return out;
   }
   if ((alive == 0 && pending_restarts_ == 0) || !WorkersOfRound(state_)) {
-    LifecycleAction linger = Make(Kind::kLinger);
-    linger.exit_status = exit_status;
-    linger.text = message;
-    out.push_back(std::move(linger));
+    out.push_back(actions::Linger{exit_status, message});
     return out;
   }
   leave_ = {exit_status, message};
@@ -320,7 +292,7 @@ LifecycleActions NodeLifecycle::OnStaticStarted(bool ok, bool already_exists,
                   absl::StrCat("static rendezvous: ", message,
                                " (is node rank 0 running? see --rdzv-connect-timeout)"));
   }
-  return {Make(Kind::kApplyAssignment)};
+  return {actions::ApplyAssignment{}};
 }
 
 LifecycleActions NodeLifecycle::OnStaticRemoteFailure(int exit_status, const std::string& message) {
@@ -398,7 +370,7 @@ LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
     LifecycleActions out;
     out.push_back(Log(Level::kWarn, absl::StrCat("this node's ", DescribeFailure(*first_failure_),
                                                  " followed the root cause on another node")));
-    out.push_back(Make(Kind::kClearFailures));
+    out.push_back(actions::ClearFailures{});
     first_failure_.reset();
     LifecycleActions rest = RunFinishedWhileAwaiting(o);
     out.insert(out.end(), rest.begin(), rest.end());

@@ -7,8 +7,8 @@
 // Agent (agent/agent.h) is the thin runtime that carries the actions out on its io_context, and
 // tests/agent/node_lifecycle_test.cc drives it on a simulated clock.
 //
-// The restart decision itself is RestartTracker's (agent/lifecycle/restart_policy.h, its table); the
-// lifecycle asks it and carries the answer into actions.
+// The restart decision itself is RestartTracker's (agent/lifecycle/restart_policy.h, its table);
+// the lifecycle asks it and carries the answer into actions.
 //
 // States (NodeState):
 //   kJoining          waiting for the first round (or, static backend, for every node).
@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -95,51 +96,102 @@ struct RunOutcome {
   int signal = 0;
 };
 
-struct LifecycleAction {
-  enum class Kind {
-    kLog,                   // level, text: one line of the agent's log.
-    kStartRound,            // restart_count: start every local worker (new attempt).
-    kApplyAssignment,       // assignment: take the held round as this node's (then kStartRound
-                            // follows from OnRoundApplied).
-    kStopWorkers,           // signal (0: SIGTERM), SIGKILL after the stop timeout.
-    kKillWorkers,           // SIGKILL whatever is left of the workers' process groups.
-    kForwardSignal,         // signal: forwarded to the workers, which go on.
-    kRecordFailure,         // exit: a failure for the summary (recovered: restarted in place).
-    kClearFailures,         // The failures recorded so far belong to no outcome (a new round,
-                            // or another node's failure was the root cause).
-    kPublishFailure,        // exit, restart, restart_count: the in-place recovery keys; with
-                            // restart, OnFailurePublished follows.
-    kInterruptCoordinator,  // The coordinator stops waiting for other nodes (a signal).
-    kWatchDrain,            // Call OnDrained once the workers' output is drained.
-    kReport,                // This node's workers are done: report to the coordinator
-                            // (exit_status, text; failure when one failed; signal when stopped).
-    kMarkDone,              // exit_status: this node's done mark in the round's store.
-    kPollMarks,             // Read the round's done marks (OnMarks answers).
-    kPollMarksLater,        // Read them again in 250 ms (OnMarks answers).
-    kFinishFromMarks,       // exit_status, text: the outcome learned from the done marks; node
-                            // rank 0 keeps the round's store until every other node has seen it
-                            // (OnLingerStarted), the others write their seen mark and finish.
-    kLinger,                // exit_status, text: finish, except that the node serving the
-                            // round's store may first keep it up (runtime, done marks).
-    kReconnect,             // The service is lost: reconnect within the read timeout (the
-                            // workers keep running); OnReconnectWindowOver if it stays away.
-    kFinish,                // exit_status, text: the end of this agent.
-  };
-  Kind kind = Kind::kLog;
-  enum class Level { kDebug, kInfo, kWarn, kError };
+// The actions NodeLifecycle returns, one struct per kind: what the runtime must carry out.
+namespace actions {
+
+enum class Level { kDebug, kInfo, kWarn, kError };
+
+// One line of the agent's log.
+struct Log {
   Level level = Level::kInfo;
   std::string text;
-  int restart_count = 0;
-  int signal = 0;
-  int exit_status = 0;
-  bool restart = false;
-  bool recovered = false;
-  std::optional<WorkerExit> exit;
-  std::optional<RoundAssignment> assignment;
-
-  // "StopWorkers(SIGTERM)", "Finish(1, message)", "Log(warn): text", ...: what tests compare.
-  std::string DebugString() const;
 };
+// Start every local worker (a new attempt) with TORCHELASTIC_RESTART_COUNT `restart_count`.
+struct StartRound {
+  int restart_count = 0;
+};
+// Take the held round as this node's (OnRoundApplied then answers with StartRound).
+// `assignment`: the service's round; nullopt for the static backend's one round.
+struct ApplyAssignment {
+  std::optional<RoundAssignment> assignment;
+};
+// Stop the workers with `signal` (0: SIGTERM), SIGKILL after the stop timeout.
+struct StopWorkers {
+  int signal = 0;
+};
+// SIGKILL whatever is left of the workers' process groups.
+struct KillWorkers {};
+// Forward `signal` to the workers, which go on.
+struct ForwardSignal {
+  int signal = 0;
+};
+// A failure for the summary; `recovered`: its rank was restarted in place.
+struct RecordFailure {
+  WorkerExit exit;
+  bool recovered = false;
+};
+// The failures recorded so far belong to no outcome (a new round, or another node's failure was
+// the root cause).
+struct ClearFailures {};
+// Publish the in-place recovery keys for `exit`; with `restart`, OnFailurePublished follows and
+// the replacement starts with TORCHELASTIC_RESTART_COUNT `restart_count`.
+struct PublishFailure {
+  WorkerExit exit;
+  bool restart = false;
+  int restart_count = 0;
+};
+// The coordinator stops waiting for other nodes (a signal).
+struct InterruptCoordinator {};
+// Call OnDrained once the workers' output is drained.
+struct WatchDrain {};
+// This node's workers are done: report to the coordinator. `failure`: the first failed worker;
+// `signal`: the outside signal that stopped them (0: none).
+struct Report {
+  int exit_status = 0;
+  std::string text;
+  std::optional<WorkerExit> failure;
+  int signal = 0;
+};
+// This node's done mark in the round's store.
+struct MarkDone {
+  int exit_status = 0;
+};
+// Read the round's done marks now (OnMarks answers).
+struct PollMarks {};
+// Read them again in 250 ms (OnMarks answers).
+struct PollMarksLater {};
+// The outcome learned from the done marks: node rank 0 keeps the round's store until every other
+// node has seen it (OnLingerStarted), the others write their seen mark and finish.
+struct FinishFromMarks {
+  int exit_status = 0;
+  std::string text;
+};
+// Finish, except that the node serving the round's store may first keep it up (done marks).
+struct Linger {
+  int exit_status = 0;
+  std::string text;
+};
+// The service is lost: reconnect within the read timeout (the workers keep running);
+// OnReconnectWindowOver if it stays away.
+struct Reconnect {};
+// The end of this agent, with its exit status.
+struct Finish {
+  int exit_status = 0;
+  std::string text;
+};
+
+}  // namespace actions
+
+using LifecycleAction =
+    std::variant<actions::Log, actions::StartRound, actions::ApplyAssignment, actions::StopWorkers,
+                 actions::KillWorkers, actions::ForwardSignal, actions::RecordFailure,
+                 actions::ClearFailures, actions::PublishFailure, actions::InterruptCoordinator,
+                 actions::WatchDrain, actions::Report, actions::MarkDone, actions::PollMarks,
+                 actions::PollMarksLater, actions::FinishFromMarks, actions::Linger,
+                 actions::Reconnect, actions::Finish>;
+
+// "StopWorkers(SIGTERM)", "Finish(1, message)", "Log(warn): text", ...: what tests compare.
+std::string DebugString(const LifecycleAction& action);
 
 using LifecycleActions = std::vector<LifecycleAction>;
 
@@ -192,7 +244,7 @@ class NodeLifecycle {
   int restarts_used() const { return tracker_ ? tracker_->restarts() : 0; }
 
   // --- Joining -------------------------------------------------------------------------------
-  // The join was sent at `now`: the round must come within join_timeout_s (kFinish 75).
+  // The join was sent at `now`: the round must come within join_timeout_s (Finish 75).
   void OnJoinSent(absl::Time now);
   // JoinProgress: how many nodes joined so far (for the join timeout's message).
   void OnProgress(int joined_nodes) { joined_nodes_ = joined_nodes; }
@@ -200,8 +252,8 @@ class NodeLifecycle {
   // which the runtime answers itself).
   // `alive`: workers of the current round still running.
   LifecycleActions OnAssignment(const RoundAssignment& a, int alive, absl::Time now);
-  // The runtime applied an assignment (kApplyAssignment, or its own first round): a fresh
-  // restart budget, then kStartRound.
+  // The runtime applied an assignment (ApplyAssignment, or its own first round): a fresh
+  // restart budget, then StartRound.
   LifecycleActions OnRoundApplied(const RoundAssignment& a);
   // The coordinator refused this node (an Error, or a refused session while joining).
   // `rejoin`: the refusal answered a rejoin after the service was lost.
@@ -212,7 +264,7 @@ class NodeLifecycle {
   LifecycleActions OnRunFinished(const RunOutcome& outcome);
   // The static backend's start answer: ok (every node there), AlreadyExists (77), other (69).
   LifecycleActions OnStaticStarted(bool ok, bool already_exists, const std::string& message);
-  // The static backend's answer to kReport: `others_ok` false with its message when the other
+  // The static backend's answer to Report: `others_ok` false with its message when the other
   // nodes could not be heard.
   LifecycleActions OnStaticOutcome(bool others_ok, const std::string& message);
   // The static backend learned that another node failed (before or after this node reported).
@@ -220,9 +272,9 @@ class NodeLifecycle {
 
   // --- The service lost ----------------------------------------------------------------------
   // This node must leave the run (service lost for good, a rejoin refused): stop the workers,
-  // then finish with `exit_status` (kLinger). `alive`: workers still running.
+  // then finish with `exit_status` (Linger). `alive`: workers still running.
   LifecycleActions LeaveRun(int exit_status, const std::string& message, int alive);
-  // The session with the rendezvous service ended (kReconnect, a refusal, or the end of the node
+  // The session with the rendezvous service ended (Reconnect, a refusal, or the end of the node
   // that hosted it).
   LifecycleActions OnSessionClosed(const SessionEnd& end, int alive);
   // The service did not come back within the read timeout. `marked`: the first failed node of
@@ -238,15 +290,15 @@ class NodeLifecycle {
   void OnLingerStarted(int exit_status, std::string message, bool wait_for_seen,
                        absl::Time deadline);
   bool lingering() const { return linger_.has_value(); }
-  // The round's done marks were read (kPollMarks, kPollMarksLater): `marks`, the last ones read
+  // The round's done marks were read (PollMarks, PollMarksLater): `marks`, the last ones read
   // (nullopt while none could be); `service_lost`: the rendezvous service is unreachable, for
   // `lost_for` so far.
   // Lingering: finish once they are all there (or at the deadline). Awaiting the outcome without
-  // the service: kFinishFromMarks when every node succeeded (once the service has been away for
+  // the service: FinishFromMarks when every node succeeded (once the service has been away for
   // rejoin_before_marks, or reconnect_timeout_s if less), or when every node is done, one's
   // workers failed and no group restart is left (the service would end the run as failed).
   // Running without the service and no group restart left: another node's failed mark stops
-  // this node's workers (OnMarksFailure). Else kPollMarksLater while the marks may still decide,
+  // this node's workers (OnMarksFailure). Else PollMarksLater while the marks may still decide,
   // nothing once they cannot.
   LifecycleActions OnMarks(const std::optional<MarksView>& marks, bool service_lost, absl::Time now,
                            absl::Duration lost_for = absl::InfiniteDuration());
@@ -254,7 +306,7 @@ class NodeLifecycle {
   // --- Workers -------------------------------------------------------------------------------
   // A worker exited at `now`; `alive` workers are left.
   LifecycleActions OnWorkerExit(const WorkerExit& exit, int alive, absl::Time now);
-  // kPublishFailure with restart is done (`group_current`: the round did not change meanwhile).
+  // PublishFailure with restart is done (`group_current`: the round did not change meanwhile).
   // Returns whether to start the replacement now (kRestartRank's work; the runtime then calls
   // OnWorkersIdle).
   bool OnFailurePublished(bool group_current);
@@ -264,7 +316,7 @@ class NodeLifecycle {
   LifecycleActions OnRankRestartFailed(const WorkerExit& exit);
   // The round's workers are all started (or its start stopped early); `alive` remain.
   LifecycleActions OnSpawnDone(int alive, absl::Time now);
-  // The workers' output is drained (kWatchDrain).
+  // The workers' output is drained (WatchDrain).
   LifecycleActions OnDrained();
   // A signal from outside; `workers_started`: a round's workers exist.
   LifecycleActions OnSignal(int sig, bool workers_started);

@@ -10,22 +10,11 @@
 
 namespace dgt::agent::lifecycle_internal {
 
-using Kind = LifecycleAction::Kind;
-using Level = LifecycleAction::Level;
+using Level = actions::Level;
 
-// An action of `kind` with every other field at its default.
-inline LifecycleAction Make(Kind kind) {
-  LifecycleAction a;
-  a.kind = kind;
-  return a;
-}
-
-// A kLog action: one line of the agent's log at `level`.
+// A Log action: one line of the agent's log at `level`.
 inline LifecycleAction Log(Level level, std::string text) {
-  LifecycleAction a = Make(Kind::kLog);
-  a.level = level;
-  a.text = std::move(text);
-  return a;
+  return actions::Log{level, std::move(text)};
 }
 
 }  // namespace dgt::agent::lifecycle_internal

@@ -13,20 +13,10 @@
 namespace dgt::agent {
 namespace {
 
-using Kind = LifecycleAction::Kind;
-
-LifecycleAction PollLater() {
-  LifecycleAction a;
-  a.kind = Kind::kPollMarksLater;
-  return a;
-}
+LifecycleAction PollLater() { return actions::PollMarksLater{}; }
 
 LifecycleAction FinishFromMarks(int exit_status, std::string text) {
-  LifecycleAction a;
-  a.kind = Kind::kFinishFromMarks;
-  a.exit_status = exit_status;
-  a.text = std::move(text);
-  return a;
+  return actions::FinishFromMarks{exit_status, std::move(text)};
 }
 
 }  // namespace

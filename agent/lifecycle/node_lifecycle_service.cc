@@ -12,21 +12,11 @@
 namespace dgt::agent {
 namespace {
 
-using Kind = LifecycleAction::Kind;
-
 LifecycleAction Linger(int exit_status, std::string text) {
-  LifecycleAction a;
-  a.kind = Kind::kLinger;
-  a.exit_status = exit_status;
-  a.text = std::move(text);
-  return a;
+  return actions::Linger{exit_status, std::move(text)};
 }
 
-LifecycleAction Reconnect() {
-  LifecycleAction a;
-  a.kind = Kind::kReconnect;
-  return a;
-}
+LifecycleAction Reconnect() { return actions::Reconnect{}; }
 
 }  // namespace
 

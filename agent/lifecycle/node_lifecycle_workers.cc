@@ -12,24 +12,15 @@
 namespace dgt::agent {
 namespace {
 
-using lifecycle_internal::Kind;
 using lifecycle_internal::Level;
 using lifecycle_internal::Log;
-using lifecycle_internal::Make;
 
 LifecycleAction Record(const WorkerExit& e, bool recovered) {
-  LifecycleAction a = Make(Kind::kRecordFailure);
-  a.exit = e;
-  a.recovered = recovered;
-  return a;
+  return actions::RecordFailure{e, recovered};
 }
 
 LifecycleAction Publish(const WorkerExit& e, bool restart, int restart_count) {
-  LifecycleAction a = Make(Kind::kPublishFailure);
-  a.exit = e;
-  a.restart = restart;
-  a.restart_count = restart_count;
-  return a;
+  return actions::PublishFailure{e, restart, restart_count};
 }
 
 // Signals that are forwarded without stopping the job (schedulers use them to announce a
@@ -73,7 +64,7 @@ LifecycleActions NodeLifecycle::OnWorkerExit(const WorkerExit& e, int alive, abs
                                                        options_.max_restarts, ")")));
           state_ = NodeState::kRestarting;
           next_restart_count_ = d.restart_count;
-          out.push_back(Make(Kind::kStopWorkers));
+          out.push_back(actions::StopWorkers{});
           break;
         }
         case RestartTracker::Action::kReportToRendezvous:
@@ -142,19 +133,17 @@ LifecycleActions NodeLifecycle::OnSpawnDone(int alive, absl::Time now) {
 LifecycleActions NodeLifecycle::AllWorkersExited(absl::Time now) {
   LifecycleActions out;
   if (state_ == NodeState::kRerounding) {
-    out.push_back(Make(Kind::kKillWorkers));
+    out.push_back(actions::KillWorkers{});
     if (pending_) {
-      LifecycleAction apply = Make(Kind::kApplyAssignment);
-      apply.assignment = *pending_;
+      out.push_back(actions::ApplyAssignment{*pending_});
       pending_.reset();
-      out.push_back(std::move(apply));
     } else {
       state_ = NodeState::kWaitingForRound;  // Stopped by the service; the next round will come.
     }
     return out;
   }
   if (state_ == NodeState::kRestarting) {
-    out.push_back(Make(Kind::kKillWorkers));
+    out.push_back(actions::KillWorkers{});
     LifecycleActions start = StartRound(next_restart_count_);
     out.insert(out.end(), start.begin(), start.end());
     return out;
@@ -162,12 +151,12 @@ LifecycleActions NodeLifecycle::AllWorkersExited(absl::Time now) {
   if (state_ == NodeState::kAwaitingOutcome || state_ == NodeState::kDone) return out;
   state_ = NodeState::kAwaitingOutcome;
   // Leftover grandchildren of the workers die with their groups; their output pipes then close.
-  out.push_back(Make(Kind::kKillWorkers));
+  out.push_back(actions::KillWorkers{});
   // Bound the wait for output: a worker's descendant that left its process group may hold the
   // pipes open forever.
   drain_pending_ = true;
   drain_deadline_ = now + options_.drain_timeout;
-  out.push_back(Make(Kind::kWatchDrain));
+  out.push_back(actions::WatchDrain{});
   return out;
 }
 
@@ -180,7 +169,7 @@ LifecycleActions NodeLifecycle::OnDrained() {
   if (options_.backend == RestartBackend::kStatic) {
     // No service: report to the static coordinator; its answer is OnStaticOutcome. The others
     // fail naming this node and the signal, not as if they had been signalled.
-    LifecycleAction report = Make(Kind::kReport);
+    actions::Report report;
     if (stop_signal_ != 0) {
       report.signal = stop_signal_;
       report.exit_status = 128 + stop_signal_;
@@ -188,7 +177,7 @@ LifecycleActions NodeLifecycle::OnDrained() {
     } else {
       // (The message goes with a failure only: the coordinator ignores it with status 0.)
       report.exit_status = first_failure_ ? first_failure_->ExitStatus() : 0;
-      report.exit = first_failure_;
+      report.failure = first_failure_;
       if (first_failure_) report.text = DescribeFailure(*first_failure_);
     }
     out.push_back(std::move(report));
@@ -201,30 +190,23 @@ LifecycleActions NodeLifecycle::OnDrained() {
     return Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
   }
   if (leave_) {
-    LifecycleAction mark = Make(Kind::kMarkDone);
-    mark.exit_status = leave_->first;
-    out.push_back(std::move(mark));
-    LifecycleAction linger = Make(Kind::kLinger);
-    linger.exit_status = leave_->first;
-    linger.text = leave_->second;
-    out.push_back(std::move(linger));
+    out.push_back(actions::MarkDone{leave_->first});
+    out.push_back(actions::Linger{leave_->first, leave_->second});
     return out;
   }
   if (marks_failure_ && !first_failure_ && !remote_outcome_) {
     // Stopped for another node's failure: this node's workers did not fail. Its mark says 0, so
     // that the marks name the failed node; the outcome then comes from the marks (or from the
     // service, back: it has the failed node's report).
-    LifecycleAction mark = Make(Kind::kMarkDone);
-    mark.exit_status = kExitSuccess;
-    out.push_back(std::move(mark));
-    out.push_back(Make(Kind::kPollMarks));
+    out.push_back(actions::MarkDone{kExitSuccess});
+    out.push_back(actions::PollMarks{});
     return out;
   }
   if (remote_outcome_) return OnRunFinished(*remote_outcome_);
   // Report; the service answers with the run's end or a new round (a restart after a failure).
-  LifecycleAction report = Make(Kind::kReport);
+  actions::Report report;
   report.exit_status = first_failure_ ? first_failure_->ExitStatus() : kExitSuccess;
-  report.exit = first_failure_;
+  report.failure = first_failure_;
   out.push_back(std::move(report));
   return out;
 }
@@ -237,9 +219,7 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
                             state_ == NodeState::kStopping)) {
       out.push_back(
           Log(Level::kInfo, absl::StrCat("received ", name, "; forwarding it to the workers")));
-      LifecycleAction forward = Make(Kind::kForwardSignal);
-      forward.signal = sig;
-      out.push_back(std::move(forward));
+      out.push_back(actions::ForwardSignal{sig});
     }
     return out;
   }
@@ -257,11 +237,11 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
   if (stop_signal_ != 0) {
     out.push_back(
         Log(Level::kWarn, absl::StrCat("second signal ", name, "; killing the workers now")));
-    out.push_back(Make(Kind::kKillWorkers));
+    out.push_back(actions::KillWorkers{});
     return out;
   }
   stop_signal_ = sig;
-  out.push_back(Make(Kind::kInterruptCoordinator));  // Node rank 0 stops waiting for the others.
+  out.push_back(actions::InterruptCoordinator{});  // Node rank 0 stops waiting for the others.
   out.push_back(Log(Level::kWarn, absl::StrCat("received ", name,
                                                "; forwarding it to the workers and stopping "
                                                "(SIGKILL after ",

@@ -1,5 +1,5 @@
-// Internal to the agent library: a worker's bookkeeping, shared by agent/workers/worker_group.cc and
-// agent/workers/worker_group_standby.cc (warm standbys). Not a public header.
+// Internal to the agent library: a worker's bookkeeping, shared by agent/workers/worker_group.cc
+// and agent/workers/worker_group_standby.cc (warm standbys). Not a public header.
 #ifndef DGT_AGENT_WORKERS_WORKER_GROUP_INTERNAL_H_
 #define DGT_AGENT_WORKERS_WORKER_GROUP_INTERNAL_H_
 
