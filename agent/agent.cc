@@ -52,16 +52,14 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
       signals_(io_),
       lifecycle_timer_(io_),
       reconnect_timer_(io_),
-      marks_timer_(io_),
       session_policy_(SessionPolicy::Options()),
-      round_client_(io_.get_executor(), kRoundStoreTimeout),
-      flush_timer_(io_),
+      marks_(io_, kRoundStoreTimeout),
       tf_(io_, TfOptions(options_), env_.clock) {}
 
 Agent::~Agent() {
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
-  round_client_.Drop();
+  marks_.Drop();
   tf_.Stop();
   // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
   // while the loop its callbacks post to still exists.
@@ -201,10 +199,7 @@ void Agent::CarryOne(const A& a) {
   } else if constexpr (std::is_same_v<A, actions::PollMarks>) {
     PollMarks();
   } else if constexpr (std::is_same_v<A, actions::PollMarksLater>) {
-    marks_timer_.expires_after(std::chrono::milliseconds(250));
-    marks_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec) PollMarks();
-    });
+    marks_.PollLater([this] { PollMarks(); });
   } else if constexpr (std::is_same_v<A, actions::FinishFromMarks>) {
     FinishFromMarks(a.exit_status, a.text);
   } else if constexpr (std::is_same_v<A, actions::Linger>) {
@@ -345,10 +340,10 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   }
   // With the service there, every node hears the outcome from it: marks still pending would only
   // make this agent wait for a store that may be gone already.
-  if (!ServiceLost() && !lifecycle_->lingering()) round_client_.Drop();
+  if (!ServiceLost() && !lifecycle_->lingering()) marks_.Drop();
   lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
-  marks_timer_.cancel();
+  marks_.CancelPollLater();
   tf_.Stop();
   signals_.cancel();
   session_policy_.Retire();  // The session's late callbacks are dropped.
@@ -357,19 +352,10 @@ void Agent::Terminate(int exit_status, const std::string& message) {
 }
 
 void Agent::FlushAndStop() {
-  auto stop = [this] {
-    flush_timer_.cancel();
+  marks_.FlushThen([this] {
+    marks_.CancelFlush();
     work_.reset();
     io_.stop();
-  };
-  // Connecting (1 s) and writing (1 s) are bounded by the client; this bounds the whole.
-  flush_timer_.expires_after(std::chrono::seconds(3));
-  flush_timer_.async_wait([stop](boost::system::error_code ec) {
-    if (!ec) stop();
-  });
-  round_client_.Flush([stop](const absl::Status& s) {
-    if (!s.ok()) spdlog::debug("dgt-run: cannot write the last done mark: {}", s.message());
-    stop();
   });
 }
 

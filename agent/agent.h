@@ -23,6 +23,7 @@
 #include "agent/coord/done_marks.h"
 #include "agent/coord/failure_publisher.h"
 #include "agent/coord/rendezvous_session.h"
+#include "agent/coord/round_marks.h"
 #include "agent/coord/tf_cluster.h"
 #include "agent/coord/tf_exchange.h"
 #include "agent/endpoint_rotation.h"
@@ -120,7 +121,9 @@ class Agent {
   void MarkDone(int exit_status);
   // Reads the round's done marks (once; OnMarks schedules the next read while needed).
   void PollMarks();
-  void OnMarks(const absl::StatusOr<DoneMarks>& marks);
+  void OnMarks();
+  // The current round, for its done marks.
+  RoundMarks::Round MarksRound() const;
   // Finish, except that node rank 0, which serves the round's store, when the service is lost
   // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
   // other node has seen the outcome), at most --rdzv-conf read_timeout.
@@ -174,7 +177,7 @@ class Agent {
   void Finish(int exit_status, const std::string& message);
   // Finish: prints the outcome (and the failure summary), stops every timer and the loop.
   void Terminate(int exit_status, const std::string& message);
-  // Stops the loop once round_client_ wrote what it holds (its last done or seen mark), at most
+  // Stops the loop once marks_ wrote what it holds (its last done or seen mark), at most
   // 3 s from now: the agent exits after that.
   void FlushAndStop();
   Failure RecordFailure(const WorkerExit& exit) const;
@@ -193,7 +196,6 @@ class Agent {
   int exit_status_ = 1;
   // Losing and reconnecting to the rendezvous service.
   boost::asio::steady_timer reconnect_timer_;
-  boost::asio::steady_timer marks_timer_;
   rendezvous::TlsFiles rdzv_tls_;
   // The rendezvous session's decisions: generation, reconnect window, standby answers, rejoin.
   SessionPolicy session_policy_;
@@ -207,12 +209,9 @@ class Agent {
       ABSL_GUARDED_BY(reconnect_mu_);
   rdzv_v1::Assignment current_assignment_;
   std::optional<rdzv_v1::AgentMessage> last_report_;  // Sent again after a rejoin.
-  // Done marks in the round's store: one asynchronous client on io_ (no thread). Terminate runs
-  // the loop until what it holds went out (FlushAndStop), so a node's last mark is written.
-  RoundStoreClient round_client_;
-  boost::asio::steady_timer flush_timer_;  // Bounds that flush.
-  bool marks_polling_ = false;
-  std::optional<DoneMarks> last_marks_;
+  // Done marks in the round's store, on io_ (no thread). Terminate runs the loop until what it
+  // wrote went out (FlushAndStop), so a node's last mark is written.
+  RoundMarks marks_;
   // Exit status when Prepare() fails with anything but a bad flag value.
   int prepare_exit_status_ = 1;
 

@@ -117,49 +117,24 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   }
 }
 
-void Agent::MarkDone(int exit_status) {
-  if (round_ < 0 || assignment_.master_port <= 0) return;
-  WriteDoneMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_rank, exit_status, round_client_.timeout(),
-                     [](const absl::Status& s) {
-                       if (!s.ok()) {
-                         spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
-                       }
-                     });
+RoundMarks::Round Agent::MarksRound() const {
+  return RoundMarks::Round{round_, assignment_.node_rank, assignment_.node_count,
+                           assignment_.master_addr, assignment_.master_port};
 }
+
+void Agent::MarkDone(int exit_status) { marks_.MarkDone(MarksRound(), exit_status); }
 
 void Agent::PollMarks() {
-  if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
-    return;
-  }
-  marks_polling_ = true;
-  ReadDoneMarksAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_count, round_client_.timeout(),
-                     [this](const absl::StatusOr<DoneMarks>& marks) { OnMarks(marks); });
+  if (state() == NodeState::kDone) return;
+  marks_.Poll(MarksRound(), [this] { OnMarks(); });
 }
 
-void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
-  marks_polling_ = false;
+void Agent::OnMarks() {
   if (!lifecycle_ || state() == NodeState::kDone) return;
-  if (marks.ok()) {
-    last_marks_ = *marks;
-  } else {
-    spdlog::debug("dgt-run: cannot read the done marks: {}", marks.status().message());
-  }
-  std::optional<MarksView> view;
-  if (last_marks_) {
-    view.emplace();
-    view->all_done = last_marks_->AllDone();
-    view->all_succeeded = last_marks_->AllSucceeded();
-    view->seen_by_others = last_marks_->AllSeenExcept(assignment_.node_rank);
-    view->first_worker_failure = last_marks_->FirstWorkerFailure();
-    if (view->first_worker_failure >= 0) {
-      view->first_worker_failure_status = *last_marks_->status[view->first_worker_failure];
-    }
-  }
   // The decisions are NodeLifecycle::OnMarks's.
   const absl::Time now = env_.clock->Now();
-  Execute(lifecycle_->OnMarks(view, ServiceLost(), now, session_policy_.LostFor(now)));
+  Execute(lifecycle_->OnMarks(marks_.View(assignment_.node_rank), ServiceLost(), now,
+                              session_policy_.LostFor(now)));
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -169,8 +144,7 @@ void Agent::FinishFromMarks(int exit_status, const std::string& message) {
   }
   // Node rank 0 keeps its store until every node has seen the outcome.
   // Terminate flushes it before the agent exits.
-  WriteSeenMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_rank, round_client_.timeout(), nullptr);
+  marks_.MarkSeen(MarksRound());
   Finish(exit_status, message);
 }
 

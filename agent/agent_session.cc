@@ -276,7 +276,7 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
 void Agent::ServiceBack() {
   reconnect_timer_.cancel();
   // A lingering node (its outcome decided from the marks) still waits for them.
-  if (!lifecycle_->lingering()) marks_timer_.cancel();
+  if (!lifecycle_->lingering()) marks_.CancelPollLater();
 }
 
 void Agent::OnRejoined() {
@@ -299,12 +299,8 @@ void Agent::OnRejoined() {
 
 void Agent::OnReconnectWindowOver() {
   reconnect_timer_.cancel();
-  std::optional<MarkedFailure> marked;
-  if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0) {
-    const int failed = last_marks_->FirstWorkerFailure();
-    marked = MarkedFailure{failed, *last_marks_->status[failed]};
-  }
-  Execute(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marked, Alive()));
+  Execute(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marks_.FailureWhenAllDone(),
+                                            Alive()));
 }
 
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
