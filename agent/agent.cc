@@ -8,15 +8,17 @@
 
 #include <filesystem>
 #include <random>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/log_dir.h"
-#include "agent/log_line_prefix.h"
-#include "agent/rendezvous_host.h"
+#include "agent/workers/log_dir.h"
+#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -32,6 +34,15 @@ namespace asio = boost::asio;
 // Connecting to the round's store, and each request to it (done marks, TensorFlow addresses).
 constexpr absl::Duration kRoundStoreTimeout = absl::Seconds(1);
 
+TfExchange::Options TfOptions(const LaunchOptions& o) {
+  TfExchange::Options t;
+  t.roles = TfRoleConfig{o.parameter_server_count, o.tf_chief, o.worker_count, o.nproc_per_node};
+  t.join_timeout_s = o.join_timeout_s;
+  t.join_timeout_flag = o.join_timeout_flag;
+  t.store_timeout = kRoundStoreTimeout;
+  return t;
+}
+
 }  // namespace
 
 Agent::Agent(LaunchOptions options, AgentEnv env)
@@ -41,17 +52,15 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
       signals_(io_),
       lifecycle_timer_(io_),
       reconnect_timer_(io_),
-      marks_timer_(io_),
-      round_client_(io_.get_executor(), kRoundStoreTimeout),
-      flush_timer_(io_),
-      tf_client_(io_.get_executor(), kRoundStoreTimeout),
-      tf_timer_(io_) {}
+      session_policy_(SessionPolicy::Options()),
+      marks_(io_, kRoundStoreTimeout),
+      tf_(io_, TfOptions(options_), env_.clock) {}
 
 Agent::~Agent() {
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
-  round_client_.Drop();
-  tf_client_.Drop();
+  marks_.Drop();
+  tf_.Stop();
   // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
   // while the loop its callbacks post to still exists.
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
@@ -62,7 +71,6 @@ Agent::~Agent() {
   }
   workers_.reset();
   retired_.clear();
-  for (int fd : tf_reservations_) ::close(fd);
   if (log_root_is_temp_ && !log_root_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(log_root_, ec);
@@ -138,87 +146,69 @@ void Agent::Execute(const LifecycleActions& actions) {
   ArmLifecycleTimer();
 }
 
-void Agent::Carry(const LifecycleAction& a) {
-  using Kind = LifecycleAction::Kind;
-  switch (a.kind) {
-    case Kind::kLog:
-      switch (a.level) {
-        case LifecycleAction::Level::kDebug:
-          spdlog::debug("dgt-run: {}", a.text);
-          break;
-        case LifecycleAction::Level::kInfo:
-          spdlog::info("dgt-run: {}", a.text);
-          break;
-        case LifecycleAction::Level::kWarn:
-          spdlog::warn("dgt-run: {}", a.text);
-          break;
-        case LifecycleAction::Level::kError:
-          spdlog::error("dgt-run: {}", a.text);
-          break;
-      }
-      return;
-    case Kind::kStartRound:
-      StartRound(a.restart_count);
-      return;
-    case Kind::kApplyAssignment:
-      ApplyHeld(a);
-      return;
-    case Kind::kStopWorkers:
-      if (!workers_) return;
-      if (a.signal != 0) {
-        workers_->Stop(absl::Seconds(options_.stop_timeout_s), a.signal);
-      } else {
-        workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-      }
-      return;
-    case Kind::kKillWorkers:
-      if (workers_) workers_->KillAll();
-      return;
-    case Kind::kForwardSignal:
-      if (workers_) workers_->Signal(a.signal);
-      return;
-    case Kind::kRecordFailure:
-      (a.recovered ? recovered_failures_ : failures_).push_back(RecordFailure(*a.exit));
-      return;
-    case Kind::kClearFailures:
-      failures_.clear();
-      return;
-    case Kind::kPublishFailure:
-      PublishFailure(*a.exit, a.restart, a.restart_count);
-      return;
-    case Kind::kInterruptCoordinator:
-      coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
-      return;
-    case Kind::kWatchDrain:
-      workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
-      return;
-    case Kind::kReport:
-      coordinator_->Report(a);
-      return;
-    case Kind::kMarkDone:
-      MarkDone(a.exit_status);
-      return;
-    case Kind::kPollMarks:
-      PollMarks();
-      return;
-    case Kind::kPollMarksLater:
-      marks_timer_.expires_after(std::chrono::milliseconds(250));
-      marks_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) PollMarks();
-      });
-      return;
-    case Kind::kFinishFromMarks:
-      FinishFromMarks(a.exit_status, a.text);
-      return;
-    case Kind::kLinger:
-      FinishLinger(a.exit_status, a.text);
-      return;
-    case Kind::kReconnect:
-      StartReconnect(closed_status_);
-      return;
-    case Kind::kFinish:
-      Terminate(a.exit_status, a.text);
-      return;
+void Agent::Carry(const LifecycleAction& action) {
+  std::visit([this](const auto& a) { CarryOne(a); }, action);
+}
+
+template <typename A>
+void Agent::CarryOne(const A& a) {
+  if constexpr (std::is_same_v<A, actions::Log>) {
+    switch (a.level) {
+      case actions::Level::kDebug:
+        spdlog::debug("dgt-run: {}", a.text);
+        break;
+      case actions::Level::kInfo:
+        spdlog::info("dgt-run: {}", a.text);
+        break;
+      case actions::Level::kWarn:
+        spdlog::warn("dgt-run: {}", a.text);
+        break;
+      case actions::Level::kError:
+        spdlog::error("dgt-run: {}", a.text);
+        break;
+    }
+  } else if constexpr (std::is_same_v<A, actions::StartRound>) {
+    StartRound(a.restart_count);
+  } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {
+    ApplyHeld(a);
+  } else if constexpr (std::is_same_v<A, actions::StopWorkers>) {
+    if (!workers_) return;
+    if (a.signal != 0) {
+      workers_->Stop(absl::Seconds(options_.stop_timeout_s), a.signal);
+    } else {
+      workers_->Stop(absl::Seconds(options_.stop_timeout_s));
+    }
+  } else if constexpr (std::is_same_v<A, actions::KillWorkers>) {
+    if (workers_) workers_->KillAll();
+  } else if constexpr (std::is_same_v<A, actions::ForwardSignal>) {
+    if (workers_) workers_->Signal(a.signal);
+  } else if constexpr (std::is_same_v<A, actions::RecordFailure>) {
+    (a.recovered ? recovered_failures_ : failures_).push_back(RecordFailure(a.exit));
+  } else if constexpr (std::is_same_v<A, actions::ClearFailures>) {
+    failures_.clear();
+  } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {
+    PublishFailure(a.exit, a.restart, a.restart_count);
+  } else if constexpr (std::is_same_v<A, actions::InterruptCoordinator>) {
+    coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
+  } else if constexpr (std::is_same_v<A, actions::WatchDrain>) {
+    workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
+  } else if constexpr (std::is_same_v<A, actions::Report>) {
+    coordinator_->Report(a);
+  } else if constexpr (std::is_same_v<A, actions::MarkDone>) {
+    MarkDone(a.exit_status);
+  } else if constexpr (std::is_same_v<A, actions::PollMarks>) {
+    PollMarks();
+  } else if constexpr (std::is_same_v<A, actions::PollMarksLater>) {
+    marks_.PollLater([this] { PollMarks(); });
+  } else if constexpr (std::is_same_v<A, actions::FinishFromMarks>) {
+    FinishFromMarks(a.exit_status, a.text);
+  } else if constexpr (std::is_same_v<A, actions::Linger>) {
+    FinishLinger(a.exit_status, a.text);
+  } else if constexpr (std::is_same_v<A, actions::Reconnect>) {
+    StartReconnect(closed_status_);
+  } else {
+    static_assert(std::is_same_v<A, actions::Finish>, "an action the Agent does not carry out");
+    Terminate(a.exit_status, a.text);
   }
 }
 
@@ -253,7 +243,7 @@ RoundAssignment Agent::CurrentRound(const std::string& reason) const {
   return r;
 }
 
-void Agent::ApplyHeld(const LifecycleAction& a) {
+void Agent::ApplyHeld(const actions::ApplyAssignment& a) {
   if (a.assignment) {
     ApplyAssignment(*held_assignment_);
     return;
@@ -273,12 +263,12 @@ void Agent::OnWorkerExit(const WorkerExit& e) {
   Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), env_.clock->Now()));
 }
 
-void Agent::ReportToService(const LifecycleAction& a) {
+void Agent::ReportToService(const actions::Report& a) {
   rdzv_v1::AgentMessage message;
   rdzv_v1::NodeReport* report = message.mutable_report();
   report->set_round(round_);
-  if (a.exit) {
-    const WorkerExit& e = *a.exit;
+  if (a.failure) {
+    const WorkerExit& e = *a.failure;
     report->set_succeeded(false);
     report->set_message(
         absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, ") ", e.Describe()));
@@ -300,7 +290,7 @@ void Agent::ReportToService(const LifecycleAction& a) {
     return;
   }
   // A failed send means the stream ended: its closed callback starts reconnecting.
-  if (session_open_) (void)session_->Send(message);
+  if (session_policy_.open()) (void)session_->Send(message);
   // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
   // every node is done), or a new round (a restart after a failure).
 }
@@ -350,32 +340,22 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   }
   // With the service there, every node hears the outcome from it: marks still pending would only
   // make this agent wait for a store that may be gone already.
-  if (!ServiceLost() && !lifecycle_->lingering()) round_client_.Drop();
+  if (!ServiceLost() && !lifecycle_->lingering()) marks_.Drop();
   lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
-  marks_timer_.cancel();
-  tf_timer_.cancel();
-  tf_client_.Drop();
+  marks_.CancelPollLater();
+  tf_.Stop();
   signals_.cancel();
-  ++session_gen_;  // The session's late callbacks are dropped.
+  session_policy_.Retire();  // The session's late callbacks are dropped.
   if (workers_) workers_->KillAll();
   FlushAndStop();
 }
 
 void Agent::FlushAndStop() {
-  auto stop = [this] {
-    flush_timer_.cancel();
+  marks_.FlushThen([this] {
+    marks_.CancelFlush();
     work_.reset();
     io_.stop();
-  };
-  // Connecting (1 s) and writing (1 s) are bounded by the client; this bounds the whole.
-  flush_timer_.expires_after(std::chrono::seconds(3));
-  flush_timer_.async_wait([stop](boost::system::error_code ec) {
-    if (!ec) stop();
-  });
-  round_client_.Flush([stop](const absl::Status& s) {
-    if (!s.ok()) spdlog::debug("dgt-run: cannot write the last done mark: {}", s.message());
-    stop();
   });
 }
 

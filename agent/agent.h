@@ -4,8 +4,8 @@
 //
 // Everything happens on one event loop (boost::asio): rendezvous messages, worker exits, worker
 // output, signals and timers. What to do on each of those is NodeLifecycle's decision
-// (agent/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it every
-// event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
+// (agent/lifecycle/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it
+// every event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
 // one thread.
 #ifndef DGT_AGENT_AGENT_H_
 #define DGT_AGENT_AGENT_H_
@@ -19,18 +19,21 @@
 #include <utility>
 
 #include "agent/agent_env.h"
-#include "agent/coordinator.h"
-#include "agent/done_marks.h"
-#include "agent/error_file.h"
-#include "agent/failure_publisher.h"
-#include "agent/group_watchdog.h"
-#include "agent/launch_options.h"
-#include "agent/node_lifecycle.h"
-#include "agent/rendezvous_session.h"
-#include "agent/restart_policy.h"
-#include "agent/tf_cluster.h"
-#include "agent/worker_env.h"
-#include "agent/worker_group.h"
+#include "agent/coord/coordinator.h"
+#include "agent/coord/done_marks.h"
+#include "agent/coord/failure_publisher.h"
+#include "agent/coord/rendezvous_session.h"
+#include "agent/coord/round_marks.h"
+#include "agent/coord/tf_cluster.h"
+#include "agent/coord/tf_exchange.h"
+#include "agent/flags/launch_options.h"
+#include "agent/lifecycle/node_lifecycle.h"
+#include "agent/lifecycle/restart_policy.h"
+#include "agent/lifecycle/session_policy.h"
+#include "agent/workers/error_file.h"
+#include "agent/workers/group_watchdog.h"
+#include "agent/workers/worker_env.h"
+#include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
 #include "rendezvous/service.h"
@@ -60,18 +63,21 @@ class Agent {
   };
 
   absl::Status Prepare();
-  // The lifecycle (agent/node_lifecycle.h) for this node, once Prepare knows its addresses.
+  // The lifecycle (agent/lifecycle/node_lifecycle.h) for this node, once Prepare knows its
+  // addresses.
   void CreateLifecycle(RestartBackend backend);
   NodeState state() const { return lifecycle_->state(); }
   // Carries out the lifecycle's actions, in order, then arms the timer for its next deadline.
   void Execute(const LifecycleActions& actions);
   void Carry(const LifecycleAction& action);
+  template <typename A>
+  void CarryOne(const A& action);
   void ArmLifecycleTimer();
-  // SessionBackend's kReport: this node's NodeReport to the rendezvous service, with its done
+  // SessionBackend's Report: this node's NodeReport to the rendezvous service, with its done
   // mark (after a rejoin when the service is lost).
-  void ReportToService(const LifecycleAction& action);
-  // kApplyAssignment: the held assignment of the service (or the static backend's one round).
-  void ApplyHeld(const LifecycleAction& action);
+  void ReportToService(const actions::Report& action);
+  // ApplyAssignment: the held assignment of the service (or the static backend's one round).
+  void ApplyHeld(const actions::ApplyAssignment& action);
   // The round of `assignment_` for the lifecycle.
   RoundAssignment CurrentRound(const std::string& reason) const;
   int Alive() const { return workers_ ? workers_->alive() : 0; }
@@ -110,12 +116,14 @@ class Agent {
   void ServiceBack();
   // The service re-attached this node to its round (the Assignment of that round again).
   void OnRejoined();
-  bool ServiceLost() const { return reconnect_deadline_.has_value(); }
-  // Writes this node's done mark (agent/done_marks.h) into the round's store.
+  bool ServiceLost() const { return session_policy_.lost(); }
+  // Writes this node's done mark (agent/coord/done_marks.h) into the round's store.
   void MarkDone(int exit_status);
   // Reads the round's done marks (once; OnMarks schedules the next read while needed).
   void PollMarks();
-  void OnMarks(const absl::StatusOr<DoneMarks>& marks);
+  void OnMarks();
+  // The current round, for its done marks.
+  RoundMarks::Round MarksRound() const;
   // Finish, except that node rank 0, which serves the round's store, when the service is lost
   // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
   // other node has seen the outcome), at most --rdzv-conf read_timeout.
@@ -132,7 +140,7 @@ class Agent {
   // This node is no longer part of the run (NodeLifecycle::LeaveRun).
   void LeaveRun(int exit_status, const std::string& message);
   void OnWorkerExit(const WorkerExit& exit);
-  // kStartRound: starts every local worker of a round from `assignment_` with
+  // StartRound: starts every local worker of a round from `assignment_` with
   // TORCHELASTIC_RESTART_COUNT `restart_count`. The single entry point for first starts, group
   // restarts and new rendezvous rounds.
   void StartRound(int restart_count);
@@ -158,24 +166,18 @@ class Agent {
   void EnsurePublisher();
   // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
   void PublishRestart(int rank, int generation);
-  // Reserves one free port per local worker on the advertised address (tf_local_addresses_).
-  absl::Status ReserveTfPorts();
   // Starts `group`'s workers (local rank 0 on): releases the reserved TensorFlow ports first, so
   // that the workers bind them.
   void SpawnRound(WorkerGroup* group, int restart_count);
-  // Several nodes with --distribution tensorflow: publishes this node's addresses into the
-  // round's store and reads every node's (agent/tf_cluster.h), retrying every 100 ms until all
-  // are there, then SpawnRound. Bounded by --join-timeout (exit 75 naming the missing node
-  // ranks). A stop or a new round meanwhile ends the exchange (the group is no longer current).
+  // Several nodes with --distribution tensorflow: exchanges the addresses (TfExchange), then
+  // SpawnRound. A stop or a new round meanwhile ends the exchange (the group is no longer
+  // current).
   void StartTfExchange(WorkerGroup* group, int restart_count);
-  void PollTfExchange(WorkerGroup* group, int restart_count);
-  void OnTfExchange(WorkerGroup* group, int restart_count,
-                    const absl::StatusOr<TfExchangeStep>& step);
   // Ends the agent with `exit_status` (NodeLifecycle::Finish, then Terminate).
   void Finish(int exit_status, const std::string& message);
-  // kFinish: prints the outcome (and the failure summary), stops every timer and the loop.
+  // Finish: prints the outcome (and the failure summary), stops every timer and the loop.
   void Terminate(int exit_status, const std::string& message);
-  // Stops the loop once round_client_ wrote what it holds (its last done or seen mark), at most
+  // Stops the loop once marks_ wrote what it holds (its last done or seen mark), at most
   // 3 s from now: the agent exits after that.
   void FlushAndStop();
   Failure RecordFailure(const WorkerExit& exit) const;
@@ -194,36 +196,22 @@ class Agent {
   int exit_status_ = 1;
   // Losing and reconnecting to the rendezvous service.
   boost::asio::steady_timer reconnect_timer_;
-  boost::asio::steady_timer marks_timer_;
   rendezvous::TlsFiles rdzv_tls_;
+  // The rendezvous session's decisions: generation, reconnect window, standby answers, rejoin.
+  SessionPolicy session_policy_;
   std::string rdzv_token_;
-  uint64_t session_gen_ = 0;  // Generation of session_; callbacks of older ones are dropped.
-  std::optional<absl::Time> reconnect_deadline_;  // Set while the service is lost.
-  grpc::Status closed_status_;  // How the last session ended (kReconnect logs it).
+  grpc::Status closed_status_;  // How the last session ended (Reconnect logs it).
   // The endpoints of --rdzv-endpoint (one, or the replicas of one service) and which is next.
   std::unique_ptr<replica::EndpointRotation> rotation_;
-  bool session_accepted_ = false;  // The service answered the current session (not an Error).
-  std::string lost_endpoint_;      // The replica whose session was lost last (for the log).
-  // Until a session is first accepted: by when (--rdzv-connect-timeout) one must be, else a
-  // service whose endpoints all answered as standbys ends the agent (69, NoLeaderMessage).
-  std::optional<absl::Time> first_accept_deadline_;
-  bool ever_accepted_ = false;  // A session was accepted once ("reconnected", not "connected").
-  // Each endpoint's last standby answer since a session was last accepted (logged once each).
-  std::map<std::string, std::string> standby_answers_;
-  std::string NoLeaderMessage() const;
   std::thread reconnect_thread_;  // One connection attempt at a time.
   dgt::Mutex reconnect_mu_;
   std::optional<absl::StatusOr<std::unique_ptr<RendezvousSession>>> reconnect_result_
       ABSL_GUARDED_BY(reconnect_mu_);
-  std::optional<int64_t> rejoin_round_;  // A rejoin for this round awaits its answer.
   rdzv_v1::Assignment current_assignment_;
   std::optional<rdzv_v1::AgentMessage> last_report_;  // Sent again after a rejoin.
-  // Done marks in the round's store: one asynchronous client on io_ (no thread). Terminate runs
-  // the loop until what it holds went out (FlushAndStop), so a node's last mark is written.
-  RoundStoreClient round_client_;
-  boost::asio::steady_timer flush_timer_;  // Bounds that flush.
-  bool marks_polling_ = false;
-  std::optional<DoneMarks> last_marks_;
+  // Done marks in the round's store, on io_ (no thread). Terminate runs the loop until what it
+  // wrote went out (FlushAndStop), so a node's last mark is written.
+  RoundMarks marks_;
   // Exit status when Prepare() fails with anything but a bad flag value.
   int prepare_exit_status_ = 1;
 
@@ -241,7 +229,6 @@ class Agent {
   std::unique_ptr<RendezvousSession> session_;
   // The rendezvous session's side (SessionBackend) or the static backend (StaticBackend).
   std::unique_ptr<Coordinator> coordinator_;
-  bool session_open_ = false;
   GroupWatchdog watchdog_;
   std::unique_ptr<WorkerGroup> workers_;
   // Policy rank: publishes rank failures into the job's store (created at the first failure).
@@ -253,14 +240,9 @@ class Agent {
   // --duplicate-std{out,err}-filters: the filtered log of each (attempt, is_stderr), opened
   // when the attempt's first worker starts.
   std::map<std::pair<int, bool>, std::shared_ptr<FilteredLog>> filtered_logs_;
-  // --distribution tensorflow: host:port per global rank of the current round (TF_CONFIG).
-  std::vector<std::string> tf_addresses_;
-  std::vector<std::string> tf_local_addresses_;  // This node's, by local rank (kept all run).
-  std::vector<int> tf_reservations_;             // Sockets holding those ports until the start.
-  RoundStoreClient tf_client_;                   // The exchange's store calls (several nodes).
-  boost::asio::steady_timer tf_timer_;           // Between exchange steps.
-  absl::Time tf_deadline_;                       // The exchange of the current round gives up.
-  std::vector<Failure> failures_;                // Failures of the last attempt, in time order.
+  // --distribution tensorflow: this node's ports and the current round's TF_CONFIG addresses.
+  TfExchange tf_;
+  std::vector<Failure> failures_;  // Failures of the last attempt, in time order.
   // Failures of this round restarted in place (--restart-policy rank), for the summary.
   std::vector<Failure> recovered_failures_;
   // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).

@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "agent/process_launcher.h"
-#include "agent/restart_policy.h"
+#include "agent/lifecycle/restart_policy.h"
+#include "agent/workers/process_launcher.h"
 #include "dgt/store/server.h"
 #include "dgt/worker/net_discovery.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "agent/launch_options.h"
+#include "agent/flags/launch_options.h"
 
 namespace dgt::agent {
 

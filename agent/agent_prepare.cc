@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/log_dir.h"
-#include "agent/log_line_prefix.h"
-#include "agent/rendezvous_host.h"
+#include "agent/workers/log_dir.h"
+#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -194,24 +194,23 @@ absl::Status Agent::Prepare() {
   rotation_ = std::make_unique<replica::EndpointRotation>(std::move(endpoints));
   CreateLifecycle(RestartBackend::kRendezvous);
   coordinator_ =
-      std::make_unique<SessionBackend>([this](const LifecycleAction& a) { ReportToService(a); });
-  auto session = rotation_->several() ? OpenFirstReplica(absl::Seconds(options_.connect_timeout_s))
-                                      : OpenSession(session_gen_, rotation_->current(),
-                                                    absl::Seconds(options_.connect_timeout_s));
+      std::make_unique<SessionBackend>([this](const actions::Report& a) { ReportToService(a); });
+  SessionPolicy::Options policy_options;
+  policy_options.reconnect_timeout = absl::Seconds(options_.reconnect_timeout_s);
+  policy_options.connect_timeout = absl::Seconds(options_.connect_timeout_s);
+  policy_options.several = rotation_->several();
+  session_policy_ = SessionPolicy(policy_options);
+  auto session = rotation_->several()
+                     ? OpenFirstReplica(absl::Seconds(options_.connect_timeout_s))
+                     : OpenSession(session_policy_.generation(), rotation_->current(),
+                                   absl::Seconds(options_.connect_timeout_s));
   if (!session.ok()) {
-    if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      prepare_exit_status_ = kExitRendezvousUnavailable;
-    } else if (session.status().code() == absl::StatusCode::kUnauthenticated) {
-      prepare_exit_status_ = kExitNotAdmitted;  // TLS settings that disagree with the service.
-    }
+    prepare_exit_status_ = SessionPolicy::OpenFailureExitStatus(session.status().code());
     return session.status();
   }
   session_ = std::move(*session);
-  session_open_ = true;
   rdzv_endpoint_ = rotation_->current();
-  // An open stream may still be a standby's refusal: the service must take the session within
-  // the connect timeout too.
-  first_accept_deadline_ = env_.clock->Now() + absl::Seconds(options_.connect_timeout_s);
+  session_policy_.OnFirstOpened(env_.clock->Now());
 
   if (auto s = session_->Send(MakeJoin()); !s.ok()) {
     // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback
@@ -341,37 +340,12 @@ void Agent::BeginRun(const std::string& reason) {
                  log_root_);
   }
   if (options_.distribution == Distribution::kTensorflow) {
-    if (absl::Status s = ReserveTfPorts(); !s.ok()) {
+    if (absl::Status s = tf_.ReservePorts(advertised_address_, options_.nproc_per_node); !s.ok()) {
       Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
       return;
     }
   }
   Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
-}
-
-absl::Status Agent::ReserveTfPorts() {
-  // Bound (not listening) sockets hold the ports until the workers start, so the addresses in
-  // TF_CONFIG stay free.
-  for (int local = 0; local < options_.nproc_per_node; ++local) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    if (inet_pton(AF_INET, advertised_address_.c_str(), &addr.sin_addr) != 1) {
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    }
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return absl::InternalError("socket failed");
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    socklen_t len = sizeof addr;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ::close(fd);
-      return absl::InternalError(absl::StrCat("cannot bind a port on ", advertised_address_));
-    }
-    tf_reservations_.push_back(fd);
-    tf_local_addresses_.push_back(absl::StrCat(advertised_address_, ":", ntohs(addr.sin_port)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace dgt::agent

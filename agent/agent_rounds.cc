@@ -12,10 +12,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/log_dir.h"
-#include "agent/log_line_prefix.h"
-#include "agent/rendezvous_host.h"
+#include "agent/workers/log_dir.h"
+#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -40,7 +40,8 @@ bool IsSameRound(const rdzv_v1::Assignment& a, const rdzv_v1::Assignment& held) 
 }  // namespace
 
 void Agent::OnAssignment(const rdzv_v1::Assignment& a) {
-  if (rejoin_round_ && IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
+  if (session_policy_.rejoin_round() &&
+      IsSameRound(a, RejoinAssignment().value_or(rdzv_v1::Assignment()))) {
     OnRejoined();  // The service took this node back into its round: nothing restarts.
     return;
   }
@@ -84,7 +85,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
     if (absl::Status st = store_->Start(); !st.ok()) {
       spdlog::error("dgt-run: cannot open the next store: {}", st.message());
       store_.reset();
-    } else if (session_open_) {
+    } else if (session_policy_.open()) {
       rdzv_v1::AgentMessage ready;
       ready.mutable_store_ready()->set_store_port(store_->port());
       (void)session_->Send(ready);
@@ -116,53 +117,24 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
   }
 }
 
-void Agent::MarkDone(int exit_status) {
-  if (round_ < 0 || assignment_.master_port <= 0) return;
-  WriteDoneMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_rank, exit_status, round_client_.timeout(),
-                     [](const absl::Status& s) {
-                       if (!s.ok()) {
-                         spdlog::debug("dgt-run: cannot write the done mark: {}", s.message());
-                       }
-                     });
+RoundMarks::Round Agent::MarksRound() const {
+  return RoundMarks::Round{round_, assignment_.node_rank, assignment_.node_count,
+                           assignment_.master_addr, assignment_.master_port};
 }
+
+void Agent::MarkDone(int exit_status) { marks_.MarkDone(MarksRound(), exit_status); }
 
 void Agent::PollMarks() {
-  if (marks_polling_ || state() == NodeState::kDone || round_ < 0 || assignment_.master_port <= 0) {
-    return;
-  }
-  marks_polling_ = true;
-  ReadDoneMarksAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_count, round_client_.timeout(),
-                     [this](const absl::StatusOr<DoneMarks>& marks) { OnMarks(marks); });
+  if (state() == NodeState::kDone) return;
+  marks_.Poll(MarksRound(), [this] { OnMarks(); });
 }
 
-void Agent::OnMarks(const absl::StatusOr<DoneMarks>& marks) {
-  marks_polling_ = false;
+void Agent::OnMarks() {
   if (!lifecycle_ || state() == NodeState::kDone) return;
-  if (marks.ok()) {
-    last_marks_ = *marks;
-  } else {
-    spdlog::debug("dgt-run: cannot read the done marks: {}", marks.status().message());
-  }
-  std::optional<MarksView> view;
-  if (last_marks_) {
-    view.emplace();
-    view->all_done = last_marks_->AllDone();
-    view->all_succeeded = last_marks_->AllSucceeded();
-    view->seen_by_others = last_marks_->AllSeenExcept(assignment_.node_rank);
-    view->first_worker_failure = last_marks_->FirstWorkerFailure();
-    if (view->first_worker_failure >= 0) {
-      view->first_worker_failure_status = *last_marks_->status[view->first_worker_failure];
-    }
-  }
   // The decisions are NodeLifecycle::OnMarks's.
   const absl::Time now = env_.clock->Now();
-  absl::Duration lost_for = absl::ZeroDuration();
-  if (reconnect_deadline_) {
-    lost_for = now - (*reconnect_deadline_ - absl::Seconds(options_.reconnect_timeout_s));
-  }
-  Execute(lifecycle_->OnMarks(view, ServiceLost(), now, lost_for));
+  Execute(lifecycle_->OnMarks(marks_.View(assignment_.node_rank), ServiceLost(), now,
+                              session_policy_.LostFor(now)));
 }
 
 void Agent::FinishFromMarks(int exit_status, const std::string& message) {
@@ -172,8 +144,7 @@ void Agent::FinishFromMarks(int exit_status, const std::string& message) {
   }
   // Node rank 0 keeps its store until every node has seen the outcome.
   // Terminate flushes it before the agent exits.
-  WriteSeenMarkAsync(round_client_.For(assignment_.master_addr, assignment_.master_port), round_,
-                     assignment_.node_rank, round_client_.timeout(), nullptr);
+  marks_.MarkSeen(MarksRound());
   Finish(exit_status, message);
 }
 

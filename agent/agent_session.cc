@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/log_dir.h"
-#include "agent/log_line_prefix.h"
-#include "agent/rendezvous_host.h"
+#include "agent/workers/log_dir.h"
+#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -62,12 +62,12 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenSession(uint64_t g
       endpoint, timeout, rendezvous::ClientOptions::WithCredentials(rdzv_tls_, rdzv_token_),
       [this, gen](const rdzv_v1::ServiceMessage& m) {
         asio::post(io_, [this, gen, m] {
-          if (gen == session_gen_) OnServiceMessage(m);
+          if (session_policy_.IsCurrent(gen)) OnServiceMessage(m);
         });
       },
       [this, gen](const grpc::Status& status) {
         asio::post(io_, [this, gen, status] {
-          if (gen == session_gen_) OnSessionClosed(status);
+          if (session_policy_.IsCurrent(gen)) OnSessionClosed(status);
         });
       },
       /*fail_fast=*/rotation_->several());
@@ -82,8 +82,8 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenFirstReplica(absl:
   while (true) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) break;
-    auto session =
-        OpenSession(session_gen_, rotation_->current(), std::min(left, absl::Seconds(1)));
+    auto session = OpenSession(session_policy_.generation(), rotation_->current(),
+                               std::min(left, absl::Seconds(1)));
     if (session.ok()) return session;
     spdlog::debug("dgt-run: rendezvous replica {}: {}", rotation_->current(),
                   session.status().message());
@@ -102,20 +102,6 @@ absl::StatusOr<std::unique_ptr<RendezvousSession>> Agent::OpenFirstReplica(absl:
   if (all_tls && !telling.empty()) return absl::UnauthenticatedError(telling);
   if (!telling.empty()) absl::StrAppend(&message, "; one failed otherwise: ", telling);
   return absl::DeadlineExceededError(message);
-}
-
-std::string Agent::NoLeaderMessage() const {
-  std::vector<std::string> answers;
-  for (const std::string& endpoint : rotation_->endpoints()) {
-    auto it = standby_answers_.find(endpoint);
-    answers.push_back(it == standby_answers_.end() ? absl::StrCat(endpoint, ": no answer")
-                                                   : absl::StrCat(endpoint, ": ", it->second));
-  }
-  return absl::StrCat("no rendezvous replica of ", rotation_->endpoints().size(),
-                      " took the session within ",
-                      absl::FormatDuration(absl::Seconds(options_.connect_timeout_s)),
-                      ": every one that answered is a standby (", absl::StrJoin(answers, "; "),
-                      "); is the leader's address in --rdzv-endpoint? see --rdzv-connect-timeout");
 }
 
 std::string Agent::EndpointsText() const {
@@ -162,29 +148,27 @@ std::optional<rdzv_v1::Assignment> Agent::RejoinAssignment() const {
 
 void Agent::StartReconnect(const grpc::Status& status) {
   const std::string ended = rotation_->current();
-  const bool was_accepted = session_accepted_;
-  session_accepted_ = false;
+  const absl::Time now = env_.clock->Now();
+  const SessionPolicy::Lost lost = session_policy_.OnLost(
+      ended,
+      IsStandbyAnswer(status) ? std::optional<std::string>(status.error_message()) : std::nullopt,
+      now, state(), lifecycle_->GroupRestartLeft());
+  const bool was_accepted = lost.was_accepted;
   // A session the service had taken was lost; one it never took (a standby replica, a service
   // going down) is a failed attempt: the next endpoint, or the backoff's next step.
   const absl::Duration pause = was_accepted ? rotation_->OnLost() : rotation_->OnAttemptFailed();
-  if (was_accepted) lost_endpoint_ = ended;
   const std::string keep = workers_ && workers_->alive() > 0 ? "workers keep running; " : "";
-  const bool first = !reconnect_deadline_;
-  if (first) reconnect_deadline_ = env_.clock->Now() + absl::Seconds(options_.reconnect_timeout_s);
+  const bool first = lost.first;
   if (!rotation_->several()) {
-    if (IsStandbyAnswer(status)) standby_answers_[ended] = status.error_message();
     if (first) {
       spdlog::warn(
           "dgt-run: lost the rendezvous service at {} ({}); {}reconnecting for up to {} s "
           "(--rdzv-conf read_timeout)",
           ended, status.error_message(), keep, options_.reconnect_timeout_s);
     }
-  } else if (IsStandbyAnswer(status)) {
+  } else if (lost.standby) {
     // While no replica leads, every pass gets the same answers: one line per replica and answer.
-    std::string& last = standby_answers_[ended];
-    const bool changed = last != status.error_message();
-    last = status.error_message();
-    spdlog::log(changed ? spdlog::level::info : spdlog::level::debug,
+    spdlog::log(lost.standby_changed ? spdlog::level::info : spdlog::level::debug,
                 "dgt-run: the rendezvous replica at {} is a standby ({}); trying {}", ended,
                 status.error_message(), rotation_->current());
   } else if (first || was_accepted) {
@@ -192,31 +176,29 @@ void Agent::StartReconnect(const grpc::Status& status) {
         "dgt-run: {} the rendezvous replica at {} ({}); {}trying the replicas from {} for up to "
         "{:.1f} s (--rdzv-conf read_timeout)",
         was_accepted ? "lost" : "no session from", ended, status.error_message(), keep,
-        rotation_->current(), absl::ToDoubleSeconds(*reconnect_deadline_ - env_.clock->Now()));
+        rotation_->current(), absl::ToDoubleSeconds(session_policy_.WindowLeft(now)));
   } else {
     spdlog::info("dgt-run: the rendezvous replica at {} did not take the session ({}); trying {}",
                  ended, status.error_message(), rotation_->current());
   }
-  // Running workers without a restart left: another node's failure (its done mark) stops them
-  // even while the service is away.
-  if (state() == NodeState::kAwaitingOutcome ||
-      (state() == NodeState::kRunning && !lifecycle_->GroupRestartLeft())) {
-    PollMarks();
-  }
+  if (lost.poll_marks) PollMarks();
   ScheduleReconnect(pause);
 }
 
 void Agent::ScheduleReconnect(absl::Duration pause) {
-  if (!reconnect_deadline_ || state() == NodeState::kDone) return;
-  if (first_accept_deadline_ && !standby_answers_.empty() &&
-      env_.clock->Now() >= *first_accept_deadline_) {
-    // Replicas answer, but none leads: waiting out the join timeout would not change that.
-    Finish(kExitRendezvousUnavailable, NoLeaderMessage());
-    return;
-  }
-  if (env_.clock->Now() >= *reconnect_deadline_) {
-    OnReconnectWindowOver();
-    return;
+  if (state() == NodeState::kDone) return;
+  switch (session_policy_.NextStep(env_.clock->Now())) {
+    case SessionPolicy::Step::kIdle:
+      return;
+    case SessionPolicy::Step::kNoLeader:
+      Finish(SessionPolicy::NoLeaderExitStatus(),
+             session_policy_.NoLeaderMessage(rotation_->endpoints()));
+      return;
+    case SessionPolicy::Step::kWindowOver:
+      OnReconnectWindowOver();
+      return;
+    case SessionPolicy::Step::kAttempt:
+      break;
   }
   // The pause is jittered (EndpointRotation) so that the nodes of a big job do not all reconnect
   // to a restarted service at the same instant.
@@ -227,10 +209,10 @@ void Agent::ScheduleReconnect(absl::Duration pause) {
 }
 
 void Agent::TryReconnect() {
-  if (state() == NodeState::kDone || !reconnect_deadline_ || lifecycle_->lingering()) return;
+  if (state() == NodeState::kDone || !ServiceLost() || lifecycle_->lingering()) return;
   // The previous attempt posted its result already (attempts are started from that result).
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
-  const absl::Duration left = *reconnect_deadline_ - env_.clock->Now();
+  const absl::Duration left = session_policy_.WindowLeft(env_.clock->Now());
   if (left <= absl::ZeroDuration()) {
     OnReconnectWindowOver();
     return;
@@ -238,8 +220,7 @@ void Agent::TryReconnect() {
   // Connecting blocks (up to the attempt's deadline): off the loop, which keeps serving the
   // workers.
   const absl::Duration attempt = std::min(left, absl::Seconds(1));
-  const uint64_t gen = ++session_gen_;
-  session_open_ = false;
+  const uint64_t gen = session_policy_.NewAttempt();
   reconnect_thread_ = std::thread([this, gen, attempt, endpoint = rotation_->current()] {
     auto session = OpenSession(gen, endpoint, attempt);
     {
@@ -258,7 +239,7 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
     if (reconnect_result_) result = std::move(*reconnect_result_);
     reconnect_result_.reset();
   }
-  if (state() == NodeState::kDone || gen != session_gen_ || !reconnect_deadline_ ||
+  if (state() == NodeState::kDone || !session_policy_.IsCurrent(gen) || !ServiceLost() ||
       lifecycle_->lingering()) {
     if (result.ok()) (*result)->Close();
     return;
@@ -270,43 +251,45 @@ void Agent::OnReconnectAttempt(uint64_t gen) {
   }
   if (session_) session_->Close();  // The broken one; its end was delivered already.
   session_ = std::move(*result);
-  session_open_ = true;
-  session_accepted_ = false;
   rdzv_endpoint_ = rotation_->current();
   rdzv_v1::AgentMessage join = MakeJoin();
-  rejoin_round_.reset();
-  if (join.join().has_rejoin()) rejoin_round_ = join.join().rejoin().round();
+  session_policy_.OnReopened(join.join().has_rejoin()
+                                 ? std::optional<int64_t>(join.join().rejoin().round())
+                                 : std::nullopt);
+  const std::optional<int64_t>& rejoin_round = session_policy_.rejoin_round();
+  const bool ever_accepted = session_policy_.ever_accepted();
   // A replica that answered as a standby last time is most likely one still: the standby line
   // says what it answers (once), this one is for the log's debug level then.
   spdlog::log(
-      standby_answers_.count(rdzv_endpoint_) > 0 ? spdlog::level::debug : spdlog::level::info,
+      session_policy_.AnsweredAsStandby(rdzv_endpoint_) ? spdlog::level::debug
+                                                        : spdlog::level::info,
       "dgt-run: {} to the rendezvous service at {}; {}",
-      ever_accepted_ ? "reconnected" : "connected", rdzv_endpoint_,
-      rejoin_round_
-          ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round_)
-          : absl::StrCat("joining run '", options_.run_id, "'", ever_accepted_ ? " again" : ""));
+      ever_accepted ? "reconnected" : "connected", rdzv_endpoint_,
+      rejoin_round
+          ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round)
+          : absl::StrCat("joining run '", options_.run_id, "'", ever_accepted ? " again" : ""));
   // A failed send means the stream ended already: its closed callback continues the reconnect.
   (void)session_->Send(join);
 }
 
 void Agent::ServiceBack() {
-  if (!reconnect_deadline_) return;
-  reconnect_deadline_.reset();
   reconnect_timer_.cancel();
   // A lingering node (its outcome decided from the marks) still waits for them.
-  if (!lifecycle_->lingering()) marks_timer_.cancel();
+  if (!lifecycle_->lingering()) marks_.CancelPollLater();
 }
 
 void Agent::OnRejoined() {
-  rejoin_round_.reset();
-  ServiceBack();
+  const bool was_lost = ServiceLost();
+  session_policy_.OnRejoined();
+  if (was_lost) ServiceBack();
   spdlog::info("dgt-run: back in run '{}' at round {} (node rank {}); the workers kept running",
                options_.run_id, round_, assignment_.node_rank);
   // The report of this round may have gone to a service (or a leader replica) that died before
   // it counted it, or never left this node; no RunFinished came, or the agent would be done or
   // lingering. The service counts a node's report once.
   if (state() == NodeState::kAwaitingOutcome && last_report_ &&
-      last_report_->report().round() == round_ && session_open_ && !lifecycle_->lingering()) {
+      last_report_->report().round() == round_ && session_policy_.open() &&
+      !lifecycle_->lingering()) {
     spdlog::info("dgt-run: sending this node's report of round {} again to {}", round_,
                  rdzv_endpoint_);
     (void)session_->Send(*last_report_);
@@ -315,32 +298,24 @@ void Agent::OnRejoined() {
 
 void Agent::OnReconnectWindowOver() {
   reconnect_timer_.cancel();
-  std::optional<MarkedFailure> marked;
-  if (last_marks_ && last_marks_->AllDone() && last_marks_->FirstWorkerFailure() >= 0) {
-    const int failed = last_marks_->FirstWorkerFailure();
-    marked = MarkedFailure{failed, *last_marks_->status[failed]};
-  }
-  Execute(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marked, Alive()));
+  Execute(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marks_.FailureWhenAllDone(),
+                                            Alive()));
 }
 
 void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   // A fresh join after reconnecting is answered: the service is back. (A rejoin's answer is its
   // Assignment, OnRejoined.)
-  if (!message.has_error() && !session_accepted_) {
-    session_accepted_ = true;
-    ever_accepted_ = true;
-    first_accept_deadline_.reset();
-    standby_answers_.clear();
-    rotation_->OnAccepted();
-    if (rotation_->several() && !lost_endpoint_.empty() && lost_endpoint_ != rdzv_endpoint_) {
+  if (!message.has_error()) {
+    const SessionPolicy::Answer answer = session_policy_.OnAnswer(rdzv_endpoint_);
+    if (answer.accepted_now) rotation_->OnAccepted();
+    if (!answer.took_over_from.empty()) {
       spdlog::info(
           "dgt-run: the rendezvous replica at {} took this node's session (the one at {} "
           "was lost)",
-          rdzv_endpoint_, lost_endpoint_);
+          rdzv_endpoint_, answer.took_over_from);
     }
-    lost_endpoint_.clear();
+    if (answer.service_back) ServiceBack();
   }
-  if (ServiceLost() && !rejoin_round_ && !message.has_error()) ServiceBack();
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
       lifecycle_->OnProgress(message.progress().joined_nodes());
@@ -366,12 +341,8 @@ void Agent::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
     case rdzv_v1::ServiceMessage::kError: {
       // The service closes the stream after an Error: this node is not (or no longer) part of
       // the run, and its workers must not go on running ranks the run may give to another node.
-      const bool rejoin = rejoin_round_.has_value() && state() != NodeState::kJoining;
-      if (rejoin) {
-        rejoin_round_.reset();
-        reconnect_deadline_.reset();
-        reconnect_timer_.cancel();
-      }
+      const bool rejoin = session_policy_.OnRefused(state());
+      if (rejoin) reconnect_timer_.cancel();
       Execute(lifecycle_->OnRefused(message.error().message(), rejoin, Alive()));
       return;
     }
@@ -394,7 +365,7 @@ std::string Agent::HostLostMessage(const grpc::Status& status) const {
 }
 
 void Agent::OnSessionClosed(const grpc::Status& status) {
-  session_open_ = false;
+  session_policy_.OnClosed();
   closed_status_ = status;
   SessionEnd end;
   end.refused = IsRefusal(status);

@@ -12,10 +12,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "agent/agent.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/log_dir.h"
-#include "agent/log_line_prefix.h"
-#include "agent/rendezvous_host.h"
+#include "agent/workers/log_dir.h"
+#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -91,8 +91,8 @@ absl::StatusOr<WorkerSpec> Agent::MakeSpec(int local_rank, int attempt) {
     }
   }
   if (options_.distribution == Distribution::kTensorflow) {
-    extras.tf_config =
-        BuildTfConfig(tf_addresses_, options_.parameter_server_count, options_.tf_chief, spec.rank);
+    extras.tf_config = BuildTfConfig(tf_.addresses(), options_.parameter_server_count,
+                                     options_.tf_chief, spec.rank);
   }
   NodeAssignment a = assignment_;
   a.restart_count = attempt;
@@ -120,105 +120,31 @@ void Agent::StartRound(int restart_count) {
       StartTfExchange(workers_.get(), restart_count);
       return;
     }
-    tf_addresses_ = tf_local_addresses_;
+    tf_.UseLocalAddresses();
   }
   SpawnRound(workers_.get(), restart_count);
 }
 
 void Agent::SpawnRound(WorkerGroup* group, int restart_count) {
-  // The TF_CONFIG addresses are known (tf_addresses_): the workers bind these ports now. Later
-  // rounds use the same ports, free again once this round's workers are gone.
-  for (int fd : tf_reservations_) ::close(fd);
-  tf_reservations_.clear();
+  // The TF_CONFIG addresses are known: the workers bind these ports now.
+  tf_.ReleasePorts();
   SpawnFrom(group, 0, restart_count);
 }
 
 void Agent::StartTfExchange(WorkerGroup* group, int restart_count) {
-  tf_addresses_.clear();
-  tf_deadline_ = env_.clock->Now() + absl::Seconds(options_.join_timeout_s);
-  spdlog::info(
-      "dgt-run: publishing this node's TensorFlow addresses {} for round {} in the round's store "
-      "at {}:{}",
-      absl::StrJoin(tf_local_addresses_, ","), std::max<int64_t>(round_, 0),
-      assignment_.master_addr, assignment_.master_port);
-  PollTfExchange(group, restart_count);
-}
-
-void Agent::PollTfExchange(WorkerGroup* group, int restart_count) {
-  if (workers_.get() != group || state() == NodeState::kDone) return;  // A later round took over.
-  if (state() != NodeState::kRunning) {
-    SpawnFrom(group, 0, restart_count);  // Stopping: starts nothing, ends the round's spawn.
-    return;
-  }
+  TfExchange::Callbacks callbacks;
+  callbacks.gate = [this, group] {
+    if (workers_.get() != group || state() == NodeState::kDone) return TfExchange::Gate::kGone;
+    return state() == NodeState::kRunning ? TfExchange::Gate::kGo : TfExchange::Gate::kStopping;
+  };
+  callbacks.on_ready = [this, group, restart_count] { SpawnRound(group, restart_count); };
+  callbacks.on_stopping = [this, group, restart_count] { SpawnFrom(group, 0, restart_count); };
+  callbacks.on_finish = [this](int exit_status, const std::string& message) {
+    Finish(exit_status, message);
+  };
   // The static backend has one round and no round number.
-  const int64_t round = std::max<int64_t>(round_, 0);
-  const int node_rank = assignment_.node_rank;
-  const int node_count = assignment_.node_count;
-  const TfRoleConfig roles{options_.parameter_server_count, options_.tf_chief,
-                           options_.worker_count, options_.nproc_per_node};
-  // A broken connection is replaced at the next step (RoundStoreClient::For).
-  ExchangeTfAddressesAsync(
-      tf_client_.For(assignment_.master_addr, assignment_.master_port), round, node_rank,
-      node_count, roles, tf_local_addresses_, tf_client_.timeout(),
-      [this, group, restart_count](const absl::StatusOr<TfExchangeStep>& step) {
-        OnTfExchange(group, restart_count, step);
-      });
-}
-
-void Agent::OnTfExchange(WorkerGroup* group, int restart_count,
-                         const absl::StatusOr<TfExchangeStep>& step) {
-  if (workers_.get() != group || state() == NodeState::kDone) return;
-  if (state() != NodeState::kRunning) {
-    SpawnFrom(group, 0, restart_count);
-    return;
-  }
-  if (step.ok() && step->missing.empty()) {
-    tf_addresses_ = step->addresses;
-    spdlog::info("dgt-run: TensorFlow cluster of round {}: {}", std::max<int64_t>(round_, 0),
-                 absl::StrJoin(tf_addresses_, ","));
-    SpawnRound(group, restart_count);
-    return;
-  }
-  if (!step.ok() && step.status().code() == absl::StatusCode::kInvalidArgument) {
-    Finish(1, absl::StrCat("cannot build TF_CONFIG: ", step.status().message()));
-    return;
-  }
-  if (!step.ok() && step.status().code() == absl::StatusCode::kFailedPrecondition) {
-    // Nodes given different role flags: this node is not admitted to the others' cluster.
-    std::string message(step.status().message());
-    if (assignment_.node_rank != 0) {
-      Finish(kExitNotAdmitted, message);
-      return;
-    }
-    // Node rank 0 serves the round's store: it stays 1 s more, so that the other nodes (who poll
-    // every 100 ms) read the roles that differ and refuse too, rather than find the store gone.
-    tf_timer_.expires_after(std::chrono::seconds(1));
-    tf_timer_.async_wait([this, message](boost::system::error_code ec) {
-      if (!ec && state() != NodeState::kDone) Finish(kExitNotAdmitted, message);
-    });
-    return;
-  }
-  if (env_.clock->Now() >= tf_deadline_) {
-    Finish(kExitJoinTimeout,
-           step.ok()
-               ? absl::StrCat("TF_CONFIG: node rank(s) ", absl::StrJoin(step->missing, ", "),
-                              " did not publish their TensorFlow addresses in the round's "
-                              "store at ",
-                              assignment_.master_addr, ":", assignment_.master_port, " within ",
-                              options_.join_timeout_s, " s (", options_.join_timeout_flag,
-                              "): is every node started with --distribution tensorflow?")
-               : absl::StrCat("TF_CONFIG: cannot exchange the TensorFlow addresses within ",
-                              options_.join_timeout_s, " s (", options_.join_timeout_flag,
-                              "): ", step.status().message()));
-    return;
-  }
-  if (!step.ok()) {
-    spdlog::debug("dgt-run: TensorFlow address exchange: {}", step.status().message());
-  }
-  tf_timer_.expires_after(std::chrono::milliseconds(100));
-  tf_timer_.async_wait([this, group, restart_count](boost::system::error_code ec) {
-    if (!ec) PollTfExchange(group, restart_count);
-  });
+  tf_.Start(std::max<int64_t>(round_, 0), assignment_.node_rank, assignment_.node_count,
+            assignment_.master_addr, assignment_.master_port, std::move(callbacks));
 }
 
 void Agent::SpawnFrom(WorkerGroup* group, int first, int restart_count) {

@@ -5,13 +5,13 @@
 
 #include "agent/agent.h"
 #include "agent/agent_log.h"
-#include "agent/launch_options.h"
+#include "agent/flags/launch_options.h"
 #include "common/logging.h"
 #include "rendezvous/credentials.h"
 
 int main(int argc, char** argv) {
   dgt::InitLogging();
-  // Connection failures are reported in one line of ours (agent/connect_failure.h), not as
+  // Connection failures are reported in one line of ours (agent/coord/connect_failure.h), not as
   // gRPC's handshake errors once per reconnect.
   dgt::rendezvous::RouteGrpcLogsToDebug();
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -1,4 +1,4 @@
-#include "agent/connect_failure.h"
+#include "agent/coord/connect_failure.h"
 
 #include "gtest/gtest.h"
 

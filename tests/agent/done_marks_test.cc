@@ -1,6 +1,6 @@
 // Done marks over an in-memory store, and the asynchronous versions over a store::AsyncClient
 // (and the agent's RoundStoreClient) against the real store server.
-#include "agent/done_marks.h"
+#include "agent/coord/done_marks.h"
 
 #include <memory>
 

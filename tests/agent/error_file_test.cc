@@ -1,4 +1,4 @@
-#include "agent/error_file.h"
+#include "agent/workers/error_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "agent/failure_publisher.h"
+#include "agent/coord/failure_publisher.h"
 
 #include <memory>
 #include <string>

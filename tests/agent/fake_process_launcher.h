@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "agent/process_launcher.h"
+#include "agent/workers/process_launcher.h"
 
 namespace dgt::agent {
 

@@ -1,4 +1,4 @@
-#include "agent/launch_options.h"
+#include "agent/flags/launch_options.h"
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "agent/log_dir.h"
+#include "agent/workers/log_dir.h"
 
 #include <stdlib.h>
 #include <unistd.h>

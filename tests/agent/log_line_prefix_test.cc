@@ -1,6 +1,6 @@
 // ExpandLogLinePrefix follows Python's string.Template.safe_substitute, which torchrun 2.13
 // applies to TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; the expected values are what Python gives.
-#include "agent/log_line_prefix.h"
+#include "agent/workers/log_line_prefix.h"
 
 #include "gtest/gtest.h"
 

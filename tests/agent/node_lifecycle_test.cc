@@ -1,5 +1,5 @@
-// NodeLifecycle (agent/node_lifecycle.h) on a simulated clock, its worker actions carried out on
-// a FakeProcessLauncher: every test asserts the exact action sequence of each step.
+// NodeLifecycle (agent/lifecycle/node_lifecycle.h) on a simulated clock, its worker actions carried
+// out on a FakeProcessLauncher: every test asserts the exact action sequence of each step.
 //
 // Scenario (TEST name)                        End-to-end test covering it today (tests/e2e/)
 // ------------------------------------------  ------------------------------------------------
@@ -76,7 +76,7 @@
 //                                               test_static_second_agent_with_the_same_node_rank_is_refused,
 //                                             test_supervision.py::
 //                                               test_static_node_rank_1_without_node_rank_0_exits_69
-#include "agent/node_lifecycle.h"
+#include "agent/lifecycle/node_lifecycle.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -84,6 +84,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -149,14 +150,14 @@ class Harness {
     for (const auto& [pid, attempt] : attempts_) n += delivered_.count(pid) == 0 ? 1 : 0;
     return n;
   }
-  // The last kReport / kPublishFailure action seen.
-  const LifecycleAction& last_report() const { return last_report_; }
-  const LifecycleAction& last_publish() const { return last_publish_; }
+  // The last Report / PublishFailure action seen.
+  const actions::Report& last_report() const { return last_report_; }
+  const actions::PublishFailure& last_publish() const { return last_publish_; }
 
   std::vector<std::string> Do(const LifecycleActions& actions) {
     std::vector<std::string> out;
     for (const LifecycleAction& a : actions) {
-      out.push_back(a.DebugString());
+      out.push_back(DebugString(a));
       std::vector<std::string> more = Carry(a);
       out.insert(out.end(), more.begin(), more.end());
     }
@@ -209,10 +210,10 @@ class Harness {
     return out;
   }
 
-  // The failure publication of the last kPublishFailure completes.
+  // The failure publication of the last PublishFailure completes.
   std::vector<std::string> Published() {
     std::vector<std::string> out;
-    const WorkerExit e = *last_publish_.exit;
+    const WorkerExit e = last_publish_.exit;
     if (lc_.OnFailurePublished(/*group_current=*/true)) {
       out.push_back(
           absl::StrCat("restart rank ", e.rank, " attempt ", last_publish_.restart_count));
@@ -236,34 +237,35 @@ class Harness {
     attempts_[pid] = attempt;
   }
 
-  std::vector<std::string> Carry(const LifecycleAction& a) {
-    switch (a.kind) {
-      case LifecycleAction::Kind::kApplyAssignment:
-        first_rank_ = (a.assignment ? a.assignment->node_rank : static_round_.node_rank) * nproc_;
-        return Do(lc_.OnRoundApplied(a.assignment ? *a.assignment : static_round_));
-      case LifecycleAction::Kind::kStartRound: {
-        pids_.clear();
-        for (int local = 0; local < nproc_; ++local) Launch(local, a.restart_count);
-        return Do(lc_.OnSpawnDone(alive(), clock_.Now()));
-      }
-      case LifecycleAction::Kind::kStopWorkers:
-      case LifecycleAction::Kind::kForwardSignal:
-        for (const auto& [local, pid] : pids_) {
-          launcher_.SignalGroup(pid, a.signal == 0 ? SIGTERM : a.signal);
-        }
-        return {};
-      case LifecycleAction::Kind::kKillWorkers:
-        for (const auto& [local, pid] : pids_) launcher_.SignalGroup(pid, SIGKILL);
-        return {};
-      case LifecycleAction::Kind::kPublishFailure:
-        last_publish_ = a;
-        return {};
-      case LifecycleAction::Kind::kReport:
-        last_report_ = a;
-        return {};
-      default:
-        return {};
+  std::vector<std::string> Carry(const LifecycleAction& action) {
+    if (const auto* a = std::get_if<actions::ApplyAssignment>(&action)) {
+      first_rank_ = (a->assignment ? a->assignment->node_rank : static_round_.node_rank) * nproc_;
+      return Do(lc_.OnRoundApplied(a->assignment ? *a->assignment : static_round_));
     }
+    if (const auto* a = std::get_if<actions::StartRound>(&action)) {
+      pids_.clear();
+      for (int local = 0; local < nproc_; ++local) Launch(local, a->restart_count);
+      return Do(lc_.OnSpawnDone(alive(), clock_.Now()));
+    }
+    if (const auto* a = std::get_if<actions::StopWorkers>(&action)) {
+      for (const auto& [local, pid] : pids_) {
+        launcher_.SignalGroup(pid, a->signal == 0 ? SIGTERM : a->signal);
+      }
+      return {};
+    }
+    if (const auto* a = std::get_if<actions::ForwardSignal>(&action)) {
+      for (const auto& [local, pid] : pids_) {
+        launcher_.SignalGroup(pid, a->signal == 0 ? SIGTERM : a->signal);
+      }
+      return {};
+    }
+    if (std::holds_alternative<actions::KillWorkers>(action)) {
+      for (const auto& [local, pid] : pids_) launcher_.SignalGroup(pid, SIGKILL);
+      return {};
+    }
+    if (const auto* a = std::get_if<actions::PublishFailure>(&action)) last_publish_ = *a;
+    if (const auto* a = std::get_if<actions::Report>(&action)) last_report_ = *a;
+    return {};
   }
 
   FakeClock clock_;
@@ -275,8 +277,8 @@ class Harness {
   std::map<int, pid_t> pids_;  // Current process of each local rank.
   std::map<pid_t, int> attempts_;
   std::set<pid_t> delivered_;
-  LifecycleAction last_report_;
-  LifecycleAction last_publish_;
+  actions::Report last_report_;
+  actions::PublishFailure last_publish_;
 };
 
 TEST(NodeLifecycleTest, StandaloneRunSucceeds) {
@@ -473,7 +475,7 @@ TEST(NodeLifecycleTest, RankRestartStartFailureStops) {
   Harness h(o);
   h.Start();
   h.Exit(1, 3);
-  const WorkerExit failed = *h.last_publish().exit;
+  const WorkerExit failed = h.last_publish().exit;
   ASSERT_TRUE(h.lc().OnFailurePublished(/*group_current=*/true));
   // The replacement cannot be started.
   EXPECT_THAT(h.Do(h.lc().OnRankRestartFailed(failed)),
@@ -659,7 +661,7 @@ TEST(NodeLifecycleTest, SignalDuringSpawn) {
   lc.OnJoinSent(clock.Now());
   lc.OnAssignment(Round(0), 0, clock.Now());
   lc.OnRoundApplied(Round(0));
-  // kStartRound: local rank 0 is started, local rank 1 not yet.
+  // StartRound: local rank 0 is started, local rank 1 not yet.
   Harness h;
   EXPECT_THAT(h.Do(lc.OnSignal(SIGTERM, true)),
               ElementsAre("InterruptCoordinator",

@@ -1,4 +1,4 @@
-#include "agent/rendezvous_host.h"
+#include "agent/coord/rendezvous_host.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

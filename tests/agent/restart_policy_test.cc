@@ -1,4 +1,4 @@
-#include "agent/restart_policy.h"
+#include "agent/lifecycle/restart_policy.h"
 
 #include "gtest/gtest.h"
 

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "agent/worker_group.h"
+#include "agent/workers/worker_group.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/ostream_sink.h"

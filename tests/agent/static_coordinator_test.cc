@@ -1,7 +1,7 @@
 // StaticCoordinator against a real store server on loopback: what node rank 0 reports when the
 // other nodes never joined, joined but never finished, all finished, or one did not succeed;
 // Interrupt(); and another node losing node rank 0's store.
-#include "agent/static_coordinator.h"
+#include "agent/coord/static_coordinator.h"
 
 #include <memory>
 #include <optional>

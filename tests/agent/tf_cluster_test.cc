@@ -1,11 +1,11 @@
 // The TensorFlow address exchange of a multi-node round over an in-memory store, and the
 // TF_CONFIG every node then builds from it.
-#include "agent/tf_cluster.h"
+#include "agent/coord/tf_cluster.h"
 
 #include <string>
 #include <vector>
 
-#include "agent/worker_env.h"
+#include "agent/workers/worker_env.h"
 #include "boost/asio.hpp"
 #include "common/store_keys.h"
 #include "dgt/store/async_client.h"

@@ -1,6 +1,6 @@
 // WorkerGroup with real, tiny /bin/sh workers: exit events, log routing, stop grace, hooks.
 // Every run of the event loop is bounded.
-#include "agent/worker_group.h"
+#include "agent/workers/worker_group.h"
 
 #include <signal.h>
 #include <unistd.h>
