@@ -5,7 +5,7 @@ Mirrors common/store_keys.h, the one C++ header that defines every dgt key: gene
 open_key, failed_key, alive_key and member_key are keys::RecoveryGenerationKey, RecoveryOpenKey,
 RecoveryFailedKey, RecoveryAliveKey and RecoveryMemberKey; COMM_PREFIX is keys::CommPrefix's
 "dgt/comm". A torch client puts '/' in front of each key on the wire; the agent publishes a
-failure under both spellings (agent/failure_publisher.h).
+failure under both spellings (agent/coord/failure_publisher.h).
 
 Every function takes a torch.distributed Store client (TCPStore connected to the job's store, or
 any object with the same get/set/check/compare_set/append/wait methods) and returns or raises what

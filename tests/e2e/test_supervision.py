@@ -215,7 +215,7 @@ def test_record_error_file_in_summary(spawn, tmp_path, torch_family):
     assert '        File "' + str(WORKERS / "record_fail.py") + '", line 11, in main\n' \
         '          raise ValueError("root cause from rank 1")\n' \
         '      ValueError: root cause from rank 1\n' in err, err
-    # The file is torch's own writing: the format dgt reads (agent/error_file.h).
+    # The file is torch's own writing: the format dgt reads (agent/workers/error_file.h).
     with open(m.group(1)) as f:
         written = json.load(f)
     assert written["message"]["message"] == "ValueError: root cause from rank 1"
