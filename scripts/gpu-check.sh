@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check: builds dgt-nccl-check and runs dgt's real NCCL path on this machine's GPUs (one rank
 # per GPU): init at generation 0, a checked all-reduce, abort, re-init at generation 1, a second
-# checked all-reduce, with timings. Then dgt.recovery's NCCL path (issue 13): the example DDP
+# checked all-reduce, with timings. Then dgt.recovery's NCCL path: the example DDP
 # trainer under dgt-run --restart-policy rank on 2 GPUs, rank 1 SIGKILLed at step 50, every rank
 # ending with the same parameters; skipped (not failed) without a CUDA build of torch in
 # $DGT_GPU_PYTHON (default python3) or with fewer than 2 GPUs. Output format: docs/PERFORMANCE.md,

@@ -6,7 +6,7 @@
 # etcd on loopback (/usr/bin/etcd or $DGT_ETCD_BIN; heartbeat 50 ms, election 500 ms; data in a
 # temporary directory under /tmp, removed after) with `dgt-rendezvous --backend=etcd`; its rows add
 # what etcd served per round (Txn and Range requests, bytes received, WAL fsyncs, from the members'
-# /metrics) and the verdict "etcd within 2x of memory for a 1,000-node round" (issue 16). Then
+# /metrics) and the verdict "etcd within 2x of memory for a 1,000-node round". Then
 # the failover run (failover_run below; SKIP_FAILOVER=1 skips it).
 # CHANNELS=N sets the TCP connections the agents share (default 100). Then, in the same run, the
 # anchors (bench/rendezvous/torch_c10d.py; SKIP_TORCH=1 skips them): torch 1.13's c10d rendezvous
@@ -168,7 +168,7 @@ torch_runs() {
   done
 }
 
-# Failover (issue 16): two `dgt-rendezvous --backend=etcd` replicas on one etcd (leader lease
+# Failover: two `dgt-rendezvous --backend=etcd` replicas on one etcd (leader lease
 # FAILOVER_LEASE_S, default 1 s, with etcd's heartbeat 50 ms / election 500 ms), FAILOVER_AGENTS
 # (default 1000) simulated agents given both endpoints; the leader is SIGKILLed once round 0 is
 # assigned and the bench times until every agent is back in its round on the other replica.

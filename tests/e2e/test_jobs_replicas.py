@@ -1,4 +1,4 @@
-"""Jobs on two dgt-rendezvous --backend=etcd replicas (issues 15 and 16; docs/JOBS.md, "Replicas"):
+"""Jobs on two dgt-rendezvous --backend=etcd replicas (docs/JOBS.md, "Replicas"):
 one real dgt-agent with both endpoints runs a job with a real dgt-run; the leader is SIGKILLed
 while the job runs -> the other replica leads, the daemon registers there listing the job, and the
 job completes there: `dgt job show` from the new leader says succeeded with the node's exit code
