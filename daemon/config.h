@@ -50,15 +50,19 @@ struct ConfigDefaults {
 };
 
 // Parses `yaml_text` (the contents of `file_name`, used in messages) and checks every value:
-// endpoints are host:port without blanks, each replica listed once (replica/endpoint_list.h
-// ParseEndpointList and FindSameReplica, as dgt-run's --rdzv-endpoint; names that resolve to one
-// address, as "localhost:1" and "127.0.0.1:1", count as one), advertise_address has no port, label
-// names are Kubernetes-style ([A-Za-z0-9._/-], 1..253 bytes, alphanumeric at both ends) and values
-// printable ASCII, the run-as user exists (and is not root without allow_root), paths are
-// absolute, work_dir is a directory when it exists, TLS and token files are readable and
-// well-formed, dgt_run is an executable regular file, 0 < stop_grace_s <= 3600.
-// Errors: InvalidArgument, "<file_name>: <key path>: <what>, got <value>", for a YAML syntax
-// error or a key that is not a string "<file_name>:<line>:<column>: <message>"; an unknown key
+// - endpoints are host:port without blanks, each replica listed once (replica/endpoint_list.h
+//   ParseEndpointList and FindSameReplica, as dgt-run's --rdzv-endpoint). Names that resolve to
+//   one address, as "localhost:1" and "127.0.0.1:1", count as one.
+// - advertise_address has no port.
+// - label names are Kubernetes-style ([A-Za-z0-9._/-], 1..253 bytes, alphanumeric at both ends)
+//   and values printable ASCII.
+// - the run-as user exists (and is not root without allow_root).
+// - paths are absolute; work_dir is a directory when it exists.
+// - TLS and token files are readable and well-formed.
+// - dgt_run is an executable regular file.
+// - 0 < stop_grace_s <= 3600.
+// Errors: InvalidArgument, "<file_name>: <key path>: <what>, got <value>". For a YAML syntax
+// error or a key that is not a string: "<file_name>:<line>:<column>: <message>". An unknown key
 // names it.
 absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
                                              absl::string_view file_name,

@@ -1,10 +1,10 @@
 // dgt-agent's main loop: holds the node's Register stream to the jobs service (dgt.jobs.v1,
 // proto/dgt/jobs/v1/jobs.proto) and runs the jobs it is sent.
 //
-// - Registration: tries rendezvous_endpoints in order; an endpoint that is not reachable within
-//   connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED (a service without dgt.jobs.v1.Jobs:
-//   an older dgt-rendezvous, or dgt-run's embedded one), or answers as a standby (a replica that
-//   is not the leader: replica/leadership_status.h) hands over to the next one; a standby's
+// - Registration: tries rendezvous_endpoints in order. An endpoint hands over to the next one when
+//   it is not reachable within connect_timeout, answers UNAVAILABLE or UNIMPLEMENTED (a service
+//   without dgt.jobs.v1.Jobs: an older dgt-rendezvous, or dgt-run's embedded one), or answers as
+//   a standby (a replica that is not the leader: replica/leadership_status.h). A standby's
 //   leader_address that names one of rendezvous_endpoints (same host:port, or same address once
 //   resolved) sends the next attempt there. Attempts back off from 200 ms, doubling, to
 //   max_backoff; a stream that breaks after registering is registered again at once, forever

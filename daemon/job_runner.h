@@ -38,11 +38,11 @@ inline constexpr char kJobUidFile[] = "job-uid";
 
 // Makes `job_dir` (mode 0750) the dir of the job with `uid`, so that a job id never names two
 // jobs' logs (a memory-backend service restarted with no job running counts ids from job-1
-// again): when it exists holding another uid in <job_dir>/job-uid, or no such file, it is first
-// renamed to <job_dir>.<its uid, else "old">.<n> (n from 1: the first free name); with the same
+// again). When it exists holding another uid in <job_dir>/job-uid, or no such file, it is first
+// renamed to <job_dir>.<its uid, else "old">.<n> (n from 1: the first free name). With the same
 // uid it is kept as it is (a node starting its own lost part of the job again keeps the earlier
 // attempts' output). Then writes <job_dir>/job-uid (0644; written to a temporary file and
-// renamed over). `uid` empty (a service before uids): the dir is used as it is and no file is
+// renamed over). `uid` empty (a service that sends no uid): the dir is used as it is and no file is
 // written. Returns where the earlier dir went, "" when nowhere. Errors: the errno's status naming
 // the path (mkdir, rename, the uid file).
 absl::StatusOr<std::string> PrepareJobDir(const std::string& job_dir, const std::string& uid);

@@ -45,12 +45,12 @@ absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text);
 
 // Checks every rule of the JobSpec comments (jobs.proto), in this order:
-// - command required; name <= 128 bytes; code_dir absolute;
-// - environment variable names [A-Za-z_][A-Za-z0-9_]*; instance_count 1..100000;
-// - distribution.type "", "pytorch" or "tensorflow" ("mpi" is refused: dgt-run runs no MPI);
-// - process_count_per_instance 1..4096;
+// - command required; name <= 128 bytes; code_dir absolute.
+// - environment variable names [A-Za-z_][A-Za-z0-9_]*; instance_count 1..100000.
+// - distribution.type "", "pytorch" or "tensorflow" ("mpi" is refused: dgt-run runs no MPI).
+// - process_count_per_instance 1..4096.
 // - tensorflow: worker_count >= 1, parameter_server_count >= 0, and their sum equal to
-//   instance_count x process_count_per_instance (as dgt-run --worker-count checks);
+//   instance_count x process_count_per_instance (as dgt-run --worker-count checks).
 // - max_restarts 0..100000; restart_policy "", "group" or "rank"; node label keys non-empty.
 // Errors: InvalidArgument for the first rule broken.
 absl::Status Validate(const v1::JobSpec& spec);

@@ -1,9 +1,9 @@
 // The jobs service (dgt.jobs.v1.Jobs; jobs.proto, docs/JOBS.md) that dgt-rendezvous serves next
-// to the rendezvous, on the same port: node daemons (dgt-agent) hold a Register stream each, and
+// to the rendezvous, on the same port. Node daemons (dgt-agent) hold a Register stream each, and
 // `dgt submit / jobs / job show / logs / cancel / nodes` call the unary RPCs. The decisions are
-// the pure Scheduler's (jobs/scheduler.h) under one mutex; this layer converts streams to its
-// events, sends its Actions, persists its changes in a JobStateBackend, polls the rendezvous for
-// the status of each started job's run (run id = job id), and forwards ReadLog to the node that
+// the pure Scheduler's (jobs/scheduler.h) under one mutex. This layer converts streams to its
+// events, sends its Actions and persists its changes in a JobStateBackend. It polls the rendezvous
+// for the status of each started job's run (run id = job id). It forwards ReadLog to the node that
 // holds the rank, answering when that node's LogChunk comes back or its deadline passes.
 //
 // Tokens (the jobs contract): Register needs the agents' token (dgt-rendezvous --token-file) when

@@ -3,18 +3,18 @@
 // backend"). It stands on dgt::etcd::Client (etcd/client.h) and is the only part of the
 // rendezvous that links it (dgt::rendezvous_etcd).
 //
-// Keys and values (record version 2, rendezvous/run_record_codec.h): per run, a run key
-// `<prefix><run_id>` (default prefix
-// "/dgt/runs/") whose value is the RunRecord without its nodes as JSON: {"version": 2, "writer":
-// "<replica id>:<write>", "buckets": B, "run": {...}} (times as Unix nanoseconds, durations as
-// nanoseconds, infinite ones as "inf"/"-inf"); and the nodes in B bucket keys
-// `<prefix><run_id>\x1f<k>` (NodeBucket: FNV-1a of the node id modulo B; B =
-// NodeBuckets(max_nodes), one per 32 nodes, 1..100, fixed at creation), so that a join writes the
-// run key and one bucket, not the whole run (O(N^2) bytes per round), and a 10,000-node run fits
-// etcd's 1.5 MiB request and 128-op Txn limits. "writer" names the write uniquely, so that a write
-// whose answer was lost can be recognised when read back. A value of another version, or one that
-// does not parse, is skipped with a warning (the run is invisible to this replica) and a write over
-// it is refused (compare fails).
+// Keys and values (record version 2, rendezvous/run_record_codec.h), per run:
+// - a run key `<prefix><run_id>` (default prefix "/dgt/runs/"). Its value is the RunRecord
+//   without its nodes as JSON: {"version": 2, "writer": "<replica id>:<write>", "buckets": B,
+//   "run": {...}} (times as Unix nanoseconds, durations as nanoseconds, infinite ones as
+//   "inf"/"-inf").
+// - the nodes, in B bucket keys `<prefix><run_id>\x1f<k>` (NodeBucket: FNV-1a of the node id
+//   modulo B; B = NodeBuckets(max_nodes), one per 32 nodes, 1..100, fixed at creation).
+// So a join writes the run key and one bucket, not the whole run (O(N^2) bytes per round). A
+// 10,000-node run fits etcd's 1.5 MiB request and 128-op Txn limits. "writer" names the write
+// uniquely, so that a write whose answer was lost can be recognised when read back. A value of
+// another version, or one that does not parse, is skipped with a warning (the run is invisible to
+// this replica) and a write over it is refused (compare fails).
 //
 // How each call maps to etcd:
 // - Revision: the run key's mod_revision (etcd's cluster-wide revision of the run's last write;
@@ -251,10 +251,10 @@ class EtcdRunStateBackend final : public RunStateBackend {
   std::vector<std::shared_ptr<const RunRecord>> retired_ ABSL_GUARDED_BY(mu_);
   int64_t decided_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
-  // This replica's puts in flight, by run: etcd may deliver a write on the watch before the Txn
-  // answers, and the watch then takes the record written rather than decoding every bucket of the
-  // run back and merging it into a copy of the view's nodes under mu_ (tens of ms at 10,000
-  // nodes, while the writer waits for mu_ to apply its own answer).
+  // This replica's puts in flight, by run. etcd may deliver a write on the watch before the Txn
+  // answers. The watch then takes the record written rather than decoding every bucket of the run
+  // back and merging it into a copy of the view's nodes under mu_. That decoding takes tens of ms
+  // at 10,000 nodes, while the writer waits for mu_ to apply its own answer.
   std::map<std::string, InFlight, std::less<>> in_flight_ ABSL_GUARDED_BY(mu_);
   int64_t own_writes_from_watch_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> watch_ended_{false};

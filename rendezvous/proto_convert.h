@@ -1,16 +1,17 @@
 // The one place where the rendezvous domain types (types.h) meet the v1 wire messages
 // (proto/dgt/rendezvous/v1/rendezvous.proto). The service (service.cc) converts what it reads
 // and writes here, and so do clients through client.h; the round state machine never sees a
-// proto. The conversions keep the wire exactly as it was: a message written from the domain
-// type is the message the service wrote before the domain types existed, so agents of this and
-// older versions talk to it unchanged.
+// proto. The conversions keep the v1 wire messages unchanged, so agents of this and older
+// versions talk to the service alike.
 //
-// Field by field: durations and times travel as double seconds (since the Unix epoch for
-// times); a NaN duration from the wire reads as zero (the service default, as before); an
-// optional message field (JoinRequest.rejoin, NodeReport.failure, RunFinished.failure) is
-// present on the wire exactly when the optional holds a value; v1.Error.code is the
-// google.rpc.Code of the Refusal's absl::Status (the same numbers), a code outside 1..16 reads
-// as kUnknown; RunStatus.state is RunStateName's text.
+// Field by field:
+// - Durations and times travel as double seconds (since the Unix epoch for times). A NaN
+//   duration from the wire reads as zero (the service default).
+// - An optional message field (JoinRequest.rejoin, NodeReport.failure, RunFinished.failure) is
+//   present on the wire exactly when the optional holds a value.
+// - v1.Error.code is the google.rpc.Code of the Refusal's absl::Status (the same numbers). A code
+//   outside 1..16 reads as kUnknown.
+// - RunStatus.state is RunStateName's text.
 //
 // Stateless free functions: thread-safe.
 #ifndef DGT_RENDEZVOUS_PROTO_CONVERT_H_

@@ -2,9 +2,9 @@
 // each node is assigned, how membership changes and failures start new rounds, and how a run
 // ends. Pure: no I/O, no threads, no clock of its own — the caller passes `now` and sends the
 // returned messages. It speaks the domain types of types.h (no protos: the gRPC service, a thin
-// layer on top, converts at its edge with proto_convert.h) and keeps every run in a
+// layer on top, converts at its edge with proto_convert.h). It keeps every run in a
 // RunStateBackend (run_state_backend.h; in memory unless RoundStateOptions::backend names
-// another): each event stages the runs it reads for a change and commits them when it is
+// another). Each event stages the runs it reads for a change and commits them when it is
 // handled, one commit per run per event (or per batch of events: BeginBatch). docs/RENDEZVOUS.md
 // describes the semantics; the short form:
 //
@@ -22,8 +22,8 @@
 //   follow in node-id order. MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port
 //   it has never served a round from, so every round starts on an empty store.
 // - A rejoin (JoinRequest.rejoin: the agent's current assignment, sent after its session broke)
-//   re-attaches the node to its round when the service still has it; a service that does not
-//   know the run (it was restarted) re-creates it in kRunning from the rejoins, and decides
+//   re-attaches the node to its round when the service still has it. A service that does not
+//   know the run (it was restarted) re-creates it in kRunning from the rejoins. It decides
 //   nothing (no outcome, restart or scale-up) until every node of the round rejoined or the
 //   rejoin window passed. A member's rejoin wins over a fresh agent with its node id. A rejoin that
 //   does not fit the run (it moved on) is refused with ABORTED; one for a closed run gets its
@@ -114,7 +114,7 @@ class RoundStateMachine {
   // written once, by EndBatch. Their messages must not be sent before EndBatch returns OK: when
   // it fails (commit_failure() says why, counted once in failed_commits), nothing of the batch
   // may reach an agent and the service steps down, as for a failed commit of one event. Outside
-  // a batch every On* commits at its end, as before. A batch is not nested.
+  // a batch every On* commits at its end. A batch is not nested.
   void BeginBatch();
   // Commits every run the batch touched, stopping at the first failure (the rest discarded).
   // Returns commit_failure(): OK, or why the batch (or an event of it) failed.
@@ -125,13 +125,15 @@ class RoundStateMachine {
   // nothing.
   void ForgetSessions();
 
-  // Takes over every run as a replica that just became the leader: re-reads the runs
-  // (RunStateBackend::Reload), forgets every session (they were another replica's, or this
-  // one's in an earlier term), clears commit_failure(), and writes each run back with no node
-  // holding a session: a running run goes into recovery (its members must rejoin with their
-  // assignment within rejoin_timeout from `now`, as after a restart of the service; its waiting
-  // nodes stay and re-attach with a plain join), a gathering run keeps its nodes (they re-attach
-  // with a plain join with the same node id), a closed run keeps its outcome for late rejoins.
+  // Takes over every run as a replica that just became the leader:
+  // - re-reads the runs (RunStateBackend::Reload);
+  // - forgets every session (they were another replica's, or this one's in an earlier term);
+  // - clears commit_failure();
+  // - writes each run back with no node holding a session. A running run goes into recovery: its
+  //   members must rejoin with their assignment within rejoin_timeout from `now`, as after a
+  //   restart of the service, and its waiting nodes stay and re-attach with a plain join. A
+  //   gathering run keeps its nodes (they re-attach with a plain join with the same node id). A
+  //   closed run keeps its outcome for late rejoins.
   // Errors: the reload's or a commit's; the runs not yet written stay as they were.
   absl::Status AdoptRuns(absl::Time now);
 

@@ -6,8 +6,8 @@
 // timer thread drives its deadlines. No reactor thread ever blocks.
 //
 // Group commit (a RoundStateOptions::backend given: etcd, where each write is a round trip):
-// agent events (messages, ended streams) are queued; the reactor that finds no batch in flight
-// becomes the committer and drains the queue in batches: it handles a batch's events in order
+// agent events (messages, ended streams) are queued. The reactor that finds no batch in flight
+// becomes the committer and drains the queue in batches. It handles a batch's events in order
 // (RoundStateMachine::BeginBatch: staged, not written), commits each run they touched once
 // (EndBatch), and only then sends their messages, in order. Events that arrive meanwhile make
 // the next batch: N joins during one write cost one more write, not N. A failed batch commit

@@ -49,8 +49,8 @@ class BootstrapInterrupted : public std::runtime_error {
 };
 
 // Interrupts a Gloo bootstrap (connectFullMesh) on BootstrapCancel::Cancel() or at its deadline.
-// Debian's Gloo offers no way to cancel it: a store wait is cut into short waits that check the
-// flag, and a pair waiting for its peer to connect (up to 5 x the Gloo timeout, for ever when the
+// Debian's Gloo offers no way to cancel it. A store wait is cut into short waits that check the
+// flag. A pair waiting for its peer to connect (up to 5 x the Gloo timeout, for ever when the
 // peer died after publishing its address) is woken by connecting to its listening socket
 // ourselves: the addresses are those this rank published in the store. The pair then "connects"
 // to that socket and connectFullMesh moves on, to fail at its next store wait.

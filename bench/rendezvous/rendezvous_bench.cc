@@ -156,10 +156,10 @@ void Percentiles(const char* what, std::vector<double> v) {
 }
 
 // --- Failover (--failover): agents connected to several replicas (--endpoint a,b) rejoin their
-// round on another replica after the one serving them is SIGKILLed, as dgt-run does with
-// `--rdzv-endpoint a,b` (docs/ETCD.md's replica contract): on a stream's end they try the next
-// endpoint at once (a standby's UNAVAILABLE, a refused connection), pause 100 ms after a full pass,
-// and rejoin with their assignment (JoinRequest.rejoin).
+// round on another replica after the one serving them is SIGKILLed. They do as dgt-run does with
+// `--rdzv-endpoint a,b` (docs/ETCD.md's replica contract). On a stream's end they try the next
+// endpoint at once (a standby's UNAVAILABLE, a refused connection) and pause 100 ms after a full
+// pass. They rejoin with their assignment (JoinRequest.rejoin).
 
 // Runs callbacks at a time, on its own thread (a stream's end must not start the next stream
 // from inside gRPC's callback, nor sleep there).

@@ -1,7 +1,7 @@
-// Load generator for TCPStore servers (dgt's, torch 1.13's and torch 2.13's libuv server): speaks
-// the torch 1.x wire protocol (--protocol 1, default; dgt and torch 1.13 accept it) or the
+// Load generator for TCPStore servers (dgt's, torch 1.13's and torch 2.13's libuv server). It
+// speaks the torch 1.x wire protocol (--protocol 1, default; dgt and torch 1.13 accept it) or the
 // torch 2.x one (--protocol 2: each connection opens with VALIDATE, then 2.x opcodes; dgt and
-// torch 2.x accept it), so the same client program measures every server. Loopback only; every mode
+// torch 2.x accept it). So the same client program measures every server. Loopback only; every mode
 // is bounded in operations and in time. Prints one JSON object per run on stdout.
 //
 //   store_bench --port P [--protocol 1|2] --mode ops --op set|get|add|cas --conns N [--seconds S]

@@ -141,8 +141,7 @@ TEST_F(ConfigTest, EveryError) {
   EXPECT_EQ(Error(root + "node_name: a\nnode_name: b\n").substr(0, 11), "agent.yaml:");
 }
 
-// Values that --check used to accept and that fail at run time: each refused,
-// naming the file, the key and the value.
+// Values that would fail at run time: each refused, naming the file, the key and the value.
 TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
   const std::string root = "run_as_user: root\nallow_root: true\n";
   EXPECT_EQ(Error("rendezvous_endpoints: [\"a:1\", \"b:2\", \"A:1\"]\n", true),

@@ -1,8 +1,11 @@
 // dgt-agent end to end: the real dgt-agent, dgt-run and dgt-rendezvous binaries, with the in-test
 // jobs service (tests/daemon/fake_jobs_service.h) doing what the scheduler in dgt-rendezvous
-// will: a 1-node x 2-process job runs to completion and each rank's stdout/stderr comes back
-// through ReadLog; a job whose processes ignore SIGTERM is cancelled and every one of them is
-// gone within the grace period; SIGTERM drains the daemon and it exits 0.
+// does. Checks:
+// - a 1-node x 2-process job runs to completion and each rank's stdout/stderr comes back
+//   through ReadLog.
+// - a job whose processes ignore SIGTERM is cancelled and every one of them is gone within the
+//   grace period.
+// - SIGTERM drains the daemon and it exits 0.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pwd.h>

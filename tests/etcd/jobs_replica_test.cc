@@ -2,11 +2,14 @@
 // server layers (server::Server, as dgt-rendezvous --backend=etcd runs it) on one etcd prefix,
 // each with an EtcdRunStateBackend, a fenced EtcdJobStateBackend and an etcd::LeaderElection,
 // against a real three-member etcd cluster on loopback. Node daemons are raw Register streams.
-// Checks: a standby refuses Register, Submit, Cancel and ReadLog with a standby's answer (NotLeader) and serves
-// GetJob / ListJobs / ListNodes from etcd; the leader's lease revoked -> the other replica leads,
-// the node's stream ends with "replica <id> lost its leadership", the node re-registers there
-// listing its job, which stays running on it, and finishes there; a fenced job write is refused
-// (backend) and makes the service step down without sending the StartJob it decided (service).
+// Checks:
+// - a standby refuses Register, Submit, Cancel and ReadLog with a standby's answer (NotLeader)
+//   and serves GetJob / ListJobs / ListNodes from etcd.
+// - the leader's lease revoked -> the other replica leads, and the node's stream ends with
+//   "replica <id> lost its leadership". The node re-registers there listing its job, which stays
+//   running on it, and finishes there.
+// - a fenced job write is refused (backend) and makes the service step down without sending the
+//   StartJob it decided (service).
 // Skipped without an etcd binary, except under CI=true.
 #include <gtest/gtest.h>
 

@@ -1,11 +1,14 @@
-// Several rendezvous replicas on one etcd prefix (docs/ETCD.md, "Replicas"), each an
+// Several rendezvous replicas on one etcd prefix (docs/ETCD.md, "Replicas"). Each is an
 // in-process server layer (server::Server, as dgt-rendezvous runs it) on an EtcdRunStateBackend
-// with an etcd::LeaderElection, against a real three-member etcd cluster on loopback (EtcdCluster),
-// with agents as raw Session streams: one leader and a standby that refuses (NotLeader); the
-// leader's lease revoked -> the standby takes over within the lease TTL + 1 s and the agents'
-// rejoins keep their assignments; a deposed leader's write is fenced, and no rank is handed out
-// twice; every etcd member stopped -> the leader steps down with UNAVAILABLE naming etcd, and
-// leads again with the run intact once etcd is back. Skipped without an etcd binary, except under
+// with an etcd::LeaderElection, against a real three-member etcd cluster on loopback
+// (EtcdCluster). Agents are raw Session streams. Checks:
+// - one leader, and a standby that refuses (NotLeader).
+// - the leader's lease revoked -> the standby takes over within the lease TTL + 1 s, and the
+//   agents' rejoins keep their assignments.
+// - a deposed leader's write is fenced, and no rank is handed out twice.
+// - every etcd member stopped -> the leader steps down with UNAVAILABLE naming etcd, and leads
+//   again with the run intact once etcd is back.
+// Skipped without an etcd binary, except under
 // CI=true, where that fails.
 #include <gtest/gtest.h>
 
@@ -209,8 +212,8 @@ TEST_F(ReplicaTest, OneLeaderAndTheStandbyRefusesWithItsAddress) {
     EXPECT_EQ(answer->replica_id(), standby->id);
     EXPECT_EQ(answer->leader_address(), leader->address);
   }
-  EXPECT_TRUE(
-      absl::StrContains(leader->server->rendezvous()->RenderMetrics(), "\ndgt_rendezvous_leader 1\n"));
+  EXPECT_TRUE(absl::StrContains(leader->server->rendezvous()->RenderMetrics(),
+                                "\ndgt_rendezvous_leader 1\n"));
   EXPECT_TRUE(absl::StrContains(standby->server->rendezvous()->RenderMetrics(),
                                 "\ndgt_rendezvous_leader 0\n"));
 

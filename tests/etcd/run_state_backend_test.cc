@@ -1,9 +1,10 @@
 // EtcdRunStateBackend (rendezvous/etcd_run_state_backend.h) on a real three-member etcd cluster on
-// loopback (EtcdCluster): the RunStateBackend conformance suite, each test on a fresh key prefix
-// of one cluster shared by the suite; and, on a cluster of its own, the etcd leader killed between
-// two commits (the next commit succeeds or fails cleanly within a bound, never written twice) and
-// every member stopped (UNAVAILABLE naming the endpoints, then the backend carries on once they
-// return). Skipped when no etcd binary is installed, except under CI=true, where that fails.
+// loopback (EtcdCluster). It runs the RunStateBackend conformance suite, each test on a fresh key
+// prefix of one cluster shared by the suite. On a cluster of its own, it kills the etcd leader
+// between two commits (the next commit succeeds or fails cleanly within a bound, never written
+// twice) and stops every member (UNAVAILABLE naming the endpoints, then the backend carries on
+// once they return). Skipped when no etcd binary is installed, except under CI=true, where that
+// fails.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -174,10 +175,10 @@ TEST(EtcdBackendReplicasTest, TwoBackendsOnOnePrefixSeeEachOtherAndConflictClean
   ASSERT_TRUE((*raw)->DeletePrefix(options.prefix).ok());
 }
 
-// A run of 10,000 nodes: committed (one Txn of the run key and 100 node buckets, under etcd's
-// 1.5 MiB request limit and 128 ops; the run as one JSON value, as before, was over 1.5 MiB);
-// a change to one node writes the run key and that node's bucket only; another replica's view
-// follows every change through its watch; a run id with the separator byte is refused.
+// A run of 10,000 nodes is committed in one Txn of the run key and 100 node buckets, under etcd's
+// 1.5 MiB request limit and 128 ops (the run as one JSON value would be over 1.5 MiB). A change
+// to one node writes the run key and that node's bucket only. Another replica's view follows
+// every change through its watch. A run id with the separator byte is refused.
 TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) {
   SkipWithoutEtcd();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;

@@ -230,7 +230,7 @@ TEST(GroupCommitTest, ABatchOfEventsCommitsEachTouchedRunOnce) {
   }
   EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
   EXPECT_EQ(m.StateOf("other"), RunState::kGathering);
-  // Outside a batch each event commits at its end, as before.
+  // Outside a batch each event commits at its end.
   JoinRequest second = Join("m2", 1, 2);
   second.run_id = "other";
   EXPECT_NE(Find<Assignment>(m.OnJoin(5, second, kT0), 5), nullptr);

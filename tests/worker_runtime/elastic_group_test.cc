@@ -186,8 +186,8 @@ TEST(ElasticGroupTest, LastBuildTimesJoinAndRecoverInOrder) {
 }
 
 // The watcher started for the bootstrap keeps watching the same key once the communicator is
-// built: the build does not wait for its store wait (watch_period) to end. It used to, which put
-// the trainer's 200 ms watch period into every join and every recovery.
+// built: the build does not wait for its store wait (watch_period) to end. Waiting would put the
+// trainer's 200 ms watch period into every join and every recovery.
 TEST(ElasticGroupTest, BuildDoesNotWaitForTheWatchersStoreWait) {
   store::MemoryStore store;
   GlooCommunicatorFactory factory;

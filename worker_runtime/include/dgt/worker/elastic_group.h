@@ -4,8 +4,8 @@
 // Generations. Every communicator belongs to a generation G (0 at job start). When a rank dies,
 // generation G+1 is opened in the store, by whoever notices first: the agent that saw the exit
 // (PublishRankFailure), a survivor whose collective failed (Recover), or the replacement process
-// at start-up. Survivors' watcher threads see the opening, abort their generation-G
-// communicator, so a collective blocked on the dead rank returns at once, and the trainer calls
+// at start-up. Survivors' watcher threads see the opening and abort their generation-G
+// communicator, so a collective blocked on the dead rank returns at once. The trainer then calls
 // Recover(), which builds generation G+1:
 //   - RecoveryMode::kReplace: the same world size; the replacement (same RANK, started by the
 //     agent with TORCHELASTIC_RESTART_COUNT+1) joins with its rank;
