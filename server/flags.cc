@@ -25,6 +25,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "rendezvous/credentials.h"
+#include "replica/endpoint_list.h"
 
 namespace dgt::server {
 namespace {
@@ -304,6 +305,12 @@ ParsedFlags ParseFlags(int argc, char** argv) {
                                                     "': '", hp->host,
                                                     "' is not a host name or IP address"));
     }
+  }
+  if (bad.ok() && app.count("--advertise-endpoint") > 0) {
+    // Daemons hand it to dgt-run as --rdzv-endpoint: refused here as dgt-run would refuse it.
+    auto list = replica::ParseEndpointList(server.jobs.scheduler.rdzv_endpoint, 29400,
+                                           "--advertise-endpoint");
+    if (!list.ok()) bad = list.status();
   }
   if (bad.ok() && backend_name == "memory") {
     // The replica flags only mean something with replicas, which share their runs through etcd.

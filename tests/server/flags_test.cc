@@ -66,6 +66,17 @@ TEST(ServerFlagsTest, UsageErrorsExitWith2) {
   EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--token-file=/nonexistent/token"}).exit_code, 2);
 }
 
+// dgt-run gets --advertise-endpoint as its --rdzv-endpoint: what dgt-run refuses, so does this.
+TEST(ServerFlagsTest, AdvertiseEndpointIsCheckedAsDgtRunWould) {
+  EXPECT_EQ(
+      Parse({"--listen=127.0.0.1:0", "--advertise-endpoint=127.0.0.1:1,127.0.0.1:1"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--advertise-endpoint=127.0.0.1:1,"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--advertise-endpoint=127.0.0.1:99999"}).exit_code, 2);
+  ParsedFlags ok = Parse({"--listen=127.0.0.1:0", "--advertise-endpoint=h1:29400,h2"});
+  EXPECT_FALSE(ok.exit_code.has_value());
+  EXPECT_EQ(ok.options.jobs.scheduler.rdzv_endpoint, "h1:29400,h2");
+}
+
 TEST(ServerFlagsTest, VersionExitsWith0) { EXPECT_EQ(Parse({"--version"}).exit_code, 0); }
 
 TEST(ServerFlagsTest, ExitCodes) {
