@@ -124,6 +124,13 @@ class Connection {
     switch (st.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
       case grpc::StatusCode::DEADLINE_EXCEEDED:
+        if (replica::StandbyAnswer(st).has_value()) {
+          // A replica answered at once, as a standby: neither "within" nor TLS is the matter.
+          Error(absl::StrCat("no leading jobs service at ", where,
+                             ": the last one asked is a standby (", st.error_message(),
+                             "); is the leader's address in --rdzv-endpoint?"));
+          break;
+        }
         Error(absl::StrCat("no jobs service answered at ", where, " within ",
                            absl::FormatDuration(timeout_), ": ", st.error_message(),
                            " (is dgt-rendezvous running there? with TLS, pass --tls-ca)"));

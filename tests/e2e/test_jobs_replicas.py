@@ -2,7 +2,8 @@
 one real dgt-agent with both endpoints runs a job with a real dgt-run; the leader is SIGKILLed
 while the job runs -> the other replica leads, the daemon registers there listing the job, and the
 job completes there: `dgt job show` from the new leader says succeeded with the node's exit code
-0. Skips without Debian's etcd except under CI=true (test_rendezvous_etcd.need_etcd)."""
+0. Before that, `dgt submit` given only the standby exits 69 naming the leader. Skips without
+Debian's etcd except under CI=true (test_rendezvous_etcd.need_etcd)."""
 import getpass
 import re
 import time
@@ -39,6 +40,13 @@ def test_a_job_completes_when_the_leader_is_killed(spawn, etcd, tmp_path):  # no
 
     job = tmp_path / "job.yaml"
     job.write_text("command: sleep 8\ninstance_count: 1\n")
+    # Only the standby listed: it answers at once, so the message says so and names the leader.
+    standby = f"127.0.0.1:{ports[1]}"
+    refused = dgt(standby, "submit", job)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (69, "", (
+        f"dgt submit: error: no leading jobs service at {standby}: the last one asked is a "
+        f"standby (dgt-rendezvous replica r2 is a standby; the leader is 127.0.0.1:{ports[0]}); "
+        "is the leader's address in --rdzv-endpoint?\n")), refused.stderr
     submitted = dgt(endpoints, "submit", job)
     assert (submitted.returncode, submitted.stdout) == (0, "job-1\n"), submitted.stderr
     running = wait_for(lambda: (show(endpoints, "job-1") or {}).get("state") == "running", 30)
