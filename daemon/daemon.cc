@@ -147,6 +147,27 @@ v1::NodeMessage Daemon::MakeHello() const {
   return m;
 }
 
+namespace {
+
+// Whether `channel` is READY by `deadline`. A connection attempt that fails (refused: nothing
+// listens there, e.g. a dead leader a standby still names) answers at once, so that the daemon
+// moves on to its next endpoint without waiting out the deadline. A channel already failed when
+// called (gRPC's reconnect backoff) is waited for up to the deadline, as WaitForConnected does.
+bool ConnectsBy(grpc::Channel& channel, absl::Time deadline) {
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  bool attempted = state != GRPC_CHANNEL_TRANSIENT_FAILURE;
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_SHUTDOWN) return false;
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && attempted) return false;
+    if (state == GRPC_CHANNEL_CONNECTING) attempted = true;
+    if (!channel.WaitForStateChange(state, absl::ToChronoTime(deadline))) return false;
+    state = channel.GetState(/*try_to_connect=*/true);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Daemon::Connect(const std::string& endpoint) {
   auto& channel = channels_[endpoint];
   if (channel == nullptr) {
@@ -157,7 +178,7 @@ bool Daemon::Connect(const std::string& endpoint) {
     }
     channel = *created;
   }
-  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + env_.connect_timeout))) {
+  if (!ConnectsBy(*channel, absl::Now() + env_.connect_timeout)) {
     LogEndpoint(endpoint, spdlog::level::warn,
                 absl::StrCat("jobs service at ", endpoint, " not reachable within ",
                              absl::FormatDuration(env_.connect_timeout)));

@@ -398,6 +398,21 @@ TEST_F(DaemonTest, RotatesPastAStandbyButNotPastARefusal) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
+// A standby that still names a dead leader (the leader was just killed): the redirect to it is
+// refused at once, and the daemon goes on to the next endpoint without waiting out
+// connect_timeout (20 s here, longer than WaitFor's 15 s).
+TEST_F(DaemonTest, ARefusedLeaderRedirectMovesOnAtOnce) {
+  const std::string dead = DeadEndpoint();
+  FakeJobsService standby;
+  standby.RefuseWith(replica::StandbyStatus("r2", dead));
+  config_.rendezvous_endpoints = {standby.endpoint(), dead, service_.endpoint()};
+  env_.connect_timeout = absl::Seconds(20);
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  EXPECT_EQ(standby.refused(), 1);
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
 // A gRPC server with dgt.rendezvous.v1 only (as dgt-run's embedded rendezvous: no
 // dgt.jobs.v1.Jobs): Register ends UNIMPLEMENTED. The daemon names the code and the service it
 // lacks, and logs it once however often it retries (repeats at debug level).
