@@ -34,15 +34,6 @@ namespace asio = boost::asio;
 // Connecting to the round's store, and each request to it (done marks, TensorFlow addresses).
 constexpr absl::Duration kRoundStoreTimeout = absl::Seconds(1);
 
-TfExchange::Options TfOptions(const LaunchOptions& o) {
-  TfExchange::Options t;
-  t.roles = TfRoleConfig{o.parameter_server_count, o.tf_chief, o.worker_count, o.nproc_per_node};
-  t.join_timeout_s = o.join_timeout_s;
-  t.join_timeout_flag = o.join_timeout_flag;
-  t.store_timeout = kRoundStoreTimeout;
-  return t;
-}
-
 }  // namespace
 
 Agent::Agent(LaunchOptions options, AgentEnv env)
@@ -54,13 +45,14 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
       reconnect_timer_(io_),
       session_policy_(SessionPolicy::Options()),
       marks_(io_, kRoundStoreTimeout),
-      tf_(io_, TfOptions(options_), env_.clock) {}
+      workers_(io_, options_, env_, assignment_, kRoundStoreTimeout,
+               [this](const LifecycleActions& a) { Execute(a); }) {}
 
 Agent::~Agent() {
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
   marks_.Drop();
-  tf_.Stop();
+  workers_.StopExchange();
   // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
   // while the loop its callbacks post to still exists.
   if (reconnect_thread_.joinable()) reconnect_thread_.join();
@@ -69,12 +61,7 @@ Agent::~Agent() {
     if (reconnect_result_ && reconnect_result_->ok()) (**reconnect_result_)->Close();
     reconnect_result_.reset();
   }
-  workers_.reset();
-  retired_.clear();
-  if (log_root_is_temp_ && !log_root_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(log_root_, ec);
-  }
+  workers_.Shutdown();
   if (session_) session_->Close();
   if (store_) store_->Stop();
   // Quietly: the agent's own last stderr line says how the run ended (docs/EXIT_CODES.md).
@@ -84,7 +71,7 @@ Agent::~Agent() {
 void Agent::WaitForSignals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
-    Execute(lifecycle_->OnSignal(sig, workers_ != nullptr));
+    Execute(lifecycle_->OnSignal(sig, workers_.has_group()));
     WaitForSignals();
   });
 }
@@ -92,7 +79,7 @@ void Agent::WaitForSignals() {
 int Agent::Run() {
   ::signal(SIGPIPE, SIG_IGN);
   // Before any thread starts (gRPC, the store): the watchdog is forked from here.
-  if (absl::Status s = watchdog_.Start(); !s.ok()) {
+  if (absl::Status s = workers_.StartWatchdog(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: cannot start the process-group watchdog: %s\n",
                  std::string(s.message()).c_str());
     return 1;
@@ -168,30 +155,25 @@ void Agent::CarryOne(const A& a) {
         break;
     }
   } else if constexpr (std::is_same_v<A, actions::StartRound>) {
-    StartRound(a.restart_count);
+    workers_.StartRound(a.restart_count, round_);
   } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {
     ApplyHeld(a);
   } else if constexpr (std::is_same_v<A, actions::StopWorkers>) {
-    if (!workers_) return;
-    if (a.signal != 0) {
-      workers_->Stop(absl::Seconds(options_.stop_timeout_s), a.signal);
-    } else {
-      workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-    }
+    workers_.Stop(a.signal);
   } else if constexpr (std::is_same_v<A, actions::KillWorkers>) {
-    if (workers_) workers_->KillAll();
+    workers_.KillAll();
   } else if constexpr (std::is_same_v<A, actions::ForwardSignal>) {
-    if (workers_) workers_->Signal(a.signal);
+    workers_.Signal(a.signal);
   } else if constexpr (std::is_same_v<A, actions::RecordFailure>) {
-    (a.recovered ? recovered_failures_ : failures_).push_back(RecordFailure(a.exit));
+    workers_.RecordFailure(a.exit, a.recovered);
   } else if constexpr (std::is_same_v<A, actions::ClearFailures>) {
-    failures_.clear();
+    workers_.ClearFailures();
   } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {
-    PublishFailure(a.exit, a.restart, a.restart_count);
+    workers_.PublishFailure(a.exit, a.restart, a.restart_count);
   } else if constexpr (std::is_same_v<A, actions::InterruptCoordinator>) {
     coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
   } else if constexpr (std::is_same_v<A, actions::WatchDrain>) {
-    workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
+    workers_.OnDrained([this] { Execute(lifecycle_->OnDrained()); });
   } else if constexpr (std::is_same_v<A, actions::Report>) {
     coordinator_->Report(a);
   } else if constexpr (std::is_same_v<A, actions::MarkDone>) {
@@ -258,11 +240,6 @@ void Agent::ApplyHeld(const actions::ApplyAssignment& a) {
   BeginRun("static");
 }
 
-void Agent::OnWorkerExit(const WorkerExit& e) {
-  if (state() == NodeState::kDone) return;  // Killed while the last done mark goes out.
-  Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), env_.clock->Now()));
-}
-
 void Agent::ReportToService(const actions::Report& a) {
   rdzv_v1::AgentMessage message;
   rdzv_v1::NodeReport* report = message.mutable_report();
@@ -295,29 +272,11 @@ void Agent::ReportToService(const actions::Report& a) {
   // every node is done), or a new round (a restart after a failure).
 }
 
-void Agent::KeepTempLogRootForSummary(std::string* summary) {
-  if (!log_root_is_temp_ || log_root_.empty()) return;
-  bool names_a_file = false;
-  for (const auto* list : {&failures_, &recovered_failures_}) {
-    for (const Failure& f : *list) names_a_file |= f.error.has_value();
-  }
-  if (!names_a_file) return;
-  // The summary names error files in the temporary log directory: removing it at exit would
-  // leave the user paths that no longer exist.
-  log_root_is_temp_ = false;
-  if (absl::Status s = watchdog_.KeepOnExit(); !s.ok()) {
-    spdlog::warn("dgt-run: the watchdog may still remove {}: {}", log_root_, s.message());
-  }
-  absl::StrAppend(summary, "kept: ", log_root_,
-                  " (the temporary log directory, for the error file(s) named above)\n");
-}
-
 void Agent::Terminate(int exit_status, const std::string& message) {
   exit_status_ = exit_status;
   std::string summary;
-  if (exit_status != 0 && !failures_.empty() && lifecycle_->first_failure()) {
-    summary = Summary();
-    KeepTempLogRootForSummary(&summary);
+  if (exit_status != 0 && lifecycle_->first_failure()) {
+    summary = workers_.TakeSummary(advertised_address_);
   }
   if (options_.log_format == LogFormat::kJson) {
     // One JSON record, so that log pipelines reading stderr keep parsing.
@@ -344,10 +303,10 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   lifecycle_timer_.cancel();
   reconnect_timer_.cancel();
   marks_.CancelPollLater();
-  tf_.Stop();
+  workers_.StopExchange();
   signals_.cancel();
   session_policy_.Retire();  // The session's late callbacks are dropped.
-  if (workers_) workers_->KillAll();
+  workers_.KillAll();
   FlushAndStop();
 }
 

@@ -32,6 +32,7 @@
 #include "agent/lifecycle/session_policy.h"
 #include "agent/workers/error_file.h"
 #include "agent/workers/group_watchdog.h"
+#include "agent/workers/node_workers.h"
 #include "agent/workers/worker_env.h"
 #include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
@@ -55,13 +56,6 @@ class Agent {
   int Run();
 
  private:
-  // A failed worker as the summary reports it.
-  struct Failure {
-    WorkerExit exit;
-    std::string error_file;
-    std::optional<WorkerError> error;  // From TORCHELASTIC_ERROR_FILE, when it wrote one.
-  };
-
   absl::Status Prepare();
   // The lifecycle (agent/lifecycle/node_lifecycle.h) for this node, once Prepare knows its
   // addresses.
@@ -80,7 +74,7 @@ class Agent {
   void ApplyHeld(const actions::ApplyAssignment& action);
   // The round of `assignment_` for the lifecycle.
   RoundAssignment CurrentRound(const std::string& reason) const;
-  int Alive() const { return workers_ ? workers_->alive() : 0; }
+  int Alive() const { return workers_.alive(); }
   // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
   absl::Status PrepareStatic();
   // Sets up the logs for `assignment_`, then its round starts (NodeLifecycle::OnRoundApplied).
@@ -139,40 +133,6 @@ class Agent {
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
   // This node is no longer part of the run (NodeLifecycle::LeaveRun).
   void LeaveRun(int exit_status, const std::string& message);
-  void OnWorkerExit(const WorkerExit& exit);
-  // StartRound: starts every local worker of a round from `assignment_` with
-  // TORCHELASTIC_RESTART_COUNT `restart_count`. The single entry point for first starts, group
-  // restarts and new rendezvous rounds.
-  void StartRound(int restart_count);
-  // Starts local ranks [first, nproc) of `group`'s round, kSpawnBatch at a time; posts the rest
-  // to the loop, so that a stop signal or a worker's exit is handled between batches. Stops
-  // when the round was replaced or is no longer running.
-  void SpawnFrom(WorkerGroup* group, int first, int restart_count);
-  // After the last batch of a round (or when its spawning stopped early).
-  void SpawnDone(int restart_count);
-  // When the failure summary names an error file and the log directory is a temporary one that
-  // would be removed at exit: keeps it (here and in the watchdog) and says so in `summary`.
-  void KeepTempLogRootForSummary(std::string* summary);
-  // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
-  absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
-  // Returns when the replacement was started (InfinitePast when it could not be).
-  absl::Time RestartRank(const WorkerExit& exit, int attempt);
-  // Policy rank: publishes the failure of `exit`'s rank into the job's store (in-place recovery
-  // keys, docs/RECOVERY.md); then, when `restart` (replace mode), starts its replacement with
-  // TORCHELASTIC_RESTART_COUNT `attempt`. Publishing first means the replacement finds the new
-  // generation already open, so the failure is not reported twice.
-  void PublishFailure(const WorkerExit& exit, bool restart, int attempt);
-  // Creates publisher_ (policy rank) unless it exists.
-  void EnsurePublisher();
-  // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
-  void PublishRestart(int rank, int generation);
-  // Starts `group`'s workers (local rank 0 on): releases the reserved TensorFlow ports first, so
-  // that the workers bind them.
-  void SpawnRound(WorkerGroup* group, int restart_count);
-  // Several nodes with --distribution tensorflow: exchanges the addresses (TfExchange), then
-  // SpawnRound. A stop or a new round meanwhile ends the exchange (the group is no longer
-  // current).
-  void StartTfExchange(WorkerGroup* group, int restart_count);
   // Ends the agent with `exit_status` (NodeLifecycle::Finish, then Terminate).
   void Finish(int exit_status, const std::string& message);
   // Finish: prints the outcome (and the failure summary), stops every timer and the loop.
@@ -180,9 +140,6 @@ class Agent {
   // Stops the loop once marks_ wrote what it holds (its last done or seen mark), at most
   // 3 s from now: the agent exits after that.
   void FlushAndStop();
-  Failure RecordFailure(const WorkerExit& exit) const;
-  // The failure summary: the first failure in time, then the others.
-  std::string Summary() const;
   void WaitForSignals();
 
   LaunchOptions options_;
@@ -229,22 +186,8 @@ class Agent {
   std::unique_ptr<RendezvousSession> session_;
   // The rendezvous session's side (SessionBackend) or the static backend (StaticBackend).
   std::unique_ptr<Coordinator> coordinator_;
-  GroupWatchdog watchdog_;
-  std::unique_ptr<WorkerGroup> workers_;
-  // Policy rank: publishes rank failures into the job's store (created at the first failure).
-  std::unique_ptr<FailurePublisher> publisher_;
-  std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
-  // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
-  std::string log_root_;
-  bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
-  // --duplicate-std{out,err}-filters: the filtered log of each (attempt, is_stderr), opened
-  // when the attempt's first worker starts.
-  std::map<std::pair<int, bool>, std::shared_ptr<FilteredLog>> filtered_logs_;
-  // --distribution tensorflow: this node's ports and the current round's TF_CONFIG addresses.
-  TfExchange tf_;
-  std::vector<Failure> failures_;  // Failures of the last attempt, in time order.
-  // Failures of this round restarted in place (--restart-policy rank), for the summary.
-  std::vector<Failure> recovered_failures_;
+  // The worker side: groups, logs, failures, spawning and rank restarts.
+  NodeWorkers workers_;
   // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).
   bool HostedByAnotherNode() const;
   std::string HostLostMessage(const grpc::Status& status) const;
@@ -252,10 +195,6 @@ class Agent {
   // The node whose agent hosts the rendezvous service in-process (c10d-style), empty for
   // dgt-rendezvous: losing that service means that node is gone.
   std::string rdzv_host_node_id_;
-  // NCCL_IB_HCA / NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE from InfiniBand discovery for the current
-  // MASTER_ADDR (only variables the user did not set); added to every worker's environment.
-  std::map<std::string, std::string> network_env_;
-  std::string network_env_master_;
 };
 
 }  // namespace dgt::agent

@@ -193,6 +193,7 @@ absl::Status Agent::Prepare() {
   if (endpoints.empty()) endpoints.push_back(rdzv_endpoint_);
   rotation_ = std::make_unique<replica::EndpointRotation>(std::move(endpoints));
   CreateLifecycle(RestartBackend::kRendezvous);
+  workers_.Bind(lifecycle_.get());
   coordinator_ =
       std::make_unique<SessionBackend>([this](const actions::Report& a) { ReportToService(a); });
   SessionPolicy::Options policy_options;
@@ -269,6 +270,7 @@ absl::Status Agent::PrepareStatic() {
   co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
   co.finish_timeout = absl::Seconds(options_.join_timeout_s);
   CreateLifecycle(RestartBackend::kStatic);
+  workers_.Bind(lifecycle_.get());
   auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(),
                                                  [this](const LifecycleActions& a) { Execute(a); });
   StaticBackend* started = backend.get();
@@ -280,67 +282,12 @@ absl::Status Agent::PrepareStatic() {
 }
 
 void Agent::BeginRun(const std::string& reason) {
-  // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
-  // torchrun does), and named at start. Without them the temporary directory only holds error
-  // files and goes away with the agent (the watchdog removes it after a kill -9).
-  bool streams_to_files =
-      !options_.duplicate_stdout_filters.empty() || !options_.duplicate_stderr_filters.empty();
-  for (int local = 0; local < options_.nproc_per_node; ++local) {
-    streams_to_files |= (options_.redirects.For(local) | options_.tee.For(local)) != 0;
-  }
-  for (const bool is_stderr : {false, true}) {
-    if ((is_stderr ? options_.duplicate_stderr_filters : options_.duplicate_stdout_filters)
-            .empty()) {
-      continue;
-    }
-    bool teed = false;
-    for (int local = 0; local < options_.nproc_per_node; ++local) {
-      teed |= (options_.tee.For(local) & (is_stderr ? 2 : 1)) != 0 &&
-              (options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(local));
-    }
-    if (!teed) {
-      spdlog::warn(
-          "dgt-run: --duplicate-{}-filters duplicates tee'd lines (-t/--tee), as torchrun 2.13 "
-          "does, but no local rank shown on the console tees {}: filtered_{}.log stays empty",
-          is_stderr ? "stderr" : "stdout", is_stderr ? "stderr" : "stdout",
-          is_stderr ? "stderr" : "stdout");
-    }
-  }
-  if (options_.log_dir.empty()) {
-    absl::StatusOr<std::string> dir = CreateTempLogDir();
-    if (!dir.ok()) {
-      if (streams_to_files) {
-        Finish(kExitLauncherError,
-               absl::StrCat("-r/-t: cannot create a log directory: ", dir.status().message()));
-        return;
-      }
-      spdlog::warn("dgt-run: no error files for the workers: {}", dir.status().message());
-    } else if (streams_to_files) {
-      log_root_ = *dir;
-      spdlog::info("dgt-run: worker logs in {} (no --log-dir: a temporary directory, kept)",
-                   log_root_);
-    } else {
-      log_root_ = *dir;
-      log_root_is_temp_ = true;
-      if (absl::Status s = watchdog_.RemoveOnExit(log_root_); !s.ok()) {
-        spdlog::warn("dgt-run: the temporary log directory {} may outlive a killed agent: {}",
-                     log_root_, s.message());
-      }
-    }
-  } else {
-    // A directory of this launch's own: relaunching with the same --log-dir and run id must
-    // neither overwrite nor mix the earlier run's logs.
-    absl::StatusOr<std::string> dir = CreateRunLogDir(options_.log_dir, options_.run_id);
-    if (!dir.ok()) {
-      Finish(kExitLauncherError, absl::StrCat("--log-dir: ", dir.status().message()));
-      return;
-    }
-    log_root_ = *dir;
-    spdlog::info("dgt-run: worker logs and error files of run '{}' in {}", options_.run_id,
-                 log_root_);
+  if (absl::Status s = workers_.SetUpLogs(); !s.ok()) {
+    Finish(kExitLauncherError, std::string(s.message()));
+    return;
   }
   if (options_.distribution == Distribution::kTensorflow) {
-    if (absl::Status s = tf_.ReservePorts(advertised_address_, options_.nproc_per_node); !s.ok()) {
+    if (absl::Status s = workers_.ReserveTfPorts(advertised_address_); !s.ok()) {
       Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
       return;
     }

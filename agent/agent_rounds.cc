@@ -91,19 +91,7 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
       (void)session_->Send(ready);
     }
   }
-  if (network_env_master_ != a.master_addr()) {
-    // What NCCL needs to find InfiniBand (or to stay off it), as `dgt doctor` shows it.
-    worker::NetworkEnvOptions net_options;
-    net_options.master_addr = a.master_addr();
-    worker::NetworkReport report = env_.network_probe(net_options);
-    network_env_ = report.env;
-    network_env_master_ = a.master_addr();
-    for (const std::string& reason : report.reasons) spdlog::debug("dgt-run: network: {}", reason);
-    std::string exported;
-    for (const auto& [key, value] : network_env_) absl::StrAppend(&exported, " ", key, "=", value);
-    spdlog::info("dgt-run: network discovery: {} RDMA device(s); exporting{}",
-                 report.devices.size(), exported.empty() ? " nothing new" : exported);
-  }
+  workers_.UpdateNetworkEnv(a.master_addr());
   spdlog::info(
       "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
       "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",

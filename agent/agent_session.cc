@@ -157,7 +157,7 @@ void Agent::StartReconnect(const grpc::Status& status) {
   // A session the service had taken was lost; one it never took (a standby replica, a service
   // going down) is a failed attempt: the next endpoint, or the backoff's next step.
   const absl::Duration pause = was_accepted ? rotation_->OnLost() : rotation_->OnAttemptFailed();
-  const std::string keep = workers_ && workers_->alive() > 0 ? "workers keep running; " : "";
+  const std::string keep = workers_.alive() > 0 ? "workers keep running; " : "";
   const bool first = lost.first;
   if (!rotation_->several()) {
     if (first) {
