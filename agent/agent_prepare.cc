@@ -49,7 +49,7 @@ std::string RandomRunId() {
 
 }  // namespace
 
-absl::Status Agent::Prepare() {
+absl::Status Agent::Prepare(int* exit_status) {
   if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
   if (!options_.logs_specs.empty()) {
     // torchrun loads a Python LogsSpecs class by this name; dgt-run has no Python in-process.
@@ -62,6 +62,8 @@ absl::Status Agent::Prepare() {
     return PrepareStatic();
   }
 
+  RendezvousCoordinator::Options rdzv;
+  std::string rdzv_endpoint;               // The endpoint of the first session.
   std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
   std::optional<HostPort> endpoint;
   // Several replicas of dgt-rendezvous (--rdzv-endpoint a:29400,b:29400): never hosted here.
@@ -97,11 +99,11 @@ absl::Status Agent::Prepare() {
       endpoints.push_back(std::move(resolved));
     }
     if (route_to.empty()) {
-      prepare_exit_status_ = kExitRendezvousUnavailable;
+      *exit_status = kExitRendezvousUnavailable;
       return absl::UnavailableError(
           absl::StrCat("--rdzv-endpoint: no replica's name resolves (last: ", unresolved, ")"));
     }
-    rdzv_endpoint_ = endpoints.front();
+    rdzv_endpoint = endpoints.front();
   } else if (!options_.rdzv_endpoint.empty()) {
     DGT_ASSIGN_OR_RETURN(endpoint,
                          ParseHostPortOrFree(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
@@ -112,8 +114,8 @@ absl::Status Agent::Prepare() {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
     auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
     if (!server.ok()) return server.status();
-    embedded_rendezvous_ = std::move(*server);
-    rdzv_endpoint_ = absl::StrCat("127.0.0.1:", embedded_rendezvous_->port());
+    rdzv.embedded = std::move(*server);
+    rdzv_endpoint = absl::StrCat("127.0.0.1:", rdzv.embedded->port());
     if (options_.run_id == "none") options_.run_id = RandomRunId();
   } else if (endpoint->port == 0) {
     // torchrun 2.x's "--rdzv-endpoint HOST:0" (one node; launch_options refuses more): the
@@ -131,10 +133,10 @@ absl::Status Agent::Prepare() {
     server_options.listen = FormatHostPort(*ip, 0);
     auto server = rendezvous::RendezvousServer::Start(server_options);
     if (!server.ok()) return server.status();
-    embedded_rendezvous_ = std::move(*server);
-    rdzv_endpoint_ = FormatHostPort(*ip, static_cast<uint16_t>(embedded_rendezvous_->port()));
+    rdzv.embedded = std::move(*server);
+    rdzv_endpoint = FormatHostPort(*ip, static_cast<uint16_t>(rdzv.embedded->port()));
     spdlog::info("dgt-run: --rdzv-endpoint={}: rendezvous on the free port {}",
-                 options_.rdzv_endpoint, rdzv_endpoint_);
+                 options_.rdzv_endpoint, rdzv_endpoint);
   } else {
     auto hp = ParseHostPort(options_.rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
@@ -142,10 +144,10 @@ absl::Status Agent::Prepare() {
     if (!ip.ok()) {
       // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is an
       // unreachable service: retrying the node later may work.
-      prepare_exit_status_ = kExitRendezvousUnavailable;
+      *exit_status = kExitRendezvousUnavailable;
       return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
-    rdzv_endpoint_ = FormatHostPort(*ip, hp->port);
+    rdzv_endpoint = FormatHostPort(*ip, hp->port);
     host_candidate = HostPort{*ip, hp->port};
   }
 
@@ -161,7 +163,7 @@ absl::Status Agent::Prepare() {
       advertised_address_ = *ip;
     }
   } else {
-    if (route_to.empty()) route_to = ParseHostPort(rdzv_endpoint_, 29400, "endpoint")->host;
+    if (route_to.empty()) route_to = ParseHostPort(rdzv_endpoint, 29400, "endpoint")->host;
     auto local = RoutedLocalAddress(route_to);
     if (!local.ok()) return local.status();
     advertised_address_ = *local;
@@ -177,49 +179,36 @@ absl::Status Agent::Prepare() {
   store_ = env_.store_host(store_options);
   if (auto s = store_->Start(); !s.ok()) return s;
 
-  rdzv_tls_ = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
+  rdzv.tls = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
   if (!options_.rdzv_token_file.empty()) {
     auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
     if (!t.ok())
       return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
-    rdzv_token_ = *t;
+    rdzv.token = *t;
   }
   if (host_candidate) {
     // c10d-style: the first agent of the endpoint's host serves it. After every flag is checked,
     // so that a usage error does not start a service first.
-    DGT_ASSIGN_OR_RETURN(embedded_rendezvous_,
+    DGT_ASSIGN_OR_RETURN(rdzv.embedded,
                          MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
   }
-  if (endpoints.empty()) endpoints.push_back(rdzv_endpoint_);
-  rotation_ = std::make_unique<replica::EndpointRotation>(std::move(endpoints));
-  CreateLifecycle(RestartBackend::kRendezvous);
-  workers_.Bind(lifecycle_.get());
-  coordinator_ =
-      std::make_unique<SessionBackend>([this](const actions::Report& a) { ReportToService(a); });
-  SessionPolicy::Options policy_options;
-  policy_options.reconnect_timeout = absl::Seconds(options_.reconnect_timeout_s);
-  policy_options.connect_timeout = absl::Seconds(options_.connect_timeout_s);
-  policy_options.several = rotation_->several();
-  session_policy_ = SessionPolicy(policy_options);
-  auto session = rotation_->several()
-                     ? OpenFirstReplica(absl::Seconds(options_.connect_timeout_s))
-                     : OpenSession(session_policy_.generation(), rotation_->current(),
-                                   absl::Seconds(options_.connect_timeout_s));
-  if (!session.ok()) {
-    prepare_exit_status_ = SessionPolicy::OpenFailureExitStatus(session.status().code());
-    return session.status();
-  }
-  session_ = std::move(*session);
-  rdzv_endpoint_ = rotation_->current();
-  session_policy_.OnFirstOpened(env_.clock->Now());
-
-  if (auto s = session_->Send(MakeJoin()); !s.ok()) {
-    // The service already ended the stream (e.g. UNAUTHENTICATED): the session's closed callback
-    // delivers its status, which is the reason to report.
-    spdlog::debug("dgt-run: the join could not be sent: {}", s.message());
-  }
+  if (endpoints.empty()) endpoints.push_back(rdzv_endpoint);
+  rdzv.endpoints = std::move(endpoints);
+  RendezvousCoordinator::Node node;
+  node.round = &round_;
+  node.assignment = &assignment_;
+  node.advertised_address = &advertised_address_;
+  node.alive = [this] { return workers_.alive(); };
+  node.store_port = [this] { return store_ ? static_cast<int>(store_->port()) : 0; };
+  auto coordinator = std::make_unique<RendezvousCoordinator>(
+      io_, options_, env_.clock, std::move(rdzv), std::move(node),
+      [this](const LifecycleActions& a) { Execute(a); });
+  rdzv_ = coordinator.get();
+  coordinator_ = std::move(coordinator);
+  CreateLifecycle(RestartBackend::kRendezvous, rdzv_->EndpointsText());
+  DGT_RETURN_IF_ERROR(rdzv_->Open(exit_status));
   spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
-               options_.node_id, advertised_address_, options_.run_id, rdzv_endpoint_,
+               options_.node_id, advertised_address_, options_.run_id, rdzv_->endpoint(),
                options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
   // The round must come within the join timeout (exit 75).
   lifecycle_->OnJoinSent(env_.clock->Now());
@@ -269,8 +258,7 @@ absl::Status Agent::PrepareStatic() {
   co.master_port = options_.master_port;
   co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
   co.finish_timeout = absl::Seconds(options_.join_timeout_s);
-  CreateLifecycle(RestartBackend::kStatic);
-  workers_.Bind(lifecycle_.get());
+  CreateLifecycle(RestartBackend::kStatic, "");
   auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(),
                                                  [this](const LifecycleActions& a) { Execute(a); });
   StaticBackend* started = backend.get();
@@ -279,20 +267,6 @@ absl::Status Agent::PrepareStatic() {
                options_.max_nodes, *master, options_.master_port);
   started->Start();
   return absl::OkStatus();
-}
-
-void Agent::BeginRun(const std::string& reason) {
-  if (absl::Status s = workers_.SetUpLogs(); !s.ok()) {
-    Finish(kExitLauncherError, std::string(s.message()));
-    return;
-  }
-  if (options_.distribution == Distribution::kTensorflow) {
-    if (absl::Status s = workers_.ReserveTfPorts(advertised_address_); !s.ok()) {
-      Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
-      return;
-    }
-  }
-  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
 }
 
 }  // namespace dgt::agent
