@@ -1,29 +1,19 @@
 #include "agent/agent.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <random>
+#include <algorithm>
+#include <memory>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
+#include "agent/node_setup.h"
 #include "agent/workers/log_dir.h"
-#include "agent/workers/log_line_prefix.h"
-#include "common/host_port.h"
 #include "common/logging.h"
-#include "common/status_macros.h"
-#include "common/store_keys.h"
-#include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
 
@@ -93,6 +83,45 @@ int Agent::Run() {
   WaitForSignals();
   io_.run();
   return exit_status_;
+}
+
+absl::Status Agent::Prepare(int* exit_status) {
+  absl::StatusOr<NodeSetup> setup = PrepareNode(options_, env_, exit_status);
+  if (!setup.ok()) return setup.status();
+  advertised_address_ = std::move(setup->advertised_address);
+  store_ = std::move(setup->store);
+  auto sink = [this](const LifecycleActions& a) { Execute(a); };
+  if (setup->static_backend) {
+    const StaticCoordinator::Options& co = *setup->static_backend;
+    assignment_ = setup->assignment;
+    CreateLifecycle(RestartBackend::kStatic, "");
+    auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(), sink);
+    StaticBackend* started = backend.get();
+    coordinator_ = std::move(backend);
+    spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", co.node_rank,
+                 co.node_count, co.master_addr, co.master_port);
+    started->Start();
+    return absl::OkStatus();
+  }
+  RendezvousCoordinator::Node node;
+  node.round = &round_;
+  node.assignment = &assignment_;
+  node.advertised_address = &advertised_address_;
+  node.alive = [this] { return workers_.alive(); };
+  node.store_port = [this] { return store_ ? static_cast<int>(store_->port()) : 0; };
+  auto coordinator = std::make_unique<RendezvousCoordinator>(
+      io_, options_, env_.clock, std::move(*setup->rendezvous), std::move(node), sink);
+  rdzv_ = coordinator.get();
+  coordinator_ = std::move(coordinator);
+  CreateLifecycle(RestartBackend::kRendezvous, rdzv_->EndpointsText());
+  if (absl::Status s = rdzv_->Open(exit_status); !s.ok()) return s;
+  spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
+               options_.node_id, advertised_address_, options_.run_id, rdzv_->endpoint(),
+               options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
+  // The round must come within the join timeout (exit 75).
+  lifecycle_->OnJoinSent(env_.clock->Now());
+  ArmLifecycleTimer();
+  return absl::OkStatus();
 }
 
 void Agent::CreateLifecycle(RestartBackend backend, const std::string& endpoints) {

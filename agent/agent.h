@@ -5,8 +5,10 @@
 // Everything happens on one event loop (boost::asio): rendezvous messages, worker exits, worker
 // output, signals and timers. What to do on each of those is NodeLifecycle's decision
 // (agent/lifecycle/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it
-// every event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
-// one thread.
+// every event and carries out the actions it returns (Execute) through its parts: PrepareNode
+// (agent/node_setup.h) before the loop, the Coordinator (agent/coord/: the rendezvous session or
+// the static backend) and NodeWorkers (agent/workers/node_workers.h). Thread-compatible: Run()
+// once, from one thread.
 #ifndef DGT_AGENT_AGENT_H_
 #define DGT_AGENT_AGENT_H_
 
@@ -57,12 +59,11 @@ class Agent {
   int Run();
 
  private:
-  // Resolves the endpoints, hosts the service or the store as the flags say and opens the
-  // session (blocks up to --rdzv-connect-timeout). Errors: InvalidArgument for a bad flag value
-  // (exit 2); anything else with `*exit_status` the status to exit with.
+  // PrepareNode (agent/node_setup.h), then the coordinator: the static backend starts, or the
+  // rendezvous session opens (blocks up to --rdzv-connect-timeout) and this node joins. Errors:
+  // InvalidArgument for a bad flag value (exit 2); anything else with `*exit_status` the status to
+  // exit with.
   absl::Status Prepare(int* exit_status);
-  // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
-  absl::Status PrepareStatic();
   // The lifecycle (agent/lifecycle/node_lifecycle.h) for this node, once Prepare knows its
   // addresses; bound to the worker side and the rendezvous coordinator.
   void CreateLifecycle(RestartBackend backend, const std::string& endpoints);

@@ -1,27 +1,21 @@
+#include "agent/node_setup.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "agent/agent.h"
 #include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
-#include "agent/workers/log_dir.h"
-#include "agent/workers/log_line_prefix.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "common/store_keys.h"
 #include "dgt/worker/net_discovery.h"
 #include "replica/endpoint_list.h"
 
@@ -47,30 +41,78 @@ std::string RandomRunId() {
   return absl::StrCat("standalone-", absl::Hex(rd(), absl::kZeroPad8));
 }
 
+absl::StatusOr<NodeSetup> PrepareStatic(const LaunchOptions& options, const AgentEnv& env) {
+  NodeSetup setup;
+  // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
+  // store at --master-addr:--master-port. No rendezvous service.
+  auto master = ResolveToIp(options.master_addr);
+  if (!master.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
+  }
+  const int node_rank = std::max(options.node_rank, 0);
+  if (node_rank == 0) {
+    store::ServerOptions store_options;
+    // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
+    store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
+    store_options.port = static_cast<uint16_t>(options.master_port);
+    setup.store = env.store_host(store_options);
+    if (absl::Status s = setup.store->Start(); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
+                                                 options.master_port, ": ", s.message()));
+    }
+  }
+  setup.advertised_address = options.local_addr.empty() ? *master : options.local_addr;
+  if (options.local_addr.empty()) {
+    auto local = RoutedLocalAddress(*master);
+    if (local.ok()) setup.advertised_address = *local;
+  }
+  setup.assignment.run_id = options.run_id;
+  setup.assignment.node_rank = node_rank;
+  setup.assignment.node_count = options.max_nodes;
+  setup.assignment.world_size = options.max_nodes * options.nproc_per_node;
+  setup.assignment.first_global_rank = node_rank * options.nproc_per_node;
+  setup.assignment.local_world_size = options.nproc_per_node;
+  setup.assignment.master_addr = *master;
+  setup.assignment.master_port = options.master_port;
+  setup.assignment.max_restarts = options.max_restarts;
+
+  StaticCoordinator::Options co;
+  co.run_id = options.run_id;
+  co.node_rank = node_rank;
+  co.node_count = options.max_nodes;
+  co.master_addr = *master;
+  co.master_port = options.master_port;
+  co.connect_timeout = absl::Seconds(options.connect_timeout_s);
+  co.finish_timeout = absl::Seconds(options.join_timeout_s);
+  setup.static_backend = co;
+  return setup;
+}
+
 }  // namespace
 
-absl::Status Agent::Prepare(int* exit_status) {
-  if (options_.node_id.empty()) options_.node_id = DefaultNodeId();
-  if (!options_.logs_specs.empty()) {
+absl::StatusOr<NodeSetup> PrepareNode(LaunchOptions& options, const AgentEnv& env,
+                                      int* exit_status) {
+  if (options.node_id.empty()) options.node_id = DefaultNodeId();
+  if (!options.logs_specs.empty()) {
     // torchrun loads a Python LogsSpecs class by this name; dgt-run has no Python in-process.
     spdlog::warn(
         "dgt-run: --logs-specs={} is ignored: dgt-run's log layout is fixed (--log-dir, -r, -t)",
-        options_.logs_specs);
+        options.logs_specs);
   }
-  if (options_.rdzv_backend == "static" && options_.max_nodes > 1 &&
-      options_.rdzv_endpoint.empty()) {
-    return PrepareStatic();
+  if (options.rdzv_backend == "static" && options.max_nodes > 1 && options.rdzv_endpoint.empty()) {
+    return PrepareStatic(options, env);
   }
 
+  NodeSetup setup;
   RendezvousCoordinator::Options rdzv;
   std::string rdzv_endpoint;               // The endpoint of the first session.
   std::optional<HostPort> host_candidate;  // The endpoint, which this agent may host.
   std::optional<HostPort> endpoint;
   // Several replicas of dgt-rendezvous (--rdzv-endpoint a:29400,b:29400): never hosted here.
   std::vector<HostPort> replicas;
-  if (absl::StrContains(options_.rdzv_endpoint, ',')) {
+  if (absl::StrContains(options.rdzv_endpoint, ',')) {
     DGT_ASSIGN_OR_RETURN(
-        replicas, replica::ParseEndpointList(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+        replicas, replica::ParseEndpointList(options.rdzv_endpoint, 29400, "--rdzv-endpoint"));
   }
   std::vector<std::string> endpoints;  // Resolved, in the given order.
   std::string route_to;                // An IP of the service: MASTER_ADDR routes to it.
@@ -92,7 +134,7 @@ absl::Status Agent::Prepare(int* exit_status) {
       if (same != endpoints.end()) {
         const HostPort& earlier = replicas[same - endpoints.begin()];
         return absl::InvalidArgumentError(absl::StrCat(
-            "--rdzv-endpoint=", options_.rdzv_endpoint, ": ",
+            "--rdzv-endpoint=", options.rdzv_endpoint, ": ",
             FormatHostPort(earlier.host, earlier.port), " and ", FormatHostPort(hp.host, hp.port),
             " are both ", resolved, "; list each replica once"));
       }
@@ -104,19 +146,19 @@ absl::Status Agent::Prepare(int* exit_status) {
           absl::StrCat("--rdzv-endpoint: no replica's name resolves (last: ", unresolved, ")"));
     }
     rdzv_endpoint = endpoints.front();
-  } else if (!options_.rdzv_endpoint.empty()) {
+  } else if (!options.rdzv_endpoint.empty()) {
     DGT_ASSIGN_OR_RETURN(endpoint,
-                         ParseHostPortOrFree(options_.rdzv_endpoint, 29400, "--rdzv-endpoint"));
+                         ParseHostPortOrFree(options.rdzv_endpoint, 29400, "--rdzv-endpoint"));
   }
   if (!replicas.empty()) {
     // Resolved above.
-  } else if (options_.rdzv_endpoint.empty()) {
+  } else if (options.rdzv_endpoint.empty()) {
     // --standalone, or one node without an endpoint: embed the rendezvous on a free port.
     auto server = rendezvous::RendezvousServer::Start(rendezvous::RendezvousServerOptions{});
     if (!server.ok()) return server.status();
     rdzv.embedded = std::move(*server);
     rdzv_endpoint = absl::StrCat("127.0.0.1:", rdzv.embedded->port());
-    if (options_.run_id == "none") options_.run_id = RandomRunId();
+    if (options.run_id == "none") options.run_id = RandomRunId();
   } else if (endpoint->port == 0) {
     // torchrun 2.x's "--rdzv-endpoint HOST:0" (one node; launch_options refuses more): the
     // rendezvous is embedded on a free port of HOST, which must be this host's.
@@ -125,7 +167,7 @@ absl::Status Agent::Prepare(int* exit_status) {
       return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
     }
     if (auto s = CheckLocalAddress(*ip); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint=", options_.rdzv_endpoint,
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-endpoint=", options.rdzv_endpoint,
                                                      ": port 0 asks for a free port here, but ",
                                                      s.message()));
     }
@@ -136,9 +178,9 @@ absl::Status Agent::Prepare(int* exit_status) {
     rdzv.embedded = std::move(*server);
     rdzv_endpoint = FormatHostPort(*ip, static_cast<uint16_t>(rdzv.embedded->port()));
     spdlog::info("dgt-run: --rdzv-endpoint={}: rendezvous on the free port {}",
-                 options_.rdzv_endpoint, rdzv_endpoint);
+                 options.rdzv_endpoint, rdzv_endpoint);
   } else {
-    auto hp = ParseHostPort(options_.rdzv_endpoint, 29400, "--rdzv-endpoint");
+    auto hp = ParseHostPort(options.rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
     auto ip = ResolveToIp(hp->host);
     if (!ip.ok()) {
@@ -153,35 +195,35 @@ absl::Status Agent::Prepare(int* exit_status) {
 
   // MASTER_ADDR must be an address other nodes reach: --local-addr (resolved here), else the
   // local address of the interface that routes to the rendezvous service.
-  if (!options_.local_addr.empty()) {
-    if (IsIpLiteral(options_.local_addr)) {
-      advertised_address_ = options_.local_addr;
+  if (!options.local_addr.empty()) {
+    if (IsIpLiteral(options.local_addr)) {
+      setup.advertised_address = options.local_addr;
     } else {
-      auto ip = ResolveToIp(options_.local_addr);
+      auto ip = ResolveToIp(options.local_addr);
       if (!ip.ok())
         return absl::InvalidArgumentError(absl::StrCat("--local-addr: ", ip.status().message()));
-      advertised_address_ = *ip;
+      setup.advertised_address = *ip;
     }
   } else {
     if (route_to.empty()) route_to = ParseHostPort(rdzv_endpoint, 29400, "endpoint")->host;
     auto local = RoutedLocalAddress(route_to);
     if (!local.ok()) return local.status();
-    advertised_address_ = *local;
+    setup.advertised_address = *local;
   }
 
   // The store listens before we join, so node rank 0's MASTER_PORT is ready when the round
   // closes; other nodes stop theirs once assigned.
   store::ServerOptions store_options;
-  store_options.host = advertised_address_;
-  if (options_.master_port_set && options_.max_nodes == 1) {
-    store_options.port = static_cast<uint16_t>(options_.master_port);
+  store_options.host = setup.advertised_address;
+  if (options.master_port_set && options.max_nodes == 1) {
+    store_options.port = static_cast<uint16_t>(options.master_port);
   }
-  store_ = env_.store_host(store_options);
-  if (auto s = store_->Start(); !s.ok()) return s;
+  setup.store = env.store_host(store_options);
+  if (auto s = setup.store->Start(); !s.ok()) return s;
 
-  rdzv.tls = {options_.rdzv_tls_cert, options_.rdzv_tls_key, options_.rdzv_tls_ca};
-  if (!options_.rdzv_token_file.empty()) {
-    auto t = rendezvous::ReadTokenFile(options_.rdzv_token_file);
+  rdzv.tls = {options.rdzv_tls_cert, options.rdzv_tls_key, options.rdzv_tls_ca};
+  if (!options.rdzv_token_file.empty()) {
+    auto t = rendezvous::ReadTokenFile(options.rdzv_token_file);
     if (!t.ok())
       return absl::InvalidArgumentError(absl::StrCat("--rdzv-token-file: ", t.status().message()));
     rdzv.token = *t;
@@ -190,83 +232,12 @@ absl::Status Agent::Prepare(int* exit_status) {
     // c10d-style: the first agent of the endpoint's host serves it. After every flag is checked,
     // so that a usage error does not start a service first.
     DGT_ASSIGN_OR_RETURN(rdzv.embedded,
-                         MaybeHostRendezvous(host_candidate->host, host_candidate->port, options_));
+                         MaybeHostRendezvous(host_candidate->host, host_candidate->port, options));
   }
   if (endpoints.empty()) endpoints.push_back(rdzv_endpoint);
   rdzv.endpoints = std::move(endpoints);
-  RendezvousCoordinator::Node node;
-  node.round = &round_;
-  node.assignment = &assignment_;
-  node.advertised_address = &advertised_address_;
-  node.alive = [this] { return workers_.alive(); };
-  node.store_port = [this] { return store_ ? static_cast<int>(store_->port()) : 0; };
-  auto coordinator = std::make_unique<RendezvousCoordinator>(
-      io_, options_, env_.clock, std::move(rdzv), std::move(node),
-      [this](const LifecycleActions& a) { Execute(a); });
-  rdzv_ = coordinator.get();
-  coordinator_ = std::move(coordinator);
-  CreateLifecycle(RestartBackend::kRendezvous, rdzv_->EndpointsText());
-  DGT_RETURN_IF_ERROR(rdzv_->Open(exit_status));
-  spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
-               options_.node_id, advertised_address_, options_.run_id, rdzv_->endpoint(),
-               options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
-  // The round must come within the join timeout (exit 75).
-  lifecycle_->OnJoinSent(env_.clock->Now());
-  ArmLifecycleTimer();
-  return absl::OkStatus();
-}
-
-absl::Status Agent::PrepareStatic() {
-  // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
-  // store at --master-addr:--master-port. No rendezvous service.
-  auto master = ResolveToIp(options_.master_addr);
-  if (!master.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
-  }
-  const int node_rank = std::max(options_.node_rank, 0);
-  if (node_rank == 0) {
-    store::ServerOptions store_options;
-    // Every interface, as torch's TCPStore: the other nodes reach --master-addr.
-    store_options.host = master->find(':') != std::string::npos ? "::" : "0.0.0.0";
-    store_options.port = static_cast<uint16_t>(options_.master_port);
-    store_ = env_.store_host(store_options);
-    if (absl::Status s = store_->Start(); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("node rank 0 cannot host the store on port ",
-                                                 options_.master_port, ": ", s.message()));
-    }
-  }
-  advertised_address_ = options_.local_addr.empty() ? *master : options_.local_addr;
-  if (options_.local_addr.empty()) {
-    auto local = RoutedLocalAddress(*master);
-    if (local.ok()) advertised_address_ = *local;
-  }
-  assignment_.run_id = options_.run_id;
-  assignment_.node_rank = node_rank;
-  assignment_.node_count = options_.max_nodes;
-  assignment_.world_size = options_.max_nodes * options_.nproc_per_node;
-  assignment_.first_global_rank = node_rank * options_.nproc_per_node;
-  assignment_.local_world_size = options_.nproc_per_node;
-  assignment_.master_addr = *master;
-  assignment_.master_port = options_.master_port;
-  assignment_.max_restarts = options_.max_restarts;
-
-  StaticCoordinator::Options co;
-  co.run_id = options_.run_id;
-  co.node_rank = node_rank;
-  co.node_count = options_.max_nodes;
-  co.master_addr = *master;
-  co.master_port = options_.master_port;
-  co.connect_timeout = absl::Seconds(options_.connect_timeout_s);
-  co.finish_timeout = absl::Seconds(options_.join_timeout_s);
-  CreateLifecycle(RestartBackend::kStatic, "");
-  auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(),
-                                                 [this](const LifecycleActions& a) { Execute(a); });
-  StaticBackend* started = backend.get();
-  coordinator_ = std::move(backend);
-  spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", node_rank,
-               options_.max_nodes, *master, options_.master_port);
-  started->Start();
-  return absl::OkStatus();
+  setup.rendezvous = std::move(rdzv);
+  return setup;
 }
 
 }  // namespace dgt::agent
