@@ -359,7 +359,7 @@ void Agent::FlushAndStop() {
   if (rdzv_) {
     rdzv_->FlushThen(stop);
   } else {
-    stop();
+    asio::post(io_, stop);  // After what the loop holds now, as a flush with nothing to write.
   }
 }
 
