@@ -40,7 +40,6 @@
 #include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
-#include "rendezvous/service.h"
 #include "replica/endpoint_rotation.h"
 
 namespace dgt::agent {

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/coord/coordinator.h"
+#include "agent/coord/rendezvous_host.h"
 #include "agent/coord/rendezvous_session.h"
 #include "agent/coord/round_marks.h"
 #include "agent/flags/launch_options.h"
@@ -32,7 +33,6 @@
 #include "common/mutex.h"
 #include "dgt/store/server.h"
 #include "rendezvous/credentials.h"
-#include "rendezvous/service.h"
 #include "replica/endpoint_rotation.h"
 
 namespace dgt::agent {
@@ -108,7 +108,7 @@ class RendezvousCoordinator final : public Coordinator {
   // lingers; timers stop and the session's late callbacks are dropped.
   void Retire();
   // Runs `stop` once the marks wrote what they hold, at most 3 s from now.
-  void FlushThen(std::function<void()> stop);
+  void FlushThen(const std::function<void()>& stop);
   // Drops the marks, joins the reconnect thread and closes every session and the hosted
   // service. Once, while the loop still exists.
   void Shutdown();

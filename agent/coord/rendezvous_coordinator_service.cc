@@ -252,7 +252,7 @@ void RendezvousCoordinator::Retire() {
   policy_.Retire();  // The session's late callbacks are dropped.
 }
 
-void RendezvousCoordinator::FlushThen(std::function<void()> stop) {
+void RendezvousCoordinator::FlushThen(const std::function<void()>& stop) {
   marks_.FlushThen([this, stop] {
     marks_.CancelFlush();
     stop();
