@@ -1,29 +1,19 @@
 #include "agent/agent.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <random>
+#include <algorithm>
+#include <memory>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "agent/coord/rendezvous_host.h"
 #include "agent/exit_codes.h"
+#include "agent/node_setup.h"
 #include "agent/workers/log_dir.h"
-#include "agent/workers/log_line_prefix.h"
-#include "common/host_port.h"
 #include "common/logging.h"
-#include "common/status_macros.h"
-#include "common/store_keys.h"
-#include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
 
@@ -34,15 +24,6 @@ namespace asio = boost::asio;
 // Connecting to the round's store, and each request to it (done marks, TensorFlow addresses).
 constexpr absl::Duration kRoundStoreTimeout = absl::Seconds(1);
 
-TfExchange::Options TfOptions(const LaunchOptions& o) {
-  TfExchange::Options t;
-  t.roles = TfRoleConfig{o.parameter_server_count, o.tf_chief, o.worker_count, o.nproc_per_node};
-  t.join_timeout_s = o.join_timeout_s;
-  t.join_timeout_flag = o.join_timeout_flag;
-  t.store_timeout = kRoundStoreTimeout;
-  return t;
-}
-
 }  // namespace
 
 Agent::Agent(LaunchOptions options, AgentEnv env)
@@ -51,40 +32,22 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
       work_(asio::make_work_guard(io_)),
       signals_(io_),
       lifecycle_timer_(io_),
-      reconnect_timer_(io_),
-      session_policy_(SessionPolicy::Options()),
-      marks_(io_, kRoundStoreTimeout),
-      tf_(io_, TfOptions(options_), env_.clock) {}
+      workers_(io_, options_, env_, assignment_, kRoundStoreTimeout,
+               [this](const LifecycleActions& a) { Execute(a); }) {}
 
 Agent::~Agent() {
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
-  marks_.Drop();
-  tf_.Stop();
-  // A connection attempt in flight ends within its (1 s) deadline; its session is closed here,
-  // while the loop its callbacks post to still exists.
-  if (reconnect_thread_.joinable()) reconnect_thread_.join();
-  {
-    dgt::MutexLock lock(&reconnect_mu_);
-    if (reconnect_result_ && reconnect_result_->ok()) (**reconnect_result_)->Close();
-    reconnect_result_.reset();
-  }
-  workers_.reset();
-  retired_.clear();
-  if (log_root_is_temp_ && !log_root_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(log_root_, ec);
-  }
-  if (session_) session_->Close();
+  workers_.StopExchange();
+  if (rdzv_) rdzv_->Shutdown();
+  workers_.Shutdown();
   if (store_) store_->Stop();
-  // Quietly: the agent's own last stderr line says how the run ended (docs/EXIT_CODES.md).
-  if (embedded_rendezvous_) embedded_rendezvous_->Shutdown(absl::Seconds(1), /*quiet=*/true);
 }
 
 void Agent::WaitForSignals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
-    Execute(lifecycle_->OnSignal(sig, workers_ != nullptr));
+    Execute(lifecycle_->OnSignal(sig, workers_.has_group()));
     WaitForSignals();
   });
 }
@@ -92,7 +55,7 @@ void Agent::WaitForSignals() {
 int Agent::Run() {
   ::signal(SIGPIPE, SIG_IGN);
   // Before any thread starts (gRPC, the store): the watchdog is forked from here.
-  if (absl::Status s = watchdog_.Start(); !s.ok()) {
+  if (absl::Status s = workers_.StartWatchdog(); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: cannot start the process-group watchdog: %s\n",
                  std::string(s.message()).c_str());
     return 1;
@@ -107,13 +70,14 @@ int Agent::Run() {
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
   // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C
   // then must end dgt-run at once (the default action; nothing was started yet), not be queued.
-  if (absl::Status s = Prepare(); !s.ok()) {
+  int prepare_exit_status = 1;
+  if (absl::Status s = Prepare(&prepare_exit_status); !s.ok()) {
     std::fprintf(stderr, "dgt-run: error: %s\n", std::string(s.message()).c_str());
     // A flag whose value is wrong (--local-addr, --master-addr, --rdzv-token-file) is a usage
     // error, exit 2 like the parser's; an unreachable rendezvous service 69; anything else (a
     // port in use, ...) 1.
     if (s.code() == absl::StatusCode::kInvalidArgument) return kExitUsage;
-    return prepare_exit_status_;
+    return prepare_exit_status;
   }
   for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
@@ -121,11 +85,50 @@ int Agent::Run() {
   return exit_status_;
 }
 
-void Agent::CreateLifecycle(RestartBackend backend) {
+absl::Status Agent::Prepare(int* exit_status) {
+  absl::StatusOr<NodeSetup> setup = PrepareNode(options_, env_, exit_status);
+  if (!setup.ok()) return setup.status();
+  advertised_address_ = std::move(setup->advertised_address);
+  store_ = std::move(setup->store);
+  auto sink = [this](const LifecycleActions& a) { Execute(a); };
+  if (setup->static_backend) {
+    const StaticCoordinator::Options& co = *setup->static_backend;
+    assignment_ = setup->assignment;
+    CreateLifecycle(RestartBackend::kStatic, "");
+    auto backend = std::make_unique<StaticBackend>(io_, co, lifecycle_.get(), sink);
+    StaticBackend* started = backend.get();
+    coordinator_ = std::move(backend);
+    spdlog::info("dgt-run: static rendezvous: node rank {} of {}, store at {}:{}", co.node_rank,
+                 co.node_count, co.master_addr, co.master_port);
+    started->Start();
+    return absl::OkStatus();
+  }
+  RendezvousCoordinator::Node node;
+  node.round = &round_;
+  node.assignment = &assignment_;
+  node.advertised_address = &advertised_address_;
+  node.alive = [this] { return workers_.alive(); };
+  node.store_port = [this] { return store_ ? static_cast<int>(store_->port()) : 0; };
+  auto coordinator = std::make_unique<RendezvousCoordinator>(
+      io_, options_, env_.clock, std::move(*setup->rendezvous), std::move(node), sink);
+  rdzv_ = coordinator.get();
+  coordinator_ = std::move(coordinator);
+  CreateLifecycle(RestartBackend::kRendezvous, rdzv_->EndpointsText());
+  if (absl::Status s = rdzv_->Open(exit_status); !s.ok()) return s;
+  spdlog::info("dgt-run: node {} ({}) joining run '{}' at {} ({} worker(s), --nnodes={}:{})",
+               options_.node_id, advertised_address_, options_.run_id, rdzv_->endpoint(),
+               options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
+  // The round must come within the join timeout (exit 75).
+  lifecycle_->OnJoinSent(env_.clock->Now());
+  ArmLifecycleTimer();
+  return absl::OkStatus();
+}
+
+void Agent::CreateLifecycle(RestartBackend backend, const std::string& endpoints) {
   NodeLifecycle::Options o;
   o.run_id = options_.run_id;
   o.node_id = options_.node_id;
-  o.rdzv_endpoint = EndpointsText();
+  o.rdzv_endpoint = endpoints;
   o.advertised_address = advertised_address_;
   o.min_nodes = options_.min_nodes;
   o.nproc_per_node = options_.nproc_per_node;
@@ -139,6 +142,8 @@ void Agent::CreateLifecycle(RestartBackend backend) {
              options_.recovery_mode == RecoveryMode::kShrink;
   o.backend = backend;
   lifecycle_ = std::make_unique<NodeLifecycle>(std::move(o), env_.clock);
+  workers_.Bind(lifecycle_.get());
+  if (rdzv_) rdzv_->Bind(lifecycle_.get());
 }
 
 void Agent::Execute(const LifecycleActions& actions) {
@@ -168,44 +173,43 @@ void Agent::CarryOne(const A& a) {
         break;
     }
   } else if constexpr (std::is_same_v<A, actions::StartRound>) {
-    StartRound(a.restart_count);
+    workers_.StartRound(a.restart_count, round_);
   } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {
     ApplyHeld(a);
   } else if constexpr (std::is_same_v<A, actions::StopWorkers>) {
-    if (!workers_) return;
-    if (a.signal != 0) {
-      workers_->Stop(absl::Seconds(options_.stop_timeout_s), a.signal);
-    } else {
-      workers_->Stop(absl::Seconds(options_.stop_timeout_s));
-    }
+    workers_.Stop(a.signal);
   } else if constexpr (std::is_same_v<A, actions::KillWorkers>) {
-    if (workers_) workers_->KillAll();
+    workers_.KillAll();
   } else if constexpr (std::is_same_v<A, actions::ForwardSignal>) {
-    if (workers_) workers_->Signal(a.signal);
+    workers_.Signal(a.signal);
   } else if constexpr (std::is_same_v<A, actions::RecordFailure>) {
-    (a.recovered ? recovered_failures_ : failures_).push_back(RecordFailure(a.exit));
+    workers_.RecordFailure(a.exit, a.recovered);
   } else if constexpr (std::is_same_v<A, actions::ClearFailures>) {
-    failures_.clear();
+    workers_.ClearFailures();
   } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {
-    PublishFailure(a.exit, a.restart, a.restart_count);
+    workers_.PublishFailure(a.exit, a.restart, a.restart_count);
   } else if constexpr (std::is_same_v<A, actions::InterruptCoordinator>) {
     coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
   } else if constexpr (std::is_same_v<A, actions::WatchDrain>) {
-    workers_->OnDrained([this] { Execute(lifecycle_->OnDrained()); });
+    workers_.OnDrained([this] { Execute(lifecycle_->OnDrained()); });
   } else if constexpr (std::is_same_v<A, actions::Report>) {
     coordinator_->Report(a);
   } else if constexpr (std::is_same_v<A, actions::MarkDone>) {
-    MarkDone(a.exit_status);
+    rdzv_->MarkDone(a.exit_status);
   } else if constexpr (std::is_same_v<A, actions::PollMarks>) {
-    PollMarks();
+    rdzv_->PollMarks();
   } else if constexpr (std::is_same_v<A, actions::PollMarksLater>) {
-    marks_.PollLater([this] { PollMarks(); });
+    rdzv_->PollMarksLater();
   } else if constexpr (std::is_same_v<A, actions::FinishFromMarks>) {
-    FinishFromMarks(a.exit_status, a.text);
+    rdzv_->FinishFromMarks(a.exit_status, a.text);
   } else if constexpr (std::is_same_v<A, actions::Linger>) {
-    FinishLinger(a.exit_status, a.text);
+    if (rdzv_) {
+      rdzv_->FinishLinger(a.exit_status, a.text);
+    } else if (state() != NodeState::kDone && !lifecycle_->lingering()) {
+      Finish(a.exit_status, a.text);  // No store outlives the static backend's node.
+    }
   } else if constexpr (std::is_same_v<A, actions::Reconnect>) {
-    StartReconnect(closed_status_);
+    rdzv_->Reconnect();
   } else {
     static_assert(std::is_same_v<A, actions::Finish>, "an action the Agent does not carry out");
     Terminate(a.exit_status, a.text);
@@ -225,12 +229,68 @@ void Agent::ArmLifecycleTimer() {
   });
 }
 
-void Agent::Finish(int exit_status, const std::string& message) {
-  Execute(lifecycle_->Finish(exit_status, message));
+void Agent::BeginRun(const std::string& reason) {
+  if (absl::Status s = workers_.SetUpLogs(); !s.ok()) {
+    Finish(kExitLauncherError, std::string(s.message()));
+    return;
+  }
+  if (options_.distribution == Distribution::kTensorflow) {
+    if (absl::Status s = workers_.ReserveTfPorts(advertised_address_); !s.ok()) {
+      Finish(1, absl::StrCat("cannot reserve TF_CONFIG ports: ", s.message()));
+      return;
+    }
+  }
+  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
 }
 
-void Agent::LeaveRun(int exit_status, const std::string& message) {
-  Execute(lifecycle_->LeaveRun(exit_status, message, Alive()));
+void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
+  const bool first_round = round_ < 0;
+  round_ = a.round();
+  assignment_.run_id = a.run_id();
+  assignment_.node_rank = a.node_rank();
+  assignment_.node_count = a.node_count();
+  assignment_.world_size = a.world_size();
+  assignment_.first_global_rank = a.first_global_rank();
+  assignment_.local_world_size = options_.nproc_per_node;
+  assignment_.master_addr = a.master_addr();
+  assignment_.master_port = a.master_port();
+  assignment_.restart_count = a.restart_count();
+  assignment_.max_restarts = options_.max_restarts;
+  // The previous round's store (if this node served it) has no readers left.
+  rdzv_->ReleaseRoundStore();
+  std::unique_ptr<store::Server> round_store;
+  int next_store_port = 0;
+  if (a.node_rank() == 0 && store_ && a.master_port() == store_->port()) {
+    // This node's standby store serves the round; open the next standby so that a later round
+    // starts on an empty store too.
+    round_store = std::move(store_);
+    store::ServerOptions next;
+    next.host = advertised_address_;
+    store_ = env_.store_host(next);
+    if (absl::Status st = store_->Start(); !st.ok()) {
+      spdlog::error("dgt-run: cannot open the next store: {}", st.message());
+      store_.reset();
+    } else {
+      next_store_port = store_->port();
+    }
+  }
+  rdzv_->OnApplied(a, std::move(round_store), next_store_port);
+  workers_.UpdateNetworkEnv(a.master_addr());
+  spdlog::info(
+      "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size "
+      "{}, MASTER_ADDR={} MASTER_PORT={}, restart count {}",
+      a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(), a.first_global_rank(),
+      a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(), a.master_addr(),
+      a.master_port(), a.restart_count());
+  if (first_round) {
+    BeginRun(a.reason());
+  } else {
+    Execute(lifecycle_->OnRoundApplied(CurrentRound(a.reason())));
+  }
+}
+
+void Agent::Finish(int exit_status, const std::string& message) {
+  Execute(lifecycle_->Finish(exit_status, message));
 }
 
 RoundAssignment Agent::CurrentRound(const std::string& reason) const {
@@ -245,7 +305,7 @@ RoundAssignment Agent::CurrentRound(const std::string& reason) const {
 
 void Agent::ApplyHeld(const actions::ApplyAssignment& a) {
   if (a.assignment) {
-    ApplyAssignment(*held_assignment_);
+    ApplyAssignment(rdzv_->held());
     return;
   }
   // The static backend's one round (every node is there).
@@ -258,66 +318,11 @@ void Agent::ApplyHeld(const actions::ApplyAssignment& a) {
   BeginRun("static");
 }
 
-void Agent::OnWorkerExit(const WorkerExit& e) {
-  if (state() == NodeState::kDone) return;  // Killed while the last done mark goes out.
-  Execute(lifecycle_->OnWorkerExit(e, workers_->alive(), env_.clock->Now()));
-}
-
-void Agent::ReportToService(const actions::Report& a) {
-  rdzv_v1::AgentMessage message;
-  rdzv_v1::NodeReport* report = message.mutable_report();
-  report->set_round(round_);
-  if (a.failure) {
-    const WorkerExit& e = *a.failure;
-    report->set_succeeded(false);
-    report->set_message(
-        absl::StrCat("rank ", e.rank, " (local rank ", e.local_rank, ") ", e.Describe()));
-    rdzv_v1::WorkerFailure* f = report->mutable_failure();
-    f->set_rank(e.rank);
-    f->set_local_rank(e.local_rank);
-    f->set_exit_code(e.exit_code);
-    f->set_signal(e.signal);
-    f->set_time_unix_s(absl::ToDoubleSeconds(e.time - absl::UnixEpoch()));
-  } else {
-    report->set_succeeded(true);
-  }
-  // The done mark lets node rank 0 keep the round's store until every node is done, and the
-  // nodes learn the outcome, even when the service is gone.
-  MarkDone(a.exit_status);
-  last_report_ = message;
-  if (ServiceLost()) {
-    PollMarks();  // The report goes out after the rejoin.
-    return;
-  }
-  // A failed send means the stream ended: its closed callback starts reconnecting.
-  if (session_policy_.open()) (void)session_->Send(message);
-  // Wait for the service's answer: the run's end (node rank 0 keeps serving the store until
-  // every node is done), or a new round (a restart after a failure).
-}
-
-void Agent::KeepTempLogRootForSummary(std::string* summary) {
-  if (!log_root_is_temp_ || log_root_.empty()) return;
-  bool names_a_file = false;
-  for (const auto* list : {&failures_, &recovered_failures_}) {
-    for (const Failure& f : *list) names_a_file |= f.error.has_value();
-  }
-  if (!names_a_file) return;
-  // The summary names error files in the temporary log directory: removing it at exit would
-  // leave the user paths that no longer exist.
-  log_root_is_temp_ = false;
-  if (absl::Status s = watchdog_.KeepOnExit(); !s.ok()) {
-    spdlog::warn("dgt-run: the watchdog may still remove {}: {}", log_root_, s.message());
-  }
-  absl::StrAppend(summary, "kept: ", log_root_,
-                  " (the temporary log directory, for the error file(s) named above)\n");
-}
-
 void Agent::Terminate(int exit_status, const std::string& message) {
   exit_status_ = exit_status;
   std::string summary;
-  if (exit_status != 0 && !failures_.empty() && lifecycle_->first_failure()) {
-    summary = Summary();
-    KeepTempLogRootForSummary(&summary);
+  if (exit_status != 0 && lifecycle_->first_failure()) {
+    summary = workers_.TakeSummary(advertised_address_);
   }
   if (options_.log_format == LogFormat::kJson) {
     // One JSON record, so that log pipelines reading stderr keep parsing.
@@ -338,25 +343,24 @@ void Agent::Terminate(int exit_status, const std::string& message) {
   } else if (exit_status == 0) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
-  // With the service there, every node hears the outcome from it: marks still pending would only
-  // make this agent wait for a store that may be gone already.
-  if (!ServiceLost() && !lifecycle_->lingering()) marks_.Drop();
+  if (rdzv_) rdzv_->Retire();
   lifecycle_timer_.cancel();
-  reconnect_timer_.cancel();
-  marks_.CancelPollLater();
-  tf_.Stop();
+  workers_.StopExchange();
   signals_.cancel();
-  session_policy_.Retire();  // The session's late callbacks are dropped.
-  if (workers_) workers_->KillAll();
+  workers_.KillAll();
   FlushAndStop();
 }
 
 void Agent::FlushAndStop() {
-  marks_.FlushThen([this] {
-    marks_.CancelFlush();
+  auto stop = [this] {
     work_.reset();
     io_.stop();
-  });
+  };
+  if (rdzv_) {
+    rdzv_->FlushThen(stop);
+  } else {
+    asio::post(io_, stop);  // After what the loop holds now, as a flush with nothing to write.
+  }
 }
 
 }  // namespace dgt::agent

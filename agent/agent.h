@@ -5,8 +5,10 @@
 // Everything happens on one event loop (boost::asio): rendezvous messages, worker exits, worker
 // output, signals and timers. What to do on each of those is NodeLifecycle's decision
 // (agent/lifecycle/node_lifecycle.h, pure, unit-tested on a simulated clock): the Agent hands it
-// every event and carries out the actions it returns (Execute). Thread-compatible: Run() once, from
-// one thread.
+// every event and carries out the actions it returns (Execute) through its parts: PrepareNode
+// (agent/node_setup.h) before the loop, the Coordinator (agent/coord/: the rendezvous session or
+// the static backend) and NodeWorkers (agent/workers/node_workers.h). Thread-compatible: Run()
+// once, from one thread.
 #ifndef DGT_AGENT_AGENT_H_
 #define DGT_AGENT_AGENT_H_
 
@@ -22,6 +24,7 @@
 #include "agent/coord/coordinator.h"
 #include "agent/coord/done_marks.h"
 #include "agent/coord/failure_publisher.h"
+#include "agent/coord/rendezvous_coordinator.h"
 #include "agent/coord/rendezvous_session.h"
 #include "agent/coord/round_marks.h"
 #include "agent/coord/tf_cluster.h"
@@ -32,11 +35,11 @@
 #include "agent/lifecycle/session_policy.h"
 #include "agent/workers/error_file.h"
 #include "agent/workers/group_watchdog.h"
+#include "agent/workers/node_workers.h"
 #include "agent/workers/worker_env.h"
 #include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
 #include "dgt/store/server.h"
-#include "rendezvous/service.h"
 #include "replica/endpoint_rotation.h"
 
 namespace dgt::agent {
@@ -55,17 +58,14 @@ class Agent {
   int Run();
 
  private:
-  // A failed worker as the summary reports it.
-  struct Failure {
-    WorkerExit exit;
-    std::string error_file;
-    std::optional<WorkerError> error;  // From TORCHELASTIC_ERROR_FILE, when it wrote one.
-  };
-
-  absl::Status Prepare();
+  // PrepareNode (agent/node_setup.h), then the coordinator: the static backend starts, or the
+  // rendezvous session opens (blocks up to --rdzv-connect-timeout) and this node joins. Errors:
+  // InvalidArgument for a bad flag value (exit 2); anything else with `*exit_status` the status to
+  // exit with.
+  absl::Status Prepare(int* exit_status);
   // The lifecycle (agent/lifecycle/node_lifecycle.h) for this node, once Prepare knows its
-  // addresses.
-  void CreateLifecycle(RestartBackend backend);
+  // addresses; bound to the worker side and the rendezvous coordinator.
+  void CreateLifecycle(RestartBackend backend, const std::string& endpoints);
   NodeState state() const { return lifecycle_->state(); }
   // Carries out the lifecycle's actions, in order, then arms the timer for its next deadline.
   void Execute(const LifecycleActions& actions);
@@ -73,116 +73,21 @@ class Agent {
   template <typename A>
   void CarryOne(const A& action);
   void ArmLifecycleTimer();
-  // SessionBackend's Report: this node's NodeReport to the rendezvous service, with its done
-  // mark (after a rejoin when the service is lost).
-  void ReportToService(const actions::Report& action);
   // ApplyAssignment: the held assignment of the service (or the static backend's one round).
   void ApplyHeld(const actions::ApplyAssignment& action);
   // The round of `assignment_` for the lifecycle.
   RoundAssignment CurrentRound(const std::string& reason) const;
-  int Alive() const { return workers_ ? workers_->alive() : 0; }
-  // --rdzv-backend=static with several nodes: no rendezvous service (StaticCoordinator).
-  absl::Status PrepareStatic();
   // Sets up the logs for `assignment_`, then its round starts (NodeLifecycle::OnRoundApplied).
   void BeginRun(const std::string& reason);
-  // Opens a Session stream to `endpoint` whose callbacks reach this agent's loop while `gen` is
-  // the current session generation (a replaced session's late callbacks are dropped). Blocks up
-  // to `timeout` (several replicas: gives up at once on a refused connection).
-  absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenSession(uint64_t gen,
-                                                                 const std::string& endpoint,
-                                                                 absl::Duration timeout);
-  // Several replicas: opens the first session that connects, trying them in turn
-  // (EndpointRotation) until `timeout` (--rdzv-connect-timeout) passes.
-  // Errors: DeadlineExceeded naming every replica; Unauthenticated when every failure was a TLS
-  // disagreement.
-  absl::StatusOr<std::unique_ptr<RendezvousSession>> OpenFirstReplica(absl::Duration timeout);
-  // The endpoints for messages: "a:1" or "a:1,b:2".
-  std::string EndpointsText() const;
-  // The JoinRequest for this node, with JoinRequest.rejoin when it holds a round of the run.
-  rdzv_v1::AgentMessage MakeJoin() const;
-  std::optional<rdzv_v1::Assignment> RejoinAssignment() const;
-  // The service is lost (not hosted by another node), or a session ended before the service
-  // took it (a standby replica): workers keep running, and the agent reconnects through the
-  // endpoints (replica/endpoint_rotation.h: one endpoint, jittered exponential backoff, 100 ms
-  // doubling to 5 s; several, the next one at once, at most 200 ms after a full pass) until
-  // --rdzv-conf read_timeout passes (OnReconnectWindowOver).
-  void StartReconnect(const grpc::Status& status);
-  // The next attempt after `pause`.
-  void ScheduleReconnect(absl::Duration pause);
-  void TryReconnect();
-  void OnReconnectAttempt(uint64_t gen);
-  void OnReconnectWindowOver();
-  // The service answered the new session: the reconnect window ends.
-  void ServiceBack();
-  // The service re-attached this node to its round (the Assignment of that round again).
-  void OnRejoined();
-  bool ServiceLost() const { return session_policy_.lost(); }
-  // Writes this node's done mark (agent/coord/done_marks.h) into the round's store.
-  void MarkDone(int exit_status);
-  // Reads the round's done marks (once; OnMarks schedules the next read while needed).
-  void PollMarks();
-  void OnMarks();
-  // The current round, for its done marks.
-  RoundMarks::Round MarksRound() const;
-  // Finish, except that node rank 0, which serves the round's store, when the service is lost
-  // first keeps the store until every node's done mark is there (and, with `wait_for_seen`, every
-  // other node has seen the outcome), at most --rdzv-conf read_timeout.
-  void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
-  // The run's outcome learned from the done marks without the service: node rank 0 keeps the
-  // store until every other node has seen it; the others write their seen mark and finish.
-  void FinishFromMarks(int exit_status, const std::string& message);
-  void OnServiceMessage(const rdzv_v1::ServiceMessage& message);
-  void OnSessionClosed(const grpc::Status& status);
-  void OnAssignment(const rdzv_v1::Assignment& assignment);
   // Takes `assignment` as this node's round: the store it names (when this node is node rank 0)
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
-  // This node is no longer part of the run (NodeLifecycle::LeaveRun).
-  void LeaveRun(int exit_status, const std::string& message);
-  void OnWorkerExit(const WorkerExit& exit);
-  // StartRound: starts every local worker of a round from `assignment_` with
-  // TORCHELASTIC_RESTART_COUNT `restart_count`. The single entry point for first starts, group
-  // restarts and new rendezvous rounds.
-  void StartRound(int restart_count);
-  // Starts local ranks [first, nproc) of `group`'s round, kSpawnBatch at a time; posts the rest
-  // to the loop, so that a stop signal or a worker's exit is handled between batches. Stops
-  // when the round was replaced or is no longer running.
-  void SpawnFrom(WorkerGroup* group, int first, int restart_count);
-  // After the last batch of a round (or when its spawning stopped early).
-  void SpawnDone(int restart_count);
-  // When the failure summary names an error file and the log directory is a temporary one that
-  // would be removed at exit: keeps it (here and in the watchdog) and says so in `summary`.
-  void KeepTempLogRootForSummary(std::string* summary);
-  // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
-  absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
-  // Returns when the replacement was started (InfinitePast when it could not be).
-  absl::Time RestartRank(const WorkerExit& exit, int attempt);
-  // Policy rank: publishes the failure of `exit`'s rank into the job's store (in-place recovery
-  // keys, docs/RECOVERY.md); then, when `restart` (replace mode), starts its replacement with
-  // TORCHELASTIC_RESTART_COUNT `attempt`. Publishing first means the replacement finds the new
-  // generation already open, so the failure is not reported twice.
-  void PublishFailure(const WorkerExit& exit, bool restart, int attempt);
-  // Creates publisher_ (policy rank) unless it exists.
-  void EnsurePublisher();
-  // Publishes `dgt/restart/<rank>` = generation in the job's store (rank restarts).
-  void PublishRestart(int rank, int generation);
-  // Starts `group`'s workers (local rank 0 on): releases the reserved TensorFlow ports first, so
-  // that the workers bind them.
-  void SpawnRound(WorkerGroup* group, int restart_count);
-  // Several nodes with --distribution tensorflow: exchanges the addresses (TfExchange), then
-  // SpawnRound. A stop or a new round meanwhile ends the exchange (the group is no longer
-  // current).
-  void StartTfExchange(WorkerGroup* group, int restart_count);
   // Ends the agent with `exit_status` (NodeLifecycle::Finish, then Terminate).
   void Finish(int exit_status, const std::string& message);
   // Finish: prints the outcome (and the failure summary), stops every timer and the loop.
   void Terminate(int exit_status, const std::string& message);
-  // Stops the loop once marks_ wrote what it holds (its last done or seen mark), at most
-  // 3 s from now: the agent exits after that.
+  // Stops the loop once the done marks are written (at most 3 s from now): the agent exits.
   void FlushAndStop();
-  Failure RecordFailure(const WorkerExit& exit) const;
-  // The failure summary: the first failure in time, then the others.
-  std::string Summary() const;
   void WaitForSignals();
 
   LaunchOptions options_;
@@ -194,68 +99,18 @@ class Agent {
   boost::asio::steady_timer lifecycle_timer_;
   std::unique_ptr<NodeLifecycle> lifecycle_;
   int exit_status_ = 1;
-  // Losing and reconnecting to the rendezvous service.
-  boost::asio::steady_timer reconnect_timer_;
-  rendezvous::TlsFiles rdzv_tls_;
-  // The rendezvous session's decisions: generation, reconnect window, standby answers, rejoin.
-  SessionPolicy session_policy_;
-  std::string rdzv_token_;
-  grpc::Status closed_status_;  // How the last session ended (Reconnect logs it).
-  // The endpoints of --rdzv-endpoint (one, or the replicas of one service) and which is next.
-  std::unique_ptr<replica::EndpointRotation> rotation_;
-  std::thread reconnect_thread_;  // One connection attempt at a time.
-  dgt::Mutex reconnect_mu_;
-  std::optional<absl::StatusOr<std::unique_ptr<RendezvousSession>>> reconnect_result_
-      ABSL_GUARDED_BY(reconnect_mu_);
-  rdzv_v1::Assignment current_assignment_;
-  std::optional<rdzv_v1::AgentMessage> last_report_;  // Sent again after a rejoin.
-  // Done marks in the round's store, on io_ (no thread). Terminate runs the loop until what it
-  // wrote went out (FlushAndStop), so a node's last mark is written.
-  RoundMarks marks_;
-  // Exit status when Prepare() fails with anything but a bad flag value.
-  int prepare_exit_status_ = 1;
-
-  std::unique_ptr<rendezvous::RendezvousServer> embedded_rendezvous_;
-  std::string rdzv_endpoint_;  // The endpoint of the current session (rotation_->current()).
   std::string advertised_address_;
   // The standby store: listening, never used by a round; its port is what the rendezvous may
-  // name as MASTER_PORT next.
+  // name as MASTER_PORT next. The static backend's store on node rank 0.
   std::unique_ptr<store::Server> store_;
-  // The store serving the current round, when this node is node rank 0.
-  std::unique_ptr<store::Server> round_store_;
   int64_t round_ = -1;
-  // The service's latest assignment: the lifecycle applies it now or once the workers are gone.
-  std::optional<rdzv_v1::Assignment> held_assignment_;
-  std::unique_ptr<RendezvousSession> session_;
-  // The rendezvous session's side (SessionBackend) or the static backend (StaticBackend).
-  std::unique_ptr<Coordinator> coordinator_;
-  GroupWatchdog watchdog_;
-  std::unique_ptr<WorkerGroup> workers_;
-  // Policy rank: publishes rank failures into the job's store (created at the first failure).
-  std::unique_ptr<FailurePublisher> publisher_;
-  std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
-  // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
-  std::string log_root_;
-  bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).
-  // --duplicate-std{out,err}-filters: the filtered log of each (attempt, is_stderr), opened
-  // when the attempt's first worker starts.
-  std::map<std::pair<int, bool>, std::shared_ptr<FilteredLog>> filtered_logs_;
-  // --distribution tensorflow: this node's ports and the current round's TF_CONFIG addresses.
-  TfExchange tf_;
-  std::vector<Failure> failures_;  // Failures of the last attempt, in time order.
-  // Failures of this round restarted in place (--restart-policy rank), for the summary.
-  std::vector<Failure> recovered_failures_;
-  // Whether the rendezvous service runs inside another node's agent (Assignment.host_node_id).
-  bool HostedByAnotherNode() const;
-  std::string HostLostMessage(const grpc::Status& status) const;
   NodeAssignment assignment_;
-  // The node whose agent hosts the rendezvous service in-process (c10d-style), empty for
-  // dgt-rendezvous: losing that service means that node is gone.
-  std::string rdzv_host_node_id_;
-  // NCCL_IB_HCA / NCCL_SOCKET_IFNAME / NCCL_IB_DISABLE from InfiniBand discovery for the current
-  // MASTER_ADDR (only variables the user did not set); added to every worker's environment.
-  std::map<std::string, std::string> network_env_;
-  std::string network_env_master_;
+  // The worker side: groups, logs, failures, spawning and rank restarts.
+  NodeWorkers workers_;
+  // The rendezvous session's side (RendezvousCoordinator) or the static backend (StaticBackend).
+  std::unique_ptr<Coordinator> coordinator_;
+  // coordinator_ when it is the rendezvous service's; null for the static backend.
+  RendezvousCoordinator* rdzv_ = nullptr;
 };
 
 }  // namespace dgt::agent

@@ -210,10 +210,6 @@ LDD_RULES = {
 
 # Documented rule breaks on main: (rule name prefix, file or target, included/linked, reason).
 KNOWN_EXCEPTIONS = [
-    ("the agent reaches the rendezvous server only through rendezvous_host", "agent/agent.h",
-     "rendezvous/service.h",
-     "Agent owns the embedded RendezvousServer (--standalone) as a member and names "
-     "rdzv_v1::ServiceMessage"),
 ]
 
 

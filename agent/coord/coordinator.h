@@ -56,22 +56,6 @@ class StaticBackend final : public Coordinator {
   Sink sink_;
 };
 
-// The rendezvous service's side, carried by the Agent itself (its Session stream, reconnects and
-// done marks; the service's messages reach the NodeLifecycle there): `report` sends this node's
-// NodeReport. The service decides when to stop waiting for other nodes: Interrupt does nothing.
-class SessionBackend final : public Coordinator {
- public:
-  explicit SessionBackend(std::function<void(const actions::Report&)> report)
-      : report_(std::move(report)) {}
-
-  RestartBackend backend() const override { return RestartBackend::kRendezvous; }
-  void Report(const actions::Report& report) override { report_(report); }
-  void Interrupt() override {}
-
- private:
-  std::function<void(const actions::Report&)> report_;
-};
-
 }  // namespace dgt::agent
 
 #endif  // DGT_AGENT_COORD_COORDINATOR_H_

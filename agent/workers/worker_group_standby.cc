@@ -90,7 +90,7 @@ absl::Status WorkerGroup::StartStandbys(int count) {
 }
 
 absl::Status WorkerGroup::LaunchStandbyBatch() {
-  // As the agent starts workers (Agent::SpawnFrom): a few ms of fork/exec each, so at most
+  // As the agent starts workers (NodeWorkers::SpawnFrom): a few ms of fork/exec each, so at most
   // kStandbyBatch per turn of the loop and the rest posted, so that a stop signal (which stops
   // the standbys) or a worker's exit is handled between batches, not after thousands of spawns.
   for (int i = 0; i < kStandbyBatch && standbys() < standby_target_; ++i) {

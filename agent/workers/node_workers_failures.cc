@@ -1,31 +1,17 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+// NodeWorkers: rank restarts, failure publishing and the failure summary.
 #include <filesystem>
-#include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "agent/agent.h"
-#include "agent/coord/rendezvous_host.h"
-#include "agent/exit_codes.h"
-#include "agent/workers/log_dir.h"
-#include "agent/workers/log_line_prefix.h"
-#include "common/host_port.h"
+#include "agent/workers/node_workers.h"
 #include "common/logging.h"
-#include "common/status_macros.h"
 #include "common/store_keys.h"
-#include "dgt/worker/net_discovery.h"
 
 namespace dgt::agent {
 namespace {
-
-namespace asio = boost::asio;
 
 std::string Rfc3339Millis(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
@@ -33,14 +19,14 @@ std::string Rfc3339Millis(absl::Time t) {
 
 }  // namespace
 
-absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
+absl::Time NodeWorkers::RestartRank(const WorkerExit& e, int attempt) {
   auto spec = MakeSpec(e.local_rank, attempt);
   // A ready warm standby takes the rank, else a fresh process (WorkerGroup::StartReplacement).
   absl::StatusOr<pid_t> pid =
-      spec.ok() ? workers_->StartReplacement(*spec) : absl::StatusOr<pid_t>(spec.status());
+      spec.ok() ? group_->StartReplacement(*spec) : absl::StatusOr<pid_t>(spec.status());
   if (!pid.ok()) {
     spdlog::error("dgt-run: cannot restart rank {}: {}", e.rank, pid.status().message());
-    Execute(lifecycle_->OnRankRestartFailed(e));
+    sink_(lifecycle_->OnRankRestartFailed(e));
     return absl::InfinitePast();
   }
   const absl::Time started = absl::Now();
@@ -52,7 +38,7 @@ absl::Time Agent::RestartRank(const WorkerExit& e, int attempt) {
   return started;
 }
 
-void Agent::EnsurePublisher() {
+void NodeWorkers::EnsurePublisher() {
   if (!publisher_) {
     // On the loop: its callbacks run on io_.
     publisher_ =
@@ -60,9 +46,9 @@ void Agent::EnsurePublisher() {
   }
 }
 
-void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
+void NodeWorkers::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
   EnsurePublisher();
-  WorkerGroup* group = workers_.get();
+  WorkerGroup* group = group_.get();
   const absl::Time start = absl::Now();
   publisher_->Publish(
       assignment_.master_addr, assignment_.master_port, e.rank,
@@ -79,7 +65,7 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
                        generation.status().message());
         }
         if (!restart) return;
-        if (lifecycle_->OnFailurePublished(/*group_current=*/workers_.get() == group)) {
+        if (lifecycle_->OnFailurePublished(/*group_current=*/group_.get() == group)) {
           const absl::Time started = RestartRank(e, attempt);
           if (started != absl::InfinitePast()) {
             // Wall-clock nanoseconds, to line up with the trainers' EVENT lines.
@@ -90,17 +76,17 @@ void Agent::PublishFailure(const WorkerExit& e, bool restart, int attempt) {
                 absl::ToUnixNanos(published), absl::ToUnixNanos(started));
           }
         }
-        if (workers_) Execute(lifecycle_->OnWorkersIdle(workers_->alive(), env_.clock->Now()));
+        if (group_) sink_(lifecycle_->OnWorkersIdle(group_->alive(), env_.clock->Now()));
       });
 }
 
-void Agent::PublishRestart(int rank, int generation) {
+void NodeWorkers::PublishRestart(int rank, int generation) {
   // A torch TCPStore client reads it as store.get("dgt/restart/<rank>").
   PublishRestartGeneration(io_.get_executor(), assignment_.master_addr, assignment_.master_port,
                            rank, generation);
 }
 
-Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {
+NodeWorkers::Failure NodeWorkers::MakeFailure(const WorkerExit& e) const {
   Failure f;
   f.exit = e;
   if (!log_root_.empty()) {
@@ -112,17 +98,17 @@ Agent::Failure Agent::RecordFailure(const WorkerExit& e) const {
   return f;
 }
 
-std::string Agent::Summary() const {
+std::string NodeWorkers::Summary(const std::string& host) const {
   if (failures_.empty()) return "";
-  auto describe = [this](const Failure& f, bool full) {
+  auto describe = [this, &host](const Failure& f, bool full) {
     const WorkerExit& e = f.exit;
     std::string exit = e.signal != 0
                            ? absl::StrCat("signal ", e.signal, " (", SignalName(e.signal), ")")
                            : absl::StrCat("exit code ", e.exit_code);
-    std::string text = absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ",
-                                    advertised_address_, " (node rank ", assignment_.node_rank,
-                                    "), pid ", e.pid, ", attempt ", e.attempt, "\n", "    ", exit,
-                                    " at ", Rfc3339Millis(e.time), "\n");
+    std::string text =
+        absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ", host,
+                     " (node rank ", assignment_.node_rank, "), pid ", e.pid, ", attempt ",
+                     e.attempt, "\n", "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
     if (f.error) {
       absl::StrAppend(&text, "    error file: ", f.error_file, "\n",
                       "    message: ", f.error->message, "\n");
@@ -163,6 +149,34 @@ std::string Agent::Summary() const {
     }
   }
   return text;
+}
+
+void NodeWorkers::RecordFailure(const WorkerExit& exit, bool recovered) {
+  (recovered ? recovered_failures_ : failures_).push_back(MakeFailure(exit));
+}
+
+std::string NodeWorkers::TakeSummary(const std::string& host) {
+  if (failures_.empty()) return "";
+  std::string summary = Summary(host);
+  KeepTempLogRootForSummary(&summary);
+  return summary;
+}
+
+void NodeWorkers::KeepTempLogRootForSummary(std::string* summary) {
+  if (!log_root_is_temp_ || log_root_.empty()) return;
+  bool names_a_file = false;
+  for (const auto* list : {&failures_, &recovered_failures_}) {
+    for (const Failure& f : *list) names_a_file |= f.error.has_value();
+  }
+  if (!names_a_file) return;
+  // The summary names error files in the temporary log directory: removing it at exit would
+  // leave the user paths that no longer exist.
+  log_root_is_temp_ = false;
+  if (absl::Status s = watchdog_.KeepOnExit(); !s.ok()) {
+    spdlog::warn("dgt-run: the watchdog may still remove {}: {}", log_root_, s.message());
+  }
+  absl::StrAppend(summary, "kept: ", log_root_,
+                  " (the temporary log directory, for the error file(s) named above)\n");
 }
 
 }  // namespace dgt::agent
