@@ -92,7 +92,7 @@ class FakeSession {
   const SessionPolicy::Answer& last_answer() const { return last_answer_; }
 
   static std::string StandbyAnswer(const std::string& endpoint) {
-    return "standby: the leader is " + endpoint + "-leader";
+    return "dgt-rendezvous replica r2 is a standby; the leader is " + endpoint + "-leader";
   }
 
  private:
@@ -182,8 +182,9 @@ TEST(SessionPolicyTest, EveryReplicaAStandbyEndsTheAgentAtTheConnectTimeoutWith6
   EXPECT_EQ(SessionPolicy::NoLeaderExitStatus(), 69);
   EXPECT_EQ(s.policy().NoLeaderMessage({"a:1", "b:2", "c:3"}),
             "no rendezvous replica of 3 took the session within 30s: every one that answered is "
-            "a standby (a:1: standby: the leader is a:1-leader; b:2: standby: the leader is "
-            "b:2-leader; c:3: no answer); is the leader's address in --rdzv-endpoint? see "
+            "a standby (a:1: dgt-rendezvous replica r2 is a standby; the leader is a:1-leader; "
+            "b:2: dgt-rendezvous replica r2 is a standby; the leader is b:2-leader; c:3: no "
+            "answer); is the leader's address in --rdzv-endpoint? see "
             "--rdzv-connect-timeout");
 }
 
