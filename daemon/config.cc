@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_port.h"
+#include "common/read_file.h"
 #include "replica/endpoint_list.h"
 #include "yaml-cpp/yaml.h"
 
@@ -396,27 +397,20 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml_text,
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path,
                                             const ConfigDefaults& defaults) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a config file"));
+  CappedRead read = ReadFileUpTo(path, kMaxConfigFileBytes);
+  switch (read.outcome) {
+    case CappedRead::Outcome::kOk:
+      break;
+    case CappedRead::Outcome::kDirectory:
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a config file"));
+    case CappedRead::Outcome::kUnreadable:
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cannot read the config file (", std::strerror(read.error), ")"));
+    case CappedRead::Outcome::kTooLarge:
+      return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxConfigFileBytes,
+                                                     " bytes, the limit of a config file"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
-  }
-  // One byte past the limit tells a file at the limit from a longer one.
-  std::string text(static_cast<size_t>(kMaxConfigFileBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read the config file (", std::strerror(errno), ")"));
-  }
-  if (in.gcount() > kMaxConfigFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxConfigFileBytes,
-                                                   " bytes, the limit of a config file"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
+  const std::string& text = read.text;
   return ParseAgentConfig(text, path, defaults);
 }
 

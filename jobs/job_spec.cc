@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/read_file.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dgt::jobs {
@@ -164,28 +165,20 @@ bool ValidEnvName(absl::string_view name) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job file"));
+  CappedRead read = ReadFileUpTo(path, kMaxJobFileBytes);
+  switch (read.outcome) {
+    case CappedRead::Outcome::kOk:
+      return std::move(read.text);
+    case CappedRead::Outcome::kDirectory:
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job file"));
+    case CappedRead::Outcome::kUnreadable:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read the job file ", path, ": ", std::strerror(read.error)));
+    case CappedRead::Outcome::kTooLarge:
+      break;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the job file ", path, ": ", std::strerror(errno)));
-  }
-  // One byte past the limit tells a file at the limit from a longer one.
-  std::string text(static_cast<size_t>(kMaxJobFileBytes) + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the job file ", path, ": ", std::strerror(errno)));
-  }
-  if (in.gcount() > kMaxJobFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": larger than ", kMaxJobFileBytes, " bytes, the limit of a job file"));
-  }
-  text.resize(static_cast<size_t>(in.gcount()));
-  return text;
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": larger than ", kMaxJobFileBytes, " bytes, the limit of a job file"));
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {

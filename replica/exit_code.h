@@ -1,7 +1,7 @@
-// The exit statuses dgt's binaries share (docs/EXIT_CODES.md; dgt-run's meanings below, the
-// values of agent/exit_codes.h), chosen so that a scheduler can tell "the job's code failed" from
-// "the launcher could not place this node" by code alone (Kubernetes podFailurePolicy
-// onExitCodes, Slurm requeue on exit code), and the one mapping from a call's status to them.
+// The exit statuses dgt's binaries share (docs/EXIT_CODES.md; dgt-run's meanings below), chosen
+// so that a scheduler can tell "the job's code failed" from "the launcher could not place this
+// node" by code alone (Kubernetes podFailurePolicy onExitCodes, Slurm requeue on exit code), and
+// the one mapping from a call's status to them.
 // The launcher's codes follow BSD sysexits.h where one fits.
 //
 // Thread-safe (constants and a pure function).
