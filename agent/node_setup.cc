@@ -117,6 +117,15 @@ absl::StatusOr<NodeSetup> PrepareNode(LaunchOptions& options, const AgentEnv& en
   std::vector<std::string> endpoints;  // Resolved, in the given order.
   std::string route_to;                // An IP of the service: MASTER_ADDR routes to it.
   if (!replicas.empty()) {
+    // Two names of one replica ("localhost:1" and "127.0.0.1:1"), as dgt-agent refuses them.
+    if (auto same = replica::FindSameReplica(replicas)) {
+      const HostPort& first = replicas[same->first];
+      const HostPort& second = replicas[same->second];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rdzv-endpoint=", options.rdzv_endpoint, ": ", FormatHostPort(first.host, first.port),
+          " and ", FormatHostPort(second.host, second.port), " are both ", same->address,
+          "; list each replica once"));
+    }
     std::string unresolved;
     for (const HostPort& hp : replicas) {
       auto ip = ResolveToIp(hp.host);
@@ -129,16 +138,7 @@ absl::StatusOr<NodeSetup> PrepareNode(LaunchOptions& options, const AgentEnv& en
         continue;
       }
       if (route_to.empty()) route_to = *ip;
-      std::string resolved = FormatHostPort(*ip, hp.port);
-      auto same = std::find(endpoints.begin(), endpoints.end(), resolved);
-      if (same != endpoints.end()) {
-        const HostPort& earlier = replicas[same - endpoints.begin()];
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--rdzv-endpoint=", options.rdzv_endpoint, ": ",
-            FormatHostPort(earlier.host, earlier.port), " and ", FormatHostPort(hp.host, hp.port),
-            " are both ", resolved, "; list each replica once"));
-      }
-      endpoints.push_back(std::move(resolved));
+      endpoints.push_back(FormatHostPort(*ip, hp.port));
     }
     if (route_to.empty()) {
       *exit_status = kExitRendezvousUnavailable;
