@@ -24,6 +24,20 @@ namespace asio = boost::asio;
 // Connecting to the round's store, and each request to it (done marks, TensorFlow addresses).
 constexpr absl::Duration kRoundStoreTimeout = absl::Seconds(1);
 
+spdlog::level::level_enum SpdlogLevel(actions::Level level) {
+  switch (level) {
+    case actions::Level::kDebug:
+      return spdlog::level::debug;
+    case actions::Level::kInfo:
+      return spdlog::level::info;
+    case actions::Level::kWarn:
+      return spdlog::level::warn;
+    case actions::Level::kError:
+      return spdlog::level::err;
+  }
+  return spdlog::level::err;
+}
+
 }  // namespace
 
 Agent::Agent(LaunchOptions options, AgentEnv env)
@@ -158,20 +172,7 @@ void Agent::Carry(const LifecycleAction& action) {
 template <typename A>
 void Agent::CarryOne(const A& a) {
   if constexpr (std::is_same_v<A, actions::Log>) {
-    switch (a.level) {
-      case actions::Level::kDebug:
-        spdlog::debug("dgt-run: {}", a.text);
-        break;
-      case actions::Level::kInfo:
-        spdlog::info("dgt-run: {}", a.text);
-        break;
-      case actions::Level::kWarn:
-        spdlog::warn("dgt-run: {}", a.text);
-        break;
-      case actions::Level::kError:
-        spdlog::error("dgt-run: {}", a.text);
-        break;
-    }
+    spdlog::log(SpdlogLevel(a.level), "dgt-run: {}", a.text);
   } else if constexpr (std::is_same_v<A, actions::StartRound>) {
     workers_.StartRound(a.restart_count, round_);
   } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {

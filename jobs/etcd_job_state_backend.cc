@@ -1,11 +1,32 @@
 #include "jobs/etcd_job_state_backend.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace dgt::jobs {
+namespace {
+
+// The records that decode; one that does not is logged and skipped.
+template <typename T, typename Decode>
+std::vector<T> DecodeAll(const std::vector<etcd::KeyValue>& kvs, Decode decode) {
+  std::vector<T> out;
+  for (const etcd::KeyValue& kv : kvs) {
+    absl::StatusOr<T> record = decode(kv.value);
+    if (!record.ok()) {
+      spdlog::warn("etcd job state: skipping {}: {}", kv.key,
+                   std::string(record.status().message()));
+      continue;
+    }
+    out.push_back(*std::move(record));
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdJobStateBackend>> EtcdJobStateBackend::Open(Options options) {
   if (options.prefix.empty()) {
@@ -80,15 +101,7 @@ absl::Status EtcdJobStateBackend::DeleteNode(absl::string_view node_name) {
 absl::StatusOr<std::vector<v1::JobInfo>> EtcdJobStateBackend::LoadJobs() {
   auto kvs = Range(JobKey(""));
   if (!kvs.ok()) return kvs.status();
-  std::vector<v1::JobInfo> out;
-  for (const etcd::KeyValue& kv : *kvs) {
-    auto job = DecodeJob(kv.value);
-    if (!job.ok()) {
-      spdlog::warn("etcd job state: skipping {}: {}", kv.key, std::string(job.status().message()));
-      continue;
-    }
-    out.push_back(*std::move(job));
-  }
+  std::vector<v1::JobInfo> out = DecodeAll<v1::JobInfo>(*kvs, DecodeJob);
   SortBySubmission(&out);
   return out;
 }
@@ -96,16 +109,7 @@ absl::StatusOr<std::vector<v1::JobInfo>> EtcdJobStateBackend::LoadJobs() {
 absl::StatusOr<std::vector<v1::NodeInfo>> EtcdJobStateBackend::LoadNodes() {
   auto kvs = Range(NodeKey(""));
   if (!kvs.ok()) return kvs.status();
-  std::vector<v1::NodeInfo> out;
-  for (const etcd::KeyValue& kv : *kvs) {
-    auto node = DecodeNode(kv.value);
-    if (!node.ok()) {
-      spdlog::warn("etcd job state: skipping {}: {}", kv.key, std::string(node.status().message()));
-      continue;
-    }
-    out.push_back(*std::move(node));
-  }
-  return out;
+  return DecodeAll<v1::NodeInfo>(*kvs, DecodeNode);
 }
 
 }  // namespace dgt::jobs

@@ -1,6 +1,8 @@
 #include "jobs/job_state_backend.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -17,6 +19,15 @@ namespace dgt::jobs {
 namespace {
 
 constexpr int kVersion = 1;
+
+// Erases `key`; NotFound ("no <what> '<key>'") when absent.
+absl::Status EraseOrNotFound(std::map<std::string, std::string, std::less<>>& records,
+                             absl::string_view key, absl::string_view what) {
+  auto it = records.find(key);
+  if (it == records.end()) return absl::NotFoundError(absl::StrCat("no ", what, " '", key, "'"));
+  records.erase(it);
+  return absl::OkStatus();
+}
 
 // `json`: the record's object, one line of JSON.
 std::string Encode(const std::string& json, const char* field) {
@@ -102,10 +113,7 @@ absl::Status InMemoryJobStateBackend::PutJob(const v1::JobInfo& job) {
 }
 
 absl::Status InMemoryJobStateBackend::DeleteJob(absl::string_view job_id) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  jobs_.erase(it);
-  return absl::OkStatus();
+  return EraseOrNotFound(jobs_, job_id, "job");
 }
 
 absl::Status InMemoryJobStateBackend::PutNode(const v1::NodeInfo& node) {
@@ -114,10 +122,7 @@ absl::Status InMemoryJobStateBackend::PutNode(const v1::NodeInfo& node) {
 }
 
 absl::Status InMemoryJobStateBackend::DeleteNode(absl::string_view node_name) {
-  auto it = nodes_.find(node_name);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("no node '", node_name, "'"));
-  nodes_.erase(it);
-  return absl::OkStatus();
+  return EraseOrNotFound(nodes_, node_name, "node");
 }
 
 absl::StatusOr<std::vector<v1::JobInfo>> InMemoryJobStateBackend::LoadJobs() {

@@ -109,11 +109,7 @@ absl::Status GroupWatchdog::Start() {
   if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe2");
   // As ForkExecLauncher: blocked until the child replaced the handlers it inherited, so a
   // signal in between neither runs the agent's handler nor kills the watchdog.
-  sigset_t all, saved;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_t pid = ::fork();
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  pid_t pid = ForkWithSignalsBlocked();
   if (pid < 0) {
     int e = errno;
     ::close(fds[0]);

@@ -34,6 +34,15 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& program) {
   return absl::NotFoundError(absl::StrCat("'", program, "' was not found in PATH"));
 }
 
+pid_t ForkWithSignalsBlocked() {
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return pid;
+}
+
 void ResetSignalHandlersInChild() {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -77,11 +86,7 @@ absl::StatusOr<LaunchedProcess> ForkExecLauncher::Launch(const LaunchRequest& re
   // the agent's stop signal for the group may reach the child before exec, and the inherited
   // Asio handler would then write it into the agent's own signal pipe (the agent took its own
   // SIGTERM for an outside one and exited 143 instead of with the worker's code).
-  sigset_t all, saved;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_t pid = ::fork();
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  pid_t pid = ForkWithSignalsBlocked();
   if (pid < 0) {
     int e = errno;
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], channel[0], channel[1]}) {

@@ -68,6 +68,10 @@ ProcessLauncher* DefaultProcessLauncher();
 // received.
 void ResetSignalHandlersInChild();
 
+// fork(2) with every signal blocked across it: the parent gets its mask back, the child keeps all
+// blocked (to call ResetSignalHandlersInChild, then unblock). Returns fork's result; on -1, errno.
+pid_t ForkWithSignalsBlocked();
+
 // Finds `program` in PATH (or checks it, when it contains a '/'). Errors: NotFound.
 absl::StatusOr<std::string> ResolveExecutable(const std::string& program);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <utility>
@@ -41,6 +42,23 @@ void WriteAll(int fd, const std::string& data) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::array<int, 2>> OpenLogFiles(const WorkerSpec& spec) {
+  std::array<int, 2> files = {-1, -1};
+  const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
+  for (int i = 0; i < 2; ++i) {
+    if (paths[i]->empty()) continue;
+    // Appended to: a later round of the same attempt (nodes joined or left, not a restart)
+    // writes to the same file after what the earlier round's workers wrote.
+    files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (files[i] < 0) {
+      int e = errno;
+      if (i == 1 && files[0] >= 0) ::close(files[0]);
+      return ErrnoToStatus(e, absl::StrCat("open ", *paths[i]));
+    }
+  }
+  return files;
+}
 
 FilteredLog::FilteredLog(int fd, std::vector<std::string> needles)
     : fd_(fd), needles_(std::move(needles)) {}
@@ -94,19 +112,9 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
 
 absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
   {
-    int files[2] = {-1, -1};
-    const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
-    for (int i = 0; i < 2; ++i) {
-      if (paths[i]->empty()) continue;
-      // Appended to: a later round of the same attempt (nodes joined or left, not a restart)
-      // writes to the same file after what the earlier round's workers wrote.
-      files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (files[i] < 0) {
-        int e = errno;
-        if (i == 1 && files[0] >= 0) ::close(files[0]);
-        return ErrnoToStatus(e, absl::StrCat("open ", *paths[i]));
-      }
-    }
+    absl::StatusOr<std::array<int, 2>> opened = OpenLogFiles(spec);
+    if (!opened.ok()) return opened.status();
+    const std::array<int, 2> files = *opened;
     LaunchRequest request;
     request.argv = spec.argv;
     request.env = spec.env;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
 
@@ -22,6 +23,10 @@ struct StreamState {
   size_t previewed = 0;   // Leading bytes of `partial` already shown on the console.
   bool carriage = false;  // The last segment ended with '\r': the stream draws a progress bar.
 };
+
+// Opens the spec's stdout and stderr log files for appending (O_CLOEXEC); -1 where the spec
+// names none. The caller closes them. Errors: from open(2), with the path; nothing left open.
+absl::StatusOr<std::array<int, 2>> OpenLogFiles(const WorkerSpec& spec);
 
 struct WorkerGroup::Worker {
   Worker(boost::asio::io_context& io) : pidfd(io), out(io), err(io), channel(io) {}

@@ -23,7 +23,6 @@
 #include "absl/time/clock.h"
 #include "agent/workers/worker_group.h"
 #include "agent/workers/worker_group_internal.h"
-#include "common/errno_status.h"
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 
@@ -291,18 +290,9 @@ absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
   // Arguments are not checked: a rank's extra argument is dgt-run's "--local_rank=N".
   const std::string text =
       message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  int files[2] = {-1, -1};
-  const std::string* paths[2] = {&spec.stdout_file, &spec.stderr_file};
-  for (int i = 0; i < 2; ++i) {
-    if (paths[i]->empty()) continue;
-    // Appended to, as StartOne does (a round of the same attempt keeps the earlier output).
-    files[i] = ::open(paths[i]->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (files[i] < 0) {
-      int e = errno;
-      if (i == 1 && files[0] >= 0) ::close(files[0]);
-      return ErrnoToStatus(e, absl::StrCat("open ", *paths[i]));
-    }
-  }
+  absl::StatusOr<std::array<int, 2>> opened = OpenLogFiles(spec);
+  if (!opened.ok()) return opened.status();
+  const std::array<int, 2> files = *opened;
   // The standby waits in a read: the whole line fits the socket's buffer (an environment of
   // hundreds of KiB would not, and is then sent by a fresh spawn instead).
   size_t off = 0;
