@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   }
   dgt::agent::ConfigureAgentLog(parsed.options->log_format);
   for (const std::string& w : parsed.options->warnings) spdlog::warn("dgt-run: {}", w);
+  if (!parsed.options->setting_sources.empty()) {
+    spdlog::info("dgt-run: settings: {}", parsed.options->setting_sources);
+  }
   dgt::agent::Agent agent(std::move(*parsed.options));
   return agent.Run();
 }

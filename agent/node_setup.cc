@@ -15,6 +15,7 @@
 #include "agent/exit_codes.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/resolve_wait.h"
 #include "common/status_macros.h"
 #include "dgt/worker/net_discovery.h"
 #include "replica/endpoint_list.h"
@@ -41,13 +42,19 @@ std::string RandomRunId() {
   return absl::StrCat("standalone-", absl::Hex(rd(), absl::kZeroPad8));
 }
 
-absl::StatusOr<NodeSetup> PrepareStatic(const LaunchOptions& options, const AgentEnv& env) {
+absl::StatusOr<NodeSetup> PrepareStatic(const LaunchOptions& options, const AgentEnv& env,
+                                        int* exit_status) {
   NodeSetup setup;
   // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
-  // store at --master-addr:--master-port. No rendezvous service.
-  auto master = ResolveToIp(options.master_addr);
+  // store at --master-addr:--master-port. No rendezvous service. Node rank 0's name may be
+  // published late (a Kubernetes headless Service): wait for it up to the join timeout.
+  auto master =
+      ResolveWithin(options.master_addr, "node rank 0's name (--master-addr)",
+                    absl::Seconds(options.join_timeout_s), options.join_timeout_flag,
+                    RealResolveWaitEnv("dgt-run: "));
   if (!master.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--master-addr: ", master.status().message()));
+    *exit_status = kExitRendezvousUnavailable;
+    return master.status();
   }
   const int node_rank = std::max(options.node_rank, 0);
   if (node_rank == 0) {
@@ -100,7 +107,7 @@ absl::StatusOr<NodeSetup> PrepareNode(LaunchOptions& options, const AgentEnv& en
         options.logs_specs);
   }
   if (options.rdzv_backend == "static" && options.max_nodes > 1 && options.rdzv_endpoint.empty()) {
-    return PrepareStatic(options, env);
+    return PrepareStatic(options, env, exit_status);
   }
 
   NodeSetup setup;
@@ -182,12 +189,15 @@ absl::StatusOr<NodeSetup> PrepareNode(LaunchOptions& options, const AgentEnv& en
   } else {
     auto hp = ParseHostPort(options.rdzv_endpoint, 29400, "--rdzv-endpoint");
     if (!hp.ok()) return hp.status();
-    auto ip = ResolveToIp(hp->host);
+    // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is
+    // waited for up to the join timeout; then it is an unreachable service: retrying the node
+    // later may work.
+    auto ip = ResolveWithin(hp->host, "the rendezvous endpoint (--rdzv-endpoint)",
+                            absl::Seconds(options.join_timeout_s), options.join_timeout_flag,
+                            RealResolveWaitEnv("dgt-run: "));
     if (!ip.ok()) {
-      // A name that does not resolve yet (a Kubernetes service's DNS record appears late) is an
-      // unreachable service: retrying the node later may work.
       *exit_status = kExitRendezvousUnavailable;
-      return absl::UnavailableError(absl::StrCat("--rdzv-endpoint: ", ip.status().message()));
+      return ip.status();
     }
     rdzv_endpoint = FormatHostPort(*ip, hp->port);
     host_candidate = HostPort{*ip, hp->port};

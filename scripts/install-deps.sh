@@ -30,6 +30,9 @@ packages=(
   # googleapis protos they import: golang-github-gogo-protobuf-dev,
   # golang-github-grpc-ecosystem-grpc-gateway-dev)
   etcd-server etcd-client golang-etcd-server-dev
+  # Schedulers (docs/SCHEDULERS.md): a real resolver for the DNS-wait test (dnsmasq-base: the
+  # binary, no system service), and Slurm with munge for the Slurm e2e test
+  dnsmasq-base slurm-wlm munge
 )
 
 install_debian_packages() {

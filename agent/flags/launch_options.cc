@@ -14,8 +14,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/flags/launch_options_internal.h"
+#include "agent/flags/scheduler_env.h"
 #include "common/version.h"
 
 namespace dgt::agent {
@@ -36,10 +38,74 @@ std::string PetName(absl::string_view flag) {
   return name;
 }
 
+// One setting a scheduler can give (agent/flags/scheduler_env.h).
+struct SchedulerTarget {
+  const char* name;         // The flag's name without "--".
+  CLI::Option* opt;         // The flag.
+  CLI::Option* alias;       // An alias that gives the same setting, or null.
+  bool static_only;         // Used only by the static form (no --rdzv-endpoint).
+  bool on_command_line = false;
+};
+
+// Fills the settings that neither a flag nor PET_* gave from the scheduler's variables, and
+// writes where each came from to `*sources` when any came from the environment. Errors: the
+// scheduler's (several srun tasks on one node), or a setting it cannot supply that nothing else
+// gave (a missing SLURM_NODEID, a bad SLURM_JOB_NODELIST).
+absl::Status ApplySchedulerDefaults(const char* (*getenv_fn)(const char*),
+                                    std::string (*own_fqdn_fn)(), const LaunchOptions& o,
+                                    const std::vector<SchedulerTarget>& targets,
+                                    std::string* sources) {
+  SchedulerDefaults d;
+  if (!o.standalone) {
+    auto read = ReadSchedulerDefaults(getenv_fn, own_fqdn_fn);
+    if (!read.ok()) return read.status();
+    d = *std::move(read);
+  }
+  const bool static_form = o.rdzv_endpoint.empty() && o.rdzv_backend == "static";
+  const std::optional<SchedulerSetting>* settings[] = {&d.nnodes,      &d.node_rank,
+                                                        &d.master_addr, &d.master_port,
+                                                        &d.run_id,      &d.nproc_per_node};
+  std::vector<std::string> parts;
+  bool from_env = d.scheduler != Scheduler::kNone;
+  bool several_nodes = false;  // The static form's settings matter only then.
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const SchedulerTarget& t = targets[i];
+    const std::optional<SchedulerSetting>& setting = *settings[i];
+    const bool usable =
+        setting.has_value() && (!t.static_only || (static_form && several_nodes));
+    std::string source;
+    if (t.on_command_line) {
+      source = absl::StrCat("--", t.name);
+    } else if (t.opt->count() > 0) {
+      source = PetName(t.name);
+      from_env = true;
+    } else if (usable) {
+      if (!setting->error.empty()) return absl::InvalidArgumentError(setting->error);
+      t.opt->add_result(setting->value);
+      t.opt->run_callback();
+      source = setting->source;
+    } else {
+      continue;  // The default, not worth a word.
+    }
+    const CLI::Option* shown = t.opt->count() > 0 || t.alias == nullptr ? t.opt : t.alias;
+    const std::string value = shown->as<std::string>();
+    std::string note;
+    if (usable && source != setting->source && setting->error.empty() &&
+        value != setting->value) {
+      note = absl::StrCat("; ", setting->source, " gives ", setting->value, ", not used");
+    }
+    parts.push_back(absl::StrCat(t.name, "=", value, " (", source, note, ")"));
+    if (t.opt == targets.front().opt) several_nodes = value != "1" && value != "1:1";
+  }
+  if (from_env && !parts.empty()) *sources = absl::StrJoin(parts, ", ");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
-                                         const char* (*getenv_fn)(const char*)) {
+                                         const char* (*getenv_fn)(const char*),
+                                         std::string (*own_fqdn_fn)()) {
   if (getenv_fn == nullptr) getenv_fn = RealGetenv;
   LaunchOptions o;
   launch_internal::RawFlags raw;
@@ -108,7 +174,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "Rendezvous service HOST[:PORT] (default port 29400; IPv6 as [addr]:port), or several "
       "replicas of dgt-rendezvous: HOST:PORT,HOST:PORT,...",
       kRdzv);
-  add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
+  CLI::Option* run_id_opt =
+      add("--rdzv-id,--rdzv_id", o.run_id, "Run id shared by every node of the job", kRdzv);
   add("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
       "key=value,...: join_timeout, last_call_timeout (seconds), is_host (true/false, 1/0), "
       "read_timeout (seconds to reconnect to a lost service, default 60); close_timeout, "
@@ -222,10 +289,22 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   ParsedCommandLine result;
   std::string empty_env;  // The first numeric PET_* default set to "": refused after parsing.
+  absl::Status scheduler_error;
   try {
     app.parse(reversed);
     // A PET_* default gives way to an explicit flag of the same setting (its alias included), as
     // torchrun's PET_* defaults do; only two explicit flags can disagree.
+    // The settings a scheduler can give, and whether the command line gave them.
+    std::vector<SchedulerTarget> targets = {
+        {"nnodes", nnodes_opt, instances_opt, false},
+        {"node-rank", node_rank_opt, nullptr, true},
+        {"master-addr", master_addr_opt, nullptr, true},
+        {"master-port", master_port_opt, nullptr, true},
+        {"rdzv-id", run_id_opt, nullptr, false},
+        {"nproc-per-node", nproc_opt, per_instance_opt, false}};
+    for (SchedulerTarget& t : targets) {
+      t.on_command_line = t.opt->count() > 0 || (t.alias != nullptr && t.alias->count() > 0);
+    }
     const bool stop_given = stop_timeout_opt->count() > 0;
     const bool shutdown_given = shutdown_timeout_opt->count() > 0;
     for (auto& [opt, env] : pet) {
@@ -246,6 +325,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                  ") is set but empty: give a number or unset it");
       }
     }
+    scheduler_error = ApplySchedulerDefaults(getenv_fn, own_fqdn_fn, o, targets,
+                                             &o.setting_sources);
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;
@@ -292,6 +373,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                    a.substr(eq + 1), "'\n");
       return result;
     }
+  }
+  if (!scheduler_error.ok()) {
+    result.exit_code = 2;
+    result.output = absl::StrCat("dgt-run: error: ", scheduler_error.message(), "\n");
+    return result;
   }
   if (!empty_env.empty()) {
     result.exit_code = 2;

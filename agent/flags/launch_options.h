@@ -158,6 +158,10 @@ struct LaunchOptions {
   // Flags accepted but without effect here, one line each without a prefix (dgt-run prints them
   // as warnings at start), e.g. "--local-ranks-filter=5: ...".
   std::vector<std::string> warnings;
+  // Where the settings a scheduler can give came from, for the log at start, e.g.
+  // "nnodes=2 (SLURM_NNODES), node-rank=1 (SLURM_NODEID), ...". Empty when no PET_* variable and
+  // no scheduler supplied any (every value from a flag or the default).
+  std::string setting_sources;
 };
 
 // The result of parsing a command line: options to run, or an exit code plus text to print
@@ -173,10 +177,14 @@ struct ParsedCommandLine {
 // the script even if it starts with '-'). Usage errors give exit code 2 and a one-line message
 // naming the flag and value, e.g. "--nproc-per-node must be >= 1, got 0".
 // `getenv_fn` supplies PYTHON_EXEC, DGT_PYTHON, CUDA_VISIBLE_DEVICES,
-// TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE and the PET_* defaults
-// (a seam for tests).
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, the PET_* defaults and
+// the scheduler's variables (a seam for tests). A setting neither a flag nor PET_* gives comes
+// from Slurm or Kubernetes when dgt-run runs under one (agent/flags/scheduler_env.h), except with
+// --standalone; node rank, master address and port only for the static form (no
+// --rdzv-endpoint). `own_fqdn_fn` names this pod for Kubernetes (default OwnFqdn).
 ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
-                                         const char* (*getenv_fn)(const char*) = nullptr);
+                                         const char* (*getenv_fn)(const char*) = nullptr,
+                                         std::string (*own_fqdn_fn)() = nullptr);
 
 }  // namespace dgt::agent
 
