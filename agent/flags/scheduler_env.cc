@@ -91,7 +91,17 @@ absl::Status ReadSlurm(Getenv getenv_fn, const char* job_id_text, SchedulerDefau
   int64_t nnodes = -1;
   if (nnodes_text != nullptr) {
     auto n = ReadCount(nnodes_var, nnodes_text, kMaxSchedulerNodes);
-    if (n.ok() && *n >= 1) {
+    if (n.ok() && *n > 1 && step_id == nullptr) {
+      // sbatch's batch script runs on the first node only: a dgt-run there would wait for the
+      // other nodes until the join timeout.
+      d->nnodes = Error(
+          nnodes_var,
+          absl::StrCat("dgt-run is not in a job step (SLURM_JOB_ID=", job_id_text,
+                       " without SLURM_STEP_ID: the batch script or salloc's shell) of ",
+                       nnodes_var, "=", *n, " nodes, so it alone would wait for the others: "
+                       "start one per node with srun --ntasks-per-node=1 dgt-run ..., or "
+                       "pass --nnodes"));
+    } else if (n.ok() && *n >= 1) {
       nnodes = *n;
       d->nnodes = Value(absl::StrCat(nnodes), nnodes_var);
     } else {

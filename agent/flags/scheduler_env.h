@@ -67,6 +67,8 @@ absl::StatusOr<std::string> KubernetesIndexZeroName(absl::string_view own_fqdn,
 // Kubernetes (JOB_COMPLETION_INDEX set): the node rank is DGT_JOBSET_JOB_INDEX *
 // DGT_JOBSET_PODS_PER_JOB (default 1) + JOB_COMPLETION_INDEX, the master is index 0's DNS name
 // (KubernetesIndexZeroName).
+// Outside a job step (no SLURM_STEP_ID: sbatch's batch script, salloc's shell) nnodes above 1
+// is an error in its setting: only one dgt-run would start.
 // Errors: InvalidArgument when srun started more than one task on this node (one dgt-run per
 // task), naming the variable and what to run instead. Problems with one setting are reported in
 // that setting's `error`.

@@ -238,6 +238,26 @@ TEST(SchedulerEnvTest, BadSlurmValuesNameTheVariable) {
             "'two'\n");
 }
 
+TEST(SchedulerEnvTest, SlurmBatchScriptOfSeveralNodes) {
+  // What sbatch -N2 gives its batch script (Slurm 22.05): no step, the first node.
+  Env() = {{"SLURM_JOB_ID", "2"},
+           {"SLURM_JOB_NUM_NODES", "2"},
+           {"SLURM_NNODES", "2"},
+           {"SLURM_NODEID", "0"},
+           {"SLURM_TASKS_PER_NODE", "2(x2)"},
+           {"SLURM_JOB_NODELIST", "node[1-2]"}};
+  auto p = Parse({kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: dgt-run is not in a job step (SLURM_JOB_ID=2 without SLURM_STEP_ID: "
+            "the batch script or salloc's shell) of SLURM_NNODES=2 nodes, so it alone would wait "
+            "for the others: start one per node with srun --ntasks-per-node=1 dgt-run ..., or "
+            "pass --nnodes\n");
+  p = Parse({"--nnodes=1", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->max_nodes, 1);
+}
+
 TEST(SchedulerEnvTest, SlurmOneNodeOutsideAStep) {
   // sbatch's batch script on a one-node allocation: no step, no task count.
   Env() = {{"SLURM_JOB_ID", "77"},
