@@ -60,6 +60,15 @@ def processes_with(marker, program=None):
     return pids
 
 
+def alive(pid):
+    """Whether `pid` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_srun_two_nodes_ddp_without_flags(cluster):
     r = cluster.client(["srun", "-N2", "--ntasks-per-node=1", BIN / "dgt-run",
                         "--nproc-per-node=2", WORKERS / "ddp_steps.py", "--steps=4"],
@@ -153,5 +162,5 @@ def test_scancel_during_rendezvous_and_mid_run_leaves_nothing(cluster, tmp_path)
     cluster.client(["scancel", job_id])
     wait_state(cluster, job_id, {"CANCELLED"}, 30)
     wait_for(lambda: not processes_with(str(ready)), 20, "no process of the cancelled job")
-    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in grandchildren), 20,
+    wait_for(lambda: not any(alive(p) for p in grandchildren), 20,
              "the workers' children gone")
