@@ -48,10 +48,9 @@ absl::StatusOr<NodeSetup> PrepareStatic(const LaunchOptions& options, const Agen
   // torchrun's static backend: fixed --nnodes, --node-rank, and node rank 0's agent hosts the
   // store at --master-addr:--master-port. No rendezvous service. Node rank 0's name may be
   // published late (a Kubernetes headless Service): wait for it up to the join timeout.
-  auto master =
-      ResolveWithin(options.master_addr, "node rank 0's name (--master-addr)",
-                    absl::Seconds(options.join_timeout_s), options.join_timeout_flag,
-                    RealResolveWaitEnv("dgt-run: "));
+  auto master = ResolveWithin(options.master_addr, "node rank 0's name (--master-addr)",
+                              absl::Seconds(options.join_timeout_s), options.join_timeout_flag,
+                              RealResolveWaitEnv("dgt-run: "));
   if (!master.ok()) {
     *exit_status = kExitRendezvousUnavailable;
     return master.status();

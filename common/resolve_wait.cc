@@ -26,16 +26,16 @@ absl::StatusOr<std::string> ResolveWithin(absl::string_view host, absl::string_v
     if (now >= deadline) break;
     if (now >= next_log) {
       env.log(absl::StrCat("waiting for ", what, " '", host, "' to resolve (",
-                           FormatFlagSeconds(absl::Trunc(now - start, absl::Seconds(1))),
-                           " s of ", FormatFlagSeconds(timeout), " s, ", timeout_flag,
+                           FormatFlagSeconds(absl::Trunc(now - start, absl::Seconds(1))), " s of ",
+                           FormatFlagSeconds(timeout), " s, ", timeout_flag,
                            "): ", last.message()));
       next_log += kResolveLogInterval;
     }
     env.sleep(std::min(kResolveRetryInterval, deadline - now));
   }
   return absl::DeadlineExceededError(absl::StrCat(what, " '", host, "' did not resolve within ",
-                                                  FormatFlagSeconds(timeout), " s (",
-                                                  timeout_flag, "): ", last.message()));
+                                                  FormatFlagSeconds(timeout), " s (", timeout_flag,
+                                                  "): ", last.message()));
 }
 
 ResolveWaitEnv RealResolveWaitEnv(absl::string_view log_prefix) {

@@ -27,8 +27,7 @@ absl::Status ExpandGroup(absl::string_view body, const std::string& bad,
     std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(item, '-');
     absl::string_view lo_text = range.first;
     absl::string_view hi_text = item.find('-') == absl::string_view::npos ? lo_text : range.second;
-    if (!AllDigits(lo_text) || !AllDigits(hi_text) ||
-        item.find('-') != item.rfind('-')) {
+    if (!AllDigits(lo_text) || !AllDigits(hi_text) || item.find('-') != item.rfind('-')) {
       return absl::InvalidArgumentError(
           absl::StrCat(bad, ": '", item, "' is not a number or a range N-M"));
     }
@@ -140,8 +139,7 @@ absl::StatusOr<std::vector<int>> ExpandTaskCounts(absl::string_view list, absl::
     if (const size_t paren = item.find("(x"); paren != absl::string_view::npos) {
       count = item.substr(0, paren);
       absl::string_view times = item.substr(paren + 2);
-      if (times.empty() || times.back() != ')' ||
-          !AllDigits(times.substr(0, times.size() - 1)) ||
+      if (times.empty() || times.back() != ')' || !AllDigits(times.substr(0, times.size() - 1)) ||
           !absl::SimpleAtoi(times.substr(0, times.size() - 1), &repeat) || repeat < 1 ||
           repeat > kMaxHostlistHosts) {
         return absl::InvalidArgumentError(bad);

@@ -40,10 +40,10 @@ std::string PetName(absl::string_view flag) {
 
 // One setting a scheduler can give (agent/flags/scheduler_env.h).
 struct SchedulerTarget {
-  const char* name;         // The flag's name without "--".
-  CLI::Option* opt;         // The flag.
-  CLI::Option* alias;       // An alias that gives the same setting, or null.
-  bool static_only;         // Used only by the static form (no --rdzv-endpoint).
+  const char* name;    // The flag's name without "--".
+  CLI::Option* opt;    // The flag.
+  CLI::Option* alias;  // An alias that gives the same setting, or null.
+  bool static_only;    // Used only by the static form (no --rdzv-endpoint).
   bool on_command_line = false;
 };
 
@@ -62,17 +62,15 @@ absl::Status ApplySchedulerDefaults(const char* (*getenv_fn)(const char*),
     d = *std::move(read);
   }
   const bool static_form = o.rdzv_endpoint.empty() && o.rdzv_backend == "static";
-  const std::optional<SchedulerSetting>* settings[] = {&d.nnodes,      &d.node_rank,
-                                                        &d.master_addr, &d.master_port,
-                                                        &d.run_id,      &d.nproc_per_node};
+  const std::optional<SchedulerSetting>* settings[] = {
+      &d.nnodes, &d.node_rank, &d.master_addr, &d.master_port, &d.run_id, &d.nproc_per_node};
   std::vector<std::string> parts;
   bool from_env = d.scheduler != Scheduler::kNone;
   bool several_nodes = false;  // The static form's settings matter only then.
   for (size_t i = 0; i < targets.size(); ++i) {
     const SchedulerTarget& t = targets[i];
     const std::optional<SchedulerSetting>& setting = *settings[i];
-    const bool usable =
-        setting.has_value() && (!t.static_only || (static_form && several_nodes));
+    const bool usable = setting.has_value() && (!t.static_only || (static_form && several_nodes));
     std::string source;
     if (t.on_command_line) {
       source = absl::StrCat("--", t.name);
@@ -90,8 +88,7 @@ absl::Status ApplySchedulerDefaults(const char* (*getenv_fn)(const char*),
     const CLI::Option* shown = t.opt->count() > 0 || t.alias == nullptr ? t.opt : t.alias;
     const std::string value = shown->as<std::string>();
     std::string note;
-    if (usable && source != setting->source && setting->error.empty() &&
-        value != setting->value) {
+    if (usable && source != setting->source && setting->error.empty() && value != setting->value) {
       note = absl::StrCat("; ", setting->source, " gives ", setting->value, ", not used");
     }
     parts.push_back(absl::StrCat(t.name, "=", value, " (", source, note, ")"));
@@ -292,19 +289,18 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   absl::Status scheduler_error;
   try {
     app.parse(reversed);
-    // A PET_* default gives way to an explicit flag of the same setting (its alias included), as
-    // torchrun's PET_* defaults do; only two explicit flags can disagree.
     // The settings a scheduler can give, and whether the command line gave them.
-    std::vector<SchedulerTarget> targets = {
-        {"nnodes", nnodes_opt, instances_opt, false},
-        {"node-rank", node_rank_opt, nullptr, true},
-        {"master-addr", master_addr_opt, nullptr, true},
-        {"master-port", master_port_opt, nullptr, true},
-        {"rdzv-id", run_id_opt, nullptr, false},
-        {"nproc-per-node", nproc_opt, per_instance_opt, false}};
+    std::vector<SchedulerTarget> targets = {{"nnodes", nnodes_opt, instances_opt, false},
+                                            {"node-rank", node_rank_opt, nullptr, true},
+                                            {"master-addr", master_addr_opt, nullptr, true},
+                                            {"master-port", master_port_opt, nullptr, true},
+                                            {"rdzv-id", run_id_opt, nullptr, false},
+                                            {"nproc-per-node", nproc_opt, per_instance_opt, false}};
     for (SchedulerTarget& t : targets) {
       t.on_command_line = t.opt->count() > 0 || (t.alias != nullptr && t.alias->count() > 0);
     }
+    // A PET_* default gives way to an explicit flag of the same setting (its alias included), as
+    // torchrun's PET_* defaults do; only two explicit flags can disagree.
     const bool stop_given = stop_timeout_opt->count() > 0;
     const bool shutdown_given = shutdown_timeout_opt->count() > 0;
     for (auto& [opt, env] : pet) {
@@ -325,8 +321,9 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
                                  ") is set but empty: give a number or unset it");
       }
     }
-    scheduler_error = ApplySchedulerDefaults(getenv_fn, own_fqdn_fn, o, targets,
-                                             &o.setting_sources);
+    // Then SLURM_* or the Kubernetes index, for what neither gave.
+    scheduler_error =
+        ApplySchedulerDefaults(getenv_fn, own_fqdn_fn, o, targets, &o.setting_sources);
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;

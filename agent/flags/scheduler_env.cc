@@ -37,8 +37,7 @@ absl::StatusOr<int64_t> ReadCount(absl::string_view name, const char* value, int
   if (value == nullptr || !absl::SimpleAtoi(value, &n) || n < 0 || n > max ||
       absl::StrContains(value, '+') || absl::StrContains(value, ' ')) {
     return absl::InvalidArgumentError(absl::StrCat(name, " must be an integer from 0 to ", max,
-                                                   ", got '", value == nullptr ? "" : value,
-                                                   "'"));
+                                                   ", got '", value == nullptr ? "" : value, "'"));
   }
   return n;
 }
@@ -73,8 +72,8 @@ absl::Status CheckOneTaskPerNode(Getenv getenv_fn, int64_t node_id, int64_t nnod
   }
   if (tasks <= 1) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "srun started ", tasks, " tasks on this node (", seen,
-      "), so ", tasks, " dgt-run agents would each start their own workers; dgt-run starts a "
+      "srun started ", tasks, " tasks on this node (", seen, "), so ", tasks,
+      " dgt-run agents would each start their own workers; dgt-run starts a "
       "node's workers itself: run one task per node, e.g. srun --ntasks-per-node=1 dgt-run "
       "--nproc-per-node=",
       tasks, " train.py"));
@@ -94,13 +93,14 @@ absl::Status ReadSlurm(Getenv getenv_fn, const char* job_id_text, SchedulerDefau
     if (n.ok() && *n > 1 && step_id == nullptr) {
       // sbatch's batch script runs on the first node only: a dgt-run there would wait for the
       // other nodes until the join timeout.
-      d->nnodes = Error(
-          nnodes_var,
-          absl::StrCat("dgt-run is not in a job step (SLURM_JOB_ID=", job_id_text,
-                       " without SLURM_STEP_ID: the batch script or salloc's shell) of ",
-                       nnodes_var, "=", *n, " nodes, so it alone would wait for the others: "
-                       "start one per node with srun --ntasks-per-node=1 dgt-run ..., or "
-                       "pass --nnodes"));
+      d->nnodes =
+          Error(nnodes_var,
+                absl::StrCat("dgt-run is not in a job step (SLURM_JOB_ID=", job_id_text,
+                             " without SLURM_STEP_ID: the batch script or salloc's shell) of ",
+                             nnodes_var, "=", *n,
+                             " nodes, so it alone would wait for the others: "
+                             "start one per node with srun --ntasks-per-node=1 dgt-run ..., or "
+                             "pass --nnodes"));
     } else if (n.ok() && *n >= 1) {
       nnodes = *n;
       d->nnodes = Value(absl::StrCat(nnodes), nnodes_var);
@@ -123,11 +123,11 @@ absl::Status ReadSlurm(Getenv getenv_fn, const char* job_id_text, SchedulerDefau
       d->node_rank = Value(absl::StrCat(*n), "SLURM_NODEID");
     }
   } else if (nnodes > 1) {
-    d->node_rank = Error(
-        "SLURM_NODEID",
-        absl::StrCat("SLURM_NODEID is not set, but SLURM_JOB_ID=", job_id_text, " and ", nnodes_var,
-                     "=", nnodes, ": start dgt-run under srun with one task per node (srun "
-                     "--ntasks-per-node=1 dgt-run ...), or pass --node-rank"));
+    d->node_rank = Error("SLURM_NODEID",
+                         absl::StrCat("SLURM_NODEID is not set, but SLURM_JOB_ID=", job_id_text,
+                                      " and ", nnodes_var, "=", nnodes,
+                                      ": start dgt-run under srun with one task per node (srun "
+                                      "--ntasks-per-node=1 dgt-run ...), or pass --node-rank"));
   }
 
   if (step_id != nullptr) {
@@ -204,13 +204,14 @@ void ReadKubernetes(Getenv getenv_fn, const char* completion_text, std::string (
     }
   }
   if (*completion >= pods_per_job && job_index.has_value() && *job_index > 0) {
-    d->node_rank = Error(
-        source, absl::StrCat("JOB_COMPLETION_INDEX=", *completion, " is not below "
-                             "DGT_JOBSET_PODS_PER_JOB=", pods_per_job, " in JobSet job ", *job_index,
-                             ": set DGT_JOBSET_PODS_PER_JOB to the child Job's parallelism"));
-  } else {
     d->node_rank =
-        Value(absl::StrCat(job_index.value_or(0) * pods_per_job + *completion), source);
+        Error(source, absl::StrCat("JOB_COMPLETION_INDEX=", *completion,
+                                   " is not below "
+                                   "DGT_JOBSET_PODS_PER_JOB=",
+                                   pods_per_job, " in JobSet job ", *job_index,
+                                   ": set DGT_JOBSET_PODS_PER_JOB to the child Job's parallelism"));
+  } else {
+    d->node_rank = Value(absl::StrCat(job_index.value_or(0) * pods_per_job + *completion), source);
   }
   const std::string fqdn = own_fqdn_fn();
   auto master = KubernetesIndexZeroName(fqdn, *completion, job_index);
@@ -236,14 +237,14 @@ absl::StatusOr<std::string> KubernetesIndexZeroName(absl::string_view own_fqdn,
   const std::string fix =
       "set the pod's subdomain to a headless Service (docs/SCHEDULERS.md), or pass --master-addr";
   if (own_fqdn.empty() || dot == absl::string_view::npos || dot + 1 == own_fqdn.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot name index 0: this pod's name '", own_fqdn, "' has no domain; ", fix));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot name index 0: this pod's name '", own_fqdn, "' has no domain; ", fix));
   }
   const absl::string_view host = own_fqdn.substr(0, dot);
   const absl::string_view domain = own_fqdn.substr(dot);
-  const std::string suffix =
-      job_index.has_value() ? absl::StrCat("-", *job_index, "-", completion_index)
-                            : absl::StrCat("-", completion_index);
+  const std::string suffix = job_index.has_value()
+                                 ? absl::StrCat("-", *job_index, "-", completion_index)
+                                 : absl::StrCat("-", completion_index);
   if (host.size() <= suffix.size() || !absl::EndsWith(host, suffix)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot name index 0: this pod's name '", own_fqdn, "' does not end with its ",

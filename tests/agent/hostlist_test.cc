@@ -76,8 +76,9 @@ TEST(HostlistTest, BadListsNameTheList) {
        "SLURM_JOB_NODELIST='n[5-3]' is not a Slurm hostlist: range '5-3' ends below its start"},
       {"a,,b", "SLURM_JOB_NODELIST='a,,b' is not a Slurm hostlist: an empty name"},
       {"a,", "SLURM_JOB_NODELIST='a,' is not a Slurm hostlist: an empty name"},
-      {"a b", "SLURM_JOB_NODELIST='a b' is not a Slurm hostlist: it holds a space or control "
-              "character"},
+      {"a b",
+       "SLURM_JOB_NODELIST='a b' is not a Slurm hostlist: it holds a space or control "
+       "character"},
       {"n[0-99999999]",
        "SLURM_JOB_NODELIST='n[0-99999999]' is not a Slurm hostlist: more than 65536 names"},
       {"a[1-300]b[1-300]",

@@ -59,8 +59,8 @@ TEST(ResolveWaitTest, WaitsForALateNameAndLogsEveryTenSeconds) {
 
 TEST(ResolveWaitTest, GivesUpAtTheTimeout) {
   FakeDns dns;
-  auto ip = ResolveWithin("job-0.svc", "node rank 0's name", absl::Seconds(2.5),
-                          "--join-timeout", dns.Env());
+  auto ip = ResolveWithin("job-0.svc", "node rank 0's name", absl::Seconds(2.5), "--join-timeout",
+                          dns.Env());
   ASSERT_FALSE(ip.ok());
   EXPECT_EQ(ip.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(ip.status().message(),

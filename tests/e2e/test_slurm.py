@@ -11,7 +11,7 @@ import time
 import pytest
 
 import slurm_cluster
-from conftest import BIN, PYTHON2, WORKERS, records, wait_for
+from conftest import BIN, PYTHON, PYTHON2, REPO, WORKERS, records, wait_for
 from test_launch import ddp_reference
 
 pytestmark = pytest.mark.skipif(
@@ -164,3 +164,18 @@ def test_scancel_during_rendezvous_and_mid_run_leaves_nothing(cluster, tmp_path)
     wait_for(lambda: not processes_with(str(ready)), 20, "no process of the cancelled job")
     wait_for(lambda: not any(alive(p) for p in grandchildren), 20,
              "the workers' children gone")
+
+
+def test_documented_sbatch_example_runs(cluster, tmp_path):
+    # docs/SCHEDULERS.md's example as it is, from the repository root, with dgt-run on PATH.
+    repo = REPO
+    out = tmp_path / "digits.out"
+    env = cluster.env(PATH=f"{BIN}:{os.environ['PATH']}", DGT_PYTHON=PYTHON,
+                      GLOO_SOCKET_IFNAME="eth0")
+    r = cluster.client(["sbatch", f"--chdir={repo}", "-o", out,
+                        repo / "examples" / "slurm" / "digits.sbatch"], env=env)
+    job_id = re.search(r"Submitted batch job (\d+)", r.stdout).group(1)
+    job = wait_state(cluster, job_id, {"COMPLETED", "FAILED", "CANCELLED"}, 180)
+    text = out.read_text()
+    assert job["JobState"] == "COMPLETED", text
+    assert re.search(r"^\[rank0\]: test accuracy: 0\.9\d{3}$", text, re.M), text
