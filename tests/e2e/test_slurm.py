@@ -127,17 +127,23 @@ def test_scancel_during_rendezvous_and_mid_run_leaves_nothing(cluster, tmp_path)
     ready = tmp_path / "ready"
     ready.mkdir()
     # --nnodes=3 contradicts SLURM_STEP_NUM_NODES=2: the flag wins, so the job waits in the
-    # rendezvous for a third node that never comes.
+    # rendezvous (hosted c10d-style by node1's agent) for a third node that never comes.
     script = tmp_path / "wait.sh"
     script.write_text(f"#!/bin/sh\nexec srun --ntasks-per-node=1 {BIN}/dgt-run --nnodes=3 "
-                      f"--stop-timeout=3 {WORKERS}/signal_worker.py --ready-dir {ready}\n")
+                      f"--rdzv-backend=c10d --rdzv-endpoint=node1:29400 --stop-timeout=3 "
+                      f"{WORKERS}/signal_worker.py --ready-dir {ready}\n")
     out = tmp_path / "wait.out"
     r = cluster.client(["sbatch", "-N2", "-o", out, script], env=job_env(cluster))
     job_id = re.search(r"Submitted batch job (\d+)", r.stdout).group(1)
     wait_state(cluster, job_id, {"RUNNING"}, 30)
-    wait_for(lambda: len(processes_with(str(ready), BIN / "dgt-run")) == 2, 30,
+    # Each agent and its process-group watchdog.
+    wait_for(lambda: len(processes_with(str(ready), BIN / "dgt-run")) == 4, 30,
              "two dgt-run agents")
-    assert "nnodes=3 (--nnodes; SLURM_STEP_NUM_NODES gives 2, not used)" in out.read_text()
+    wait_for(lambda: out.read_text().count(
+        "dgt-run: settings: nnodes=3 (--nnodes; SLURM_STEP_NUM_NODES gives 2, not used), "
+        f"rdzv-id={job_id}.0 (SLURM_JOB_ID.SLURM_STEP_ID)") == 2, 20, "both agents' settings")
+    time.sleep(2)
+    assert not list(ready.iterdir())  # no worker started: still in the rendezvous
     cluster.client(["scancel", job_id])
     wait_state(cluster, job_id, {"CANCELLED"}, 30)
     wait_for(lambda: not processes_with(str(ready)), 20, "no process of the cancelled job")
