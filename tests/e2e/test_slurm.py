@@ -185,3 +185,21 @@ def test_documented_sbatch_example_runs(cluster, tmp_path):
     text = out.read_text()
     assert job["JobState"] == "COMPLETED", text
     assert re.search(r"^\[rank0\]: test accuracy: 0\.9\d{3}$", text, re.M), text
+
+
+def test_missing_node_id_and_bad_node_list_under_srun(cluster):
+    r = cluster.client(["srun", "-N2", "--ntasks-per-node=1", "env", "-u", "SLURM_NODEID",
+                        BIN / "dgt-run", WORKERS / "ddp_steps.py"], env=job_env(cluster),
+                       timeout=60, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(re.findall(
+        r"^dgt-run: error: SLURM_NODEID is not set, but SLURM_JOB_ID=\d+ and "
+        r"SLURM_STEP_NUM_NODES=2: start dgt-run under srun with one task per node \(srun "
+        r"--ntasks-per-node=1 dgt-run \.\.\.\), or pass --node-rank$", r.stderr, re.M)) == 2, \
+        r.stderr
+    r = cluster.client(["srun", "-N2", "--ntasks-per-node=1", "env", "SLURM_STEP_NODELIST=n[1-",
+                        BIN / "dgt-run", WORKERS / "ddp_steps.py"], env=job_env(cluster),
+                       timeout=60, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("dgt-run: error: SLURM_STEP_NODELIST='n[1-' is not a Slurm hostlist: "
+                          "'[' without ']'\n") == 2, r.stderr
