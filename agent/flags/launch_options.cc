@@ -48,13 +48,14 @@ struct SchedulerTarget {
 };
 
 // Fills the settings that neither a flag nor PET_* gave from the scheduler's variables, and
-// writes where each came from to `*sources` when any came from the environment. Errors: the
+// writes where each came from to `*sources` when any came from the environment, and to
+// `*warning` a Kubernetes pod left without a node count. Errors: the
 // scheduler's (several srun tasks on one node), or a setting it cannot supply that nothing else
 // gave (a missing SLURM_NODEID, a bad SLURM_JOB_NODELIST).
 absl::Status ApplySchedulerDefaults(const char* (*getenv_fn)(const char*),
                                     std::string (*own_fqdn_fn)(), const LaunchOptions& o,
                                     const std::vector<SchedulerTarget>& targets,
-                                    std::string* sources) {
+                                    std::string* sources, std::string* warning) {
   SchedulerDefaults d;
   if (!o.standalone) {
     auto read = ReadSchedulerDefaults(getenv_fn, own_fqdn_fn);
@@ -95,6 +96,15 @@ absl::Status ApplySchedulerDefaults(const char* (*getenv_fn)(const char*),
     if (t.opt == targets.front().opt) several_nodes = value != "1" && value != "1:1";
   }
   if (from_env && !parts.empty()) *sources = absl::StrJoin(parts, ", ");
+  const SchedulerTarget& nnodes = targets.front();
+  if (d.scheduler == Scheduler::kKubernetes && !nnodes.on_command_line &&
+      nnodes.opt->count() == 0) {
+    // Kubernetes gives no node count: each pod of an Indexed Job would run a job of its own.
+    *warning = absl::StrCat(
+        "JOB_COMPLETION_INDEX is set but --nnodes is not: this pod runs a one-node job of its "
+        "own; give --nnodes (the Job's completions) for one job across the pods, or --nnodes=1 "
+        "to say so");
+  }
   return absl::OkStatus();
 }
 
@@ -287,6 +297,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   ParsedCommandLine result;
   std::string empty_env;  // The first numeric PET_* default set to "": refused after parsing.
   absl::Status scheduler_error;
+  std::string scheduler_warning;
   try {
     app.parse(reversed);
     // The settings a scheduler can give, and whether the command line gave them.
@@ -322,8 +333,8 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       }
     }
     // Then SLURM_* or the Kubernetes index, for what neither gave.
-    scheduler_error =
-        ApplySchedulerDefaults(getenv_fn, own_fqdn_fn, o, targets, &o.setting_sources);
+    scheduler_error = ApplySchedulerDefaults(getenv_fn, own_fqdn_fn, o, targets, &o.setting_sources,
+                                             &scheduler_warning);
   } catch (const CLI::CallForHelp&) {
     result.output = app.help();
     return result;
@@ -387,6 +398,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     result.output = absl::StrCat("dgt-run: error: ", s.message(), "\n");
     return result;
   }
+  if (!scheduler_warning.empty()) o.warnings.push_back(scheduler_warning);
   result.options = std::move(o);
   return result;
 }

@@ -322,6 +322,20 @@ TEST(SchedulerEnvTest, KubernetesIndexedJob) {
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->node_rank, 1);
   EXPECT_EQ(p.options->master_addr, "leader.svc");
+  // Without --nnodes each pod runs a job of its own: allowed (a sweep), with a warning.
+  Env() = {{"JOB_COMPLETION_INDEX", "2"}};
+  p = Parse({kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->max_nodes, 1);
+  EXPECT_EQ(p.options->node_rank, -1);
+  EXPECT_EQ(p.options->warnings,
+            (std::vector<std::string>{
+                "JOB_COMPLETION_INDEX is set but --nnodes is not: this pod runs a one-node job "
+                "of its own; give --nnodes (the Job's completions) for one job across the pods, "
+                "or --nnodes=1 to say so"}));
+  p = Parse({"--nnodes=1", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_TRUE(p.options->warnings.empty());
   // No subdomain: the master cannot be named.
   Env() = {{"JOB_COMPLETION_INDEX", "2"}};
   Fqdn() = "train-2";
