@@ -81,6 +81,7 @@ def test_handler_contract(venv, rendezvous, tmp_path):
     assert got["round0"] == {"a": [0, 2], "b": [1, 2]}
     assert got["round0_bootstrap_same"] is True and got["round0_addr"] == "127.0.0.1"
     assert got["store_shared"] == "from-a"
+    assert got["assigned"] == [[0, 4, 0, 4], [2, 4, 2, 4]]
     assert got["waiting_before"] == [0, 0]
     # A third node arrives: both members see it waiting, then all three form round 1; the
     # members keep their node ranks.
@@ -162,8 +163,9 @@ def test_worker_crash_restarts_in_a_new_round(spawn, venv, rendezvous, tmp_path)
     assert sorted(r["rank"] for r in starts) == [0, 0, 1, 1, 2, 2, 3, 3]
     first_port = {r["master_port"] for r in starts} - {done[0]["master_port"]}
     assert len(first_port) == 1
-    # torchrun counts restarts per agent: node-b's crashed, node-a's followed the new round.
-    assert {r["rank"]: r["restart_count"] for r in done} == {0: 0, 1: 0, 2: 1, 3: 1}
+    # torchrun counts restarts per agent: node-b's workers crashed (node-a's may have failed
+    # on the lost peer too, or followed the new round without counting it).
+    assert [r["restart_count"] for r in done[2:]] == [1, 1]
     assert "restart after failure" in agents[1].stderr
 
 

@@ -10,7 +10,7 @@ DEFAULT_PORT = 29400
 KNOWN_KEYS = {
     "connect_timeout", "read_timeout", "join_timeout", "last_call_timeout", "timeout",
     "node_id", "nproc_per_node", "max_restarts", "tls_ca", "tls_cert", "tls_key", "token_file",
-    "keepalive_time_ms", "keepalive_timeout_ms",
+    "keepalive_time_ms", "keepalive_timeout_ms", "exit_timeout", "role",
 }
 
 
@@ -111,6 +111,10 @@ class Settings:
     tls_cert: str = None
     tls_key: str = None
     token: str = None
+    # Seconds node rank 0 keeps the round's store after its workers succeeded, waiting for the
+    # run's end (as torchrun's exit barrier, 300 s).
+    exit_timeout: float = 300.0
+    role: str = "default"
     keepalive_time_ms: int = 1000
     keepalive_timeout_ms: int = 2000
     unknown_keys: list = field(default_factory=list)
@@ -118,8 +122,9 @@ class Settings:
 
 def settings_from(endpoint, conf, torchrun_args=None):
     """Settings from --rdzv-endpoint, the --rdzv-conf dict and what torchrun's own command line
-    says (torchrun_args: {"nproc_per_node": int, "max_restarts": int}, or None). --rdzv-conf
-    nproc_per_node and max_restarts win over the command line. Raises ConfigError."""
+    says (torchrun_args: {"nproc_per_node": int, "max_restarts": int, "role": str}, or None).
+    --rdzv-conf nproc_per_node, max_restarts and role win over the command line. Raises
+    ConfigError."""
     conf = dict(conf or {})
     args = torchrun_args or {}
     s = Settings(endpoints=parse_endpoints(endpoint),
@@ -131,6 +136,8 @@ def settings_from(endpoint, conf, torchrun_args=None):
     s.last_call_timeout = _seconds(conf, "last_call_timeout", 0.0)
     s.nproc_per_node = _int(conf, "nproc_per_node", int(args.get("nproc_per_node") or 1), 1)
     s.max_restarts = _int(conf, "max_restarts", int(args.get("max_restarts") or 0), 0)
+    s.exit_timeout = _seconds(conf, "exit_timeout", 300.0)
+    s.role = str(conf.get("role") or args.get("role") or "default")
     s.keepalive_time_ms = _int(conf, "keepalive_time_ms", 1000, 500)
     s.keepalive_timeout_ms = _int(conf, "keepalive_timeout_ms", 2000, 100)
     s.tls_ca, s.tls_cert, s.tls_key = (_file(conf, k) for k in ("tls_ca", "tls_cert", "tls_key"))
@@ -160,6 +167,6 @@ def torchrun_args_from_argv(argv):
         from torch.distributed.run import determine_local_world_size, get_args_parser
         args, _ = get_args_parser().parse_known_args(argv)
         return {"nproc_per_node": determine_local_world_size(args.nproc_per_node),
-                "max_restarts": int(args.max_restarts)}
+                "max_restarts": int(args.max_restarts), "role": args.role}
     except (Exception, SystemExit):  # noqa: BLE001 (not torchrun's argv: use the defaults)
         return {}

@@ -15,6 +15,7 @@ use; the mapping in short:
   and ends the session.
 
 Thread-compatible: torchrun calls it from its agent thread; the session has its own thread."""
+import json
 import logging
 import os
 import socket
@@ -100,11 +101,37 @@ class DgtRendezvousHandler(RendezvousHandler):
         return store.port
 
     def _store_for(self, a):
+        """The agent's store for round `a`: its own namespace in the round's store, holding what
+        torchrun's agent would otherwise gather from every other agent (see _preset)."""
         hosted = self._stores.get(a.master_port) if a.node_rank == 0 else None
         base = hosted or TCPStore(host_name=a.master_addr, port=a.master_port, is_master=False,
                                   timeout=_timedelta(STORE_TIMEOUT_S))
         self._round_store = base
-        return PrefixStore(f"torchelastic/dgt/{a.round}/", base)
+        store = PrefixStore(f"torchelastic/dgt/{a.round}/{a.node_rank}/", base)
+        self._preset(store, a)
+        return store
+
+    def _preset(self, store, a):
+        """Writes, in this agent's own namespace, what torchrun's agent reads from the others
+        (torch 2.x elastic/agent/server/api.py): every node's role info and this node's assigned
+        ranks, computed from the service's Assignment (the service gives every node the same
+        --nproc-per-node, so node n's first global rank is n * nproc), and the exit barrier's
+        count of the other nodes. So the agent needs no other agent in the store: nodes run by
+        dgt-run agents can share the run, and node rank 0 keeps the store until the service
+        says the run is over (shutdown), not by torchrun's exit barrier."""
+        from torch.distributed.elastic.agent.server.api import (
+            _TERMINAL_STATE_SYNC_ID,
+            _RoleInstanceInfo,
+        )
+        from torch.distributed.elastic.utils.store import _NUM_MEMBERS
+        nproc, role = self._settings.nproc_per_node, self._settings.role
+        store.multi_set([f"torchelastic/role_info/{i}" for i in range(a.node_count)],
+                        [_RoleInstanceInfo(role, i, nproc).serialize()
+                         for i in range(a.node_count)])
+        store.set(f"torchelastic/assigned_ranks/{a.node_rank}",
+                  json.dumps([a.first_global_rank, a.world_size, a.first_global_rank,
+                              a.world_size]))
+        store.add(f"{_TERMINAL_STATE_SYNC_ID}{_NUM_MEMBERS}", a.node_count - 1)
 
     # --- RendezvousHandler ------------------------------------------------------------------
     def get_backend(self):
@@ -174,7 +201,12 @@ class DgtRendezvousHandler(RendezvousHandler):
                 report = pb.NodeReport(round=cur.round, succeeded=False,
                                        message=f"node '{self._settings.node_id}': {exc}"[:1000])
         self._closed = True
-        self._session.report_and_close(report, SHUTDOWN_WAIT_S)
+        # Node rank 0 serves the round's store: it waits for the run's end, as torchrun's exit
+        # barrier would, so that no other node's workers lose the store.
+        hosting = cur is not None and cur.node_rank == 0 and report is not None and \
+            report.succeeded
+        self._session.report_and_close(
+            report, self._settings.exit_timeout if hosting else SHUTDOWN_WAIT_S)
         return True
 
 

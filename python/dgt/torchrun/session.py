@@ -154,7 +154,7 @@ class Session:
 
     def report_and_close(self, report, wait_s):
         """Sends `report` for the current round (when the run is not over), waits up to wait_s
-        for the run's RunFinished or the stream's end, then closes the session."""
+        for the run's RunFinished, a new round, or the stream's end, then closes the session."""
         with self._cv:
             if (report is not None and self._current is not None and self._finished is None
                     and self._error is None):
@@ -162,7 +162,7 @@ class Session:
                 self._send_locked(pb.AgentMessage(report=report))
                 deadline = time.monotonic() + wait_s
                 while (self._finished is None and self._error is None and self._queue is not None
-                       and time.monotonic() < deadline):
+                       and self._pending is None and time.monotonic() < deadline):
                     self._cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         self.close()
 

@@ -6,7 +6,9 @@ import json
 import sys
 import threading
 import time
+from datetime import timedelta
 
+from torch.distributed import TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
@@ -58,8 +60,14 @@ def main():
     got["round0_bootstrap_same"] = (sa.master_addr, sa.master_port) == (sb.master_addr,
                                                                          sb.master_port)
     got["round0_addr"] = sa.master_addr
-    ia.store.set("k", "from-a")
-    got["store_shared"] = ib.store.get("k").decode()
+    # Workers of both nodes meet in one store (MASTER_ADDR:MASTER_PORT, node rank 0's).
+    w0 = TCPStore(sa.master_addr, sa.master_port, is_master=False, timeout=timedelta(seconds=10))
+    w1 = TCPStore(sb.master_addr, sb.master_port, is_master=False, timeout=timedelta(seconds=10))
+    w0.set("k", "from-a")
+    got["store_shared"] = w1.get("k").decode()
+    # Each agent's own namespace holds its ranks: [first global rank, world size, role ones].
+    got["assigned"] = [json.loads(i.store.get(f"torchelastic/assigned_ranks/{i.rank}"))
+                       for i in (ia, ib)]
     got["waiting_before"] = [a.num_nodes_waiting(), b.num_nodes_waiting()]
 
     c = handler(endpoint, "c")
