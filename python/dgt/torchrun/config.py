@@ -1,5 +1,7 @@
 """The torchrun handler's settings: --rdzv-endpoint and the --rdzv-conf keys it takes, checked with
 errors that name the key and the value (docs/TORCHRUN_BACKEND.md). Pure: no torch, no gRPC."""
+import contextlib
+import io
 import os
 import socket
 from dataclasses import dataclass, field
@@ -165,7 +167,8 @@ def torchrun_args_from_argv(argv):
     --nproc-per-node are resolved as torchrun does."""
     try:
         from torch.distributed.run import determine_local_world_size, get_args_parser
-        args, _ = get_args_parser().parse_known_args(argv)
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage line, when not torchrun's
+            args, _ = get_args_parser().parse_known_args(argv)
         return {"nproc_per_node": determine_local_world_size(args.nproc_per_node),
                 "max_restarts": int(args.max_restarts), "role": args.role}
     except (Exception, SystemExit):  # noqa: BLE001 (not torchrun's argv: use the defaults)

@@ -25,6 +25,8 @@ from dgt.rendezvous.v1 import rendezvous_pb2_grpc
 log = logging.getLogger("dgt.torchrun")
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# Seconds one endpoint may take to accept a TCP (and TLS) connection before the next is tried.
+CONNECT_ATTEMPT_S = 2.0
 
 
 class SessionError(Exception):
@@ -296,7 +298,15 @@ class Session:
             rejoined_round = (self._pending or self._current).round if (
                 self._pending or self._current) is not None else None
             self._queue = q
-        stub = rendezvous_pb2_grpc.RendezvousStub(self._channel(endpoint))
+        channel = self._channel(endpoint)
+        # A host that drops packets would hold the stream until gRPC's connect timeout (20 s).
+        state = _connect(channel, CONNECT_ATTEMPT_S)
+        if state != grpc.ChannelConnectivity.READY:
+            with self._cv:
+                self._queue = None
+            return False, ("UNAVAILABLE: connection failed" if state is not None else
+                           f"UNAVAILABLE: no connection within {CONNECT_ATTEMPT_S:g}s")
+        stub = rendezvous_pb2_grpc.RendezvousStub(channel)
         call = stub.Session(iter(q.get, None), metadata=self._metadata)
         with self._cv:
             self._call = call
@@ -358,6 +368,27 @@ class Session:
                     "refused", f"the dgt rendezvous service refused node '{self._s.node_id}' of "
                                f"run '{self._run_id}': {e.message} (code {e.code})", e.code)
             self._cv.notify_all()
+
+
+def _connect(channel, timeout):
+    """Connects `channel`; returns READY, TRANSIENT_FAILURE (refused, or in its reconnect
+    backoff) or SHUTDOWN as soon as it is in one, or None after `timeout` seconds."""
+    done = threading.Event()
+    seen = []
+    final = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+             grpc.ChannelConnectivity.SHUTDOWN)
+
+    def watch(state):
+        seen.append(state)
+        if state in final:
+            done.set()
+
+    channel.subscribe(watch, try_to_connect=True)
+    try:
+        done.wait(timeout)
+    finally:
+        channel.unsubscribe(watch)
+    return seen[-1] if seen and seen[-1] in final else None
 
 
 def _read(path):
