@@ -251,3 +251,28 @@ def test_bad_rdzv_conf_is_one_line(spawn, venv, tmp_path):
     assert "torchrun: error: --rdzv-conf read_timeout must be a number of seconds, got 'soon'" \
         in a.stderr.splitlines(), a.stderr
     assert "Traceback" not in a.stderr, a.stderr
+
+
+@pytest.mark.parametrize("dgt_run_node", ["node-a", "node-b"])
+def test_mixed_fleet_dgt_run_and_torchrun(spawn, venv, rendezvous, tmp_path, dgt_run_node):
+    # One node is a dgt-run agent, the other a torchrun agent; node ids sort "node-a" first, so
+    # each kind is node rank 0 (hosting the store) once.
+    out = tmp_path / "out"
+    out.mkdir()
+    steps = 4
+    agents = []
+    for name in ("node-a", "node-b"):
+        if name == dgt_run_node:
+            agents.append(spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=2",
+                                 f"--rdzv-endpoint={rendezvous}", "--rdzv-id=tr-mixed",
+                                 f"--node-id={name}", "--local-addr=127.0.0.1",
+                                 WORKERS / "torchrun_ddp.py", "--out", out, f"--steps={steps}"],
+                                name=name, env=dict(os.environ, DGT_PYTHON=venv,
+                                                    OMP_NUM_THREADS="1")))
+        else:
+            agents.append(torchrun(spawn, venv, rendezvous, "tr-mixed", name, out,
+                                   args=[f"--steps={steps}"]))
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr[-3000:]
+    check_done(out, world=4, steps=steps)
+    assert len(events(out, "start")) == 4
