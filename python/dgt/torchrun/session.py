@@ -298,24 +298,25 @@ class Session:
             rejoined_round = (self._pending or self._current).round if (
                 self._pending or self._current) is not None else None
             self._queue = q
-        channel = self._channel(endpoint)
-        # A host that drops packets would hold the stream until gRPC's connect timeout (20 s).
-        state = _connect(channel, CONNECT_ATTEMPT_S)
-        if state != grpc.ChannelConnectivity.READY:
-            with self._cv:
-                self._queue = None
-            return False, ("UNAVAILABLE: connection failed" if state is not None else
-                           f"UNAVAILABLE: no connection within {CONNECT_ATTEMPT_S:g}s")
-        stub = rendezvous_pb2_grpc.RendezvousStub(channel)
+        stub = rendezvous_pb2_grpc.RendezvousStub(self._channel(endpoint))
         call = stub.Session(iter(q.get, None), metadata=self._metadata)
         with self._cv:
             self._call = call
         accepted = False
         why = "the stream ended"
+        # The service answers every join at once (JoinProgress, Assignment or an error); a host
+        # that drops packets would hold the stream until gRPC's connect timeout (20 s).
+        answered = threading.Event()
+        timer = threading.Timer(CONNECT_ATTEMPT_S,
+                                lambda: answered.is_set() or call.cancel())
+        timer.daemon = True
+        timer.start()
         try:
             for message in call:
                 if not accepted:
                     accepted = True
+                    answered.set()
+                    timer.cancel()
                     self.replica = endpoint
                     log.log(logging.WARNING if reconnect else logging.INFO,
                             "dgt rendezvous: %s to %s (run '%s', node id '%s')",
@@ -324,7 +325,10 @@ class Session:
                 self._handle(message, rejoined_round)
         except grpc.RpcError as e:
             why = _describe(e)
+            if e.code() == grpc.StatusCode.CANCELLED and not accepted and not self._closing:
+                why = f"UNAVAILABLE: no answer within {CONNECT_ATTEMPT_S:g}s"
         finally:
+            timer.cancel()
             q.put(None)
             with self._cv:
                 if self._queue is q:
@@ -368,27 +372,6 @@ class Session:
                     "refused", f"the dgt rendezvous service refused node '{self._s.node_id}' of "
                                f"run '{self._run_id}': {e.message} (code {e.code})", e.code)
             self._cv.notify_all()
-
-
-def _connect(channel, timeout):
-    """Connects `channel`; returns READY, TRANSIENT_FAILURE (refused, or in its reconnect
-    backoff) or SHUTDOWN as soon as it is in one, or None after `timeout` seconds."""
-    done = threading.Event()
-    seen = []
-    final = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-             grpc.ChannelConnectivity.SHUTDOWN)
-
-    def watch(state):
-        seen.append(state)
-        if state in final:
-            done.set()
-
-    channel.subscribe(watch, try_to_connect=True)
-    try:
-        done.wait(timeout)
-    finally:
-        channel.unsubscribe(watch)
-    return seen[-1] if seen and seen[-1] in final else None
 
 
 def _read(path):
