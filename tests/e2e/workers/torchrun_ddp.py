@@ -1,6 +1,7 @@
-"""E2E worker for torchrun --rdzv-backend=dgt (tests/e2e/test_torchrun_backend.py): workers/
-ddp_steps.py's exact DDP steps (batch(rank), lr 1/32, float64), slowed by --step-sleep seconds a
-step so that a test can act mid-run, plus one all-reduce of rank + 1 per step (exact sum).
+"""E2E worker for torchrun --rdzv-backend=dgt (tests/e2e/test_torchrun_backend.py): --steps of
+workers/ddp_steps.py's exact DDP steps (batch(rank), lr 1/32, float64), then --idle-steps without
+DDP; every step ends with one all-reduce of rank + 1 (an exact sum) and --step-sleep seconds, so
+that a test can act mid-run.
 
 Appends JSON lines to --out/<pid>.jsonl: {"event": "start", ...} once the process group is up,
 and {"event": "done", "weight", "bias", "sums", ...} at the end; both carry rank, world_size,
@@ -32,6 +33,7 @@ def batch(rank):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--idle-steps", type=int, default=0)
     ap.add_argument("--step-sleep", type=float, default=0.0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--crash-rank", type=int, default=-1)
@@ -59,11 +61,12 @@ def main() -> int:
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     x, y = (torch.tensor(v, dtype=torch.float64) for v in batch(rank))
     sums = []
-    for step in range(args.steps):
-        opt.zero_grad()
-        loss = ((ddp(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
+    for step in range(args.steps + args.idle_steps):
+        if step < args.steps:
+            opt.zero_grad()
+            loss = ((ddp(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
         t = torch.tensor([rank + 1.0], dtype=torch.float64)
         dist.all_reduce(t)
         sums.append(t.item())
