@@ -1,20 +1,24 @@
 """torchrun 2.x with --rdzv-backend=dgt against --rdzv-backend=c10d, N real torchrun agents on
 loopback (one worker each), in one run (docs/PERFORMANCE.md, "torchrun backends").
 
-For each N and backend: N `python -m torch.distributed.run --nnodes=1:N --nproc-per-node=1`
-agents start at once (run id per N, --rdzv-conf last_call_timeout=1 for both); the figures are
+For each N and backend: N `python -m torch.distributed.run --nnodes=N-1:N --nproc-per-node=1`
+agents start at once (--nnodes=1:1 for N = 1; a run id per N; --rdzv-conf last_call_timeout=1
+for both); the figures are
 - first/all: seconds from launching the agents to the first and to the last worker started;
-- kill: the last agent's process group is killed with SIGKILL (agent and worker, as a lost
-  node), then the seconds to the first and the last worker of the survivors' next round (world
+- kill: the last agent and its worker are killed with SIGKILL (as a lost node), then the seconds to the first and the last worker of the survivors' next round (world
   N-1), bounded by --bound ("none" past it). N = 1 has no kill.
-Workers are plain Python (no torch import): they write when they start, then sleep. The c10d
-store is hosted by the first agent (the one that binds the endpoint's port), which is never the
-one killed. dgt: one dgt-rendezvous (--bin) on loopback.
+Workers ("sleep", --agents) are plain Python (no torch import): they write when they start, then
+sleep. Workers "gloo" (--gloo-agents) import torch, join a gloo process group, write, then
+all-reduce every 0.1 s, so that a lost peer fails them (what makes c10d's agents start a new
+round: they do not watch for a lost agent themselves). The c10d
+store is hosted by agent 0 (--rdzv-conf is_host=1, the others 0), which is never the one killed.
+dgt: one dgt-rendezvous (--bin) on loopback.
 
 The dgt package is pip-installed (offline) into a temporary venv over the interpreter's
 site-packages, as tests/e2e/test_torchrun_backend.py does.
 
-Usage: $DGT_PYTHON2 bench/rendezvous/torchrun_backends.py --bin build/bin --agents 1 8 32 64
+Usage: $DGT_PYTHON2 bench/rendezvous/torchrun_backends.py --bin build/bin --agents 1 8 64 \
+         --gloo-agents 4 8
 """
 import argparse
 import json
@@ -33,11 +37,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 WORKER = r'''
 import json, os, sys, time
-out = os.path.join(sys.argv[1], f"{os.getpid()}.json")
-with open(out, "w") as f:
-    json.dump({"t": time.time(), "world": int(os.environ["WORLD_SIZE"]),
-               "group_rank": int(os.environ["GROUP_RANK"])}, f)
-time.sleep(float(sys.argv[2]))
+def started():
+    out = os.path.join(sys.argv[1], f"{os.getpid()}.json")
+    with open(out, "w") as f:
+        json.dump({"t": time.time(), "world": int(os.environ["WORLD_SIZE"]),
+                   "group_rank": int(os.environ["GROUP_RANK"])}, f)
+if sys.argv[3] == "sleep":
+    started()
+    time.sleep(float(sys.argv[2]))
+else:  # gloo: an all-reduce every 0.1 s; a lost peer fails it, and the worker exits 1.
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    started()
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        dist.all_reduce(torch.ones(1))
+        time.sleep(0.1)
 '''
 
 
@@ -93,8 +108,8 @@ def wait_starts(out, world, count, deadline):
     return None
 
 
-def run_one(py, backend, endpoint, n, tmp, bound):
-    out = tmp / f"{backend}-{n}"
+def run_one(py, backend, endpoint, n, tmp, bound, workers):
+    out = tmp / f"{backend}-{n}-{workers}"
     out.mkdir()
     worker = tmp / "worker.py"
     worker.write_text(WORKER)
@@ -105,16 +120,17 @@ def run_one(py, backend, endpoint, n, tmp, bound):
         conf = "last_call_timeout=1,join_timeout=120"
         if backend == "dgt":
             conf += f",node_id=n{i:03d}"
+        else:
+            conf += f",is_host={int(i == 0)}"  # Agent 0 hosts the store; it is never killed.
         procs.append(subprocess.Popen(
             [py, "-m", "torch.distributed.run", f"--rdzv-backend={backend}",
-             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={backend}-{n}", f"--nnodes=1:{n}",
+             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={backend}-{n}-{workers}",
+             f"--nnodes={max(1, n - 1)}:{n}",
              "--nproc-per-node=1", "--max-restarts=3", "--local-addr=127.0.0.1",
-             f"--rdzv-conf={conf}", "--no-python", sys.executable, str(worker), str(out), "600"],
+             f"--rdzv-conf={conf}", "--no-python", sys.executable, str(worker), str(out), "600", workers],
             stdout=subprocess.DEVNULL, stderr=open(out / f"agent{i}.err", "w"), env=env,
             start_new_session=True))
-        if i == 0 and backend == "c10d":
-            time.sleep(1.0)  # The first agent binds the port and hosts the store.
-    row = {"backend": backend, "agents": n}
+    row = {"backend": backend, "agents": n, "workers": workers}
     try:
         first = wait_starts(out, n, n, time.monotonic() + bound)
         if first is None:
@@ -125,7 +141,7 @@ def run_one(py, backend, endpoint, n, tmp, bound):
             return row
         time.sleep(1.0)
         t_kill = time.time()
-        os.killpg(procs[-1].pid, signal.SIGKILL)
+        kill_node(procs[-1].pid)
         again = wait_starts(out, n - 1, n - 1, time.monotonic() + bound)
         row["kill_first"] = None if again is None else again[0] - t_kill
         row["kill_all"] = None if again is None else again[-1] - t_kill
@@ -133,10 +149,22 @@ def run_one(py, backend, endpoint, n, tmp, bound):
     finally:
         for p in procs:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                kill_node(p.pid)
+            except Exception:  # noqa: BLE001 (gone already)
                 pass
             p.wait(timeout=30)
+
+
+def kill_node(pid):
+    """SIGKILL to an agent and its workers (torchrun starts them in sessions of their own)."""
+    import psutil
+    victims = psutil.Process(pid).children(recursive=True)
+    os.killpg(pid, signal.SIGKILL)
+    for v in victims:
+        try:
+            v.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def fmt(v):
@@ -147,30 +175,35 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=str(REPO / "build" / "bin"))
     ap.add_argument("--agents", type=int, nargs="+", default=[1, 8, 32, 64])
+    ap.add_argument("--gloo-agents", type=int, nargs="*", default=[4, 8])
     ap.add_argument("--bound", type=float, default=60.0)
+    ap.add_argument("--keep", default="", help="an empty directory for the logs, kept")
     args = ap.parse_args()
-    if any(not 1 <= n <= 64 for n in args.agents):
-        raise SystemExit(f"--agents: each N must be 1..64, got {args.agents}")
+    if any(not 1 <= n <= 64 for n in args.agents + args.gloo_agents):
+        raise SystemExit(f"--agents, --gloo-agents: each N must be 1..64, got "
+                         f"{args.agents} {args.gloo_agents}")
     with tempfile.TemporaryDirectory(prefix="dgt-bench-torchrun-") as d:
-        tmp = Path(d)
+        tmp = Path(args.keep) if args.keep else Path(d)
         py = make_venv(tmp)
         rdzv, endpoint = start_rendezvous(args.bin, tmp)
         rows = []
         try:
-            for n in args.agents:
+            runs = [(n, "sleep") for n in args.agents] + [(n, "gloo") for n in args.gloo_agents]
+            for n, workers in runs:
                 for backend in ("dgt", "c10d"):
                     ep = endpoint if backend == "dgt" else f"127.0.0.1:{free_port()}"
-                    row = run_one(py, backend, ep, n, tmp, args.bound)
+                    row = run_one(py, backend, ep, n, tmp, args.bound, workers)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:
             os.killpg(rdzv.pid, signal.SIGKILL)
             rdzv.wait(timeout=30)
-    print("| agents | backend | first worker, s | all workers, s | kill -9 -> first of next "
-          "round, s | -> all, s |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    print("| agents | workers | backend | first worker, s | all workers, s | kill -9 -> first of "
+          "next round, s | -> all, s |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['agents']} | {r['backend']} | {fmt(r.get('first'))} | {fmt(r.get('all'))} "
+        print(f"| {r['agents']} | {r['workers']} | {r['backend']} | {fmt(r.get('first'))} "
+              f"| {fmt(r.get('all'))} "
               f"| {fmt(r.get('kill_first')) if r['agents'] > 1 else '-'} "
               f"| {fmt(r.get('kill_all')) if r['agents'] > 1 else '-'} |")
 
