@@ -6,6 +6,13 @@ def create_handler(params):
     """RendezvousHandlerCreator: the handler for torchrun's RendezvousParameters. Imports the
     handler at the call: torch loads the entry point while it imports its rendezvous package,
     which the handler itself imports."""
+    try:
+        import dgt.rendezvous.v1.rendezvous_pb2  # noqa: F401 (generated when the package is built)
+    except ImportError as e:
+        raise ImportError(
+            f"dgt: the rendezvous protocol's stubs are missing ({e}): this dgt was built without "
+            "grpcio-tools; run `pip install grpcio-tools==1.85.1` and reinstall dgt "
+            "(docs/TORCHRUN_BACKEND.md)") from None
     from dgt.torchrun.handler import create_handler as create
     return create(params)
 
