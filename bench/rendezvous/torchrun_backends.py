@@ -4,9 +4,12 @@ loopback (one worker each), in one run (docs/PERFORMANCE.md, "torchrun backends"
 For each N and backend: N `python -m torch.distributed.run --nnodes=N-1:N --nproc-per-node=1`
 agents start at once (--nnodes=1:1 for N = 1; a run id per N; --rdzv-conf last_call_timeout=1
 for both); the figures are
-- first/all: seconds from launching the agents to the first and to the last worker started;
-- kill: the last agent and its worker are killed with SIGKILL (as a lost node), then the seconds to the first and the last worker of the survivors' next round (world
-  N-1), bounded by --bound ("none" past it). N = 1 has no kill.
+- first: seconds from launching the agents to the first worker started (of any round: when the
+  agents' starts spread past the last call, a round of N-1 forms first);
+- all: to the last worker of the round of all N started (bounded by --start-bound);
+- kill: the last agent and its worker are killed with SIGKILL (as a lost node), then the seconds
+  to the first and the last worker of the survivors' next round (world N-1), bounded by --bound
+  ("none" past it). N = 1 has no kill.
 Workers ("sleep", --agents) are plain Python (no torch import): they write when they start, then
 sleep. Workers "gloo" (--gloo-agents) import torch, join a gloo process group, write, then
 all-reduce every 0.1 s, so that a lost peer fails them (what makes c10d's agents start a new
@@ -99,16 +102,18 @@ def starts(out):
     return recs
 
 
-def wait_starts(out, world, count, deadline):
+def wait_starts(out, world, count, deadline, after=0.0):
+    """The sorted start times of `count` workers of a `world`-worker round started after `after`
+    (time.time()), or None at `deadline` (time.monotonic())."""
     while time.monotonic() < deadline:
-        got = [r for r in starts(out) if r["world"] == world]
+        got = [r for r in starts(out) if r["world"] == world and r["t"] > after]
         if len(got) >= count:
             return sorted(r["t"] for r in got)
         time.sleep(0.02)
     return None
 
 
-def run_one(py, backend, endpoint, n, tmp, bound, workers):
+def run_one(py, backend, endpoint, n, tmp, bound, workers, start_bound):
     out = tmp / f"{backend}-{n}-{workers}"
     out.mkdir()
     worker = tmp / "worker.py"
@@ -132,17 +137,18 @@ def run_one(py, backend, endpoint, n, tmp, bound, workers):
             start_new_session=True))
     row = {"backend": backend, "agents": n, "workers": workers}
     try:
-        first = wait_starts(out, n, n, time.monotonic() + bound)
-        if first is None:
-            row["first"] = row["all"] = None
+        full = wait_starts(out, n, n, time.monotonic() + start_bound)
+        any_start = [r["t"] for r in starts(out)]
+        row["first"] = min(any_start) - t0 if any_start else None
+        row["all"] = None if full is None else full[-1] - t0
+        if full is None:
             return row
-        row["first"], row["all"] = first[0] - t0, first[-1] - t0
         if n == 1:
             return row
         time.sleep(1.0)
         t_kill = time.time()
         kill_node(procs[-1].pid)
-        again = wait_starts(out, n - 1, n - 1, time.monotonic() + bound)
+        again = wait_starts(out, n - 1, n - 1, time.monotonic() + bound, after=t_kill)
         row["kill_first"] = None if again is None else again[0] - t_kill
         row["kill_all"] = None if again is None else again[-1] - t_kill
         return row
@@ -176,7 +182,8 @@ def main():
     ap.add_argument("--bin", default=str(REPO / "build" / "bin"))
     ap.add_argument("--agents", type=int, nargs="+", default=[1, 8, 32, 64])
     ap.add_argument("--gloo-agents", type=int, nargs="*", default=[4, 8])
-    ap.add_argument("--bound", type=float, default=60.0)
+    ap.add_argument("--bound", type=float, default=30.0)
+    ap.add_argument("--start-bound", type=float, default=240.0)
     ap.add_argument("--keep", default="", help="an empty directory for the logs, kept")
     args = ap.parse_args()
     if any(not 1 <= n <= 64 for n in args.agents + args.gloo_agents):
@@ -192,13 +199,13 @@ def main():
             for n, workers in runs:
                 for backend in ("dgt", "c10d"):
                     ep = endpoint if backend == "dgt" else f"127.0.0.1:{free_port()}"
-                    row = run_one(py, backend, ep, n, tmp, args.bound, workers)
+                    row = run_one(py, backend, ep, n, tmp, args.bound, workers, args.start_bound)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:
             os.killpg(rdzv.pid, signal.SIGKILL)
             rdzv.wait(timeout=30)
-    print("| agents | workers | backend | first worker, s | all workers, s | kill -9 -> first of "
+    print("| agents | workers | backend | first worker, s | all N workers, s | kill -9 -> first of "
           "next round, s | -> all, s |")
     print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
