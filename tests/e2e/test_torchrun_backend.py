@@ -9,14 +9,15 @@ install it; torchrun finds the backend through the "torchrun.handlers" entry poi
 - a third agent joining an --nnodes=2:3 run: a scale-up round of 6 workers;
 - kill -9 of the leading dgt-rendezvous replica (two --backend=etcd replicas) mid-run: the job
   goes on with the same 4 worker processes;
-- the service unreachable at start: one line naming the endpoints, no traceback.
+- the service unreachable at start: one line naming the endpoints, no traceback;
+- a mixed fleet (a dgt-run agent and a torchrun agent in one run), in both orders;
+- TLS and the bearer token through --rdzv-conf.
 """
 import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +25,8 @@ import pytest
 
 from conftest import BIN, REPO, WORKERS, exact_descent, wait_for
 from test_rendezvous_etcd import etcd, free_port  # noqa: F401 (etcd: a fixture)
+from test_rendezvous_ops import make_certs, start_rendezvous
 from test_rendezvous_replicas import leads, start_replica
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def ddp_reference(world, steps):
@@ -280,3 +280,29 @@ def test_mixed_fleet_dgt_run_and_torchrun(spawn, venv, rendezvous, tmp_path, dgt
         assert a.wait(timeout=120) == 0, a.stderr[-3000:]
     check_done(out, world=4, steps=steps)
     assert len(events(out, "start")) == 4
+
+
+def test_tls_and_token_through_rdzv_conf(spawn, venv, tmp_path):
+    make_certs(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    _, endpoint = start_rendezvous(spawn, "--tls-cert", tmp_path / "server.pem", "--tls-key",
+                                   tmp_path / "server.key", "--token-file", token)
+    out = tmp_path / "out"
+    out.mkdir()
+    tls = f",tls_ca={tmp_path / 'ca.pem'}"
+    ok = torchrun(spawn, venv, endpoint, "tr-tls", "node-a", out, nnodes="1",
+                  extra_conf=f"{tls},token_file={token}", args=["--steps=2"])
+    assert ok.wait(timeout=90) == 0, ok.stderr[-3000:]
+    check_done(out, world=2, steps=2)
+    # Without the token the service refuses the agent: one line, without retrying the replicas
+    # (that path ends in "cannot reach ... within 30s").
+    bad = torchrun(spawn, venv, endpoint, "tr-tls-bad", "node-b", out, nnodes="1",
+                   extra_conf=tls, args=["--steps=2"])
+    assert bad.wait(timeout=90) == 1, bad.stderr[-3000:]
+    lines = [l for l in bad.stderr.splitlines() if l.startswith("torchrun: error:")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"torchrun: error: the dgt rendezvous service at {endpoint} refused this agent: "
+        "UNAUTHENTICATED: "), bad.stderr[-3000:]
+    assert lines[0].endswith("(--rdzv-conf token_file, tls_*)")
+    assert "Traceback" not in bad.stderr

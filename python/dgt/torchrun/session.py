@@ -248,7 +248,13 @@ class Session:
                 if self._closing or self._error is not None or self._finished is not None:
                     return
             endpoint = s.endpoints[index % len(s.endpoints)]
-            accepted, why = self._serve(endpoint, reconnect=ever_accepted)
+            accepted, why, code = self._serve(endpoint, reconnect=ever_accepted)
+            if not accepted and code in (grpc.StatusCode.UNAUTHENTICATED,
+                                         grpc.StatusCode.PERMISSION_DENIED):
+                # Settings that disagree with the service: retrying cannot help.
+                self._fail("refused", f"the dgt rendezvous service at {endpoint} refused this "
+                                      f"agent: {why} (--rdzv-conf token_file, tls_*)")
+                return
             if accepted:
                 ever_accepted = True
                 answers.clear()
@@ -289,11 +295,11 @@ class Session:
 
     def _serve(self, endpoint, reconnect):
         """One stream at `endpoint`: join (or rejoin), then read until it ends. Returns
-        (accepted, why it ended)."""
+        (accepted, why it ended, its grpc.StatusCode or None)."""
         q = queue.Queue()
         with self._cv:
             if self._closing:
-                return False, "closed"
+                return False, "closed", None
             q.put(self._join_message())
             rejoined_round = (self._pending or self._current).round if (
                 self._pending or self._current) is not None else None
@@ -304,6 +310,7 @@ class Session:
             self._call = call
         accepted = False
         why = "the stream ended"
+        code = None
         # The service answers every join at once (JoinProgress, Assignment or an error); a host
         # that drops packets would hold the stream until gRPC's connect timeout (20 s).
         answered = threading.Event()
@@ -325,6 +332,7 @@ class Session:
                 self._handle(message, rejoined_round)
         except grpc.RpcError as e:
             why = _describe(e)
+            code = e.code()
             if e.code() == grpc.StatusCode.CANCELLED and not accepted and not self._closing:
                 why = f"UNAVAILABLE: no answer within {CONNECT_ATTEMPT_S:g}s"
         finally:
@@ -335,7 +343,7 @@ class Session:
                     self._queue = None
                 self._call = None
                 self._cv.notify_all()
-        return accepted, why
+        return accepted, why, code
 
     def _handle(self, message, rejoined_round):
         kind = message.WhichOneof("kind")
