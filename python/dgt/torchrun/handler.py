@@ -8,7 +8,7 @@ use; the mapping in short:
   failure or for a waiting node) and waits for the restart round.
 - The store: node rank 0's agent hosts each round's store (a fresh torch TCPStore per round, as
   dgt-run's agents do), so workers use it directly (use_agent_store) and the service stays out of
-  the data path. The agent's own keys are under "torchelastic/dgt/<round>/" in it.
+  the data path. Each agent has its own namespace in it, "torchelastic/dgt/<round>/<node rank>/".
 - num_nodes_waiting: >= 1 once the service started a round this node has not taken, stopped the
   workers, or ended the run; torchrun then stops its workers and calls next_rendezvous.
 - shutdown: reports the node's outcome (success when torchrun's agent returned without an error)
@@ -21,8 +21,11 @@ import os
 import socket
 import sys
 import time
+from datetime import timedelta
 
 from torch.distributed import PrefixStore, TCPStore
+# torchrun's own key names, so that the preset namespace matches what its agent reads.
+from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID, _RoleInstanceInfo
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -32,7 +35,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
     RendezvousTimeoutError,
 )
+from torch.distributed.elastic.utils.store import _NUM_MEMBERS
 
+from dgt.rendezvous.v1 import rendezvous_pb2 as pb
 from dgt.torchrun.config import ConfigError, settings_from, torchrun_args_from_argv
 from dgt.torchrun.session import Session, SessionError
 
@@ -83,7 +88,6 @@ class DgtRendezvousHandler(RendezvousHandler):
         self._address = local_addr or _route_address(settings.endpoints[0])
         self._closed = False
         self._stores = {}  # port -> TCPStore server this agent hosts (the next one, the current).
-        self._round_store = None
         next_port = self._open_store()
         self._session = Session(settings, run_id, min_nodes, max_nodes, self._address,
                                 next_port, self._open_store)
@@ -94,7 +98,7 @@ class DgtRendezvousHandler(RendezvousHandler):
     def _open_store(self):
         """A fresh TCPStore server on a free port; returns the port. Keeps the three newest."""
         store = TCPStore(host_name=self._address, port=0, is_master=True,
-                         wait_for_workers=False, timeout=_timedelta(STORE_TIMEOUT_S))
+                         wait_for_workers=False, timeout=timedelta(seconds=STORE_TIMEOUT_S))
         self._stores[store.port] = store
         while len(self._stores) > 3:
             del self._stores[next(iter(self._stores))]
@@ -105,8 +109,7 @@ class DgtRendezvousHandler(RendezvousHandler):
         torchrun's agent would otherwise gather from every other agent (see _preset)."""
         hosted = self._stores.get(a.master_port) if a.node_rank == 0 else None
         base = hosted or TCPStore(host_name=a.master_addr, port=a.master_port, is_master=False,
-                                  timeout=_timedelta(STORE_TIMEOUT_S))
-        self._round_store = base
+                                  timeout=timedelta(seconds=STORE_TIMEOUT_S))
         store = PrefixStore(f"torchelastic/dgt/{a.round}/{a.node_rank}/", base)
         self._preset(store, a)
         return store
@@ -119,11 +122,6 @@ class DgtRendezvousHandler(RendezvousHandler):
         count of the other nodes. So the agent needs no other agent in the store: nodes run by
         dgt-run agents can share the run, and node rank 0 keeps the store until the service
         says the run is over (shutdown), not by torchrun's exit barrier."""
-        from torch.distributed.elastic.agent.server.api import (
-            _TERMINAL_STATE_SYNC_ID,
-            _RoleInstanceInfo,
-        )
-        from torch.distributed.elastic.utils.store import _NUM_MEMBERS
         nproc, role = self._settings.nproc_per_node, self._settings.role
         store.multi_set([f"torchelastic/role_info/{i}" for i in range(a.node_count)],
                         [_RoleInstanceInfo(role, i, nproc).serialize()
@@ -151,7 +149,6 @@ class DgtRendezvousHandler(RendezvousHandler):
             self._session.start()
         elif self._session.news() == 0 and self._session.current() is not None:
             cur = self._session.current()
-            from dgt.rendezvous.v1 import rendezvous_pb2 as pb
             report = pb.NodeReport(
                 round=cur.round, succeeded=False,
                 message=f"torchrun restarts the workers of node '{self._settings.node_id}' "
@@ -190,7 +187,6 @@ class DgtRendezvousHandler(RendezvousHandler):
         """Reports this node's outcome for its round and ends the session. Success when torchrun's
         agent returned without an exception (launch_agent calls shutdown in a finally clause, so
         a ChildFailedError in flight means this node's workers failed)."""
-        from dgt.rendezvous.v1 import rendezvous_pb2 as pb
         exc = sys.exc_info()[1]
         cur = self._session.current()
         report = None
@@ -208,11 +204,6 @@ class DgtRendezvousHandler(RendezvousHandler):
         self._session.report_and_close(
             report, self._settings.exit_timeout if hosting else SHUTDOWN_WAIT_S)
         return True
-
-
-def _timedelta(seconds):
-    from datetime import timedelta
-    return timedelta(seconds=seconds)
 
 
 def _torchrun_error(e):
