@@ -306,3 +306,22 @@ def test_tls_and_token_through_rdzv_conf(spawn, venv, tmp_path):
         "UNAUTHENTICATED: "), bad.stderr[-3000:]
     assert lines[0].endswith("(--rdzv-conf token_file, tls_*)")
     assert "Traceback" not in bad.stderr
+
+
+def test_service_lost_past_read_timeout_stops_the_workers(spawn, venv, tmp_path):
+    rdzv, endpoint = start_rendezvous(spawn, name="lone-rdzv")
+    out = tmp_path / "out"
+    out.mkdir()
+    a = torchrun(spawn, venv, endpoint, "tr-lost", "node-a", out, nnodes="1",
+                 extra_conf=",read_timeout=3",
+                 args=["--steps=2", "--idle-steps=200", "--step-sleep=0.25"])
+    wait_for(lambda: len(events(out, "start")) == 2, 60, "2 workers")
+    rdzv.popen.send_signal(signal.SIGKILL)
+    assert a.wait(timeout=60) == 1, a.stderr[-3000:]
+    assert events(out, "done") == []  # torchrun stopped the workers.
+    lines = [l for l in a.stderr.splitlines() if l.startswith("torchrun: error:")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"torchrun: error: lost the dgt rendezvous service and could not reach it again at "
+        f"{endpoint} within 3s (--rdzv-conf read_timeout); last answers: {endpoint}: "
+        "UNAVAILABLE"), a.stderr[-3000:]
+    assert "Traceback" not in a.stderr
