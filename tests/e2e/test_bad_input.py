@@ -320,6 +320,11 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
      "(a year), got 'nan'"),
     (["store", "add", "K", "99999999999999999999", "--endpoint", "127.0.0.1:1"],
      "dgt store add: error: DELTA must be a 64-bit signed integer, got '99999999999999999999'"),
+    # A rank beyond int32 is named with the flag's range, not CLI11's "Could not convert".
+    (["logs", "job-1", "--rank", "99999999999", "--rdzv-endpoint", "127.0.0.1:1"],
+     "dgt logs: error: --rank must be an integer from 0 to 2147483647, got '99999999999'"),
+    (["logs", "job-1", "--rank", "-1", "--rdzv-endpoint", "127.0.0.1:1"],
+     "dgt logs: error: --rank must be an integer from 0 to 2147483647, got '-1'"),
     (["status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "1e20"],
      "dgt status: error: --timeout must be a number of seconds from 0.001 to 31536000 (a year), "
      "got '1e20'"),
