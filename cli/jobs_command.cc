@@ -228,8 +228,7 @@ int ShowJob(const CommonFlags& f, const std::string& id, bool json) {
   });
   if (rc != 0) return rc;
   if (json) {
-    // exit_code 0 and node_rank 0 are values: print every field.
-    std::printf("%s\n", dgt::jobs::JobInfoToJson(job, /*all_fields=*/true).c_str());
+    std::printf("%s\n", FormatJobJson(job).c_str());
   } else {
     std::fputs(FormatJob(job, NowUnix()).c_str(), stdout);
   }
@@ -418,6 +417,15 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
     }
   }
   return out;
+}
+
+std::string FormatJobJson(v1::JobInfo job) {
+  // The values an empty field stands for, as the text form and dgt-run read them.
+  v1::JobSpec& spec = *job.mutable_spec();
+  if (spec.restart_policy().empty()) spec.set_restart_policy("group");
+  if (spec.distribution().type().empty()) spec.mutable_distribution()->set_type("pytorch");
+  // exit_code 0 and node_rank 0 are values: print every field.
+  return dgt::jobs::JobInfoToJson(job, /*all_fields=*/true);
 }
 
 std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {

@@ -26,6 +26,9 @@ void AddJobsCommands(CLI::App& app, std::function<int()>* run);
 std::string FormatJobs(const dgt::jobs::v1::ListJobsResponse& jobs);
 std::string FormatJob(const dgt::jobs::v1::JobInfo& job, double now_unix_s);
 std::string FormatNodes(const dgt::jobs::v1::ListNodesResponse& nodes, double now_unix_s);
+// `dgt job show --json`: every field (dgt.jobs.v1.JobInfo), with the spec's empty restart_policy
+// and distribution.type given as what they stand for ("group", "pytorch").
+std::string FormatJobJson(dgt::jobs::v1::JobInfo job);
 
 }  // namespace dgt::cli
 

@@ -382,6 +382,9 @@ class Client::Impl {
           continue;
         }
         if (timed_out) {
+          // The next call starts on another member: this one may hang (paused, or forwarding to
+          // a leader that is).
+          current_.store((idx + 1) % size());
           return absl::DeadlineExceededError(
               absl::StrCat("etcd ", what, " at ", m.address, ": no answer within ",
                            absl::FormatDuration(options_.attempt_timeout),

@@ -11,7 +11,7 @@
 // leader) is joined by the next member after a share of the call's budget, and the first answer
 // wins. Writes (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke) are not
 // repeated after an attempt timed out (the member may have applied it): they return
-// DEADLINE_EXCEEDED naming the endpoint. That happens when the leader dies: a member that has
+// DEADLINE_EXCEEDED naming the endpoint, and the next call starts on the next member. That happens when the leader dies: a member that has
 // not yet noticed forwards the write to the dead leader and never answers it (etcd's Go client
 // sees the same). A write repeated after an UNAVAILABLE that came after sending (a member killed
 // mid-call) may have been applied twice. So a Txn guards its effect with its own compare, and

@@ -7,6 +7,7 @@
 #include "cli/jobs_command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace dgt::cli {
 namespace {
@@ -73,6 +74,21 @@ TEST(FormatNodes, PadsNodeNamesAndLabelsByTheirWidth) {
   EXPECT_EQ(lines[1],
             "\xE8\x8A\x82\xE7\x82\xB9-1                   idle      -            8    "
             "zone=\xE5\x8C\x97              -");
+}
+
+// An empty restart_policy and distribution.type print as what they stand for, not "".
+TEST(FormatJobJson, PrintsTheDefaultsAnEmptyFieldStandsFor) {
+  v1::JobInfo job = Job("job-1", "resnet", "");
+  nlohmann::json j = nlohmann::json::parse(FormatJobJson(job));
+  EXPECT_EQ(j["spec"]["restart_policy"], "group");
+  EXPECT_EQ(j["spec"]["distribution"]["type"], "pytorch");
+  EXPECT_EQ(j["spec"]["max_restarts"], 0);  // Every field, zeros included.
+  EXPECT_EQ(j["state"], "queued");
+  job.mutable_spec()->set_restart_policy("rank");
+  job.mutable_spec()->mutable_distribution()->set_type("tensorflow");
+  j = nlohmann::json::parse(FormatJobJson(job));
+  EXPECT_EQ(j["spec"]["restart_policy"], "rank");
+  EXPECT_EQ(j["spec"]["distribution"]["type"], "tensorflow");
 }
 
 }  // namespace

@@ -202,6 +202,11 @@ def test_rendezvous_metrics_on_the_listen_port_is_refused(spawn):
 @pytest.mark.parametrize("args,message", [
     (["--token-file", "/nonexistent"],
      "--token-file: token file: cannot read '/nonexistent' (No such file or directory)"),
+    # A directory is named as one, not read as an empty token.
+    (["--token-file", "/etc"], "--token-file: token file: '/etc' is a directory, not a file"),
+    # TLS files that cannot be read say why, as token files do.
+    (["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"],
+     "--tls-cert: cannot read '/nonexistent/cert.pem' (No such file or directory)"),
     (["--tls-client-ca", "/etc/passwd"],
      "--tls-client-ca '/etc/passwd' needs --tls-cert and --tls-key (mutual TLS is on top of the "
      "service's own TLS)"),
@@ -349,6 +354,10 @@ def test_dgt_usage_errors(spawn, args, message):
      "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got 'nan'"),
     (["--last-call-timeout", "0"],
      "--last-call-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '0'"),
+    # A member listed twice is refused, naming it.
+    (["--backend=etcd", "--etcd-endpoints=127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2379"],
+     "--etcd-endpoints: '127.0.0.1:2379' is listed twice in "
+     "'127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2379'"),
     (["--keepalive-time-ms", "abc"],
      "--keepalive-time-ms must be an integer from 100 to 3600000, got 'abc'"),
     # Repeated: the last value counts.
