@@ -318,7 +318,8 @@ class Client::Impl {
           next_start = full_pass ? now + backoff : now;
           if (full_pass) backoff = std::min(backoff * 2, options_.max_backoff);
         }
-        // At most two attempts per member at once: a member that holds requests holds only two.
+        // At most two attempts per member at once, on average: members that hold requests hold
+        // a bounded number of threads here.
         if (now >= next_start && race.running < 2 * size()) {
           ++race.running;
           threads.emplace_back(run_attempt, idx);
