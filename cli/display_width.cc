@@ -40,42 +40,38 @@ bool In(const Range (&ranges)[N], char32_t c) {
 // for a byte that does not start a valid, shortest-form sequence.
 bool Decode(absl::string_view text, size_t* i, char32_t* out) {
   const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
-  const uint8_t b0 = byte(*i);
-  size_t len = 0;
-  char32_t c = 0;
-  char32_t min = 0;
-  if (b0 < 0x80) {
-    *out = b0;
+  const uint8_t lead = byte(*i);
+  if (lead < 0x80) {
+    *out = lead;
     ++*i;
     return true;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    len = 2, c = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, c = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, c = b0 & 0x07, min = 0x10000;
-  } else {
-    ++*i;
-    return false;
   }
-  if (*i + len > text.size()) {
-    ++*i;
-    return false;
+  // The sequence's length, the lead byte's payload, and the smallest character of that length.
+  size_t len = 0;
+  char32_t c = 0;
+  char32_t smallest = 0;
+  if ((lead & 0xE0) == 0xC0) {
+    len = 2;
+    c = lead & 0x1Fu;
+    smallest = 0x80;
+  } else if ((lead & 0xF0) == 0xE0) {
+    len = 3;
+    c = lead & 0x0Fu;
+    smallest = 0x800;
+  } else if ((lead & 0xF8) == 0xF0) {
+    len = 4;
+    c = lead & 0x07u;
+    smallest = 0x10000;
   }
-  for (size_t k = 1; k < len; ++k) {
-    if ((byte(*i + k) & 0xC0) != 0x80) {
-      ++*i;
-      return false;
-    }
-    c = (c << 6) | (byte(*i + k) & 0x3F);
+  bool valid = len > 0 && *i + len <= text.size();
+  for (size_t k = 1; valid && k < len; ++k) {
+    valid = (byte(*i + k) & 0xC0) == 0x80;
+    c = (c << 6) | (byte(*i + k) & 0x3Fu);
   }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
-    ++*i;
-    return false;
-  }
-  *i += len;
+  valid = valid && c >= smallest && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
+  *i += valid ? len : 1;
   *out = c;
-  return true;
+  return valid;
 }
 
 }  // namespace

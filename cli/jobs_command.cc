@@ -374,13 +374,12 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
   for (const v1::JobInfo& j : jobs.jobs()) {
     // The name is the user's text: padded by its width on the terminal, not its bytes.
     absl::StrAppend(
-        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %s %s\n", j.job_id(),
-                              dgt::jobs::JobStateName(j.state()),
-                              absl::StrCat(j.spec().instance_count(), " x ",
-                                           j.spec().distribution().process_count_per_instance()),
-                              j.restarts() + j.node_replacements(),
-                              PadRight(j.spec().name().empty() ? "-" : j.spec().name(), 20),
-                              j.reason()));
+        &out, absl::StrFormat(
+                  "%-12s %-10s %-13s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
+                  absl::StrCat(j.spec().instance_count(), " x ",
+                               j.spec().distribution().process_count_per_instance()),
+                  j.restarts() + j.node_replacements(),
+                  PadRight(j.spec().name().empty() ? "-" : j.spec().name(), 20), j.reason()));
   }
   return out;
 }
@@ -433,11 +432,10 @@ std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {
   std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %s\n", "NODE", "STATE", "JOB",
                                     "GPUS", "LABELS", "REGISTERED");
   for (const v1::NodeInfo& n : nodes.nodes()) {
-    absl::StrAppend(&out,
-                    absl::StrFormat("%s %-9s %-12s %-4d %s %s\n", PadRight(n.node_name(), 24),
-                                    n.state(), n.job_id().empty() ? "-" : n.job_id(),
-                                    n.gpu_count(), PadRight(Labels(n.labels()), 20),
-                                    Ago(n.registered_unix_s(), now)));
+    absl::StrAppend(
+        &out, absl::StrFormat("%s %-9s %-12s %-4d %s %s\n", PadRight(n.node_name(), 24), n.state(),
+                              n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
+                              PadRight(Labels(n.labels()), 20), Ago(n.registered_unix_s(), now)));
   }
   return out;
 }

@@ -328,8 +328,8 @@ class Client::Impl {
           continue;
         }
         // Until the next start is due (or, with the most attempts running, one ends).
-        race.cv.WaitWithDeadline(&race.mu, now >= next_start ? deadline
-                                                             : std::min(next_start, deadline));
+        race.cv.WaitWithDeadline(&race.mu,
+                                 now >= next_start ? deadline : std::min(next_start, deadline));
       }
       race.over.store(true);
       for (grpc::ClientContext* context : race.contexts) context->TryCancel();

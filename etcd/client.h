@@ -11,13 +11,14 @@
 // leader) is joined by the next member after a share of the call's budget, and the first answer
 // wins. Writes (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke) are not
 // repeated after an attempt timed out (the member may have applied it): they return
-// DEADLINE_EXCEEDED naming the endpoint, and the next call starts on the next member. That happens when the leader dies: a member that has
-// not yet noticed forwards the write to the dead leader and never answers it (etcd's Go client
-// sees the same). A write repeated after an UNAVAILABLE that came after sending (a member killed
-// mid-call) may have been applied twice. So a Txn guards its effect with its own compare, and
-// its caller, on DEADLINE_EXCEEDED or a failed compare after a retry, reads back whether its
-// write is there. Every call carries etcd's "hasleader" metadata: a member that knows of no
-// leader (an election, a partition) answers UNAVAILABLE at once and the call moves on.
+// DEADLINE_EXCEEDED naming the endpoint, and the next call starts on the next member. That happens
+// when the leader dies: a member that has not yet noticed forwards the write to the dead leader and
+// never answers it (etcd's Go client sees the same). A write repeated after an UNAVAILABLE that
+// came after sending (a member killed mid-call) may have been applied twice. So a Txn guards its
+// effect with its own compare, and its caller, on DEADLINE_EXCEEDED or a failed compare after a
+// retry, reads back whether its write is there. Every call carries etcd's "hasleader" metadata: a
+// member that knows of no leader (an election, a partition) answers UNAVAILABLE at once and the
+// call moves on.
 //
 // Errors (absl::Status): every call is bounded by ClientOptions::call_timeout; when it passes with
 // only UNAVAILABLE answers the call returns UNAVAILABLE naming each endpoint tried and its last

@@ -168,12 +168,12 @@ absl::Status CheckNoNul(absl::string_view path, absl::string_view value) {
 
 // The first NUL byte in any string of `spec`, named by its key path.
 absl::Status CheckNoNulBytes(const v1::JobSpec& spec) {
-  for (const auto& [path, value] : {std::pair<absl::string_view, absl::string_view>{
-                                        "command", spec.command()},
-                                    {"name", spec.name()},
-                                    {"code_dir", spec.code_dir()},
-                                    {"distribution.type", spec.distribution().type()},
-                                    {"restart_policy", spec.restart_policy()}}) {
+  for (const auto& [path, value] :
+       {std::pair<absl::string_view, absl::string_view>{"command", spec.command()},
+        {"name", spec.name()},
+        {"code_dir", spec.code_dir()},
+        {"distribution.type", spec.distribution().type()},
+        {"restart_policy", spec.restart_policy()}}) {
     if (absl::Status s = CheckNoNul(path, value); !s.ok()) return s;
   }
   for (const auto& [map_path, map] :
@@ -228,16 +228,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
     const char* encoding;
     const char* hex;
   };
-  for (const Bom& bom : {Bom{absl::string_view("\xFF\xFE\0\0", 4), "UTF-32 little-endian",
-                             "FF FE 00 00"},
-                         Bom{absl::string_view("\0\0\xFE\xFF", 4), "UTF-32 big-endian",
-                             "00 00 FE FF"},
-                         Bom{"\xFF\xFE", "UTF-16 little-endian", "FF FE"},
-                         Bom{"\xFE\xFF", "UTF-16 big-endian", "FE FF"}}) {
+  for (const Bom& bom :
+       {Bom{absl::string_view("\xFF\xFE\0\0", 4), "UTF-32 little-endian", "FF FE 00 00"},
+        Bom{absl::string_view("\0\0\xFE\xFF", 4), "UTF-32 big-endian", "00 00 FE FF"},
+        Bom{"\xFF\xFE", "UTF-16 little-endian", "FF FE"},
+        Bom{"\xFE\xFF", "UTF-16 big-endian", "FE FF"}}) {
     if (absl::StartsWith(text, bom.bytes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("not UTF-8: the file starts with a ", bom.encoding, " byte-order mark (",
-                       bom.hex, "); save it as UTF-8"));
+      return absl::InvalidArgumentError(absl::StrCat("not UTF-8: the file starts with a ",
+                                                     bom.encoding, " byte-order mark (", bom.hex,
+                                                     "); save it as UTF-8"));
     }
   }
   YAML::Node root;

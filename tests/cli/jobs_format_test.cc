@@ -17,14 +17,16 @@ namespace v1 = ::dgt::jobs::v1;
 TEST(DisplayWidth, CountsColumnsNotBytes) {
   EXPECT_EQ(DisplayWidth(""), 0u);
   EXPECT_EQ(DisplayWidth("resnet"), 6u);
-  EXPECT_EQ(DisplayWidth("r\xC3\xA9sum\xC3\xA9"), 6u);        // "résumé", precomposed: 8 bytes.
-  EXPECT_EQ(DisplayWidth("re\xCC\x81sume\xCC\x81"), 6u);      // "résumé", combining acute.
-  EXPECT_EQ(DisplayWidth("\xE8\xAE\xAD\xE7\xBB\x83"), 4u);    // "训练": 2 wide, 6 bytes.
-  EXPECT_EQ(DisplayWidth("\xEF\xBC\xA1"), 2u);                // Fullwidth "Ａ".
-  EXPECT_EQ(DisplayWidth("\xF0\x9F\x9A\x80"), 2u);            // An emoji (rocket).
-  EXPECT_EQ(DisplayWidth("a\xE2\x80\x8B" "b"), 2u);           // Zero-width space.
-  EXPECT_EQ(DisplayWidth("\xFF\xC3"), 2u);                    // Not UTF-8: a column a byte.
-  EXPECT_EQ(DisplayWidth("\xC0\xAF"), 2u);                    // Overlong "/": not UTF-8.
+  EXPECT_EQ(DisplayWidth("r\xC3\xA9sum\xC3\xA9"), 6u);      // "résumé", precomposed: 8 bytes.
+  EXPECT_EQ(DisplayWidth("re\xCC\x81sume\xCC\x81"), 6u);    // "résumé", combining acute.
+  EXPECT_EQ(DisplayWidth("\xE8\xAE\xAD\xE7\xBB\x83"), 4u);  // "训练": 2 wide, 6 bytes.
+  EXPECT_EQ(DisplayWidth("\xEF\xBC\xA1"), 2u);              // Fullwidth "Ａ".
+  EXPECT_EQ(DisplayWidth("\xF0\x9F\x9A\x80"), 2u);          // An emoji (rocket).
+  EXPECT_EQ(DisplayWidth("a\xE2\x80\x8B"
+                         "b"),
+            2u);                            // Zero-width space.
+  EXPECT_EQ(DisplayWidth("\xFF\xC3"), 2u);  // Not UTF-8: a column a byte.
+  EXPECT_EQ(DisplayWidth("\xC0\xAF"), 2u);  // Overlong "/": not UTF-8.
   EXPECT_EQ(PadRight("\xE8\xAE\xAD\xE7\xBB\x83", 6), "\xE8\xAE\xAD\xE7\xBB\x83  ");
   EXPECT_EQ(PadRight("abc", 2), "abc");
 }
@@ -45,15 +47,16 @@ v1::JobInfo Job(const std::string& id, const std::string& name, const std::strin
 TEST(FormatJobs, PadsNamesByTheirWidthOnATerminal) {
   v1::ListJobsResponse jobs;
   *jobs.add_jobs() = Job("job-1", "resnet", "r1");
-  *jobs.add_jobs() = Job("job-2", "\xE8\xAE\xAD\xE7\xBB\x83", "r2");       // "训练"
-  *jobs.add_jobs() = Job("job-3", "r\xC3\xA9sum\xC3\xA9", "r3");          // "résumé"
+  *jobs.add_jobs() = Job("job-2", "\xE8\xAE\xAD\xE7\xBB\x83", "r2");  // "训练"
+  *jobs.add_jobs() = Job("job-3", "r\xC3\xA9sum\xC3\xA9", "r3");      // "résumé"
   const std::vector<std::string> lines = absl::StrSplit(FormatJobs(jobs), '\n');
   EXPECT_THAT(
       lines,
       ::testing::ElementsAre(
           "JOB ID       STATE      NODES x PROCS RESTARTS NAME                 REASON",
           "job-1        queued     1 x 2         0        resnet               r1",
-          "job-2        queued     1 x 2         0        \xE8\xAE\xAD\xE7\xBB\x83                 r2",
+          "job-2        queued     1 x 2         0        \xE8\xAE\xAD\xE7\xBB\x83                 "
+          "r2",
           "job-3        queued     1 x 2         0        r\xC3\xA9sum\xC3\xA9               r3",
           ""));
   for (size_t i = 1; i < 4; ++i) {

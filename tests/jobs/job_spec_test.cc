@@ -165,7 +165,9 @@ TEST(ParseJobSpecYaml, AUtf16OrUtf32ByteOrderMarkIsRefusedByName) {
     EXPECT_EQ(Error(spec.status()), c.error);
   }
   // A UTF-8 byte-order mark is fine.
-  auto utf8 = ParseJobSpecYaml("\xEF\xBB\xBF" "command: x\ninstance_count: 1\n");
+  auto utf8 = ParseJobSpecYaml(
+      "\xEF\xBB\xBF"
+      "command: x\ninstance_count: 1\n");
   ASSERT_TRUE(utf8.ok()) << utf8.status();
   EXPECT_EQ(utf8->command(), "x");
 }
@@ -186,7 +188,10 @@ TEST(Validate, ANulByteIsRefusedNamingTheKey) {
   };
   for (const Case& c : std::initializer_list<Case>{
            {[](v1::JobSpec& s) {
-              (*s.mutable_environment_variables())["SEED"] = std::string("7\0" "8", 3);
+              (*s.mutable_environment_variables())["SEED"] = std::string(
+                  "7\0"
+                  "8",
+                  3);
             },
             "environment_variables.SEED: must not contain a NUL byte (found at byte 1)"},
            {[](v1::JobSpec& s) {

@@ -63,7 +63,8 @@ TEST(CreateClientChannelTest, UnreadableCaFileIsInvalidArgumentNamingFlagAndPath
   auto channel = CreateClientChannel("127.0.0.1:1", options);
   ASSERT_FALSE(channel.ok());
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(channel.status().message(), "--rdzv-tls-ca: cannot read '/nonexistent/ca.pem' (No such file or directory)");
+  EXPECT_EQ(channel.status().message(),
+            "--rdzv-tls-ca: cannot read '/nonexistent/ca.pem' (No such file or directory)");
 }
 
 // A directory given as the token file is named as one (an ifstream reads it as empty).
