@@ -186,7 +186,7 @@ std::optional<std::string> NotACounter(store::ClientOptions options, absl::strin
   int64_t n = 0;
   if (!value.ok() || absl::SimpleAtoi(*value, &n)) return std::nullopt;
   constexpr size_t kShown = 64;
-  std::string shown = absl::CHexEscape(absl::string_view(*value).substr(0, kShown));
+  std::string shown = absl::CEscape(absl::string_view(*value).substr(0, kShown));
   if (value->size() > kShown) absl::StrAppend(&shown, "...");
   return absl::StrCat("the value of key '", key, "' is not a decimal integer ('", shown,
                       "'): ADD adds to a counter; the store refused it and closed the connection");

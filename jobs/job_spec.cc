@@ -183,7 +183,7 @@ absl::Status CheckNoNulBytes(const v1::JobSpec& spec) {
     for (const auto& [key, value] : *map) {
       if (key.find('\0') != std::string::npos) {
         return Bad(map_path, absl::StrCat("a key must not contain a NUL byte, got '",
-                                          absl::CHexEscape(key), "'"));
+                                          absl::CEscape(key), "'"));
       }
       if (absl::Status s = CheckNoNul(absl::StrCat(map_path, ".", key), value); !s.ok()) {
         return s;
