@@ -1,6 +1,7 @@
 #include "cli/jobs_command.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cli/display_width.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "dgt/jobs/v1/jobs.grpc.pb.h"
@@ -226,8 +228,7 @@ int ShowJob(const CommonFlags& f, const std::string& id, bool json) {
   });
   if (rc != 0) return rc;
   if (json) {
-    // exit_code 0 and node_rank 0 are values: print every field.
-    std::printf("%s\n", dgt::jobs::JobInfoToJson(job, /*all_fields=*/true).c_str());
+    std::printf("%s\n", FormatJobJson(job).c_str());
   } else {
     std::fputs(FormatJob(job, NowUnix()).c_str(), stdout);
   }
@@ -256,17 +257,20 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   return rc;
 }
 
-int Logs(const CommonFlags& f, const std::string& id, int rank, const std::string& stream,
-         bool follow) {
+int Logs(const CommonFlags& f, const std::string& id, const std::string& rank_text,
+         const std::string& stream, bool follow) {
   Connection c("logs", f);
   if (stream != "stdout" && stream != "stderr") {
     c.Error(absl::StrCat("--stream: must be stdout or stderr, got '", stream, "'"));
     return replica::kExitUsage;
   }
-  if (rank < 0) {
-    c.Error(absl::StrCat("--rank: must be >= 0, got ", rank));
+  // A global rank is an int32 on the wire (ReadLogRequest.rank).
+  auto parsed_rank = ParseInt64("--rank", rank_text, 0, INT32_MAX);
+  if (!parsed_rank.ok()) {
+    c.Error(std::string(parsed_rank.status().message()));
     return replica::kExitUsage;
   }
+  const int rank = static_cast<int>(*parsed_rank);
   if (!c.Open()) return c.exit_code();
   int64_t offset = 0;
   // With --follow: since when the service has been lost (CANCELLED when it stopped mid-call,
@@ -368,13 +372,14 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
   std::string out = absl::StrFormat("%-12s %-10s %-13s %-8s %-20s %s\n", "JOB ID", "STATE",
                                     "NODES x PROCS", "RESTARTS", "NAME", "REASON");
   for (const v1::JobInfo& j : jobs.jobs()) {
+    // The name is the user's text: padded by its width on the terminal, not its bytes.
     absl::StrAppend(
-        &out, absl::StrFormat("%-12s %-10s %-13s %-8d %-20s %s\n", j.job_id(),
-                              dgt::jobs::JobStateName(j.state()),
-                              absl::StrCat(j.spec().instance_count(), " x ",
-                                           j.spec().distribution().process_count_per_instance()),
-                              j.restarts() + j.node_replacements(),
-                              j.spec().name().empty() ? "-" : j.spec().name(), j.reason()));
+        &out, absl::StrFormat(
+                  "%-12s %-10s %-13s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
+                  absl::StrCat(j.spec().instance_count(), " x ",
+                               j.spec().distribution().process_count_per_instance()),
+                  j.restarts() + j.node_replacements(),
+                  PadRight(j.spec().name().empty() ? "-" : j.spec().name(), 20), j.reason()));
   }
   return out;
 }
@@ -405,7 +410,7 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
       std::string ranks =
           n.first_rank() >= 0 ? absl::StrCat(n.first_rank(), "-", n.first_rank() + per - 1) : "-";
       absl::StrAppend(&out,
-                      absl::StrFormat("  %-24s %-9s %-11s %s\n", n.node_name(),
+                      absl::StrFormat("  %s %-9s %-11s %s\n", PadRight(n.node_name(), 24),
                                       n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-", ranks,
                                       n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-"));
     }
@@ -413,15 +418,24 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
   return out;
 }
 
+std::string FormatJobJson(v1::JobInfo job) {
+  // The values an empty field stands for, as the text form and dgt-run read them.
+  v1::JobSpec& spec = *job.mutable_spec();
+  if (spec.restart_policy().empty()) spec.set_restart_policy("group");
+  if (spec.distribution().type().empty()) spec.mutable_distribution()->set_type("pytorch");
+  // exit_code 0 and node_rank 0 are values: print every field.
+  return dgt::jobs::JobInfoToJson(job, /*all_fields=*/true);
+}
+
 std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {
   if (nodes.nodes_size() == 0) return "no nodes registered\n";
   std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %s\n", "NODE", "STATE", "JOB",
                                     "GPUS", "LABELS", "REGISTERED");
   for (const v1::NodeInfo& n : nodes.nodes()) {
-    absl::StrAppend(&out,
-                    absl::StrFormat("%-24s %-9s %-12s %-4d %-20s %s\n", n.node_name(), n.state(),
-                                    n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
-                                    Labels(n.labels()), Ago(n.registered_unix_s(), now)));
+    absl::StrAppend(
+        &out, absl::StrFormat("%s %-9s %-12s %-4d %s %s\n", PadRight(n.node_name(), 24), n.state(),
+                              n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
+                              PadRight(Labels(n.labels()), 20), Ago(n.registered_unix_s(), now)));
   }
   return out;
 }
@@ -460,12 +474,14 @@ void AddJobsCommands(CLI::App& app, std::function<int()>* run) {
   {
     auto f = std::make_shared<CommonFlags>();
     auto id = std::make_shared<std::string>();
-    auto rank = std::make_shared<int>(0);
+    // Text until ParseInt64 checks it: CLI11's own message for "99999999999" is "Could not
+    // convert".
+    auto rank = std::make_shared<std::string>("0");
     auto stream = std::make_shared<std::string>("stdout");
     auto follow = std::make_shared<bool>(false);
     CLI::App* cmd = app.add_subcommand("logs", "A rank's log, read from the node that ran it");
     cmd->add_option("job_id", *id, "The job id")->required()->type_name("ID");
-    cmd->add_option("--rank", *rank, "Global rank")->capture_default_str();
+    cmd->add_option("--rank", *rank, "Global rank")->type_name("RANK")->capture_default_str();
     cmd->add_option("--stream", *stream, "stdout or stderr")->capture_default_str();
     cmd->add_flag("--follow,-f", *follow, "Keep reading until the job ends");
     AddCommonFlags(cmd, f.get());

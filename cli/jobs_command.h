@@ -21,10 +21,14 @@ namespace dgt::cli {
 // Adds submit, jobs, job (show), logs, cancel and nodes to `app`; selecting one sets `*run`.
 void AddJobsCommands(CLI::App& app, std::function<int()>* run);
 
-// The tables the commands print, with times relative to `now_unix_s`.
+// The tables the commands print, with times relative to `now_unix_s`. Columns of user text
+// (names, labels) are padded by their width on a terminal (cli/display_width.h), not bytes.
 std::string FormatJobs(const dgt::jobs::v1::ListJobsResponse& jobs);
 std::string FormatJob(const dgt::jobs::v1::JobInfo& job, double now_unix_s);
 std::string FormatNodes(const dgt::jobs::v1::ListNodesResponse& nodes, double now_unix_s);
+// `dgt job show --json`: every field (dgt.jobs.v1.JobInfo), with the spec's empty restart_policy
+// and distribution.type given as what they stand for ("group", "pytorch").
+std::string FormatJobJson(dgt::jobs::v1::JobInfo job);
 
 }  // namespace dgt::cli
 

@@ -3,15 +3,19 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/flag_parse.h"
@@ -167,6 +171,27 @@ std::unique_ptr<store::Client> ConnectOrReport(const store::ClientOptions& optio
   return std::move(*client);
 }
 
+// After an ADD that the store answered by closing the connection: why, when the key's value is
+// not a decimal integer. Stores do that then (torch's servers and dgt's alike: torch's clients
+// expect it) and say why only in their own log. Asks on a fresh connection, for at most 5 s;
+// nullopt when the value is an integer, the key is gone or the store does not answer.
+std::optional<std::string> NotACounter(store::ClientOptions options, absl::string_view key) {
+  options.timeout = std::min(options.timeout, absl::Seconds(5));
+  auto client = store::Client::Connect(options);
+  if (!client.ok()) return std::nullopt;
+  // CHECK before GET: a torch 1.x store drops the connection on a GET of a missing key.
+  auto present = (*client)->Check({std::string(key)});
+  if (!present.ok() || !*present) return std::nullopt;
+  auto value = (*client)->Get(key);
+  int64_t n = 0;
+  if (!value.ok() || absl::SimpleAtoi(*value, &n)) return std::nullopt;
+  constexpr size_t kShown = 64;
+  std::string shown = absl::CEscape(absl::string_view(*value).substr(0, kShown));
+  if (value->size() > kShown) absl::StrAppend(&shown, "...");
+  return absl::StrCat("the value of key '", key, "' is not a decimal integer ('", shown,
+                      "'): ADD adds to a counter; the store refused it and closed the connection");
+}
+
 int Report(absl::string_view cmd, const absl::Status& s) {
   if (s.ok()) return 0;
   std::cerr << "dgt store " << cmd << ": " << absl::StatusCodeToString(s.code()) << ": "
@@ -277,6 +302,12 @@ void AddStoreCommand(CLI::App& app, std::function<int()>* run) {
       auto c = ConnectOrReport(setup.options, "add");
       if (!c) return 1;
       auto sum = c->Add(*key, *amount);
+      if (absl::IsUnavailable(sum.status())) {
+        if (auto why = NotACounter(setup.options, *key)) {
+          std::cerr << "dgt store add: error: " << *why << "\n";
+          return 1;
+        }
+      }
       if (!sum.ok()) return Report("add", sum.status());
       std::cout << *sum << std::endl;
       return 0;

@@ -212,9 +212,137 @@ class Client::Impl {
     return false;
   }
 
+  // Connect, giving up early once `*stop` is set (checked between short waits): a hedged
+  // attempt that lost the race ends at once rather than after connect_timeout.
+  static bool ConnectUnlessStopped(Member& m, absl::Time deadline, const std::atomic<bool>* stop,
+                                   std::string* why) {
+    while (!stop->load()) {
+      const absl::Time step = std::min(deadline, absl::Now() + absl::Milliseconds(50));
+      if (Connect(m, step, why)) return true;
+      if (step >= deadline) return false;
+    }
+    *why = "not tried";
+    return false;
+  }
+
   int size() const { return static_cast<int>(members_.size()); }
   Member& member(int i) { return *members_[i]; }
   int current() const { return current_.load(); }
+
+  // Runs the idempotent `attempt(member, context, response)` as Call does, but without waiting on
+  // one member that holds the request: when it has not answered within `hedge` the request also
+  // goes to the next member, the earlier attempts still running, and the first answer wins (the
+  // others are cancelled). A member that refuses at once (UNAVAILABLE) is followed by the next at
+  // once; after every `size()` refusals the call pauses for the backoff. Each attempt is bounded
+  // by attempt_timeout; the call by call_timeout and `until`. `hedge` is half that budget shared
+  // among the members (at most attempt_timeout), so each member is asked about twice within it.
+  // Errors: as Call's.
+  template <typename Response, typename Attempt>
+  absl::Status Hedged(absl::string_view what, Attempt attempt, absl::Time until,
+                      Response* response) {
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = std::min(start + options_.call_timeout, until);
+    const absl::Duration hedge =
+        std::max(std::min(options_.attempt_timeout, (deadline - start) / (2 * size())),
+                 absl::Milliseconds(1));
+    struct Race {
+      Mutex mu;
+      CondVar cv;
+      std::atomic<bool> over{false};  // A winner, or the call gave up: attempts stop.
+      bool won ABSL_GUARDED_BY(mu) = false;
+      int running ABSL_GUARDED_BY(mu) = 0;
+      int failures ABSL_GUARDED_BY(mu) = 0;
+      std::vector<std::string> errors ABSL_GUARDED_BY(mu);
+      std::vector<grpc::ClientContext*> contexts ABSL_GUARDED_BY(mu);
+      Response winner ABSL_GUARDED_BY(mu);
+      int winner_idx ABSL_GUARDED_BY(mu) = -1;
+    } race;
+    {
+      MutexLock lock(&race.mu);
+      race.errors.resize(members_.size());
+    }
+    auto run_attempt = [&](int idx) {
+      Member& m = *members_[idx];
+      std::string why;
+      grpc::Status s(grpc::StatusCode::CANCELLED, "not tried");
+      Response mine;
+      if (ConnectUnlessStopped(m, std::min(deadline, absl::Now() + options_.connect_timeout),
+                               &race.over, &why)) {
+        grpc::ClientContext context;
+        context.AddMetadata("hasleader", "true");
+        context.set_deadline(
+            absl::ToChronoTime(std::min(deadline, absl::Now() + options_.attempt_timeout)));
+        {
+          MutexLock lock(&race.mu);
+          race.contexts.push_back(&context);
+        }
+        if (!race.over.load()) s = attempt(m, &context, &mine);
+        MutexLock lock(&race.mu);
+        race.contexts.erase(std::find(race.contexts.begin(), race.contexts.end(), &context));
+      } else if (why != "not tried") {
+        s = grpc::Status(grpc::StatusCode::UNAVAILABLE, why);
+      }
+      MutexLock lock(&race.mu);
+      --race.running;
+      if (s.ok()) {
+        if (!race.won) {
+          race.won = true;
+          race.winner = std::move(mine);
+          race.winner_idx = idx;
+          race.over.store(true);
+        }
+      } else if (!race.over.load()) {
+        ++race.failures;
+        race.errors[idx] = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                               ? "no answer in time"
+                               : (s.error_message().empty() ? "unavailable" : s.error_message());
+      } else if (race.errors[idx].empty() && s.error_message() != "not tried") {
+        race.errors[idx] = "no answer in time";  // Cancelled when the call gave up.
+      }
+      race.cv.SignalAll();
+    };
+    std::vector<std::thread> threads;
+    int idx = current_.load();
+    absl::Duration backoff = options_.backoff;
+    absl::Time next_start = start;
+    {
+      MutexLock lock(&race.mu);
+      int seen_failures = 0;
+      while (!race.won) {
+        const absl::Time now = absl::Now();
+        if (now >= deadline) break;
+        if (race.failures > seen_failures) {
+          // A refusal: the next member now, or after a full pass of refusals the backoff.
+          const bool full_pass = race.failures / size() > seen_failures / size();
+          seen_failures = race.failures;
+          next_start = full_pass ? now + backoff : now;
+          if (full_pass) backoff = std::min(backoff * 2, options_.max_backoff);
+        }
+        // At most two attempts per member at once, on average: members that hold requests hold
+        // a bounded number of threads here.
+        if (now >= next_start && race.running < 2 * size()) {
+          ++race.running;
+          threads.emplace_back(run_attempt, idx);
+          idx = (idx + 1) % size();
+          next_start = now + hedge;
+          continue;
+        }
+        // Until the next start is due (or, with the most attempts running, one ends).
+        race.cv.WaitWithDeadline(&race.mu,
+                                 now >= next_start ? deadline : std::min(next_start, deadline));
+      }
+      race.over.store(true);
+      for (grpc::ClientContext* context : race.contexts) context->TryCancel();
+    }
+    for (std::thread& t : threads) t.join();
+    MutexLock lock(&race.mu);
+    if (race.won) {
+      current_.store(race.winner_idx);
+      *response = std::move(race.winner);
+      return absl::OkStatus();
+    }
+    return Unavailable(what, race.errors, deadline - start);
+  }
 
   // Runs `attempt(member, context)` on the current member, moving on to the others as the file
   // comment says. `idempotent`: also move on when one attempt ran past its deadline. Bounded by
@@ -255,6 +383,9 @@ class Client::Impl {
           continue;
         }
         if (timed_out) {
+          // The next call starts on another member: this one may hang (paused, or forwarding to
+          // a leader that is).
+          current_.store((idx + 1) % size());
           return absl::DeadlineExceededError(
               absl::StrCat("etcd ", what, " at ", m.address, ": no answer within ",
                            absl::FormatDuration(options_.attempt_timeout),
@@ -449,18 +580,20 @@ absl::StatusOr<int64_t> Client::LeaseKeepAliveOnce(int64_t lease_id, absl::Time 
   pb::LeaseKeepAliveRequest req;
   req.set_id(lease_id);
   pb::LeaseKeepAliveResponse resp;
-  absl::Status s = impl_->Call(
-      "lease keepalive", true,
-      [&](Member& m, grpc::ClientContext* ctx) {
+  // Hedged: a member that holds the renewal (a paused leader, or a follower forwarding it to
+  // one) must not spend the lease's whole TTL.
+  absl::Status s = impl_->Hedged(
+      "lease keepalive",
+      [&req](Member& m, grpc::ClientContext* ctx, pb::LeaseKeepAliveResponse* out) {
         auto stream = m.lease->LeaseKeepAlive(ctx);
-        const bool ok = stream->Write(req) && stream->Read(&resp);
+        const bool ok = stream->Write(req) && stream->Read(out);
         ctx->TryCancel();
         grpc::Status status = stream->Finish();
         if (ok) return grpc::Status::OK;
         if (status.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed");
         return status;
       },
-      until);
+      until, &resp);
   if (!s.ok()) return s;
   if (resp.ttl() <= 0) {
     return absl::NotFoundError(

@@ -5,17 +5,20 @@
 // Endpoints and failover: the client holds one channel per endpoint and sends each call to its
 // current endpoint; when that attempt fails with UNAVAILABLE (member down, no leader, leader
 // changed) it moves to the next endpoint and tries again, pausing between full passes over the
-// endpoints (ClientOptions::backoff), until the call's deadline. Reads (Range,
-// LeaseKeepAliveOnce, LeaseTimeToLive) also move on when one attempt runs past
-// ClientOptions::attempt_timeout. Writes (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke) are not
+// endpoints (ClientOptions::backoff), until the call's deadline. Reads (Range, LeaseTimeToLive)
+// also move on when one attempt runs past ClientOptions::attempt_timeout. A lease renewal
+// (LeaseKeepAliveOnce) does not wait that long on one member: a member that holds it (a paused
+// leader) is joined by the next member after a share of the call's budget, and the first answer
+// wins. Writes (Put, DeleteRange, Txn, LeaseGrant, LeaseRevoke) are not
 // repeated after an attempt timed out (the member may have applied it): they return
-// DEADLINE_EXCEEDED naming the endpoint. That happens when the leader dies: a member that has
-// not yet noticed forwards the write to the dead leader and never answers it (etcd's Go client
-// sees the same). A write repeated after an UNAVAILABLE that came after sending (a member killed
-// mid-call) may have been applied twice. So a Txn guards its effect with its own compare, and
-// its caller, on DEADLINE_EXCEEDED or a failed compare after a retry, reads back whether its
-// write is there. Every call carries etcd's "hasleader" metadata: a member that knows of no
-// leader (an election, a partition) answers UNAVAILABLE at once and the call moves on.
+// DEADLINE_EXCEEDED naming the endpoint, and the next call starts on the next member. That happens
+// when the leader dies: a member that has not yet noticed forwards the write to the dead leader and
+// never answers it (etcd's Go client sees the same). A write repeated after an UNAVAILABLE that
+// came after sending (a member killed mid-call) may have been applied twice. So a Txn guards its
+// effect with its own compare, and its caller, on DEADLINE_EXCEEDED or a failed compare after a
+// retry, reads back whether its write is there. Every call carries etcd's "hasleader" metadata: a
+// member that knows of no leader (an election, a partition) answers UNAVAILABLE at once and the
+// call moves on.
 //
 // Errors (absl::Status): every call is bounded by ClientOptions::call_timeout; when it passes with
 // only UNAVAILABLE answers the call returns UNAVAILABLE naming each endpoint tried and its last
@@ -170,7 +173,9 @@ class Client {
   absl::StatusOr<Lease> LeaseGrant(int64_t ttl_seconds);
   // Renews `lease_id` once (one request and its answer on a LeaseKeepAlive stream, bounded by the
   // call deadline); returns the TTL it now has, in seconds. NOT_FOUND when it expired or was
-  // revoked.
+  // revoked. When a member has not answered within half the call's budget divided by the number
+  // of members, the request goes to the next member too (the earlier ones still waiting), so a
+  // member that hangs costs a share of the budget, not all of it.
   absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t lease_id);
   // The same, given up (UNAVAILABLE or DEADLINE_EXCEEDED) at `until` when that comes before the
   // call deadline: a LeaseKeeper does not wait past the lease's TTL for one renewal.

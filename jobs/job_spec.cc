@@ -12,6 +12,8 @@
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -54,12 +56,14 @@ bool IsIntegerText(absl::string_view text) {
   });
 }
 
-absl::Status ReadInt(const YAML::Node& node, absl::string_view path, int32_t* out) {
+// Reads an int32 key whose valid values are [min, max] (Validate checks that range; a number
+// beyond int32 is refused here with the same words, not int32's range).
+absl::Status ReadInt(const YAML::Node& node, absl::string_view path, int32_t min, int32_t max,
+                     int32_t* out) {
   int64_t v = 0;
   if (node.IsScalar() && IsIntegerText(node.Scalar()) &&
       (!absl::SimpleAtoi(node.Scalar(), &v) || v < INT32_MIN || v > INT32_MAX)) {
-    return Bad(path, absl::StrCat("out of range (", INT32_MIN, " to ", INT32_MAX, "), got ",
-                                  Describe(node)));
+    return Bad(path, absl::StrCat("must be >= ", min, " and <= ", max, ", got ", node.Scalar()));
   }
   if (!node.IsScalar() || !absl::SimpleAtoi(node.Scalar(), &v)) {
     return Bad(path, absl::StrCat("must be an integer, got ", Describe(node)));
@@ -136,20 +140,55 @@ absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
       s = ReadString(kv.second, path, d->mutable_type());
     } else if (key == "process_count_per_instance") {
       int32_t v = 0;
-      s = ReadInt(kv.second, path, &v);
+      s = ReadInt(kv.second, path, 1, kMaxProcessesPerInstance, &v);
       d->set_process_count_per_instance(v);
     } else if (key == "worker_count") {
       int32_t v = 0;
-      s = ReadInt(kv.second, path, &v);
+      s = ReadInt(kv.second, path, 1, INT32_MAX, &v);
       d->set_worker_count(v);
     } else if (key == "parameter_server_count") {
       int32_t v = 0;
-      s = ReadInt(kv.second, path, &v);
+      s = ReadInt(kv.second, path, 0, INT32_MAX, &v);
       d->set_parameter_server_count(v);
     } else {
       s = UnknownKey("distribution.", key, kDistributionKeys);
     }
     if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// A NUL byte in a string that becomes a command line, an environment entry or a file name would
+// cut it short where it is used (execve, setenv): refused, naming the key and the byte.
+absl::Status CheckNoNul(absl::string_view path, absl::string_view value) {
+  const size_t at = value.find('\0');
+  if (at == absl::string_view::npos) return absl::OkStatus();
+  return Bad(path, absl::StrCat("must not contain a NUL byte (found at byte ", at, ")"));
+}
+
+// The first NUL byte in any string of `spec`, named by its key path.
+absl::Status CheckNoNulBytes(const v1::JobSpec& spec) {
+  for (const auto& [path, value] :
+       {std::pair<absl::string_view, absl::string_view>{"command", spec.command()},
+        {"name", spec.name()},
+        {"code_dir", spec.code_dir()},
+        {"distribution.type", spec.distribution().type()},
+        {"restart_policy", spec.restart_policy()}}) {
+    if (absl::Status s = CheckNoNul(path, value); !s.ok()) return s;
+  }
+  for (const auto& [map_path, map] :
+       {std::pair<absl::string_view, const google::protobuf::Map<std::string, std::string>*>{
+            "environment_variables", &spec.environment_variables()},
+        {"node_labels", &spec.node_labels()}}) {
+    for (const auto& [key, value] : *map) {
+      if (key.find('\0') != std::string::npos) {
+        return Bad(map_path, absl::StrCat("a key must not contain a NUL byte, got '",
+                                          absl::CEscape(key), "'"));
+      }
+      if (absl::Status s = CheckNoNul(absl::StrCat(map_path, ".", key), value); !s.ok()) {
+        return s;
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -182,6 +221,24 @@ absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
+  // Job files are UTF-8 (a UTF-8 byte-order mark is fine). A UTF-16 or UTF-32 file is refused by
+  // its byte-order mark: read as YAML, its keys and values would be named wrongly in every error.
+  struct Bom {
+    absl::string_view bytes;
+    const char* encoding;
+    const char* hex;
+  };
+  for (const Bom& bom :
+       {Bom{absl::string_view("\xFF\xFE\0\0", 4), "UTF-32 little-endian", "FF FE 00 00"},
+        Bom{absl::string_view("\0\0\xFE\xFF", 4), "UTF-32 big-endian", "00 00 FE FF"},
+        Bom{"\xFF\xFE", "UTF-16 little-endian", "FF FE"},
+        Bom{"\xFE\xFF", "UTF-16 big-endian", "FE FF"}}) {
+    if (absl::StartsWith(text, bom.bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("not UTF-8: the file starts with a ",
+                                                     bom.encoding, " byte-order mark (", bom.hex,
+                                                     "); save it as UTF-8"));
+    }
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
@@ -211,13 +268,13 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
       } else if (key == "environment_variables") {
         s = ReadMap(kv.second, key, spec.mutable_environment_variables());
       } else if (key == "instance_count") {
-        s = ReadInt(kv.second, key, &v);
+        s = ReadInt(kv.second, key, 1, kMaxInstanceCount, &v);
         spec.set_instance_count(v);
       } else if (key == "distribution") {
         s = ReadDistribution(kv.second, spec.mutable_distribution());
         pcpi_set = kv.second.IsMap() && kv.second["process_count_per_instance"].IsDefined();
       } else if (key == "max_restarts") {
-        s = ReadInt(kv.second, key, &v);
+        s = ReadInt(kv.second, key, 0, kMaxRestarts, &v);
         spec.set_max_restarts(v);
       } else if (key == "restart_policy") {
         s = ReadString(kv.second, key, spec.mutable_restart_policy());
@@ -240,6 +297,7 @@ absl::Status Validate(const v1::JobSpec& spec) {
   if (spec.command().empty()) {
     return Bad("command", "required (the shell command every worker process runs)");
   }
+  if (absl::Status s = CheckNoNulBytes(spec); !s.ok()) return s;
   if (spec.name().size() > kMaxNameBytes) {
     return Bad("name",
                absl::StrCat("must be at most ", kMaxNameBytes, " bytes, got ", spec.name().size()));

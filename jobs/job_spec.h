@@ -40,12 +40,15 @@ absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
 // Reads a job spec from YAML text. Keys absent from the text keep the proto defaults, except
 // distribution.process_count_per_instance, which defaults to 1 (as Azure ML's). Errors:
 // InvalidArgument naming the key path for an unknown key, a value of the wrong type (a map where a
-// string is due, "two" for an integer), or text that is not YAML (with the line). The result is
-// not yet validated: call Validate.
+// string is due, "two" for an integer), an integer beyond int32 (with the key's range), text that
+// is not YAML (with the line), or text that starts with a UTF-16 or UTF-32 byte-order mark. The
+// result is not yet validated: call Validate.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text);
 
 // Checks every rule of the JobSpec comments (jobs.proto), in this order:
-// - command required; name <= 128 bytes; code_dir absolute.
+// - command required; no NUL byte in any string (command, name, code_dir, distribution.type,
+//   restart_policy, environment_variables and node_labels keys and values).
+// - name <= 128 bytes; code_dir absolute.
 // - environment variable names [A-Za-z_][A-Za-z0-9_]*; instance_count 1..100000.
 // - distribution.type "", "pytorch" or "tensorflow" ("mpi" is refused: dgt-run runs no MPI).
 // - process_count_per_instance 1..4096.

@@ -5,28 +5,42 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/read_file.h"
 #include "grpc/support/log.h"
 #include "spdlog/spdlog.h"
 
 namespace dgt::rendezvous {
 namespace {
 
+// The most bytes of a PEM or token file read (1 MiB): a CA bundle is far smaller.
+constexpr int64_t kMaxCredentialFileBytes = 1 << 20;
+
+// Reads a credential file. Errors (InvalidArgument, naming `what` and the path): "cannot read
+// '<path>' (<strerror>)", "'<path>' is a directory, not a file", "'<path>' is larger than
+// 1048576 bytes".
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read '", path, "'"));
+  CappedRead read = ReadFileUpTo(path, kMaxCredentialFileBytes);
+  switch (read.outcome) {
+    case CappedRead::Outcome::kOk:
+      return std::move(read.text);
+    case CappedRead::Outcome::kDirectory:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", path, "' is a directory, not a file"));
+    case CappedRead::Outcome::kUnreadable:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": cannot read '", path, "' (", std::strerror(read.error), ")"));
+    case CappedRead::Outcome::kTooLarge:
+      break;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": '", path, "' is larger than ", kMaxCredentialFileBytes, " bytes"));
 }
 
 // Checks that `key_pem` is the private key of `cert_pem` before gRPC sees them: gRPC only logs
@@ -165,15 +179,9 @@ absl::Status CheckClientTlsFiles(const TlsFiles& tls) {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  errno = 0;
+  // With the reason ("Permission denied": a file root can read, not the job's user).
   auto text = ReadFile(path, "token file");
-  if (!text.ok()) {
-    // The reason too ("Permission denied": a file root can read, not the job's user).
-    const int err = errno;
-    if (err == 0) return text.status();
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file: cannot read '", path, "' (", std::strerror(err), ")"));
-  }
+  if (!text.ok()) return text.status();
   std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));

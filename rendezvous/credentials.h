@@ -40,7 +40,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 absl::Status CheckClientTlsFiles(const TlsFiles& tls);
 
 // Reads a token file (surrounding whitespace trimmed).
-// Errors: InvalidArgument for an unreadable or empty file.
+// Errors: InvalidArgument for an unreadable file (with the errno text), a directory, a file over
+// 1 MiB, or an empty file.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 // Sends gRPC's own log lines (e.g. "E1201 ... ssl_transport_security.cc:1501] Handshake failed

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -30,7 +31,8 @@
 namespace dgt::server {
 namespace {
 
-// "host:port,host:port" (--etcd-endpoints): each a non-empty host and a port in 1..65535.
+// "host:port,host:port" (--etcd-endpoints): each a non-empty host and a port in 1..65535, each
+// once.
 absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
@@ -47,6 +49,11 @@ absl::StatusOr<std::vector<std::string>> ParseEndpoints(const std::string& text)
         !absl::SimpleAtoi(part.substr(colon + 1), &port) || port < 1 || port > 65535) {
       return absl::InvalidArgumentError(
           absl::StrCat("--etcd-endpoints: '", part, "' is not HOST:PORT (in '", text, "')"));
+    }
+    // A member listed twice would be asked twice per pass, and a typo for another member hides.
+    if (absl::c_linear_search(out, part)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd-endpoints: '", part, "' is listed twice in '", text, "'"));
     }
     out.emplace_back(part);
   }

@@ -288,15 +288,14 @@ void RendezvousCoordinator::OnReconnectAttempt(uint64_t gen) {
                                               : std::nullopt);
   const std::optional<int64_t>& rejoin_round = policy_.rejoin_round();
   const bool ever_accepted = policy_.ever_accepted();
-  // A replica that answered as a standby last time is most likely one still: the standby line
-  // says what it answers (once), this one is for the log's debug level then.
-  spdlog::log(
-      policy_.AnsweredAsStandby(endpoint_) ? spdlog::level::debug : spdlog::level::info,
-      "dgt-run: {} to the rendezvous service at {}; {}",
-      ever_accepted ? "reconnected" : "connected", endpoint_,
+  const std::string joining =
       rejoin_round
           ? absl::StrCat("rejoining run '", options_.run_id, "' at round ", *rejoin_round)
-          : absl::StrCat("joining run '", options_.run_id, "'", ever_accepted ? " again" : ""));
+          : absl::StrCat("joining run '", options_.run_id, "'", ever_accepted ? " again" : "");
+  spdlog::debug("dgt-run: session open to the rendezvous service at {}; {}", endpoint_, joining);
+  // Said once the service answers (OnServiceMessage): the session may yet be refused.
+  announce_ = absl::StrCat("dgt-run: ", ever_accepted ? "reconnected" : "connected",
+                           " to the rendezvous service at ", endpoint_, "; ", joining);
   // A failed send means the stream ended already: its closed callback continues the reconnect.
   (void)session_->Send(join);
 }

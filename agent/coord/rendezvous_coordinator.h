@@ -165,6 +165,9 @@ class RendezvousCoordinator final : public Coordinator {
   // Done marks in the round's store, on io_ (no thread).
   RoundMarks marks_;
   std::string endpoint_;  // The endpoint of the current session (rotation_.current()).
+  // The "(re)connected to ..." line of a reopened session, logged once the service answers it (a
+  // standby answers by ending the session, and is not "connected to").
+  std::optional<std::string> announce_;
   // The store serving the current round, when this node is node rank 0.
   std::unique_ptr<store::Server> round_store_;
   std::optional<rdzv_v1::Assignment> held_;

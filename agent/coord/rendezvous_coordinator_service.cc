@@ -80,6 +80,10 @@ void RendezvousCoordinator::Report(const actions::Report& a) {
 void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& message) {
   // A fresh join after reconnecting is answered: the service is back. (A rejoin's answer is its
   // Assignment, OnRejoined.)
+  if (announce_) {
+    spdlog::info("{}", *announce_);
+    announce_.reset();
+  }
   if (!message.has_error()) {
     const SessionPolicy::Answer answer = policy_.OnAnswer(endpoint_);
     if (answer.accepted_now) rotation_.OnAccepted();

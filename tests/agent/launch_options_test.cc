@@ -149,7 +149,9 @@ TEST(LaunchOptionsTest, TlsFilesThatAreNotPemAreRefused) {
             "dgt-run: error: --rdzv-tls-ca: '" + not_pem + "' holds no PEM certificate\n");
   p = parse({"--rdzv-tls-ca=/nonexistent/ca.pem"});
   EXPECT_EQ(p.exit_code, 2);
-  EXPECT_EQ(p.output, "dgt-run: error: --rdzv-tls-ca: cannot read '/nonexistent/ca.pem'\n");
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-tls-ca: cannot read '/nonexistent/ca.pem' "
+            "(No such file or directory)\n");
   p = parse({"--rdzv-tls-cert=" + not_pem, "--rdzv-tls-key=" + not_pem});
   EXPECT_EQ(p.exit_code, 2);
   EXPECT_EQ(p.output,

@@ -202,6 +202,11 @@ def test_rendezvous_metrics_on_the_listen_port_is_refused(spawn):
 @pytest.mark.parametrize("args,message", [
     (["--token-file", "/nonexistent"],
      "--token-file: token file: cannot read '/nonexistent' (No such file or directory)"),
+    # A directory is named as one, not read as an empty token.
+    (["--token-file", "/etc"], "--token-file: token file: '/etc' is a directory, not a file"),
+    # TLS files that cannot be read say why, as token files do.
+    (["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"],
+     "--tls-cert: cannot read '/nonexistent/cert.pem' (No such file or directory)"),
     (["--tls-client-ca", "/etc/passwd"],
      "--tls-client-ca '/etc/passwd' needs --tls-cert and --tls-key (mutual TLS is on top of the "
      "service's own TLS)"),
@@ -320,6 +325,11 @@ def test_sigterm_while_connecting_ends_at_once(spawn):
      "(a year), got 'nan'"),
     (["store", "add", "K", "99999999999999999999", "--endpoint", "127.0.0.1:1"],
      "dgt store add: error: DELTA must be a 64-bit signed integer, got '99999999999999999999'"),
+    # A rank beyond int32 is named with the flag's range, not CLI11's "Could not convert".
+    (["logs", "job-1", "--rank", "99999999999", "--rdzv-endpoint", "127.0.0.1:1"],
+     "dgt logs: error: --rank must be an integer from 0 to 2147483647, got '99999999999'"),
+    (["logs", "job-1", "--rank", "-1", "--rdzv-endpoint", "127.0.0.1:1"],
+     "dgt logs: error: --rank must be an integer from 0 to 2147483647, got '-1'"),
     (["status", "--rdzv-endpoint", "127.0.0.1:1", "--timeout", "1e20"],
      "dgt status: error: --timeout must be a number of seconds from 0.001 to 31536000 (a year), "
      "got '1e20'"),
@@ -344,6 +354,10 @@ def test_dgt_usage_errors(spawn, args, message):
      "--join-timeout must be a number of seconds from 0.001 to 31536000 (a year), got 'nan'"),
     (["--last-call-timeout", "0"],
      "--last-call-timeout must be a number of seconds from 0.001 to 31536000 (a year), got '0'"),
+    # A member listed twice is refused, naming it.
+    (["--backend=etcd", "--etcd-endpoints=127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2379"],
+     "--etcd-endpoints: '127.0.0.1:2379' is listed twice in "
+     "'127.0.0.1:2379,127.0.0.1:2380,127.0.0.1:2379'"),
     (["--keepalive-time-ms", "abc"],
      "--keepalive-time-ms must be an integer from 100 to 3600000, got 'abc'"),
     # Repeated: the last value counts.

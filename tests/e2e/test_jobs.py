@@ -280,7 +280,22 @@ def test_spec_errors_and_submit_tokens(spawn, tmp_path):
             "distrbution: unknown key (known: name, command, code_dir, environment_variables, "
             "instance_count, distribution, max_restarts, restart_policy, node_labels)",
         "command: x\ninstance_count: two\n": "instance_count: must be an integer, got 'two'",
+        # One past int32: the key's own range.
+        "command: x\ninstance_count: 2147483648\n":
+            "instance_count: must be >= 1 and <= 100000, got 2147483648",
+        # YAML's "\0" is a NUL byte: refused, naming the key (it would cut the command short).
+        'command: "echo \\0 nul"\ninstance_count: 1\n':
+            "command: must not contain a NUL byte (found at byte 5)",
+        'command: x\ninstance_count: 1\nenvironment_variables: {SEED: "7\\0"}\n':
+            "environment_variables.SEED: must not contain a NUL byte (found at byte 1)",
     }
+    # Saved as UTF-16 (with its byte-order mark): named, not decoded into nonsense.
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_bytes("command: x\ninstance_count: 1\n".encode("utf-16"))
+    out = dgt("127.0.0.1:1", "submit", utf16)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (f"dgt submit: error: {utf16}: not UTF-8: the file starts with a UTF-16 "
+                          "little-endian byte-order mark (FF FE); save it as UTF-8\n")
     for text, error in cases.items():
         bad.write_text(text)
         # Validated before any service is asked: no service listens on port 1.

@@ -108,3 +108,31 @@ def test_torch1_and_torch2_clients_share_one_dgt_server(spawn, python2):
     keys = spawn([DGT, "store", "keys", "--endpoint", f"127.0.0.1:{port}"], name="keys")
     assert keys.wait(timeout=30) == 0, keys.stderr
     assert "init/" in keys.stdout.splitlines() and "/from/v1" in keys.stdout.splitlines()
+
+
+@pytest.mark.parametrize("server", ["dgt", "torch2"])
+def test_store_add_on_text_says_the_value_is_not_an_integer(spawn, python2, server):
+    """ADD on a key holding text: both servers close that connection (torch's clients expect it);
+    `dgt store add` then says why instead of "UNAVAILABLE: ... the server closed the connection".
+    """
+    if server == "dgt":
+        port = dgt_store(spawn, "dgt_store")
+    else:
+        port = wait_for_port(spawn([python2, WORKERS / "torch_store_server.py"], name="torch_store"),
+                             r"torch store listening on port (\d+)", "torch 2.13's TCPStore server")
+    endpoint = ["--endpoint", f"127.0.0.1:{port}", "--timeout", "10"]
+    s = spawn([DGT, "store", "set", "name", "hello", *endpoint], name="set")
+    assert s.wait(timeout=30) == 0, s.stderr
+    add = spawn([DGT, "store", "add", "name", "1", *endpoint], name="add")
+    assert add.wait(timeout=30) == 1
+    assert add.stderr.strip().splitlines() == [
+        "dgt store add: error: the value of key 'name' is not a decimal integer ('hello'): ADD "
+        "adds to a counter; the store refused it and closed the connection"]
+    assert add.stdout == ""
+    # Nothing changed, and the store serves on.
+    get = spawn([DGT, "store", "get", "name", *endpoint], name="get")
+    assert get.wait(timeout=30) == 0, get.stderr
+    assert get.stdout.strip() == "hello"
+    counter = spawn([DGT, "store", "add", "ctr", "5", *endpoint], name="add_ctr")
+    assert counter.wait(timeout=30) == 0, counter.stderr
+    assert counter.stdout.strip() == "5"

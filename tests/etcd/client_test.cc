@@ -301,6 +301,58 @@ TEST_F(EtcdClientTest, LeaseKeeperReportsLossWithinTheTtlWhenNoMemberAnswers) {
   EXPECT_LT(lost_after, absl::Milliseconds(2600)) << lost_after;
 }
 
+// etcd's leader hangs (SIGSTOP: its connections stay open and it answers nothing) while the
+// keeper renews there. Each renewal must move on to the other members within the lease's TTL, so
+// the lease is kept through etcd's election. The client has dgt-rendezvous's timeouts: 5 s a call
+// and 2 s an attempt, more than the whole 2 s TTL.
+TEST_F(EtcdClientTest, LeaseKeeperKeepsTheLeaseWhenTheEtcdLeaderIsPaused) {
+  auto leader = cluster_.Leader(absl::Seconds(10));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  // The leader first, so the keeper renews at the member that hangs.
+  ClientOptions options;
+  options.endpoints = {cluster_.endpoints()[*leader]};
+  for (int i = 0; i < 3; ++i) {
+    if (i != *leader) options.endpoints.push_back(cluster_.endpoints()[i]);
+  }
+  options.call_timeout = absl::Seconds(5);
+  options.attempt_timeout = absl::Seconds(2);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto lease = (*client)->LeaseGrant(2);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  Mutex mu;
+  CondVar cv;
+  std::vector<absl::Status> losses;
+  auto keeper = (*client)->KeepAlive(lease->id, lease->ttl_seconds, [&](const absl::Status& s) {
+    MutexLock lock(&mu);
+    losses.push_back(s);
+    cv.SignalAll();
+  });
+  ASSERT_TRUE(keeper.ok()) << keeper.status();
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_GE((*keeper)->renewals(), 1);
+
+  cluster_.Pause(*leader);
+  const int64_t before = (*keeper)->renewals();
+  {
+    // Three TTLs: etcd elects another leader within 1 s (election timeout 500 ms) and the keeper
+    // renews there.
+    const absl::Time deadline = absl::Now() + absl::Seconds(6);
+    MutexLock lock(&mu);
+    while (losses.empty() && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+    EXPECT_TRUE(losses.empty()) << losses[0];
+  }
+  EXPECT_TRUE((*keeper)->status().ok()) << (*keeper)->status();
+  // A renewal every ttl/3 (667 ms): 9 in 6 s without the election.
+  EXPECT_GE((*keeper)->renewals() - before, 4);
+  // etcd agrees: the lease lives, asked of the members that answer.
+  auto ttl = (*client)->LeaseTimeToLive(lease->id);
+  ASSERT_TRUE(ttl.ok()) << ttl.status();
+  EXPECT_GT(*ttl, 0);
+  cluster_.Resume(*leader);
+}
+
 TEST_F(EtcdClientTest, WatchDeliversExactEventsFromARevision) {
   auto client = NewClient(cluster_.endpoints());
   ASSERT_NE(client, nullptr);

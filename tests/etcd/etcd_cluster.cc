@@ -192,6 +192,14 @@ void EtcdCluster::Kill(int i) {
   pids_[i] = -1;
 }
 
+void EtcdCluster::Pause(int i) {
+  if (pids_[i] > 0) kill(pids_[i], SIGSTOP);
+}
+
+void EtcdCluster::Resume(int i) {
+  if (pids_[i] > 0) kill(pids_[i], SIGCONT);
+}
+
 absl::Status EtcdCluster::Restart(int i) {
   if (pids_[i] > 0) return absl::FailedPreconditionError(absl::StrCat("member ", i, " runs"));
   return Spawn(i);

@@ -45,6 +45,11 @@ class EtcdCluster {
   void Kill(int i);
   // Starts member `i` again with its old ports and data.
   absl::Status Restart(int i);
+  // SIGSTOPs member `i`: its connections stay open and it answers nothing (a hung or paused
+  // member, unlike a killed one, whose connections reset). No-op when it is not running.
+  void Pause(int i);
+  // SIGCONTs member `i` after Pause.
+  void Resume(int i);
   // Waits up to `timeout` until every running member reports one leader that is running and a
   // write through all running members succeeds.
   absl::Status WaitHealthy(absl::Duration timeout);

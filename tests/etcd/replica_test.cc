@@ -6,6 +6,7 @@
 // - the leader's lease revoked -> the standby takes over within the lease TTL + 1 s, and the
 //   agents' rejoins keep their assignments.
 // - a deposed leader's write is fenced, and no rank is handed out twice.
+// - etcd's leader paused (SIGSTOP) -> the leading replica keeps leading, the agents see nothing.
 // - every etcd member stopped -> the leader steps down with UNAVAILABLE naming etcd, and leads
 //   again with the run intact once etcd is back.
 // Skipped without an etcd binary, except under
@@ -399,6 +400,49 @@ TEST_F(ReplicaTest, ADeposedLeadersWriteIsFencedAndNoRankIsHandedOutTwice) {
   EXPECT_EQ(record->round, 0);
   EXPECT_EQ(record->nodes.at("n1").node_rank, 0);
   EXPECT_EQ(record->nodes.at("n2").node_rank, 1);
+}
+
+// etcd's leader paused (SIGSTOP: it holds every request and answers none) under a running round:
+// etcd elects another leader and the leading replica keeps its lease through it. The agents see
+// nothing: their sessions stay open, the leader stays the same, and the run finishes.
+TEST_F(ReplicaTest, APausedEtcdLeaderDoesNotMakeTheLeadingReplicaStepDown) {
+  const std::string prefix = "/ha5/runs/";
+  auto r1 = StartReplica(cluster_, prefix, "r1");
+  auto r2 = StartReplica(cluster_, prefix, "r2");
+  ASSERT_TRUE(r1 && r2);
+  Replica* leader = WaitForOneLeader({r1.get(), r2.get()}, absl::Seconds(10));
+  ASSERT_NE(leader, nullptr);
+  Replica* standby = leader == r1.get() ? r2.get() : r1.get();
+  std::unique_ptr<Agent> a1, a2;
+  auto held = RunTwoNodes(leader, "job", &a1, &a2);
+  ASSERT_EQ(held.size(), 2u);
+
+  auto etcd_leader = cluster_.Leader(absl::Seconds(10));
+  ASSERT_TRUE(etcd_leader.ok()) << etcd_leader.status();
+  cluster_.Pause(*etcd_leader);
+  // Three lease TTLs: etcd elects another leader within 1 s (election timeout 500 ms).
+  const absl::Time paused = absl::Now();
+  const absl::Time until = paused + absl::Seconds(3 * kLeaseTtlS);
+  int samples = 0;
+  while (absl::Now() < until) {
+    ASSERT_TRUE(leader->leader()) << "replica " << leader->id << " stepped down after "
+                                  << absl::FormatDuration(absl::Now() - paused);
+    ASSERT_FALSE(standby->leader()) << "replica " << standby->id << " leads too";
+    ++samples;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GT(samples, 20);
+  // The same sessions, still open: the round ends as if nothing happened.
+  ASSERT_TRUE(a1->ReportSuccess(held["n1"].round()));
+  ASSERT_TRUE(a2->ReportSuccess(held["n2"].round()));
+  v1::ServiceMessage m;
+  ASSERT_TRUE(a1->ReadUntil(v1::ServiceMessage::kFinished, &m)) << a1->End().error_message();
+  EXPECT_TRUE(m.finished().succeeded());
+  EXPECT_EQ(m.finished().message(), "all 2 nodes succeeded");
+  ASSERT_TRUE(a2->ReadUntil(v1::ServiceMessage::kFinished, &m)) << a2->End().error_message();
+  EXPECT_TRUE(m.finished().succeeded());
+  EXPECT_TRUE(leader->leader());
+  cluster_.Resume(*etcd_leader);
 }
 
 TEST_F(ReplicaTest, EveryEtcdMemberStoppedStepsDownAndLeadsAgainWithTheRunIntact) {

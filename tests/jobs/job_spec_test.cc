@@ -91,10 +91,9 @@ TEST(ParseJobSpecYaml, Errors) {
             "node_labels.gpu: duplicate key (line 2, columns 15 and 26)"},
            {"command: x\ninstance_count: two\n", "instance_count: must be an integer, got 'two'"},
            {"command: x\ninstance_count: 99999999999\n",
-            "instance_count: out of range (-2147483648 to 2147483647), got '99999999999'"},
+            "instance_count: must be >= 1 and <= 100000, got 99999999999"},
            {"command: x\nmax_restarts: -99999999999999999999999\n",
-            "max_restarts: out of range (-2147483648 to 2147483647), got "
-            "'-99999999999999999999999'"},
+            "max_restarts: must be >= 0 and <= 100000, got -99999999999999999999999"},
            {"command: x\ninstance_count: [1]\n", "instance_count: must be an integer, got a list"},
            {"command: {a: b}\n", "command: must be a string, got a map"},
            {"command: x\ndistribution: 3\n", "distribution: must be a map, got '3'"},
@@ -109,6 +108,108 @@ TEST(ParseJobSpecYaml, Errors) {
     ASSERT_FALSE(spec.ok()) << c.yaml;
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(Error(spec.status()), c.error) << c.yaml;
+  }
+}
+
+// One past int32: the key's own range, as Validate words it, not int32's.
+TEST(ParseJobSpecYaml, AnIntegerBeyondInt32NamesTheKeysRange) {
+  struct Case {
+    const char* yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"command: x\ninstance_count: 2147483648\n",
+            "instance_count: must be >= 1 and <= 100000, got 2147483648"},
+           {"command: x\ndistribution: {process_count_per_instance: 2147483648}\n",
+            "distribution.process_count_per_instance: must be >= 1 and <= 4096, got 2147483648"},
+           {"command: x\nmax_restarts: 2147483648\n",
+            "max_restarts: must be >= 0 and <= 100000, got 2147483648"},
+           {"command: x\ndistribution: {type: tensorflow, worker_count: -2147483649}\n",
+            "distribution.worker_count: must be >= 1 and <= 2147483647, got -2147483649"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.yaml;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Error(spec.status()), c.error) << c.yaml;
+  }
+}
+
+// A job file saved as UTF-16 or UTF-32 (as some Windows editors do) is named as such.
+TEST(ParseJobSpecYaml, AUtf16OrUtf32ByteOrderMarkIsRefusedByName) {
+  struct Case {
+    std::string text;
+    const char* error;
+  };
+  // "command: x\n" in UTF-16 little-endian after its mark.
+  std::string utf16le("\xFF\xFE", 2);
+  for (char ch : std::string("command: x\n")) utf16le += std::string{ch, '\0'};
+  std::string utf16be("\xFE\xFF", 2);
+  for (char ch : std::string("command: x\n")) utf16be += std::string{'\0', ch};
+  for (const Case& c : std::initializer_list<Case>{
+           {utf16le,
+            "not UTF-8: the file starts with a UTF-16 little-endian byte-order mark (FF FE); "
+            "save it as UTF-8"},
+           {utf16be,
+            "not UTF-8: the file starts with a UTF-16 big-endian byte-order mark (FE FF); save "
+            "it as UTF-8"},
+           {std::string("\xFF\xFE\0\0c\0\0\0", 8),
+            "not UTF-8: the file starts with a UTF-32 little-endian byte-order mark (FF FE 00 "
+            "00); save it as UTF-8"},
+           {std::string("\0\0\xFE\xFF\0\0\0c", 8),
+            "not UTF-8: the file starts with a UTF-32 big-endian byte-order mark (00 00 FE FF); "
+            "save it as UTF-8"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.text);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Error(spec.status()), c.error);
+  }
+  // A UTF-8 byte-order mark is fine.
+  auto utf8 = ParseJobSpecYaml(
+      "\xEF\xBB\xBF"
+      "command: x\ninstance_count: 1\n");
+  ASSERT_TRUE(utf8.ok()) << utf8.status();
+  EXPECT_EQ(utf8->command(), "x");
+}
+
+// "\0" in a double-quoted YAML string is a NUL byte: refused, naming the key, rather than run
+// cut short at it (execve and setenv stop there).
+TEST(Validate, ANulByteIsRefusedNamingTheKey) {
+  auto spec = ParseJobSpecYaml("command: \"echo \\0 nul\"\ninstance_count: 1\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->command(), std::string("echo \0 nul", 10));
+  absl::Status s = Validate(*spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Error(s), "command: must not contain a NUL byte (found at byte 5)");
+
+  struct Case {
+    std::function<void(v1::JobSpec&)> change;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {[](v1::JobSpec& s) {
+              (*s.mutable_environment_variables())["SEED"] = std::string(
+                  "7\0"
+                  "8",
+                  3);
+            },
+            "environment_variables.SEED: must not contain a NUL byte (found at byte 1)"},
+           {[](v1::JobSpec& s) {
+              (*s.mutable_environment_variables())[std::string("A\0B", 3)] = "v";
+            },
+            "environment_variables: a key must not contain a NUL byte, got 'A\\000B'"},
+           {[](v1::JobSpec& s) { s.set_name(std::string("n\0", 2)); },
+            "name: must not contain a NUL byte (found at byte 1)"},
+           {[](v1::JobSpec& s) { s.set_code_dir(std::string("/srv\0x", 6)); },
+            "code_dir: must not contain a NUL byte (found at byte 4)"},
+           {[](v1::JobSpec& s) { (*s.mutable_node_labels())["gpu"] = std::string("\0", 1); },
+            "node_labels.gpu: must not contain a NUL byte (found at byte 0)"},
+       }) {
+    v1::JobSpec spec = Good();
+    c.change(spec);
+    absl::Status s = Validate(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(s), c.error);
   }
 }
 

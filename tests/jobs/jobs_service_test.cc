@@ -4,6 +4,7 @@
 #include "jobs/jobs_service.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -130,6 +131,40 @@ TEST_F(JobsServiceTest, SubmitValidatesTheSpec) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(st.error_message(),
             "distribution.type: 'mpi' is not supported by dgt-run (pytorch or tensorflow)");
+}
+
+// A raw gRPC Submit (not through dgt submit's own check): a NUL byte in the command or in an
+// environment variable's value is refused naming the key, and no job is queued.
+TEST_F(JobsServiceTest, SubmitRefusesANulByteNamingTheKey) {
+  Start(Open());
+  struct Case {
+    std::function<void(v1::JobSpec&)> change;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {[](v1::JobSpec& s) { s.set_command(std::string("echo \0 nul", 10)); },
+            "command: must not contain a NUL byte (found at byte 5)"},
+           {[](v1::JobSpec& s) {
+              (*s.mutable_environment_variables())["SEED"] = std::string("7\0", 2);
+            },
+            "environment_variables.SEED: must not contain a NUL byte (found at byte 1)"},
+       }) {
+    v1::SubmitRequest request;
+    *request.mutable_spec() = Spec();
+    c.change(*request.mutable_spec());
+    v1::SubmitResponse response;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    grpc::Status st = stub_->Submit(&ctx, request, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(st.error_message(), c.error);
+    EXPECT_EQ(response.job_id(), "");
+  }
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
 }
 
 TEST_F(JobsServiceTest, TokensGuardRegisterAndSubmit) {

@@ -63,7 +63,18 @@ TEST(CreateClientChannelTest, UnreadableCaFileIsInvalidArgumentNamingFlagAndPath
   auto channel = CreateClientChannel("127.0.0.1:1", options);
   ASSERT_FALSE(channel.ok());
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(channel.status().message(), "--rdzv-tls-ca: cannot read '/nonexistent/ca.pem'");
+  EXPECT_EQ(channel.status().message(),
+            "--rdzv-tls-ca: cannot read '/nonexistent/ca.pem' (No such file or directory)");
+}
+
+// A directory given as the token file is named as one (an ifstream reads it as empty).
+TEST(ReadTokenFileTest, ADirectoryIsNamedAsOne) {
+  auto token = ReadTokenFile("/");
+  EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(token.status().message(), "token file: '/' is a directory, not a file");
+  auto missing = ReadTokenFile("/nonexistent/token");
+  EXPECT_EQ(missing.status().message(),
+            "token file: cannot read '/nonexistent/token' (No such file or directory)");
 }
 
 TEST(CreateClientChannelTest, CertWithoutKeyIsInvalidArgument) {

@@ -425,7 +425,8 @@ TEST(RendezvousServerTest, BadOptionsAreReported) {
   tls.tls.key_file = "/nonexistent/key.pem";
   auto s = RendezvousServer::Start(tls);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.status().message(), "--tls-cert: cannot read '/nonexistent/cert.pem'");
+  EXPECT_EQ(s.status().message(),
+            "--tls-cert: cannot read '/nonexistent/cert.pem' (No such file or directory)");
   RendezvousServerOptions half;
   half.tls.cert_file = "/x.pem";
   EXPECT_EQ(RendezvousServer::Start(half).status().message(),

@@ -61,6 +61,10 @@ TEST(ServerFlagsTest, UsageErrorsExitWith2) {
                    "--etcd-jobs-prefix=/dgt/runs/jobs"})
                 .exit_code,
             2);
+  EXPECT_EQ(
+      Parse({"--listen=127.0.0.1:0", "--backend=etcd", "--etcd-endpoints=e1:2379,e2:2379,e1:2379"})
+          .exit_code,
+      2);
   EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--join-timeout=0"}).exit_code, 2);
   EXPECT_EQ(Parse({"--no-such-flag"}).exit_code, 2);
   EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--token-file=/nonexistent/token"}).exit_code, 2);

@@ -1,0 +1,25 @@
+// The width of text on a terminal, for the columns of dgt's tables (`dgt jobs`, `dgt nodes`):
+// padding by bytes pushes a column out of line after a name that is not ASCII.
+//
+// Thread-safety: pure functions, thread-safe.
+#ifndef DGT_CLI_DISPLAY_WIDTH_H_
+#define DGT_CLI_DISPLAY_WIDTH_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace dgt::cli {
+
+// Terminal columns of `text` read as UTF-8: 2 for each East Asian wide or fullwidth character
+// (CJK, Hangul, fullwidth forms, most emoji), 0 for combining marks and zero-width characters, 1
+// for every other character and for each byte that is not valid UTF-8.
+size_t DisplayWidth(absl::string_view text);
+
+// `text` followed by spaces up to `width` columns (DisplayWidth); unchanged when already as wide.
+std::string PadRight(absl::string_view text, size_t width);
+
+}  // namespace dgt::cli
+
+#endif  // DGT_CLI_DISPLAY_WIDTH_H_

@@ -1,0 +1,98 @@
+// The tables of `dgt jobs` and `dgt nodes`, and the display width their columns are padded by.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "cli/display_width.h"
+#include "cli/jobs_command.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace dgt::cli {
+namespace {
+
+namespace v1 = ::dgt::jobs::v1;
+
+TEST(DisplayWidth, CountsColumnsNotBytes) {
+  EXPECT_EQ(DisplayWidth(""), 0u);
+  EXPECT_EQ(DisplayWidth("resnet"), 6u);
+  EXPECT_EQ(DisplayWidth("r\xC3\xA9sum\xC3\xA9"), 6u);      // "résumé", precomposed: 8 bytes.
+  EXPECT_EQ(DisplayWidth("re\xCC\x81sume\xCC\x81"), 6u);    // "résumé", combining acute.
+  EXPECT_EQ(DisplayWidth("\xE8\xAE\xAD\xE7\xBB\x83"), 4u);  // "训练": 2 wide, 6 bytes.
+  EXPECT_EQ(DisplayWidth("\xEF\xBC\xA1"), 2u);              // Fullwidth "Ａ".
+  EXPECT_EQ(DisplayWidth("\xF0\x9F\x9A\x80"), 2u);          // An emoji (rocket).
+  EXPECT_EQ(DisplayWidth("a\xE2\x80\x8B"
+                         "b"),
+            2u);                            // Zero-width space.
+  EXPECT_EQ(DisplayWidth("\xFF\xC3"), 2u);  // Not UTF-8: a column a byte.
+  EXPECT_EQ(DisplayWidth("\xC0\xAF"), 2u);  // Overlong "/": not UTF-8.
+  EXPECT_EQ(PadRight("\xE8\xAE\xAD\xE7\xBB\x83", 6), "\xE8\xAE\xAD\xE7\xBB\x83  ");
+  EXPECT_EQ(PadRight("abc", 2), "abc");
+}
+
+v1::JobInfo Job(const std::string& id, const std::string& name, const std::string& reason) {
+  v1::JobInfo j;
+  j.set_job_id(id);
+  j.set_state(v1::JOB_STATE_QUEUED);
+  j.mutable_spec()->set_name(name);
+  j.mutable_spec()->set_instance_count(1);
+  j.mutable_spec()->mutable_distribution()->set_process_count_per_instance(2);
+  j.set_reason(reason);
+  return j;
+}
+
+// A name that is not ASCII takes as many columns as an ASCII one of the same width, so the
+// REASON column starts at one column on every line.
+TEST(FormatJobs, PadsNamesByTheirWidthOnATerminal) {
+  v1::ListJobsResponse jobs;
+  *jobs.add_jobs() = Job("job-1", "resnet", "r1");
+  *jobs.add_jobs() = Job("job-2", "\xE8\xAE\xAD\xE7\xBB\x83", "r2");  // "训练"
+  *jobs.add_jobs() = Job("job-3", "r\xC3\xA9sum\xC3\xA9", "r3");      // "résumé"
+  const std::vector<std::string> lines = absl::StrSplit(FormatJobs(jobs), '\n');
+  EXPECT_THAT(
+      lines,
+      ::testing::ElementsAre(
+          "JOB ID       STATE      NODES x PROCS RESTARTS NAME                 REASON",
+          "job-1        queued     1 x 2         0        resnet               r1",
+          "job-2        queued     1 x 2         0        \xE8\xAE\xAD\xE7\xBB\x83                 "
+          "r2",
+          "job-3        queued     1 x 2         0        r\xC3\xA9sum\xC3\xA9               r3",
+          ""));
+  for (size_t i = 1; i < 4; ++i) {
+    const size_t at = lines[i].rfind(' ') + 1;
+    EXPECT_EQ(DisplayWidth(lines[i].substr(0, at)), 68u) << lines[i];
+  }
+}
+
+TEST(FormatNodes, PadsNodeNamesAndLabelsByTheirWidth) {
+  v1::ListNodesResponse nodes;
+  v1::NodeInfo* n = nodes.add_nodes();
+  n->set_node_name("\xE8\x8A\x82\xE7\x82\xB9-1");  // "节点-1": 6 columns, 8 bytes.
+  n->set_state("idle");
+  n->set_gpu_count(8);
+  (*n->mutable_labels())["zone"] = "\xE5\x8C\x97";  // "北"
+  const std::vector<std::string> lines = absl::StrSplit(FormatNodes(nodes, 100), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1],
+            "\xE8\x8A\x82\xE7\x82\xB9-1                   idle      -            8    "
+            "zone=\xE5\x8C\x97              -");
+}
+
+// An empty restart_policy and distribution.type print as what they stand for, not "".
+TEST(FormatJobJson, PrintsTheDefaultsAnEmptyFieldStandsFor) {
+  v1::JobInfo job = Job("job-1", "resnet", "");
+  nlohmann::json j = nlohmann::json::parse(FormatJobJson(job));
+  EXPECT_EQ(j["spec"]["restart_policy"], "group");
+  EXPECT_EQ(j["spec"]["distribution"]["type"], "pytorch");
+  EXPECT_EQ(j["spec"]["max_restarts"], 0);  // Every field, zeros included.
+  EXPECT_EQ(j["state"], "queued");
+  job.mutable_spec()->set_restart_policy("rank");
+  job.mutable_spec()->mutable_distribution()->set_type("tensorflow");
+  j = nlohmann::json::parse(FormatJobJson(job));
+  EXPECT_EQ(j["spec"]["restart_policy"], "rank");
+  EXPECT_EQ(j["spec"]["distribution"]["type"], "tensorflow");
+}
+
+}  // namespace
+}  // namespace dgt::cli
