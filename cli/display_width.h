@@ -12,9 +12,11 @@
 
 namespace dgt::cli {
 
-// Terminal columns of `text` read as UTF-8: 2 for each East Asian wide or fullwidth character
-// (CJK, Hangul, fullwidth forms, most emoji), 0 for combining marks and zero-width characters, 1
-// for every other character and for each byte that is not valid UTF-8.
+// Terminal columns of `text` read as UTF-8, as glibc's wcwidth() in its C.UTF-8 locale counts
+// them: 2 for each East Asian wide or fullwidth character (CJK, Hangul, fullwidth forms, most
+// emoji), 0 for combining marks and zero-width characters, 1 for every other character, for a
+// control character and for each byte that is not valid UTF-8. Without a C.UTF-8 locale on the
+// machine, one column a byte.
 size_t DisplayWidth(absl::string_view text);
 
 // `text` followed by spaces up to `width` columns (DisplayWidth); unchanged when already as wide.
