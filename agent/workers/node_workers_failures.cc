@@ -30,6 +30,7 @@ absl::Time NodeWorkers::RestartRank(const WorkerExit& e, int attempt) {
     return absl::InfinitePast();
   }
   const absl::Time started = absl::Now();
+  hang_.Started(e.local_rank, e.rank, *pid);
   spdlog::info(
       "dgt-run: restarted rank {} (local rank {}) as pid {} with "
       "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
@@ -95,6 +96,7 @@ NodeWorkers::Failure NodeWorkers::MakeFailure(const WorkerExit& e) const {
                        .string();
     f.error = ReadTorchErrorFile(f.error_file);
   }
+  if (const HangReport* hang = hang_.ReportFor(e.pid)) f.hang = *hang;
   return f;
 }
 
@@ -109,6 +111,17 @@ std::string NodeWorkers::Summary(const std::string& host) const {
         absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ", host,
                      " (node rank ", assignment_.node_rank, "), pid ", e.pid, ", attempt ",
                      e.attempt, "\n", "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
+    if (f.hang) {
+      absl::StrAppend(&text, "    hung: ", f.hang->reason, "\n");
+      if (!f.hang->stacks.empty()) {
+        std::string stacks = f.hang->stacks;
+        while (!stacks.empty() && stacks.back() == '\n') stacks.pop_back();
+        absl::StrAppend(&text, "    stacks (", f.hang->stacks_file, "):\n      ",
+                        absl::StrJoin(absl::StrSplit(stacks, '\n'), "\n      "), "\n");
+      } else {
+        absl::StrAppend(&text, "    ", f.hang->note, "\n");
+      }
+    }
     if (f.error) {
       absl::StrAppend(&text, "    error file: ", f.error_file, "\n",
                       "    message: ", f.error->message, "\n");
