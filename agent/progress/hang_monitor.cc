@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/progress_channel.h"
 
@@ -147,9 +149,11 @@ void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
   const char state = ProcessState(w.pid);
   const bool stopped = state == 'T' || state == 't';
   if (stopped) absl::StrAppend(&report.reason, " (stopped: SIGSTOP)");
-  spdlog::warn("dgt-run: rank {} (local rank {}, pid {}) hung: {}; {}", w.rank, hang.local_rank,
-               w.pid, report.reason,
-               stopped ? "it is stopped, no stacks; SIGKILL" : "writing its stacks, then SIGKILL");
+  // Wall-clock nanoseconds, to line up with the workers' own timestamps.
+  spdlog::warn("dgt-run: rank {} (local rank {}, pid {}) hung: {}; {} (detected_ns={})", w.rank,
+               hang.local_rank, w.pid, report.reason,
+               stopped ? "it is stopped, no stacks; SIGKILL" : "writing its stacks, then SIGKILL",
+               absl::ToUnixNanos(absl::Now()));
   if (stopped) {
     report.note = "stopped (SIGSTOP), no stacks";
     Kill(w, std::move(report));
@@ -197,6 +201,13 @@ void HangMonitor::AwaitDump(Watched w, HangReport report, absl::Time deadline,
 
 void HangMonitor::Kill(const Watched& w, HangReport report) {
   launcher_->SignalGroup(w.pid, SIGKILL);
+  if (!report.stacks.empty()) {
+    // Shown now too: a rank restarted in place leaves no failure summary behind.
+    std::string stacks = report.stacks;
+    while (!stacks.empty() && stacks.back() == '\n') stacks.pop_back();
+    spdlog::warn("dgt-run: stacks of rank {} (pid {}, {}):\n  {}", w.rank, w.pid, w.stacks_file,
+                 absl::StrReplaceAll(stacks, {{"\n", "\n  "}}));
+  }
   reports_[w.pid] = std::move(report);
 }
 
