@@ -1,8 +1,8 @@
 // NodeWorkers: this node's worker side. Owns the current WorkerGroup and the replaced ones, the
 // process-group watchdog, the launch's log directory and filtered logs, the failures the
-// summary names, the network environment for NCCL, the TensorFlow address exchange and the
-// failure publisher. Makes each worker's spec, starts a round's workers in batches and restarts
-// single ranks in place.
+// summary names, the network environment for NCCL, the TensorFlow address exchange, the
+// failure publisher and the hang monitor (agent/progress/hang_monitor.h). Makes each worker's
+// spec, starts a round's workers in batches and restarts single ranks in place.
 //
 // Decides nothing: what to do next is the NodeLifecycle's (agent/lifecycle/node_lifecycle.h);
 // NodeWorkers asks it at each worker event and hands the returned actions to the sink.
