@@ -17,7 +17,7 @@ namespace {
 
 // The mapped slot, or null without one. Mapped once, never unmapped (the process ends first).
 uint64_t* Slot() {
-  static uint64_t* slot = [] () -> uint64_t* {
+  static uint64_t* slot = []() -> uint64_t* {
     const char* path = std::getenv(kProgressFileEnv);
     const char* slot_text = std::getenv(kProgressSlotEnv);
     int index = 0;

@@ -175,8 +175,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       kSupervision)
       ->type_name("SECONDS");
   add("--first-progress-timeout,--first_progress_timeout", raw.first_progress_timeout,
-      "The same from a worker's start to its first progress report (default 0: off)",
-      kSupervision)
+      "The same from a worker's start to its first progress report (default 0: off)", kSupervision)
       ->type_name("SECONDS");
   add("--signals-to-handle,--signals_to_handle", raw.signals,
       "Signals forwarded to the workers; listed SIGUSR1/SIGUSR2 do not stop the job", kSupervision);

@@ -210,9 +210,8 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
   }
   for (const auto& [flag, text, target] :
        {std::tuple<const char*, const std::string&, double*>{"--hang-timeout", raw.hang_timeout,
-                                                            &o->hang_timeout_s},
-        {"--first-progress-timeout", raw.first_progress_timeout,
-         &o->first_progress_timeout_s}}) {
+                                                             &o->hang_timeout_s},
+        {"--first-progress-timeout", raw.first_progress_timeout, &o->first_progress_timeout_s}}) {
     auto d = ParseDuration(flag, text, absl::ZeroDuration(), kMaxFlagDuration);
     if (!d.ok()) return d.status();
     if (*d > absl::ZeroDuration() && *d < kMinHangTimeout) {

@@ -9,7 +9,9 @@
 namespace dgt::agent {
 namespace {
 
-std::string Seconds(absl::Duration d) { return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d)); }
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
 
 }  // namespace
 
@@ -18,8 +20,8 @@ std::string Hang::Describe() const {
     return absl::StrCat("no progress report since its start, silent for ", Seconds(silent),
                         " (--first-progress-timeout=", FormatFlagSeconds(timeout), ")");
   }
-  return absl::StrCat("no progress report for ", Seconds(silent), " (--hang-timeout=",
-                      FormatFlagSeconds(timeout), "), after ", reports,
+  return absl::StrCat("no progress report for ", Seconds(silent),
+                      " (--hang-timeout=", FormatFlagSeconds(timeout), "), after ", reports,
                       reports == 1 ? " report" : " reports");
 }
 
@@ -36,9 +38,7 @@ absl::Duration HangDetector::PollPeriod() const {
   return std::clamp(shortest / 20, absl::Milliseconds(5), absl::Milliseconds(50));
 }
 
-void HangDetector::Watch(int local_rank, absl::Time now) {
-  ranks_[local_rank] = Rank{now, 0, now};
-}
+void HangDetector::Watch(int local_rank, absl::Time now) { ranks_[local_rank] = Rank{now, 0, now}; }
 
 void HangDetector::Forget(int local_rank) { ranks_.erase(local_rank); }
 
@@ -57,8 +57,7 @@ std::optional<Hang> HangDetector::Check(int local_rank, const ProgressSample& sa
     return std::nullopt;
   }
   const bool first = r.counter == 0;
-  const absl::Duration timeout =
-      first ? options_.first_progress_timeout : options_.hang_timeout;
+  const absl::Duration timeout = first ? options_.first_progress_timeout : options_.hang_timeout;
   if (timeout <= absl::ZeroDuration() || now - r.quiet_since <= timeout) return std::nullopt;
   Hang h;
   h.local_rank = local_rank;

@@ -77,7 +77,7 @@ class HangDetector {
  private:
   struct Rank {
     absl::Time started;
-    uint64_t counter = 0;  // The last reading's.
+    uint64_t counter = 0;    // The last reading's.
     absl::Time quiet_since;  // The start, the last report seen or the last wait seen.
   };
 

@@ -148,21 +148,23 @@ void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
   report.reason = hang.Describe();
   const char state = ProcessState(w.pid);
   const bool stopped = state == 'T' || state == 't';
-  if (stopped) absl::StrAppend(&report.reason, " (stopped: SIGSTOP)");
-  // Wall-clock nanoseconds, to line up with the workers' own timestamps.
-  spdlog::warn("dgt-run: rank {} (local rank {}, pid {}) hung: {}; {} (detected_ns={})", w.rank,
-               hang.local_rank, w.pid, report.reason,
-               stopped ? "it is stopped, no stacks; SIGKILL" : "writing its stacks, then SIGKILL",
-               absl::ToUnixNanos(absl::Now()));
+  const bool dump = !stopped && !w.stacks_file.empty() && file_->StacksRegistered(hang.local_rank);
   if (stopped) {
+    absl::StrAppend(&report.reason, " (stopped: SIGSTOP)");
     report.note = "stopped (SIGSTOP), no stacks";
-    Kill(w, std::move(report));
-    return;
-  }
-  if (w.stacks_file.empty() || !file_->StacksRegistered(hang.local_rank)) {
+  } else if (!dump) {
     report.note =
         "no stacks: the worker did not register dgt's stack dump (a non-Python worker, or one "
         "that does not import dgt)";
+  }
+  // Wall-clock nanoseconds, to line up with the workers' own timestamps.
+  spdlog::warn("dgt-run: rank {} (local rank {}, pid {}) hung: {}; {} (detected_ns={})", w.rank,
+               hang.local_rank, w.pid, report.reason,
+               stopped ? "it is stopped, no stacks; SIGKILL"
+                       : (dump ? "writing its stacks, then SIGKILL"
+                               : "it registered no stack dump; SIGKILL"),
+               absl::ToUnixNanos(absl::Now()));
+  if (!dump) {
     Kill(w, std::move(report));
     return;
   }
@@ -174,8 +176,7 @@ void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
   AwaitDump(w, std::move(report), clock_->Now() + options_.dump_wait, -1);
 }
 
-void HangMonitor::AwaitDump(Watched w, HangReport report, absl::Time deadline,
-                            int64_t last_size) {
+void HangMonitor::AwaitDump(Watched w, HangReport report, absl::Time deadline, int64_t last_size) {
   const int64_t size = FileSize(w.stacks_file);
   // Written once it is there and stopped growing for a check; or give up at the deadline.
   if ((size > 0 && size == last_size) || clock_->Now() >= deadline) {
@@ -183,8 +184,8 @@ void HangMonitor::AwaitDump(Watched w, HangReport report, absl::Time deadline,
       report.stacks_file = w.stacks_file;
       report.stacks = ReadHead(w.stacks_file, kMaxStacksBytes);
     } else {
-      report.note = absl::StrCat("no stacks: none written within ",
-                                 absl::FormatDuration(options_.dump_wait));
+      report.note =
+          absl::StrCat("no stacks: none written within ", absl::FormatDuration(options_.dump_wait));
     }
     Kill(w, std::move(report));
     return;

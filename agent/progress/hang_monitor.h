@@ -97,7 +97,7 @@ class HangMonitor {
   ProcessLauncher* launcher_;
   HangDetector detector_;
   std::unique_ptr<ProgressFile> file_;
-  std::map<int, Watched> watched_;  // By local rank.
+  std::map<int, Watched> watched_;           // By local rank.
   std::map<int, std::string> stacks_files_;  // Prepared, by local rank.
   std::map<pid_t, HangReport> reports_;
   boost::asio::steady_timer poll_timer_;

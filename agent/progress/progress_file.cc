@@ -39,8 +39,7 @@ absl::StatusOr<std::unique_ptr<ProgressFile>> ProgressFile::Create(const std::st
     ::unlink(path.c_str());
     return ErrnoToStatus(e, absl::StrCat("mmap ", path));
   }
-  return std::unique_ptr<ProgressFile>(
-      new ProgressFile(path, slots, static_cast<uint64_t*>(map)));
+  return std::unique_ptr<ProgressFile>(new ProgressFile(path, slots, static_cast<uint64_t*>(map)));
 }
 
 ProgressFile::ProgressFile(std::string path, int slots, uint64_t* words)

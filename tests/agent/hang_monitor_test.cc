@@ -1,6 +1,8 @@
 // The progress channel's two ends in one process (ProgressFile, dgt::worker::Progress) and the
 // HangMonitor against real child processes: a silent one and a stopped one are killed with the
 // reason and note the failure summary shows.
+#include "agent/progress/hang_monitor.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,7 +12,6 @@
 #include <filesystem>
 #include <string>
 
-#include "agent/progress/hang_monitor.h"
 #include "agent/progress/progress_file.h"
 #include "common/progress_channel.h"
 #include "dgt/worker/progress.h"
@@ -66,7 +67,8 @@ TEST(ProgressFileTest, WorkerReportsReachTheAgentsSlot) {
   EXPECT_EQ((*file)->Read(7).counter, 0u);  // Out of range: zeros.
   file->reset();
   EXPECT_FALSE(std::filesystem::exists(path));  // Removed with the agent's object.
-  EXPECT_EQ(ProgressFile::Create(path, 0).status().message(), "progress file needs >= 1 slot, got 0");
+  EXPECT_EQ(ProgressFile::Create(path, 0).status().message(),
+            "progress file needs >= 1 slot, got 0");
   EXPECT_EQ(ProgressFile::Create("/nonexistent/dir/progress", 1).status().code(),
             absl::StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
