@@ -16,8 +16,12 @@ Rows, each --rounds (5) times per timeout in --timeouts (default 1,5 seconds):
 Prints per row and timeout the median and max of (gone - last report) - T in ms: the latency
 beyond the timeout (dgt's target: within 200 ms).
 
+--micro prints the cost of one report instead: dgt.progress() (Python, with a slot and without
+one) and dgt::worker::Progress() (C++, build/bin/progress_bench), in ns per call.
+
     source scripts/python-env.sh
     bench/recovery/hang/run.py [--rounds 5] [--timeouts 1,5] [--rows dgt,nvrx,nvrx-fast]
+    bench/recovery/hang/run.py --micro
 """
 import argparse
 import os
@@ -87,12 +91,43 @@ def one(row, timeout, out_dir):
         out.close()
 
 
+MICRO = r"""
+import os, sys, tempfile, timeit
+sys.path.insert(0, sys.argv[1])
+with tempfile.NamedTemporaryFile() as f:
+    f.write(b"\0" * 64)
+    f.flush()
+    if sys.argv[2] == "slot":
+        os.environ.update(DGT_PROGRESS_FILE=f.name, DGT_PROGRESS_SLOT="0")
+    import dgt
+    assert dgt.progress_channel.enabled() == (sys.argv[2] == "slot")
+    n = 2_000_000
+    best = min(timeit.repeat(dgt.progress, number=n, repeat=5))
+    print(f"{best / n * 1e9:.0f}")
+"""
+
+
+def micro():
+    for what in ("slot", "none"):
+        r = subprocess.run([PY2, "-c", MICRO, str(REPO / "python"), what], capture_output=True,
+                           text=True, timeout=300, check=True)
+        label = "with dgt-run's slot" if what == "slot" else "without a slot (no-op)"
+        print(f"dgt.progress() {label}: {r.stdout.strip()} ns per call (best of 5 x 2M)")
+    r = subprocess.run([str(BIN / "progress_bench")], capture_output=True, text=True,
+                       timeout=300, check=True)
+    print(r.stdout.strip())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeouts", default="1,5")
     ap.add_argument("--rows", default="dgt,nvrx,nvrx-fast")
+    ap.add_argument("--micro", action="store_true", help="ns per progress report instead")
     args = ap.parse_args()
+    if args.micro:
+        micro()
+        return 0
     rows = args.rows.split(",")
     timeouts = [float(t) for t in args.timeouts.split(",")]
     results = {}
