@@ -107,6 +107,49 @@ with tempfile.NamedTemporaryFile() as f:
 """
 
 
+# What hang detection adds to a DDP step: a one-process Gloo group, the torch_trainer bench's
+# model (MLP 4x896, batch 32), forward and backward with DDP as a user builds it (plain) against
+# DDP as dgt.recovery.Trainer builds it under --hang-timeout (the communication hook that marks
+# all-reduces as waits, gradients as bucket views), and the hook alone; the rows alternate, 20
+# rounds of 30 steps each, median of the per-round means.
+HOOK = r"""
+import os, statistics, sys, tempfile, time
+sys.path.insert(0, sys.argv[1])
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.set_num_threads(1)
+with tempfile.NamedTemporaryFile() as f:
+    f.write(b"\0" * 64)
+    f.flush()
+    os.environ.update(DGT_PROGRESS_FILE=f.name, DGT_PROGRESS_SLOT="0")
+    from dgt import recovery
+    store = dist.TCPStore("127.0.0.1", 0, 1, True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[m for _ in range(4)
+                                     for m in (torch.nn.Linear(896, 896), torch.nn.ReLU())])
+    rows = {"plain": DDP(model()), "trainer": DDP(model(), gradient_as_bucket_view=True),
+            "hook only": DDP(model())}
+    for name in ("trainer", "hook only"):
+        rows[name].register_comm_hook(None, recovery._waiting_allreduce_hook)
+    x = torch.randn(32, 896)
+    def step(m):
+        t = time.perf_counter_ns()
+        m(x).sum().backward()
+        return time.perf_counter_ns() - t
+    for m in rows.values():
+        for _ in range(20):
+            step(m)
+    means = {k: [] for k in rows}
+    for _ in range(20):
+        for k, m in rows.items():
+            means[k].append(statistics.mean(step(m) for _ in range(30)))
+    for k, v in means.items():
+        print(f"{k}={statistics.median(v) / 1e6:.2f}")
+"""
+
+
 def micro():
     for what in ("slot", "none"):
         r = subprocess.run([PY2, "-c", MICRO, str(REPO / "python"), what], capture_output=True,
@@ -116,6 +159,13 @@ def micro():
     r = subprocess.run([str(BIN / "progress_bench")], capture_output=True, text=True,
                        timeout=300, check=True)
     print(r.stdout.strip())
+    r = subprocess.run([PY2, "-c", HOOK, str(REPO / "python")], capture_output=True,
+                       text=True, timeout=600, check=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    ms = dict(line.split("=") for line in r.stdout.splitlines())
+    print("DDP step (MLP 4x896, batch 32, one Gloo rank), ms: " +
+          ", ".join(f"{k} {v}" for k, v in ms.items()) +
+          f"; trainer vs plain {100 * (float(ms['trainer']) / float(ms['plain']) - 1):+.1f} %")
 
 
 def main():
