@@ -2,7 +2,8 @@
 --first-progress-timeout on real workers.
   - a Python rank that stops reporting (dgt.progress()) is killed after --hang-timeout: its
     stacks, with the function it hangs in, are in the log and in the failure summary, and the
-    failure takes the restart policy's path (group, no restarts left: exit 137);
+    failure takes the restart policy's path (group, no restarts left: exit 137); one that hangs
+    before its first report is killed after --first-progress-timeout, with its stacks too;
   - a worker that never reports (a non-Python one) is killed after --first-progress-timeout,
     with the note that it left no stacks; without that flag it runs to its end;
   - torch 2.13 DDP with dgt.recovery, 2 agents x 2 ranks, --restart-policy rank: a SIGSTOPped
@@ -72,6 +73,27 @@ def test_python_rank_that_stops_reporting_is_killed_with_its_stacks(tmp_path, ca
     assert "dgt-run: stacks of rank 1 (pid " in err  # Logged at the kill as well.
     with capsys.disabled():
         print(f"\nhang: rank 1's last report -> detected: {ms:.0f} ms (--hang-timeout=1)")
+
+
+def test_python_rank_that_hangs_before_its_first_report_is_killed_with_its_stacks(tmp_path):
+    """A hang in the first step: only --first-progress-timeout covers it."""
+    p = Proc([BIN / "dgt-run", "--standalone", "--nproc-per-node=2", "--hang-timeout=0.5",
+              "--first-progress-timeout=1.5", "--no-python", PYTHON, WORKERS / "hang_worker.py",
+              "--steps", "3000", "--hang-rank", "0", "--hang-after", "0"], tmp_path, "run",
+             env=dgt_env(**PY_ENV))
+    try:
+        assert p.wait(timeout=120) == 137, p.stderr[-3000:]
+    finally:
+        p.kill()
+    err = p.stderr
+    [hung] = HUNG.findall(err)
+    assert hung[0:2] == ("0", "0") and hung[4] == "writing its stacks, then SIGKILL"
+    assert re.fullmatch(r"no progress report since its start, silent for 1\.[56] s "
+                        r"\(--first-progress-timeout=1\.5\)", hung[3]), hung[3]
+    assert 0 not in last_reports(p.stdout)  # Rank 0 never reported; rank 1 did all along.
+    summary = err[err.index("Root cause (first failure):"):]
+    assert "  rank 0 (local rank 0), host " in summary
+    assert re.search(r'File ".*hang_worker\.py", line \d+ in stuck_in_here\n', summary), summary
 
 
 def test_worker_that_never_reports_is_killed_after_the_first_progress_timeout(tmp_path):
