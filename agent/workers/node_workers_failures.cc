@@ -113,7 +113,9 @@ std::string NodeWorkers::Summary(const std::string& host) const {
                      e.attempt, "\n", "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
     if (f.hang) {
       absl::StrAppend(&text, "    hung: ", f.hang->reason, "\n");
-      if (!f.hang->stacks.empty()) {
+      if (!f.hang->stacks.empty() && !full) {
+        absl::StrAppend(&text, "    stacks: ", f.hang->stacks_file, "\n");
+      } else if (!f.hang->stacks.empty()) {
         std::string stacks = f.hang->stacks;
         while (!stacks.empty() && stacks.back() == '\n') stacks.pop_back();
         absl::StrAppend(&text, "    stacks (", f.hang->stacks_file, "):\n      ",
@@ -179,7 +181,9 @@ void NodeWorkers::KeepTempLogRootForSummary(std::string* summary) {
   if (!log_root_is_temp_ || log_root_.empty()) return;
   bool names_a_file = false;
   for (const auto* list : {&failures_, &recovered_failures_}) {
-    for (const Failure& f : *list) names_a_file |= f.error.has_value();
+    for (const Failure& f : *list) {
+      names_a_file |= f.error.has_value() || (f.hang && !f.hang->stacks_file.empty());
+    }
   }
   if (!names_a_file) return;
   // The summary names error files in the temporary log directory: removing it at exit would

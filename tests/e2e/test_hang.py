@@ -71,6 +71,10 @@ def test_python_rank_that_stops_reporting_is_killed_with_its_stacks(tmp_path, ca
     assert re.search(r'File ".*hang_worker\.py", line \d+ in stuck_in_here\n', stacks), stacks
     assert re.search(r'File ".*hang_worker\.py", line \d+ in main\n', stacks), stacks
     assert "dgt-run: stacks of rank 1 (pid " in err  # Logged at the kill as well.
+    # The temporary log directory stays for the stack file the summary names.
+    stacks_file = re.search(r"    stacks \((\S+)\):", summary).group(1)
+    assert f"\nkept: {stacks_file[:-len('/attempt_0/1/stacks.txt')]} (the temporary log " in err
+    assert "in stuck_in_here" in Path(stacks_file).read_text()
     with capsys.disabled():
         print(f"\nhang: rank 1's last report -> detected: {ms:.0f} ms (--hang-timeout=1)")
 
