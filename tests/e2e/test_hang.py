@@ -6,6 +6,8 @@
     before its first report is killed after --first-progress-timeout, with its stacks too;
   - a worker that never reports (a non-Python one) is killed after --first-progress-timeout,
     with the note that it left no stacks; without that flag it runs to its end;
+  - the C++ example trainer (dgt::worker::Progress), --restart-policy rank: a SIGSTOPped rank is
+    replaced in place, the survivors keep their PIDs and every step's sum is exact;
   - torch 2.13 DDP with dgt.recovery, 2 agents x 2 ranks, --restart-policy rank: a SIGSTOPped
     rank is detected, killed and replaced in place; the survivors (blocked in the all-reduce on
     it) keep their PIDs, and every rank ends with the parameters of a one-process reference.
@@ -125,6 +127,41 @@ def test_without_first_progress_timeout_a_silent_worker_runs_to_its_end(tmp_path
     finally:
         p.kill()
     assert "hung" not in p.stderr
+
+
+def test_sigstopped_cpp_rank_is_detected_and_replaced_in_place(tmp_path):
+    """examples/allreduce_trainer (dgt::worker::Progress, ProgressWaiting around its waits on
+    the peers): the stopped rank is replaced, the survivors keep their PIDs, every sum exact."""
+    p = Proc([BIN / "dgt-run", "--standalone", "--nproc-per-node=3", "--restart-policy=rank",
+              "--max-restarts=1", "--hang-timeout=1", "--no-python", BIN / "allreduce_trainer",
+              "--steps", "500", "--step-ms", "10", "--init-timeout", "30"], tmp_path, "run")
+    try:
+        joined = re.compile(r"^\[rank(\d)\]: EVENT joined rank=\d pid=(\d+) ", re.M)
+        deadline = time.monotonic() + 60
+        while len(set(joined.findall(p.stdout))) < 3:
+            assert time.monotonic() < deadline and p.popen.poll() is None, p.stderr[-3000:]
+            time.sleep(0.02)
+        pids = {int(r): int(pid) for r, pid in joined.findall(p.stdout)}
+        deadline = time.monotonic() + 60
+        while not re.search(r"^\[rank1\]: EVENT step rank=1 pid=\d+ generation=0 step=50 ",
+                            p.stdout, re.M):
+            assert time.monotonic() < deadline and p.popen.poll() is None, p.stderr[-3000:]
+            time.sleep(0.02)
+        os.kill(pids[1], signal.SIGSTOP)
+        assert p.wait(timeout=120) == 0, p.stderr[-3000:]  # 3 would be a wrong sum.
+    finally:
+        p.kill()
+    [hung] = HUNG.findall(p.stderr)
+    assert hung[0:3] == ("1", "1", str(pids[1]))
+    assert re.fullmatch(r"no progress report for 1\.[01] s \(--hang-timeout=1\), after \d+ "
+                        r"reports \(stopped: SIGSTOP\)", hung[3]), hung[3]
+    back = dict(re.findall(r"^\[rank\d\]: EVENT back rank=(\d) pid=(\d+) generation=1 ",
+                           p.stdout, re.M))
+    assert back.keys() == {"0", "1", "2"}
+    assert back["0"] == str(pids[0]) and back["2"] == str(pids[2]) and back["1"] != str(pids[1])
+    for r in range(3):
+        assert re.search(rf"^\[rank{r}\]: EVENT step rank={r} pid=\d+ generation=1 step=500 ",
+                         p.stdout, re.M)
 
 
 def test_sigstopped_ddp_rank_is_detected_and_replaced_in_place(tmp_path, python2, capsys):
