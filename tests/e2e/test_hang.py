@@ -9,8 +9,9 @@
   - the C++ example trainer (dgt::worker::Progress), --restart-policy rank: a SIGSTOPped rank is
     replaced in place, the survivors keep their PIDs and every step's sum is exact;
   - torch 2.13 DDP with dgt.recovery, 2 agents x 2 ranks, --restart-policy rank: a SIGSTOPped
-    rank is detected, killed and replaced in place; the survivors (blocked in the all-reduce on
-    it) keep their PIDs, and every rank ends with the parameters of a one-process reference.
+    rank, and one whose step loops forever (its stacks naming train_step), are detected, killed
+    and replaced in place; the survivors (blocked in the all-reduce on it) keep their PIDs, and
+    every rank ends with the parameters of a one-process reference.
 Each test prints the time from the hung rank's last report to its detection.
 """
 import os
@@ -216,5 +217,48 @@ def test_sigstopped_ddp_rank_is_detected_and_replaced_in_place(tmp_path, python2
             print(f"\nhang: SIGSTOP of rank 1 after step {pre} -> detected {ms:.0f} ms after its "
                   f"last report (--hang-timeout=2); all 4 ranks back at step {pre} {back:.0f} ms "
                   f"after the stop")
+    finally:
+        j.close()
+
+
+def test_ddp_rank_hung_in_its_step_is_replaced_and_its_peers_kept(tmp_path, python2, capsys):
+    """A running hang (the step's Python loops forever before its all-reduce) while the other
+    ranks wait in DDP's all-reduce on it: only the hung rank is killed, with its stacks naming
+    train_step; it is replaced in place and the parameters are the reference's."""
+    steps = 120
+    j = DgtRunJob(tmp_path, "torch-hang-step", policy="rank", mode="replace", steps=steps,
+                  max_restarts=1, extra=["--hang-timeout=2"],
+                  command=[python2, str(EXAMPLE), "--steps", str(steps), "--step-ms", "10",
+                           "--op-timeout", "30", "--hang-at-step", "30", "--hang-rank", "2"],
+                  env={**PY_ENV, "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        agents_ok(j)
+        ev = j.events()
+        node = j.node_of(2)
+        err = j.stderr(node)
+        [hung] = HUNG.findall(err)
+        rank, local, pid, reason, action, detected_ns = hung
+        assert (rank, pid, action) == ("2", str(pids[2]), "writing its stacks, then SIGKILL")
+        assert re.fullmatch(r"no progress report for 2\.[01] s \(--hang-timeout=2\), after 30 "
+                            r"reports", reason), reason
+        last_ns = max(int(f["t_ns"]) for r, k, f in ev
+                      if r == 2 and k == "step" and f["step"] == "30")
+        ms = (int(detected_ns) - last_ns) / 1e6
+        assert 2000 < ms < 2000 + 200, ms
+        stacks = err[err.index(f"dgt-run: stacks of rank 2 (pid {pid}, "):]
+        assert re.search(r'File ".*train\.py", line \d+ in train_step\n', stacks), stacks[:3000]
+        assert "hung" not in j.stderr(1 - node)
+        assert err.count(" hung: ") == 1
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        for r in (0, 1, 3):
+            assert done[r]["pid"] == str(pids[r]) and done[r]["recoveries"] == "1"
+        assert done[2]["pid"] != str(pids[2])
+        [expected] = reference_digests(python2, (steps, steps, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        with capsys.disabled():
+            print(f"\nhang: rank 2 hung in its step 31 -> detected {ms:.0f} ms after its last "
+                  f"report (--hang-timeout=2)")
     finally:
         j.close()
