@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import BIN, PYTHON, WORKERS, Proc, dgt_env  # noqa: E402

@@ -128,10 +128,15 @@ from dgt import progress_channel as pc
 from dgt import recovery
 seen = []
 real_begin, real_end = pc.wait_begin, pc.wait_end
+def waiting_word():
+    with open(sys.argv[2], "rb") as f:
+        return struct.unpack("<8Q", f.read(64))[1]
 def begin():
-    real_begin(); seen.append(("begin", struct.unpack("<8Q", open(sys.argv[2], "rb").read()[:64])[1]))
+    real_begin()
+    seen.append(("begin", waiting_word()))
 def end():
-    real_end(); seen.append(("end", struct.unpack("<8Q", open(sys.argv[2], "rb").read()[:64])[1]))
+    real_end()
+    seen.append(("end", waiting_word()))
 pc.wait_begin, pc.wait_end = begin, end
 store = dist.TCPStore("127.0.0.1", 0, 1, True)
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
