@@ -21,7 +21,9 @@ torch.distributed, for scripts that would otherwise lose every process to a grou
   broadcasts the model's tensors and the optimizer state, so a replacement resumes at the
   survivors' step with their exact parameters.
 
-The keys are the C++ runtime's (dgt.keys), so the agent needs nothing Python-specific.
+The keys are the C++ runtime's (dgt.keys), so the agent needs nothing Python-specific. Under
+`dgt-run --hang-timeout` the Trainer reports progress after every step and marks its waits on the
+peers (DDP's all-reduce, the join, recoveries) as such (dgt/progress_channel.py).
 
 Thread-safety: a Trainer and its ElasticGroup belong to the training thread; the only other
 thread is the group's watcher, which sets a flag (and, on NCCL, aborts the group).
