@@ -243,6 +243,14 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
           "else 30)",
           kSupervision)
           ->type_name("SECONDS");
+  add("--hang-timeout,--hang_timeout", raw.hang_timeout,
+      "A worker without a progress report (dgt.progress(), dgt.recovery.Trainer) for this long "
+      "is hung: its stacks are written, then it fails as a crash would (default 0: off)",
+      kSupervision)
+      ->type_name("SECONDS");
+  add("--first-progress-timeout,--first_progress_timeout", raw.first_progress_timeout,
+      "The same from a worker's start to its first progress report (default 0: off)", kSupervision)
+      ->type_name("SECONDS");
   add("--signals-to-handle,--signals_to_handle", raw.signals,
       "Signals forwarded to the workers; listed SIGUSR1/SIGUSR2 do not stop the job", kSupervision);
   add("--monitor-interval,--monitor_interval", raw.monitor_interval,

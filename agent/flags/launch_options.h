@@ -108,6 +108,11 @@ struct LaunchOptions {
   // SIGTERM → SIGKILL grace when stopping workers: --stop-timeout, or its torchrun 2.13 alias
   // --shutdown-timeout, else $TORCH_ELASTIC_SHUTDOWN_TIMEOUT (as torchrun), else 30 s.
   double stop_timeout_s = 30;
+  // Hang detection (docs/RECOVERY.md "Hang detection"), seconds, 0 = off: a worker without a
+  // progress report for --hang-timeout since its last one, or for --first-progress-timeout since
+  // its start, is killed as a failed worker (its stacks written first).
+  double hang_timeout_s = 0;
+  double first_progress_timeout_s = 0;
   double monitor_interval_s = 0.1;     // Accepted for torchrun compatibility; exits are events.
   std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.
   // Signals forwarded to every worker's process group (default kDefaultSignalsToHandle, as

@@ -55,6 +55,8 @@ struct RawFlags {
   std::string duplicate_stdout_filters;
   std::string duplicate_stderr_filters;
   std::string monitor_interval = "0.1";
+  std::string hang_timeout = "0";
+  std::string first_progress_timeout = "0";
   std::string max_restarts = "0";
   std::string node_rank;  // Empty: not given (rank 0 for a single node).
   std::string master_port;
@@ -98,7 +100,8 @@ absl::Status ParseNproc(const std::string& text, const char* (*getenv_fn)(const 
 // with --join-timeout). Unknown and repeated keys are refused.
 absl::Status ParseRdzvConf(const std::string& text, LaunchOptions* o, RdzvConfTimeouts* conf);
 
-// --rdzv-connect-timeout and --monitor-interval (seconds), --max-restarts, --node-rank,
+// --rdzv-connect-timeout, --monitor-interval, --hang-timeout and --first-progress-timeout
+// (seconds; the last two 0 for off, else at least kMinHangTimeout), --max-restarts, --node-rank,
 // --master-port, --worker-count and --parameter-server-count into `o`, and o->master_port_set.
 // A flag not given keeps its default; one given an empty value is refused ("needs a value").
 absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o);

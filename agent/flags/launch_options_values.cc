@@ -37,6 +37,9 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 // The most workers one agent starts: beyond the largest nodes' cores and GPUs; more only fills
 // pid_max and makes a stop signal wait for the spawning.
 constexpr int kMaxNprocPerNode = 4096;
+// The shortest --hang-timeout and --first-progress-timeout: the agent reads the progress slots
+// every twentieth of the timeout (at least every 5 ms), and a step shorter than this is no job's.
+constexpr absl::Duration kMinHangTimeout = absl::Milliseconds(100);
 
 // Visible NVIDIA GPUs: CUDA_VISIBLE_DEVICES when set, else /dev/nvidiaN device nodes.
 int CountGpus(const char* (*getenv_fn)(const char*)) {
@@ -203,6 +206,18 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
          &o->monitor_interval_s}}) {
     auto d = ParseDuration(flag, text, min, kMaxFlagDuration);
     if (!d.ok()) return d.status();
+    *target = absl::ToDoubleSeconds(*d);
+  }
+  for (const auto& [flag, text, target] :
+       {std::tuple<const char*, const std::string&, double*>{"--hang-timeout", raw.hang_timeout,
+                                                             &o->hang_timeout_s},
+        {"--first-progress-timeout", raw.first_progress_timeout, &o->first_progress_timeout_s}}) {
+    auto d = ParseDuration(flag, text, absl::ZeroDuration(), kMaxFlagDuration);
+    if (!d.ok()) return d.status();
+    if (*d > absl::ZeroDuration() && *d < kMinHangTimeout) {
+      return Bad(absl::StrCat(flag, " must be 0 (off) or at least ",
+                              FormatFlagSeconds(kMinHangTimeout), " seconds, got '", text, "'"));
+    }
     *target = absl::ToDoubleSeconds(*d);
   }
   // `given`: the flag (or its PET_* default) was given. --max-restarts and the others with a

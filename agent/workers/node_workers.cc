@@ -25,6 +25,13 @@ TfExchange::Options TfOptions(const LaunchOptions& o, absl::Duration store_timeo
   return t;
 }
 
+HangMonitor::Options HangOptions(const LaunchOptions& o) {
+  HangMonitor::Options h;
+  h.detector.hang_timeout = absl::Seconds(o.hang_timeout_s);
+  h.detector.first_progress_timeout = absl::Seconds(o.first_progress_timeout_s);
+  return h;
+}
+
 }  // namespace
 
 NodeWorkers::NodeWorkers(boost::asio::io_context& io, const LaunchOptions& options,
@@ -35,11 +42,14 @@ NodeWorkers::NodeWorkers(boost::asio::io_context& io, const LaunchOptions& optio
       env_(env),
       assignment_(assignment),
       sink_(std::move(sink)),
+      hang_(io, HangOptions(options), env.clock,
+            env.launcher != nullptr ? env.launcher : DefaultProcessLauncher()),
       tf_(io, TfOptions(options, store_timeout), env.clock) {}
 
 NodeWorkers::~NodeWorkers() { Shutdown(); }
 
 void NodeWorkers::Shutdown() {
+  hang_.Stop();
   tf_.Stop();
   group_.reset();
   retired_.clear();
@@ -55,6 +65,20 @@ void NodeWorkers::Finish(int exit_status, const std::string& message) {
 }
 
 absl::Status NodeWorkers::SetUpLogs() {
+  DGT_RETURN_IF_ERROR(SetUpLogDir());
+  if (!hang_.enabled()) return absl::OkStatus();
+  if (log_root_.empty()) {
+    return absl::FailedPreconditionError(
+        "--hang-timeout/--first-progress-timeout: no log directory for the progress file");
+  }
+  if (absl::Status s = hang_.Open(log_root_, options_.nproc_per_node); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--hang-timeout/--first-progress-timeout: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NodeWorkers::SetUpLogDir() {
   // Logs that -r/-t send to files are the user's: kept, also under a temporary directory (as
   // torchrun does), and named at start. Without them the temporary directory only holds error
   // files and goes away with the agent (the watchdog removes it after a kill -9).
@@ -136,6 +160,7 @@ void NodeWorkers::UpdateNetworkEnv(const std::string& master_addr) {
 
 void NodeWorkers::Stop(int signal) {
   if (!group_) return;
+  hang_.ForgetAll();  // Stopping workers are not judged.
   if (signal != 0) {
     group_->Stop(absl::Seconds(options_.stop_timeout_s), signal);
   } else {
@@ -144,6 +169,7 @@ void NodeWorkers::Stop(int signal) {
 }
 
 void NodeWorkers::KillAll() {
+  hang_.ForgetAll();
   if (group_) group_->KillAll();
 }
 
@@ -154,6 +180,7 @@ void NodeWorkers::Signal(int signal) {
 void NodeWorkers::OnDrained(std::function<void()> done) { group_->OnDrained(std::move(done)); }
 
 void NodeWorkers::OnWorkerExit(const WorkerExit& e) {
+  hang_.Exited(e.local_rank, e.pid);
   if (state() == NodeState::kDone) return;  // Killed while the last done mark goes out.
   sink_(lifecycle_->OnWorkerExit(e, group_->alive(), env_.clock->Now()));
 }
@@ -177,6 +204,7 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
   if (options_.pass_local_rank_arg) spec.argv.push_back(absl::StrCat("--local_rank=", local_rank));
 
   WorkerEnvExtras extras;
+  std::string stacks_file;  // Where a hung worker's stacks go (hang detection).
   extras.role = options_.role;
   extras.distribution = options_.distribution;
   extras.virtual_local_rank = options_.virtual_local_rank;
@@ -192,6 +220,8 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
     }
     extras.error_file = (dir / "error.json").string();
     std::filesystem::remove(extras.error_file, ec);  // A stale file would be taken for this one.
+    stacks_file = (dir / "stacks.txt").string();
+    std::filesystem::remove(stacks_file, ec);
     const int redirect = options_.redirects.For(local_rank);
     const int tee = options_.tee.For(local_rank);
     if ((redirect | tee) & 1) spec.stdout_file = (dir / "stdout.log").string();
@@ -230,6 +260,7 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
   a.restart_count = attempt;
   EnvMap env = BuildWorkerEnv(CurrentEnvironment(), a, local_rank, extras);
   for (const auto& [key, value] : network_env_) env.try_emplace(key, value);
+  hang_.Prepare(local_rank, stacks_file, &env);
   if (options_.restart_policy == RestartPolicy::kRank) {
     // What the agent does when a rank dies, for trainers using dgt::worker::ElasticGroup.
     env["DGT_RECOVERY_MODE"] =
@@ -292,7 +323,9 @@ void NodeWorkers::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
   const int end = std::min(first + kSpawnBatch, options_.nproc_per_node);
   for (int local = first; local < end; ++local) {
     absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
-    absl::Status status = spec.ok() ? group_->StartOne(*spec).status() : spec.status();
+    absl::StatusOr<pid_t> pid = spec.ok() ? group_->StartOne(*spec) : spec.status();
+    const absl::Status& status = pid.status();
+    if (pid.ok()) hang_.Started(local, spec->rank, *pid);
     if (!status.ok()) {
       group_->KillAll();  // The ones already started; the group's destructor reaps them.
       Finish(127, absl::StrCat("cannot start workers: ", status.message()));

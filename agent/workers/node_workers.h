@@ -1,8 +1,8 @@
 // NodeWorkers: this node's worker side. Owns the current WorkerGroup and the replaced ones, the
 // process-group watchdog, the launch's log directory and filtered logs, the failures the
-// summary names, the network environment for NCCL, the TensorFlow address exchange and the
-// failure publisher. Makes each worker's spec, starts a round's workers in batches and restarts
-// single ranks in place.
+// summary names, the network environment for NCCL, the TensorFlow address exchange, the
+// failure publisher and the hang monitor (agent/progress/hang_monitor.h). Makes each worker's
+// spec, starts a round's workers in batches and restarts single ranks in place.
 //
 // Decides nothing: what to do next is the NodeLifecycle's (agent/lifecycle/node_lifecycle.h);
 // NodeWorkers asks it at each worker event and hands the returned actions to the sink.
@@ -26,6 +26,7 @@
 #include "agent/coord/tf_exchange.h"
 #include "agent/flags/launch_options.h"
 #include "agent/lifecycle/node_lifecycle.h"
+#include "agent/progress/hang_monitor.h"
 #include "agent/workers/error_file.h"
 #include "agent/workers/group_watchdog.h"
 #include "agent/workers/worker_env.h"
@@ -92,9 +93,12 @@ class NodeWorkers {
     WorkerExit exit;
     std::string error_file;
     std::optional<WorkerError> error;  // From TORCHELASTIC_ERROR_FILE, when it wrote one.
+    std::optional<HangReport> hang;    // When it was killed as hung.
   };
 
   NodeState state() const { return lifecycle_->state(); }
+  // SetUpLogs without the progress file.
+  absl::Status SetUpLogDir();
   void Finish(int exit_status, const std::string& message);
   void OnWorkerExit(const WorkerExit& exit);
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
@@ -123,6 +127,8 @@ class NodeWorkers {
   Sink sink_;
   NodeLifecycle* lifecycle_ = nullptr;
   GroupWatchdog watchdog_;
+  // --hang-timeout, --first-progress-timeout: the progress channel and the hung workers' kills.
+  HangMonitor hang_;
   std::unique_ptr<WorkerGroup> group_;
   // Policy rank: publishes rank failures into the job's store (created at the first failure).
   std::unique_ptr<FailurePublisher> publisher_;

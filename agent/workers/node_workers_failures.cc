@@ -30,6 +30,7 @@ absl::Time NodeWorkers::RestartRank(const WorkerExit& e, int attempt) {
     return absl::InfinitePast();
   }
   const absl::Time started = absl::Now();
+  hang_.Started(e.local_rank, e.rank, *pid);
   spdlog::info(
       "dgt-run: restarted rank {} (local rank {}) as pid {} with "
       "TORCHELASTIC_RESTART_COUNT={} ({} of --max-restarts={})",
@@ -95,6 +96,7 @@ NodeWorkers::Failure NodeWorkers::MakeFailure(const WorkerExit& e) const {
                        .string();
     f.error = ReadTorchErrorFile(f.error_file);
   }
+  if (const HangReport* hang = hang_.ReportFor(e.pid)) f.hang = *hang;
   return f;
 }
 
@@ -109,6 +111,19 @@ std::string NodeWorkers::Summary(const std::string& host) const {
         absl::StrCat("  rank ", e.rank, " (local rank ", e.local_rank, "), host ", host,
                      " (node rank ", assignment_.node_rank, "), pid ", e.pid, ", attempt ",
                      e.attempt, "\n", "    ", exit, " at ", Rfc3339Millis(e.time), "\n");
+    if (f.hang) {
+      absl::StrAppend(&text, "    hung: ", f.hang->reason, "\n");
+      if (!f.hang->stacks.empty() && !full) {
+        absl::StrAppend(&text, "    stacks: ", f.hang->stacks_file, "\n");
+      } else if (!f.hang->stacks.empty()) {
+        std::string stacks = f.hang->stacks;
+        while (!stacks.empty() && stacks.back() == '\n') stacks.pop_back();
+        absl::StrAppend(&text, "    stacks (", f.hang->stacks_file, "):\n      ",
+                        absl::StrJoin(absl::StrSplit(stacks, '\n'), "\n      "), "\n");
+      } else {
+        absl::StrAppend(&text, "    ", f.hang->note, "\n");
+      }
+    }
     if (f.error) {
       absl::StrAppend(&text, "    error file: ", f.error_file, "\n",
                       "    message: ", f.error->message, "\n");
@@ -166,7 +181,9 @@ void NodeWorkers::KeepTempLogRootForSummary(std::string* summary) {
   if (!log_root_is_temp_ || log_root_.empty()) return;
   bool names_a_file = false;
   for (const auto* list : {&failures_, &recovered_failures_}) {
-    for (const Failure& f : *list) names_a_file |= f.error.has_value();
+    for (const Failure& f : *list) {
+      names_a_file |= f.error.has_value() || (f.hang && !f.hang->stacks_file.empty());
+    }
   }
   if (!names_a_file) return;
   // The summary names error files in the temporary log directory: removing it at exit would

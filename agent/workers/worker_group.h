@@ -216,7 +216,9 @@ inline constexpr const char* kStandbyDroppedEnv[] = {"RANK",
                                                      "TORCHELASTIC_ERROR_FILE",
                                                      "OMPI_COMM_WORLD_RANK",
                                                      "OMPI_COMM_WORLD_LOCAL_RANK",
-                                                     "TF_CONFIG"};
+                                                     "TF_CONFIG",
+                                                     "DGT_PROGRESS_SLOT",
+                                                     "DGT_STACKS_FILE"};
 
 }  // namespace dgt::agent
 

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -26,6 +27,7 @@
 #include "dgt/worker/context.h"
 #include "dgt/worker/elastic_group.h"
 #include "dgt/worker/gloo_communicator.h"
+#include "dgt/worker/progress.h"
 
 namespace {
 
@@ -126,7 +128,11 @@ int main(int argc, char** argv) {
   options.watch_period = absl::Milliseconds(200);
   const int rank = ctx->rank;
   const long pid = static_cast<long>(::getpid());
+  // Waits on the peers (Join, Sync, the all-reduce, Recover) are not silence for dgt-run's
+  // --hang-timeout; each completed step is a progress report (docs/RECOVERY.md "Hang detection").
+  std::optional<dgt::worker::ProgressWaiting> joining(std::in_place);
   auto joined = ElasticGroup::Join(*ctx, dgt::worker::ConnectToJobStore(*ctx), factory, options);
+  joining.reset();
   if (!joined.ok()) {
     std::fprintf(stderr, "rank %d: join failed: %s\n", rank, joined.status().ToString().c_str());
     return 1;
@@ -149,6 +155,7 @@ int main(int argc, char** argv) {
     absl::Status s = absl::OkStatus();
     if (g.recovery_pending()) s = absl::AbortedError("a new generation was opened");
     if (s.ok() && need_sync) {
+      dgt::worker::ProgressWaiting wait;
       s = Sync(g, st);
       if (s.ok()) {
         need_sync = false;
@@ -162,6 +169,7 @@ int main(int argc, char** argv) {
     int64_t sum[1] = {0};
     if (s.ok()) {
       sum[0] = Value(rank, st.completed);
+      dgt::worker::ProgressWaiting wait;
       s = g.comm().AllReduce(absl::MakeSpan(sum), ReduceOp::kSum);
     }
     if (!s.ok()) {
@@ -174,6 +182,7 @@ int main(int argc, char** argv) {
                   rank, pid, g.generation(), static_cast<long long>(st.completed),
                   static_cast<long long>(NowNs()), std::string(s.message()).c_str());
       std::fflush(stdout);
+      dgt::worker::ProgressWaiting wait;
       auto c = g.Recover();
       while (!c.ok()) {
         // The next attempt opens the generation after (e.g. a member died while joining).
@@ -206,6 +215,7 @@ int main(int argc, char** argv) {
     }
     const int64_t prev = st.total.rbegin()->second;
     ++st.completed;
+    dgt::worker::Progress();
     st.total[st.completed] = prev + sum[0];
     // Every completed step, timed: what a failure costs in progress is measured from these.
     std::printf("EVENT step rank=%d pid=%ld generation=%d step=%lld t_ns=%lld\n", rank, pid,

@@ -17,7 +17,8 @@ reference (tests/e2e/test_recovery_torch.py does).
 `--backend nccl` trains on one GPU per local rank (cuda:LOCAL_RANK; scripts/gpu-check.sh runs it
 that way when the machine has a CUDA build of torch and two GPUs). `--crash-at-step S
 --crash-rank R` makes rank R SIGKILL itself when it reaches step S the first time (restart count
-0): a failure for scripts that have no other way to kill a rank at a known step.
+0): a failure for scripts that have no other way to kill a rank at a known step. `--hang-at-step S
+--hang-rank R` makes rank R sleep forever at step S instead (a hang for `dgt-run --hang-timeout`).
 
 It prints `EVENT <kind> key=value ...` lines: joined, step (per completed step, with t_ns =
 time.time_ns()), synced (after each recovery) and done (with a sha256 of the parameters).
@@ -78,6 +79,10 @@ def main():
     p.add_argument("--crash-at-step", type=int, default=-1,
                    help="with --crash-rank: that rank SIGKILLs itself at this step (first run)")
     p.add_argument("--crash-rank", type=int, default=-1)
+    p.add_argument("--hang-at-step", type=int, default=-1,
+                   help="with --hang-rank: that rank hangs (sleeps forever) at this step (first "
+                        "run), before its all-reduce: a rank for dgt-run --hang-timeout to find")
+    p.add_argument("--hang-rank", type=int, default=-1)
     args = p.parse_args()
     rank = int(os.environ["RANK"])
     first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
@@ -95,6 +100,9 @@ def main():
     def train_step(ddp, step):                                  # dgt: the loop body, as a function
         if first_run and rank == args.crash_rank and step == args.crash_at_step:
             os.kill(os.getpid(), signal.SIGKILL)
+        if first_run and rank == args.hang_rank and step == args.hang_at_step:
+            while True:
+                time.sleep(0.05)
         optimizer.zero_grad()
         x, c = batch(step, rank, device)
         loss_fn(ddp, x, c).backward()                           # DDP's all-reduce

@@ -21,7 +21,9 @@ torch.distributed, for scripts that would otherwise lose every process to a grou
   broadcasts the model's tensors and the optimizer state, so a replacement resumes at the
   survivors' step with their exact parameters.
 
-The keys are the C++ runtime's (dgt.keys), so the agent needs nothing Python-specific.
+The keys are the C++ runtime's (dgt.keys), so the agent needs nothing Python-specific. Under
+`dgt-run --hang-timeout` the Trainer reports progress after every step and marks its waits on the
+peers (DDP's all-reduce, the join, recoveries) as such (dgt/progress_channel.py).
 
 Thread-safety: a Trainer and its ElasticGroup belong to the training thread; the only other
 thread is the group's watcher, which sets a flag (and, on NCCL, aborts the group).
@@ -39,11 +41,15 @@ from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
 from . import keys
+from . import progress_channel as _progress
 from . import standby as _standby
 
 # A warm standby (`dgt-run --standby-workers`) waits here, with torch imported, until the agent
 # hands it a failed rank's environment; in any other process this returns at once.
-_standby.wait_if_standby()
+if _standby.wait_if_standby():
+    # Now a rank: its own progress slot and stack file (hang detection).
+    _progress._reset()
+    _progress.install_stack_dump()
 
 MODES = ("replace", "shrink", "off")
 
@@ -592,8 +598,9 @@ class Trainer:
         self.group = ElasticGroup(self.env, self.options, self._connect, self._backend)
         self.group.device = self.device
         t0 = time.time_ns()
-        self.group.join()
-        self._after_build(noticed_ns=t0)
+        with _progress.waiting():  # On the other ranks: not silence (hang detection).
+            self.group.join()
+            self._after_build(noticed_ns=t0)
 
     def close(self):
         self._ddp = None
@@ -636,8 +643,10 @@ class Trainer:
                     continue
                 self.step += 1
                 self._has_state = True
+                _progress.progress()  # dgt-run's hang detection: one store into shared memory.
             # A member that failed in the last step must not be left alone.
-            failure = self._call(self._agree_finished, in_collective=True)
+            with _progress.waiting():
+                failure = self._call(self._agree_finished, in_collective=True)
             if failure is None:
                 return self.step
             self.recover(cause=failure)
@@ -668,9 +677,10 @@ class Trainer:
         self._ddp = None  # Drop the old group's last user before it is destroyed...
         gc.collect()      # ...including the reference cycles that DDP's hooks make.
         self.optimizer.zero_grad(set_to_none=True)
-        self.group.recover()
-        self.recoveries += 1
-        self._after_build(noticed_ns=noticed)
+        with _progress.waiting():  # Waiting for the next generation is not silence.
+            self.group.recover()
+            self.recoveries += 1
+            self._after_build(noticed_ns=noticed)
 
     def is_peer_failure(self, e: BaseException) -> bool:
         """Whether `e` is a peer failure (see _peer_failure_reason); logs the verdict."""
@@ -751,7 +761,20 @@ class Trainer:
         # the notice to leaving the failed group. (Cyclic garbage among the frozen objects is
         # never collected; objects made later are, as usual.)
         gc.freeze()
-        return DDP(self.module, **kwargs)
+        hook = _progress.enabled()
+        if hook:
+            # A communication hook makes DDP copy each gradient into its bucket and divide it
+            # there in a second pass (without one, the division is fused into the copy): 2-5 ms
+            # a step for the 13 MB of gradients of bench/recovery/torch_trainer on this CPU.
+            # Gradients that are views of the buckets need neither copy (unless ddp_kwargs says
+            # otherwise).
+            kwargs.setdefault("gradient_as_bucket_view", True)
+        ddp = DDP(self.module, **kwargs)
+        if hook:
+            # Hang detection: time in DDP's all-reduce is waiting on the peers, not silence, so a
+            # rank blocked on a hung peer is not taken for hung itself.
+            ddp.register_comm_hook(None, _waiting_allreduce_hook)
+        return ddp
 
     def _sync_state(self):
         """Agrees on the resume step (the furthest step a member holds) and broadcasts the state
@@ -796,6 +819,25 @@ class Trainer:
             if self.extra_state is not None:
                 self.extra_state.load_state_dict(objs[1])
         return self.group.members[src], steps[src]
+
+
+def _waiting_allreduce_hook(state, bucket):
+    """DDP's own all-reduce (torch's default_hooks.allreduce_hook: the bucket divided by the
+    world size, then summed), marked as a wait on the peers until it completes or fails."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    _progress.wait_begin()
+    try:
+        fut = default_hooks.allreduce_hook(state, bucket)
+    except BaseException:
+        _progress.wait_end()
+        raise
+
+    def done(f):
+        try:
+            return f.value()
+        finally:
+            _progress.wait_end()
+    return fut.then(done)
 
 
 def run(train_step: Callable[[Any, int], Any], model, optimizer, steps: int, **kwargs) -> Trainer:

@@ -1050,4 +1050,41 @@ TEST(LaunchOptionsTest, StandbyWorkers) {
 }
 
 }  // namespace
+// --hang-timeout and --first-progress-timeout (docs/RECOVERY.md "Hang detection"): seconds, 0 off.
+TEST(LaunchOptionsTest, HangTimeouts) {
+  auto plain = Parse({kScript});
+  ASSERT_TRUE(plain.options.has_value()) << plain.output;
+  EXPECT_EQ(plain.options->hang_timeout_s, 0);
+  EXPECT_EQ(plain.options->first_progress_timeout_s, 0);
+  auto p = Parse({"--hang-timeout=2.5", "--first_progress_timeout", "1800", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->hang_timeout_s, 2.5);
+  EXPECT_EQ(p.options->first_progress_timeout_s, 1800);
+  auto edges = Parse({"--hang_timeout=0.1", "--first-progress-timeout=0", kScript});
+  ASSERT_TRUE(edges.options.has_value()) << edges.output;
+  EXPECT_EQ(edges.options->hang_timeout_s, 0.1);
+  EXPECT_EQ(edges.options->first_progress_timeout_s, 0);
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--hang-timeout=0.05", kScript},
+       "dgt-run: error: --hang-timeout must be 0 (off) or at least 0.1 seconds, got '0.05'\n"},
+      {{"--first-progress-timeout=0.001", kScript},
+       "dgt-run: error: --first-progress-timeout must be 0 (off) or at least 0.1 seconds, got "
+       "'0.001'\n"},
+      {{"--hang-timeout=-1", kScript},
+       "dgt-run: error: --hang-timeout must be a number of seconds from 0 to 31536000 (a year), "
+       "got '-1'\n"},
+      {{"--hang-timeout=5m", kScript},
+       "dgt-run: error: --hang-timeout must be a number of seconds from 0 to 31536000 (a year), "
+       "got '5m'\n"},
+      {{"--first-progress-timeout=nan", kScript},
+       "dgt-run: error: --first-progress-timeout must be a number of seconds from 0 to 31536000 "
+       "(a year), got 'nan'\n"}};
+  for (const auto& [args, message] : bad) {
+    auto r = Parse(args);
+    EXPECT_FALSE(r.options.has_value()) << args[0];
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, message);
+  }
+}
+
 }  // namespace dgt::agent

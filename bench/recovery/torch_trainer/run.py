@@ -22,6 +22,9 @@ Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
   nvrx-ft      ft_launcher --standalone --max-restarts=1 (NVRx's torchrun-based launcher)
   dgt-inplace  dgt-run --standalone --restart-policy=rank (dgt.recovery.Trainer, python/dgt);
                skipped with the reason when `import dgt.recovery` fails
+  dgt-hang     dgt-inplace with --hang-timeout=60: progress reports every step and the DDP
+               communication hook that marks all-reduces as waits (docs/RECOVERY.md "Hang
+               detection"); the kill is a crash, as in dgt-inplace
   dgt-standby  dgt-inplace with --standby-workers=1: the replacement is a warm standby that
                waited in `import dgt.recovery` with torch imported (its "started" is when it took
                the rank); the kill waits for the agent's "standby pid N is ready"
@@ -47,8 +50,8 @@ Each row is bounded (--row-timeout, 90 s); the whole run is about 3-4 min here.
 --overhead measures each row's cost per healthy step instead, which the ~45 steps before a kill
 cannot show (two plain rows of one run differed by 5-18 % here): no kill, no checkpoint (no
 --ckpt-dir: checkpoint writes are outside the timed window; their cost is the kill table's),
-rows plain, dgt-inplace, dgt-standby, torchrun, torchft, nvrx-inproc by default (start_row's
-launches; --rows picks others, plain is always added). --rounds (3) rounds of every row, each
+rows plain, dgt-inplace, dgt-standby, dgt-hang, torchrun, torchft, nvrx-inproc by default
+(start_row's launches; --rows picks others, plain is always added). --rounds (3) rounds of every row, each
 round in a rotated order, so each row runs next to the same round's plain. Each run skips
 --warmup (20) steps (and, for dgt-standby, every step before the agent logged its standby ready:
 the standby's `import torch` competes with the ranks meanwhile), takes --steps (300) step
@@ -82,7 +85,7 @@ BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"EVENT (\w+) (.*)$")
 T_NS = re.compile(r"\d{19}")  # time.time_ns(), 19 digits until 2286
 ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace",
-        "dgt-standby")
+        "dgt-standby", "dgt-hang")
 # The plain baseline runs first and last: the mean of both is the reference step, and their
 # difference shows how much the machine's load moved during the run.
 DEFAULT_ROWS = ROWS + ("plain",)
@@ -205,9 +208,10 @@ def start_row(row, args, out_dir):
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              "--max-restarts=1", *trainer_args(args, "ddp", ckpt)],
                        out_dir, env_with())], 1, {0, 1}
-    if row == "dgt-inplace":
+    if row in ("dgt-inplace", "dgt-hang"):
+        hang = ["--hang-timeout=60"] if row == "dgt-hang" else []
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
-                             "--restart-policy=rank", "--max-restarts=1",
+                             "--restart-policy=rank", "--max-restarts=1", *hang,
                              *trainer_args(args, "dgt")], out_dir, env_with())], 1, {0, 1}
     if row == "dgt-standby":
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
@@ -275,7 +279,7 @@ def run_row(row, args, out_dir):
     launches, kill_rank, expected = start_row(row, args, out_dir)
     result = {"row": row}
     try:
-        if row in ("dgt-inplace", "dgt-standby"):
+        if row in ("dgt-inplace", "dgt-standby", "dgt-hang"):
             skipped = wait_until(lambda: [f for k, f in all_events(launches) if k == "skipped"]
                                  or [f for k, f in all_events(launches) if k == "step"],
                                  args.row_timeout, "dgt-inplace to start", launches)
@@ -363,7 +367,8 @@ def timeline(ev, t_kill, pre, expected):
     return out
 
 
-OVERHEAD_ROWS = ("plain", "dgt-inplace", "dgt-standby", "torchrun", "torchft", "nvrx-inproc")
+OVERHEAD_ROWS = ("plain", "dgt-inplace", "dgt-standby", "dgt-hang", "torchrun", "torchft",
+                 "nvrx-inproc")
 STANDBY_READY = re.compile(r"standby pid \d+ is ready")
 
 
