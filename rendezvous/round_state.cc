@@ -901,9 +901,15 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
                                run.min_nodes, " nodes for ", absl::FormatDuration(run.join_timeout),
                                " after losing nodes"),
                   nullptr, now, out);
-      } else if (run.last_call_deadline && *run.last_call_deadline <= now &&
-                 connected >= run.min_nodes) {
-        StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+      } else if (run.last_call_deadline && *run.last_call_deadline <= now) {
+        if (connected >= run.min_nodes) {
+          StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+        } else {
+          // Below MIN again (an adopted run's nodes have not re-attached yet): Evaluate sets a
+          // new last call when MIN is back. Kept, the passed deadline would make the caller
+          // tick without pause.
+          run.last_call_deadline.reset();
+        }
       }
     } else if (run.state == RunState::kRunning && run.recovering && run.rejoin_deadline &&
                *run.rejoin_deadline <= now) {

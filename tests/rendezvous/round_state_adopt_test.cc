@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -170,6 +171,28 @@ TEST(AdoptRunsTest, GatheringRunKeepsItsNodesWhichReattachWithAPlainJoin) {
   EXPECT_EQ(Find<Assignment>(out, 7)->node_rank, 0);
   EXPECT_EQ(Find<Assignment>(out, 8)->node_rank, 1);
   EXPECT_EQ(Find<Assignment>(out, 8)->node_count, 2);
+}
+
+// A gathering run at MIN has a last-call deadline; adopted, its nodes have no session, so the
+// deadline passes below MIN. The tick must drop it (a new one starts when MIN is back): a deadline
+// left in the past made the service's timer tick, and write the run, without pause.
+TEST(AdoptRunsTest, AdoptedGatheringRunBelowMinLeavesNoDeadlineInThePast) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);  // JoinProgress; last call at +30 s.
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(30));
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(31)).empty());
+  EXPECT_EQ(m.NextDeadline(), std::nullopt);
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  // The node re-attaches: MIN again, a new last call, then the round.
+  auto again = m.OnJoin(7, Join("n1", 1, 2), kT0 + absl::Seconds(40));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(std::get<JoinProgress>(again[0].message), (JoinProgress{1, 1, 2}));
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(70));
+  auto out = m.OnTick(kT0 + absl::Seconds(70));
+  ASSERT_NE(Find<Assignment>(out, 7), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 7)->round, 0);
+  EXPECT_EQ(Find<Assignment>(out, 7)->node_count, 1);
 }
 
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
