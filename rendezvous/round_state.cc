@@ -844,6 +844,8 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
   run.state = RunState::kGathering;
   run.join_deadline = now + run.join_timeout;
   run.last_call_deadline.reset();
+  // A scale-up of the round that ended goes with it; a gathering run's tick never handles one.
+  run.scale_up_deadline.reset();
   SendProgress(run, out);
 }
 

@@ -195,6 +195,23 @@ TEST(AdoptRunsTest, AdoptedGatheringRunBelowMinLeavesNoDeadlineInThePast) {
   EXPECT_EQ(Find<Assignment>(out, 7)->node_count, 1);
 }
 
+// A running run with a node waiting for a scale-up is adopted; its member does not rejoin, so
+// the run goes back to gathering. The scale-up deadline must go with the round it was for: left
+// set, it stayed in the past and the service's timer ticked without pause.
+TEST(AdoptRunsTest, RunBackToGatheringAfterTheRejoinWindowKeepsNoScaleUpDeadline) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 3), kT0).size(), 1u);
+  auto first = m.OnTick(kT0 + absl::Seconds(30));
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 1, 3), kT0 + absl::Seconds(31)).size(), 1u);  // Progress.
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));                          // The scale-up.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(32)).ok());
+  // n1 never rejoins; n2 has not re-attached: too few nodes, the run waits for them.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(92)).empty());
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(92 + 600));  // The join timeout only.
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
