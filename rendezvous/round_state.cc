@@ -844,8 +844,11 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
   run.state = RunState::kGathering;
   run.join_deadline = now + run.join_timeout;
   run.last_call_deadline.reset();
-  // A scale-up of the round that ended goes with it; a gathering run's tick never handles one.
+  // A scale-up of the round that ended, or a round held for its node rank 0's next store, goes
+  // with it: a gathering run's tick handles neither, and a held round stops it from timing out.
+  // A restart the held round carried still counts (pending_restart_increment).
   run.scale_up_deadline.reset();
+  run.pending_reason.reset();
   SendProgress(run, out);
 }
 

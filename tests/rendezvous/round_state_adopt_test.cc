@@ -212,6 +212,26 @@ TEST(AdoptRunsTest, RunBackToGatheringAfterTheRejoinWindowKeepsNoScaleUpDeadline
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(92 + 600));  // The join timeout only.
 }
 
+// A scale-up round held for node rank 0's next store, then the run adopted and its member lost:
+// the held round goes with the members it was for. Kept, it stopped the gathering run's tick, so
+// the join timeout never failed the run and stayed in the past (the timer ticked without pause).
+TEST(AdoptRunsTest, RunBackToGatheringDropsARoundHeldForItsStoreAndTimesOut) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 3), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnTick(kT0 + absl::Seconds(30)), 1), nullptr);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 1, 3), kT0 + absl::Seconds(31)).size(), 1u);
+  // The scale-up is due, but n1 has not said its next store is ready: the round is held.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(61)).empty());
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(62)).ok());
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(122)).empty());  // n1 did not rejoin.
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(122 + 600));
+  // Nobody came back within the join timeout: the run fails (no session left to tell).
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(722)).empty());
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(722) + absl::Hours(1));
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
