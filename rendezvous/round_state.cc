@@ -123,6 +123,9 @@ absl::Status RoundStateMachine::AdoptRuns(absl::Time now) {
     RunRecord& run = *found;
     for (auto& [id, node] : run.nodes) node.session = 0;
     run.connected = 0;
+    // A round held for node rank 0's next store was made of sessions that are gone: the nodes
+    // re-attach (or rejoin) and the round is decided again. Its restart still counts.
+    run.pending_reason.reset();
     if (run.state == RunState::kRunning) {
       // The members rejoin with their assignment (RejoinImpl), as after a restart of the
       // service; until all did (or the window passed) the run decides nothing.

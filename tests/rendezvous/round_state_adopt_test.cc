@@ -232,6 +232,28 @@ TEST(AdoptRunsTest, RunBackToGatheringDropsARoundHeldForItsStoreAndTimesOut) {
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(722) + absl::Hours(1));
 }
 
+// A round held for node rank 0's next store was computed from the sessions of the replica that
+// held it. Adopted, it was sent to whichever node re-attached first: a round of 1 node in a run
+// of MIN 2, during the members' rejoin window.
+TEST(AdoptRunsTest, ARoundHeldForItsStoreIsNotSentToTheFirstNodeThatReattaches) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 2, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  ASSERT_NE(Find<Assignment>(first, 2), nullptr);
+  m.OnJoin(3, Join("n3", 2, 2), kT0 + absl::Seconds(1));  // Waits: the run is at MAX.
+  // n2 is lost; n1 and n3 make MIN, but n1's next store is not ready: the round is held.
+  for (const Outgoing& o : m.OnSessionClosed(2, kT0 + absl::Seconds(2))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(3)).ok());
+  auto out = m.OnJoin(9, Join("n3", 2, 2), kT0 + absl::Seconds(4));
+  for (const Outgoing& o : out) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+  EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
