@@ -960,7 +960,8 @@ std::optional<absl::Time> RoundStateMachine::NextDeadlineOf(const RunRecord& run
   consider(run.last_call_deadline);
   consider(run.join_deadline);
   consider(run.scale_up_deadline);
-  consider(run.failure_deadline);
+  // A failure's grace waits for the end of recovery (TickImpl): until then, the rejoin window.
+  if (!run.recovering) consider(run.failure_deadline);
   consider(run.rejoin_deadline);
   if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   return next;

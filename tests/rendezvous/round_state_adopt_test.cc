@@ -254,6 +254,31 @@ TEST(AdoptRunsTest, ARoundHeldForItsStoreIsNotSentToTheFirstNodeThatReattaches) 
   EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
 }
 
+// A failure reported while the members still rejoin waits for the end of recovery; its grace
+// deadline must not be the next deadline meanwhile: the tick ignores it during recovery, so it
+// stayed in the past and the service's timer ticked without pause until the rejoin window closed.
+TEST(AdoptRunsTest, AFailureDuringRecoveryWaitsForTheRejoinWindow) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 1, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  const Assignment held = *Find<Assignment>(first, 1);
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
+  ASSERT_NE(Find<Assignment>(m.OnJoin(5, RejoinWith("n1", held, 1), kT0 + absl::Seconds(2)), 5),
+            nullptr);
+  NodeReport failed;
+  failed.round = held.round;
+  failed.message = "rank 0 exited with code 1";
+  EXPECT_TRUE(m.OnReport(5, failed, kT0 + absl::Seconds(3)).empty());
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));  // The rejoin window, not the grace.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(4)).empty());
+  // n2 never rejoins: the run fails with n1's failure.
+  auto out = m.OnTick(kT0 + absl::Seconds(61));
+  ASSERT_NE(Find<RunFinished>(out, 5), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 5)->succeeded);
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
