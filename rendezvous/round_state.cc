@@ -494,10 +494,7 @@ void RoundStateMachine::SendProgress(const RunRecord& run, std::vector<Outgoing>
 
 void RoundStateMachine::Evaluate(RunRecord& run, absl::Time now, std::vector<Outgoing>& out,
                                  SessionId joined) {
-  if (run.pending_reason) {
-    TrySendPendingRound(run, out);
-    return;
-  }
+  if (run.pending_reason && TrySendPendingRound(run, now, out)) return;
   const int32_t connected = ConnectedCount(run);
   if (run.state == RunState::kGathering) {
     if (connected >= run.max_nodes) {
@@ -650,12 +647,22 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   (void)now;
 }
 
-void RoundStateMachine::TrySendPendingRound(RunRecord& run, std::vector<Outgoing>& out) {
+bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
+                                            std::vector<Outgoing>& out) {
   std::string reason = *run.pending_reason;
   run.pending_reason.reset();
+  if (ConnectedCount(run) < run.min_nodes) {
+    // Nodes left while the round was held: too few for it. A gathering run waits for nodes
+    // again, up to its join timeout (StartRound cleared the deadline when it held the round).
+    if (run.state == RunState::kGathering && run.round >= 0 && !run.join_deadline) {
+      run.join_deadline = now + run.join_timeout;
+    }
+    return false;
+  }
   int32_t inc = run.pending_restart_increment;
   run.pending_restart_increment = 0;
   StartRound(run, reason, inc, absl::InfinitePast(), out);
+  return true;
 }
 
 void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
@@ -779,7 +786,7 @@ std::vector<Outgoing> RoundStateMachine::StoreReadyImpl(SessionId session, const
   }
   node->store_port = ready.store_port;
   node->last_contact = now;
-  if (run->pending_reason) TrySendPendingRound(*run, out);
+  if (run->pending_reason) TrySendPendingRound(*run, now, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// RoundStateMachine as a replica that becomes the leader (AdoptRuns) and as one whose commit
-// fails (commit_failure), on the in-memory backend and a simulated clock: exact messages.
+// RoundStateMachine as a replica that becomes the leader (AdoptRuns), as one whose commit fails
+// (commit_failure), and with a round held for node rank 0's next store, on the in-memory backend
+// and a simulated clock: exact messages.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -277,6 +278,25 @@ TEST(AdoptRunsTest, AFailureDuringRecoveryWaitsForTheRejoinWindow) {
   ASSERT_NE(Find<RunFinished>(out, 5), nullptr);
   EXPECT_FALSE(Find<RunFinished>(out, 5)->succeeded);
   EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
+// A round held for node rank 0's next store, then node rank 0 is lost: the held round was sent
+// to the one node left, a round of 1 node in a run of MIN 2. It is dropped instead, and the run
+// waits for nodes up to its join timeout.
+TEST(HeldRoundTest, AHeldRoundIsDroppedWhenTooFewNodesAreLeft) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, Join("n2", 2, 2), kT0), 1), nullptr);
+  ASSERT_NE(Find<StopWorkers>(m.OnSessionClosed(2, kT0 + absl::Seconds(1)), 1), nullptr);
+  // n3 makes MIN again, but n1's next store is not ready: the round is held.
+  for (const Outgoing& o : m.OnJoin(3, Join("n3", 2, 2), kT0 + absl::Seconds(2))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  for (const Outgoing& o : m.OnSessionClosed(1, kT0 + absl::Seconds(3))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(3 + 600));
 }
 
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
