@@ -124,8 +124,9 @@ absl::Status RoundStateMachine::AdoptRuns(absl::Time now) {
     for (auto& [id, node] : run.nodes) node.session = 0;
     run.connected = 0;
     // A round held for node rank 0's next store was made of sessions that are gone: the nodes
-    // re-attach (or rejoin) and the round is decided again. Its restart still counts.
+    // re-attach (or rejoin, and report their failures again) and the round is decided again.
     run.pending_reason.reset();
+    run.pending_restart_increment = 0;
     if (run.state == RunState::kRunning) {
       // The members rejoin with their assignment (RejoinImpl), as after a restart of the
       // service; until all did (or the window passed) the run decides nothing.
@@ -596,7 +597,8 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   if (master->store_port == 0) {
     // NodeRecord rank 0's agent is still opening its next store: hold the round until it is ready.
     run.pending_reason = reason;
-    run.pending_restart_increment += restart_increment;
+    // One held round is one restart, however many failures asked for it.
+    run.pending_restart_increment = std::max(run.pending_restart_increment, restart_increment);
     return;
   }
   run.pending_reason.reset();

@@ -299,6 +299,53 @@ TEST(HeldRoundTest, AHeldRoundIsDroppedWhenTooFewNodesAreLeft) {
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(3 + 600));
 }
 
+// Two failures of one round while its restart is held for node rank 0's next store: one restart
+// round, counted once. Counted per failure, the round went out with a restart count above
+// --max-restarts.
+TEST(HeldRoundTest, TwoFailuresWhileTheRestartIsHeldCountOneRestart) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 2, 2);
+  JoinRequest j2 = Join("n2", 2, 2);
+  j1.max_restarts = j2.max_restarts = 1;
+  ASSERT_EQ(m.OnJoin(1, j1, kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, j2, kT0), 1), nullptr);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());  // Held: no store yet.
+  EXPECT_TRUE(m.OnReport(2, failed, kT0 + absl::Seconds(2)).empty());
+  auto out = m.OnStoreReady(1, StoreReady{30001}, kT0 + absl::Seconds(3));
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  ASSERT_NE(Find<Assignment>(out, 2), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 1)->restart_count, 1);
+  EXPECT_EQ(Find<Assignment>(out, 2)->restart_count, 1);
+}
+
+// A restart held for node rank 0's next store, then the runs adopted: the members rejoin and
+// report their failure again, which must not count a second restart.
+TEST(AdoptRunsTest, AHeldRestartIsNotCountedAgainAfterAdoption) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 1, 1);
+  j1.max_restarts = 1;
+  auto first = m.OnJoin(1, j1, kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  const Assignment held = *Find<Assignment>(first, 1);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());  // Held: no store yet.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(2)).ok());
+  JoinRequest rejoin = j1;
+  rejoin.rejoin = held;
+  ASSERT_NE(Find<Assignment>(m.OnJoin(5, rejoin, kT0 + absl::Seconds(3)), 5), nullptr);
+  EXPECT_TRUE(m.OnStoreReady(5, StoreReady{30001}, kT0 + absl::Seconds(4)).empty());
+  auto out = m.OnReport(5, failed, kT0 + absl::Seconds(5));
+  ASSERT_NE(Find<Assignment>(out, 5), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 5)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 5)->restart_count, 1);
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
