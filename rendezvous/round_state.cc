@@ -731,7 +731,10 @@ std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const Nod
   node->failed = true;
   std::string what =
       absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank, "): ", report.message);
-  if (run->restart_count < run->max_restarts) {
+  // A restart round needs MIN connected nodes (members that finished their part and left are
+  // not): with fewer, the failure ends the run as when no restart is left.
+  if (run->restart_count < run->max_restarts &&
+      (run->recovering || ConnectedCount(*run) >= run->min_nodes)) {
     if (run->recovering) {
       // Not every node of the round has rejoined the restarted service: a restart round now
       // would leave the others out (and refuse their rejoins). It starts when recovery ends.

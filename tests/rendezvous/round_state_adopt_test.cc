@@ -346,6 +346,31 @@ TEST(AdoptRunsTest, AHeldRestartIsNotCountedAgainAfterAdoption) {
   EXPECT_EQ(Find<Assignment>(out, 5)->restart_count, 1);
 }
 
+// A node finished its part and left; the other one fails with restarts left. A restart round of
+// the one node connected is below MIN (it was sent): the run fails with that failure instead.
+TEST(RestartTest, NoRestartRoundBelowMinAfterANodeFinishedAndLeft) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 2, 2);
+  JoinRequest j2 = Join("n2", 2, 2);
+  j1.max_restarts = j2.max_restarts = 1;
+  ASSERT_EQ(m.OnJoin(1, j1, kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, j2, kT0), 2), nullptr);
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(1, kT0 + absl::Seconds(2)).empty());
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  for (const Outgoing& o : m.OnReport(2, failed, kT0 + absl::Seconds(3))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  auto out = m.OnTick(kT0 + absl::Seconds(4));  // After the failure grace (1 s).
+  ASSERT_NE(Find<RunFinished>(out, 2), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 2)->succeeded);
+  EXPECT_EQ(Find<RunFinished>(out, 2)->message,
+            "node n2 (node rank 1): exited with code 1 (after 0 restart(s))");
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
