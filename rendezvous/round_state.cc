@@ -952,7 +952,7 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
     } else if (run.state == RunState::kRunning && !run.recovering && run.failure_deadline &&
                *run.failure_deadline <= now) {
       FinishWithEarliestFailure(run, now, out);
-    } else if (run.state == RunState::kRunning && run.scale_up_deadline &&
+    } else if (run.state == RunState::kRunning && !run.recovering && run.scale_up_deadline &&
                *run.scale_up_deadline <= now) {
       StartRound(run, "scale-up", 0, now, out);
     }
@@ -971,9 +971,12 @@ std::optional<absl::Time> RoundStateMachine::NextDeadlineOf(const RunRecord& run
   };
   consider(run.last_call_deadline);
   consider(run.join_deadline);
-  consider(run.scale_up_deadline);
-  // A failure's grace waits for the end of recovery (TickImpl): until then, the rejoin window.
-  if (!run.recovering) consider(run.failure_deadline);
+  // A failure's grace and a scale-up wait for the end of recovery (TickImpl): until then, the
+  // rejoin window.
+  if (!run.recovering) {
+    consider(run.failure_deadline);
+    consider(run.scale_up_deadline);
+  }
   consider(run.rejoin_deadline);
   if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   return next;

@@ -371,6 +371,24 @@ TEST(RestartTest, NoRestartRoundBelowMinAfterANodeFinishedAndLeft) {
   EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
 }
 
+// A scale-up was due for an adopted running run while its members were still rejoining: it was
+// started with the one node that had re-attached, a round of 1 in a run of MIN 2. It waits for
+// the end of recovery instead, like every other decision.
+TEST(AdoptRunsTest, NoScaleUpWhileMembersRejoin) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 4), kT0).size(), 1u);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 2, 4), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnTick(kT0 + absl::Seconds(30)), 1), nullptr);
+  ASSERT_EQ(m.OnJoin(3, Join("n3", 2, 4), kT0 + absl::Seconds(31)).size(), 1u);
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));  // The scale-up.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(32)).ok());
+  m.OnJoin(7, Join("n1", 2, 4), kT0 + absl::Seconds(33));  // A plain join, not a rejoin.
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(92));    // The rejoin window.
+  for (const Outgoing& o : m.OnTick(kT0 + absl::Seconds(61))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
