@@ -13,6 +13,8 @@ target=${1:?usage: build_fuzzer.sh TARGET OUTPUT}
 output=${2:?usage: build_fuzzer.sh TARGET OUTPUT}
 cxx=${DGT_FUZZ_CXX:-clang++}
 command -v "$cxx" > /dev/null || { echo "build_fuzzer: $cxx not found, skipping"; exit 77; }
+extra=()
+libs=()
 absl=(absl_strings absl_str_format absl_status absl_statusor absl_raw_hash_set absl_hash
       absl_time)
 case "$target" in
@@ -20,6 +22,18 @@ case "$target" in
     sources=(store/wire.cc) ;;
   store_fuzzer)
     sources=(store/engine.cc store/wire.cc) ;;
+  round_state_fuzzer)
+    sources=(rendezvous/types.cc rendezvous/round_state.cc rendezvous/run_state_backend.cc
+             run_status/run_status.cc) ;;
+  scheduler_fuzzer)
+    # jobs.proto's C++ is generated here, so the fuzzer needs no CMake build.
+    gen=$(mktemp -d)
+    trap 'rm -rf "$gen"' EXIT
+    protoc -I"$src/proto" --cpp_out="$gen" "$src/proto/dgt/jobs/v1/jobs.proto"
+    extra=(-I"$gen" "$gen/dgt/jobs/v1/jobs.pb.cc")
+    libs=(-lyaml-cpp $(pkg-config --libs protobuf))
+    sources=(jobs/scheduler.cc jobs/job_spec.cc jobs/job_state.cc run_status/run_status.cc
+             common/read_file.cc common/errno_status.cc) ;;
   *)
     echo "build_fuzzer: unknown target '$target'" >&2
     exit 2 ;;
@@ -27,5 +41,5 @@ esac
 sources=("${sources[@]/#/$src/}")
 # shellcheck disable=SC2046
 "$cxx" -std=c++20 ${DGT_FUZZ_OPT:--O1} -g -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=undefined -I"$src" "$here/$target.cc" "${sources[@]}" -o "$output" \
-  $(pkg-config --libs "${absl[@]}")
+  -fno-sanitize-recover=undefined -I"$src" "${extra[@]}" "$here/$target.cc" "${sources[@]}" \
+  -o "$output" "${libs[@]}" $(pkg-config --libs "${absl[@]}")
