@@ -33,7 +33,7 @@ case "$target" in
     extra=(-I"$gen" "$gen/dgt/jobs/v1/jobs.pb.cc")
     libs=(-lyaml-cpp $(pkg-config --libs protobuf))
     sources=(jobs/scheduler.cc jobs/job_spec.cc jobs/job_state.cc run_status/run_status.cc
-             common/read_file.cc common/errno_status.cc) ;;
+             common/read_file.cc) ;;
   *)
     echo "build_fuzzer: unknown target '$target'" >&2
     exit 2 ;;
