@@ -28,7 +28,7 @@ cp -n "$corpus"/* "$work/corpus/"
 start=$(date +%s)
 set +e
 "$work/$target" -runs="$runs" -max_total_time="$max_seconds" -max_len="$max_len" \
-  -print_final_stats=1 "$work/corpus" > "$work/log" 2>&1
+  -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1
 rc=$?
 set -e
 end=$(date +%s)
@@ -37,9 +37,14 @@ exec_s=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -n 1)
 tail -n 3 "$work/log"
 echo "run.sh: $target executions=${executions:-?} seconds=$((end - start)) exec/s=${exec_s:-?}" \
   "exit=$rc corpus=$(ls "$work/corpus" | wc -l)"
+if grep -q -a 'libFuzzer: run interrupted' "$work/log"; then
+  echo "run.sh: $target interrupted after $executions of $runs executions, none failed" >&2
+  exit 3
+fi
 if [ "$rc" -ne 0 ]; then
   grep -a -m 3 'divergence\|ERROR\|SUMMARY' "$work/log" >&2 || true
-  echo "run.sh: $target failed (a crash or a divergence); log: $work/log" >&2
+  echo "run.sh: $target failed (a crash or a divergence); set DGT_FUZZ_WORK to keep the log" \
+    "and the crashing input" >&2
   exit 1
 fi
 if [ "${executions:-0}" -lt "$runs" ]; then
