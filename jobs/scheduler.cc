@@ -282,6 +282,9 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
       action.message.mutable_cancel()->set_job_id(id);
       action.message.mutable_cancel()->set_grace_s(options_.default_grace_s);
       out->push_back(std::move(action));
+      // Its part of a job that ended meanwhile (cancelled, failed): the node is busy until its
+      // dgt-run exits (the exited update frees it), not idle for the next job at once.
+      if (jn != nullptr && !other_job && jn->exit_code() < 0) node.info.set_job_id(id);
       continue;
     }
     Job& job = *MutableJob(id);

@@ -38,7 +38,11 @@ using dgt::jobs::SchedulerOptions;
 constexpr int kNodes = 5;
 constexpr int kMaxSteps = 64;
 
+// The steps of the current input, printed with a divergence (DGT_FUZZ_TRACE=1 only: it costs).
+std::string* trace = nullptr;
+
 [[noreturn]] void Diverge(const std::string& what) {
+  if (trace != nullptr) std::fprintf(stderr, "%s", trace->c_str());
   std::fprintf(stderr, "scheduler_fuzzer divergence: %s\n", what.c_str());
   std::abort();
 }
@@ -83,7 +87,11 @@ class Harness {
 
   void Step() {
     Daemon& d = daemons_[in_->ConsumeIntegralInRange<int>(0, kNodes - 1)];
-    switch (in_->ConsumeIntegralInRange<int>(0, 9)) {
+    const int op = in_->ConsumeIntegralInRange<int>(0, 9);
+    if (trace != nullptr) {
+      absl::StrAppend(trace, "t=", absl::ToUnixSeconds(now_), " ", d.name, " op ", op, "\n");
+    }
+    switch (op) {
       case 0:
       case 1:
         Submit();
@@ -196,6 +204,7 @@ class Harness {
   }
 
   void Update(Daemon& d, const v1::JobUpdate& u) {
+    if (trace != nullptr) absl::StrAppend(trace, "  update ", u.ShortDebugString(), "\n");
     std::vector<Action> out;
     // NotFound is allowed: the service may have dropped the job from this node (replaced it).
     absl::Status s = scheduler_.OnUpdate(d.name, u, now_, &out);
@@ -215,6 +224,10 @@ class Harness {
   // Checks each action against the state before it and hands it to its daemon.
   void Deliver(const std::vector<Action>& out) {
     for (const Action& a : out) {
+      if (trace != nullptr) {
+        absl::StrAppend(trace, "  -> ", a.node, " ", a.message.ShortDebugString().substr(0, 120),
+                        "\n");
+      }
       Daemon& d = DaemonNamed(a.node);
       if (!d.registered) Diverge(absl::StrCat("an action for unregistered node ", d.name));
       if (a.message.has_start()) {
@@ -328,6 +341,9 @@ class Harness {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool traced = std::getenv("DGT_FUZZ_TRACE") != nullptr;
+  std::string steps;
+  trace = traced ? &steps : nullptr;
   FuzzedDataProvider in(data, size);
   Harness harness(&in);
   harness.Run();

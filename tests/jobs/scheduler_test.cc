@@ -784,6 +784,26 @@ TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
   EXPECT_EQ(other.FindJob(*again)->state(), v1::JOB_STATE_STARTING);
 }
 
+// A daemon lost mid-job comes back listing a job that was cancelled meanwhile: it is told to stop
+// it, and stays busy with it until it reports the exit. Taken as idle at once, it was given the
+// next job while the cancelled one's dgt-run still stopped: one node in two jobs.
+TEST_F(SchedulerTest, NodeBackWithACancelledJobStaysBusyUntilItExits) {
+  const std::string first = RunningOnAB(Spec(2, 1));
+  Deregister("a");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(first, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  std::string second;
+  EXPECT_TRUE(Submit(Spec(1, 1), &second).empty());  // b is still stopping job-1.
+  EXPECT_EQ(Register(Hello("a", {}, {first})), (std::vector<std::string>{"a cancel job-1 30"}));
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"a busy job-1", "b busy job-1"}));
+  EXPECT_EQ(Job(second).state(), v1::JOB_STATE_QUEUED);
+  // a's dgt-run exits: a is free, and takes the queued job.
+  EXPECT_EQ(Update("a", jobs::Update(first, v1::JOB_EVENT_EXITED, 143)),
+            (std::vector<std::string>{"a start job-2 rdzv:29400"}));
+  EXPECT_EQ(Job(second).state(), v1::JOB_STATE_STARTING);
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();
