@@ -112,7 +112,7 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);
     if (job.to_replace.empty()) continue;
-    if (job.info.finished_unix_s() > 0) {
+    if (job.info.finished_unix_s() > 0 || IsTerminal(job.info.state())) {
       job.to_replace.clear();
       continue;
     }
@@ -507,6 +507,13 @@ absl::Time Scheduler::NextTick() const {
 void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                          std::vector<Action>* out) {
   changes_.jobs.insert(job.info.job_id());
+  if (IsTerminal(job.info.state())) {
+    // The job ended already (cancelled, its other nodes still stopping): the lost node's part is
+    // not replaced, it is gone.
+    job.gone.insert(node);
+    MaybeFinish(job, now);
+    return;
+  }
   const int32_t max_restarts = job.info.spec().max_restarts();
   // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
   const int32_t used = job.info.restarts() + job.info.node_replacements();

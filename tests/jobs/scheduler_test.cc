@@ -804,6 +804,42 @@ TEST_F(SchedulerTest, NodeBackWithACancelledJobStaysBusyUntilItExits) {
   EXPECT_EQ(Job(second).state(), v1::JOB_STATE_STARTING);
 }
 
+// A node lost mid-job, then the job cancelled while its other node stops: when the lost node's
+// grace ended, a replacement was started on a newly registered node for the cancelled job.
+TEST_F(SchedulerTest, ACancelledJobGetsNoReplacementForANodeLostBefore) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = RunningOnAB(spec);
+  Deregister("a");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(id, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  now_ += absl::Seconds(15);  // a's grace (10 s) is over.
+  EXPECT_TRUE(Register(Hello("c")).empty());
+  EXPECT_TRUE(Tick().empty());
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"b busy job-1", "c idle"}));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Job(id).node_replacements(), 0);
+  EXPECT_TRUE(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)).empty());
+  EXPECT_GT(Job(id).finished_unix_s(), 0);
+}
+
+// A lost node's part waits for an idle node; the job is cancelled meanwhile: a node that
+// registers then must not be started on the cancelled job.
+TEST_F(SchedulerTest, ACancelledJobWaitingForAReplacementStartsNone) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = RunningOnAB(spec);
+  Deregister("a");
+  now_ += absl::Seconds(15);
+  EXPECT_TRUE(Tick().empty());  // No idle node: the replacement waits.
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(id, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  EXPECT_TRUE(Register(Hello("c")).empty());
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"b busy job-1", "c idle"}));
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();
