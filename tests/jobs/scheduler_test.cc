@@ -840,6 +840,27 @@ TEST_F(SchedulerTest, ACancelledJobWaitingForAReplacementStartsNone) {
   EXPECT_EQ(NodeStates(), (std::vector<std::string>{"b busy job-1", "c idle"}));
 }
 
+// A daemon lost mid-job whose part was replaced comes back still running it: it is told to stop
+// it and stays busy until its exit, which frees it although the job is no longer its.
+TEST_F(SchedulerTest, NodeBackWithAReplacedPartStaysBusyUntilItExits) {
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(1);
+  Register(Hello("a"));
+  std::string first;
+  EXPECT_EQ(Submit(spec, &first), (std::vector<std::string>{"a start job-1 rdzv:29400"}));
+  Deregister("a");
+  now_ += absl::Seconds(15);
+  EXPECT_EQ(Register(Hello("b")), (std::vector<std::string>{}));
+  EXPECT_EQ(Tick(), (std::vector<std::string>{"b start job-1 rdzv:29400"}));
+  std::string second;
+  EXPECT_TRUE(Submit(Spec(1, 1), &second).empty());
+  EXPECT_EQ(Register(Hello("a", {}, {first})), (std::vector<std::string>{"a cancel job-1 30"}));
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"a busy job-1", "b busy job-1"}));
+  EXPECT_EQ(Update("a", jobs::Update(first, v1::JOB_EVENT_EXITED, 143)),
+            (std::vector<std::string>{"a start job-2 rdzv:29400"}));
+  EXPECT_EQ(JobNodes(first), (std::vector<std::string>{"b rank -1 first -1 exit -1"}));
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();
