@@ -693,6 +693,7 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
+  run.failure_deadline.reset();
   run.pending_reason.reset();
 }
 
@@ -718,6 +719,8 @@ std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const Nod
     return out;
   }
   if (report.succeeded) {
+    // A node's first report of a round stands: a success after its failure does not count.
+    if (node->failed) return out;
     if (!node->succeeded) ++run->succeeded;
     node->succeeded = true;
     if (run->succeeded == run->members && !run->recovering) {

@@ -97,7 +97,16 @@ class Harness {
                       max_restarts_, " last call ", absl::FormatDuration(last_call_),
                       " join timeout ", absl::FormatDuration(join_timeout_), "\n");
     }
-    for (int step = 0; step < kMaxSteps && in_->remaining_bytes() > 0; ++step) Step();
+    for (int step = 0; step < kMaxSteps && in_->remaining_bytes() > 0; ++step) {
+      Step();
+      if (trace != nullptr) {
+        const auto next = machine_->NextDeadline();
+        const auto state = machine_->StateOf(kRunId);
+        absl::StrAppend(trace, "  run ", state ? dgt::rendezvous::RunStateName(*state) : "none",
+                        ", next deadline ",
+                        next ? absl::FormatDuration(*next - now_) : std::string("none"), "\n");
+      }
+    }
   }
 
  private:

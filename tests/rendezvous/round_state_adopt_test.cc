@@ -389,6 +389,27 @@ TEST(AdoptRunsTest, NoScaleUpWhileMembersRejoin) {
   }
 }
 
+// A node reports a failure (its grace deadline starts), then a success for the same round: the
+// failure stands, and the run fails with it. Counted as a success, the run ended as succeeded with
+// the grace deadline still set: in the past, it made the service's timer tick without pause for
+// the hour a closed run is kept.
+TEST(RestartTest, ASuccessAfterAFailureOfTheSameRoundDoesNotCount) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 1, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnReport(2, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(1)).empty());
+  auto out = m.OnTick(kT0 + absl::Seconds(2));  // The failure grace (1 s) is over.
+  ASSERT_NE(Find<RunFinished>(out, 1), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 1)->succeeded);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(2) + absl::Hours(1));
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
