@@ -602,7 +602,8 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
     return;
   }
   run.pending_reason.reset();
-  restart_increment += run.pending_restart_increment;
+  // A held restart and this round's are one round: one restart.
+  restart_increment = std::max(restart_increment, run.pending_restart_increment);
   run.pending_restart_increment = 0;
 
   run.round += 1;

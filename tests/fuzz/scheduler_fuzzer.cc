@@ -3,8 +3,9 @@
 // sent: submits (1 to 3 nodes, with or without a label), cancels, registrations (listing the jobs
 // the daemon still runs, or none after a crash), stream breaks, drains, `started` and `exited`
 // updates (exit code 0 or not), and ticks of a simulated clock. After every step:
-//   - no node is in two jobs: a StartJob goes only to a registered, idle, not draining node that
-//     carries the job's labels, and no node is an active part of two starting or running jobs;
+//   - no node is in two jobs: a StartJob goes only to a registered, not draining node that
+//     carries the job's labels and runs no other job (its daemon's view), and a node the
+//     scheduler has busy with a job is an active part of that job only;
 //   - FIFO order holds among the jobs that fit: no job leaves the queue while one submitted
 //     before it is still queued;
 //   - a job in a terminal state (succeeded, failed, cancelled) never changes state again, and a
@@ -256,6 +257,8 @@ class Harness {
   void Check() {
     std::vector<v1::JobInfo> jobs = scheduler_.Jobs();
     std::map<std::string, std::string> active;  // Node -> job it is an active part of.
+    std::map<std::string, std::string> busy_with;
+    for (const v1::NodeInfo& n : scheduler_.Nodes()) busy_with[n.node_name()] = n.job_id();
     bool queued_before = false;
     for (const v1::JobInfo& job : jobs) {
       const std::string& id = job.job_id();
@@ -278,7 +281,9 @@ class Harness {
                                job.spec().instance_count()));
         }
         for (const v1::JobNode& n : job.nodes()) {
-          if (n.exit_code() != -1) continue;
+          // A lost node's part keeps its name until its replacement starts: only the node a
+          // registered node is busy with counts as its job.
+          if (n.exit_code() != -1 || busy_with[n.node_name()] != id) continue;
           auto [it, fresh] = active.emplace(n.node_name(), id);
           if (!fresh) {
             Diverge(absl::StrCat("node ", n.node_name(), " is in jobs ", it->second, " and ", id));

@@ -410,6 +410,28 @@ TEST(RestartTest, ASuccessAfterAFailureOfTheSameRoundDoesNotCount) {
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(2) + absl::Hours(1));
 }
 
+// A restart held for node rank 0's next store, then node rank 0 leaves and another failure starts
+// the restart round with a new node rank 0: one round, one restart. The held restart was added to
+// the new one's, a restart count above --max-restarts.
+TEST(HeldRoundTest, AHeldRestartAndTheNextFailureCountOneRestart) {
+  RoundStateMachine m;
+  std::vector<JoinRequest> joins = {Join("n1", 1, 3), Join("n2", 1, 3), Join("n3", 1, 3)};
+  for (JoinRequest& j : joins) j.max_restarts = 1;
+  m.OnJoin(1, joins[0], kT0);
+  m.OnJoin(2, joins[1], kT0);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(3, joins[2], kT0), 3), nullptr);  // At MAX: round 0.
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(3, failed, kT0 + absl::Seconds(1)).empty());  // Held: n1's store.
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(2)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(1, kT0 + absl::Seconds(3)).empty());
+  auto out = m.OnReport(2, failed, kT0 + absl::Seconds(4));
+  ASSERT_NE(Find<Assignment>(out, 2), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 2)->restart_count, 1);
+}
+
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {
   FailingBackend backend;
   RoundStateOptions options;
