@@ -112,7 +112,7 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);
     if (job.to_replace.empty()) continue;
-    if (job.info.finished_unix_s() > 0) {
+    if (job.info.finished_unix_s() > 0 || IsTerminal(job.info.state())) {
       job.to_replace.clear();
       continue;
     }
@@ -282,6 +282,11 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
       action.message.mutable_cancel()->set_job_id(id);
       action.message.mutable_cancel()->set_grace_s(options_.default_grace_s);
       out->push_back(std::move(action));
+      // Its dgt-run still runs (a job that ended meanwhile, or a part that was replaced): the
+      // node is busy until it exits (the exited update frees it), not idle for the next job.
+      if (!other_job && (jn == nullptr || jn->exit_code() < 0) && node.info.job_id().empty()) {
+        node.info.set_job_id(id);
+      }
       continue;
     }
     Job& job = *MutableJob(id);
@@ -363,6 +368,15 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   auto it = jobs_.find(update.job_id());
   v1::JobNode* jn = it == jobs_.end() ? nullptr : JobNodeOf(it->second, node);
   if (jn == nullptr) {
+    // The exit of a job this node was told to stop when it registered again (not its part any
+    // more): it frees the node.
+    auto n = nodes_.find(node);
+    if (update.event() == v1::JOB_EVENT_EXITED && n != nodes_.end() &&
+        n->second.info.job_id() == update.job_id()) {
+      FreeNode(node, update.job_id());
+      Place(now, out);
+      return absl::OkStatus();
+    }
     return absl::NotFoundError(absl::StrCat("update for job '", update.job_id(), "' from node '",
                                             node, "', which does not run it"));
   }
@@ -504,6 +518,13 @@ absl::Time Scheduler::NextTick() const {
 void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                          std::vector<Action>* out) {
   changes_.jobs.insert(job.info.job_id());
+  if (IsTerminal(job.info.state())) {
+    // The job ended already (cancelled, its other nodes still stopping): the lost node's part is
+    // not replaced, it is gone.
+    job.gone.insert(node);
+    MaybeFinish(job, now);
+    return;
+  }
   const int32_t max_restarts = job.info.spec().max_restarts();
   // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
   const int32_t used = job.info.restarts() + job.info.node_replacements();

@@ -123,6 +123,10 @@ absl::Status RoundStateMachine::AdoptRuns(absl::Time now) {
     RunRecord& run = *found;
     for (auto& [id, node] : run.nodes) node.session = 0;
     run.connected = 0;
+    // A round held for node rank 0's next store was made of sessions that are gone: the nodes
+    // re-attach (or rejoin, and report their failures again) and the round is decided again.
+    run.pending_reason.reset();
+    run.pending_restart_increment = 0;
     if (run.state == RunState::kRunning) {
       // The members rejoin with their assignment (RejoinImpl), as after a restart of the
       // service; until all did (or the window passed) the run decides nothing.
@@ -491,10 +495,7 @@ void RoundStateMachine::SendProgress(const RunRecord& run, std::vector<Outgoing>
 
 void RoundStateMachine::Evaluate(RunRecord& run, absl::Time now, std::vector<Outgoing>& out,
                                  SessionId joined) {
-  if (run.pending_reason) {
-    TrySendPendingRound(run, out);
-    return;
-  }
+  if (run.pending_reason && TrySendPendingRound(run, now, out)) return;
   const int32_t connected = ConnectedCount(run);
   if (run.state == RunState::kGathering) {
     if (connected >= run.max_nodes) {
@@ -596,11 +597,13 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   if (master->store_port == 0) {
     // NodeRecord rank 0's agent is still opening its next store: hold the round until it is ready.
     run.pending_reason = reason;
-    run.pending_restart_increment += restart_increment;
+    // One held round is one restart, however many failures asked for it.
+    run.pending_restart_increment = std::max(run.pending_restart_increment, restart_increment);
     return;
   }
   run.pending_reason.reset();
-  restart_increment += run.pending_restart_increment;
+  // A held restart and this round's are one round: one restart.
+  restart_increment = std::max(restart_increment, run.pending_restart_increment);
   run.pending_restart_increment = 0;
 
   run.round += 1;
@@ -647,12 +650,22 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   (void)now;
 }
 
-void RoundStateMachine::TrySendPendingRound(RunRecord& run, std::vector<Outgoing>& out) {
+bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
+                                            std::vector<Outgoing>& out) {
   std::string reason = *run.pending_reason;
   run.pending_reason.reset();
+  if (ConnectedCount(run) < run.min_nodes) {
+    // Nodes left while the round was held: too few for it. A gathering run waits for nodes
+    // again, up to its join timeout (StartRound cleared the deadline when it held the round).
+    if (run.state == RunState::kGathering && run.round >= 0 && !run.join_deadline) {
+      run.join_deadline = now + run.join_timeout;
+    }
+    return false;
+  }
   int32_t inc = run.pending_restart_increment;
   run.pending_restart_increment = 0;
   StartRound(run, reason, inc, absl::InfinitePast(), out);
+  return true;
 }
 
 void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
@@ -681,6 +694,7 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
+  run.failure_deadline.reset();
   run.pending_reason.reset();
 }
 
@@ -706,6 +720,8 @@ std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const Nod
     return out;
   }
   if (report.succeeded) {
+    // A node's first report of a round stands: a success after its failure does not count.
+    if (node->failed) return out;
     if (!node->succeeded) ++run->succeeded;
     node->succeeded = true;
     if (run->succeeded == run->members && !run->recovering) {
@@ -719,7 +735,10 @@ std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const Nod
   node->failed = true;
   std::string what =
       absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank, "): ", report.message);
-  if (run->restart_count < run->max_restarts) {
+  // A restart round needs MIN connected nodes (members that finished their part and left are
+  // not): with fewer, the failure ends the run as when no restart is left.
+  if (run->restart_count < run->max_restarts &&
+      (run->recovering || ConnectedCount(*run) >= run->min_nodes)) {
     if (run->recovering) {
       // Not every node of the round has rejoined the restarted service: a restart round now
       // would leave the others out (and refuse their rejoins). It starts when recovery ends.
@@ -776,7 +795,7 @@ std::vector<Outgoing> RoundStateMachine::StoreReadyImpl(SessionId session, const
   }
   node->store_port = ready.store_port;
   node->last_contact = now;
-  if (run->pending_reason) TrySendPendingRound(*run, out);
+  if (run->pending_reason) TrySendPendingRound(*run, now, out);
   return out;
 }
 
@@ -844,6 +863,11 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
   run.state = RunState::kGathering;
   run.join_deadline = now + run.join_timeout;
   run.last_call_deadline.reset();
+  // A scale-up of the round that ended, or a round held for its node rank 0's next store, goes
+  // with it: a gathering run's tick handles neither, and a held round stops it from timing out.
+  // A restart the held round carried still counts (pending_restart_increment).
+  run.scale_up_deadline.reset();
+  run.pending_reason.reset();
   SendProgress(run, out);
 }
 
@@ -901,9 +925,15 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
                                run.min_nodes, " nodes for ", absl::FormatDuration(run.join_timeout),
                                " after losing nodes"),
                   nullptr, now, out);
-      } else if (run.last_call_deadline && *run.last_call_deadline <= now &&
-                 connected >= run.min_nodes) {
-        StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+      } else if (run.last_call_deadline && *run.last_call_deadline <= now) {
+        if (connected >= run.min_nodes) {
+          StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
+        } else {
+          // Below MIN again (an adopted run's nodes have not re-attached yet): Evaluate sets a
+          // new last call when MIN is back. Kept, the passed deadline would make the caller
+          // tick without pause.
+          run.last_call_deadline.reset();
+        }
       }
     } else if (run.state == RunState::kRunning && run.recovering && run.rejoin_deadline &&
                *run.rejoin_deadline <= now) {
@@ -926,7 +956,7 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
     } else if (run.state == RunState::kRunning && !run.recovering && run.failure_deadline &&
                *run.failure_deadline <= now) {
       FinishWithEarliestFailure(run, now, out);
-    } else if (run.state == RunState::kRunning && run.scale_up_deadline &&
+    } else if (run.state == RunState::kRunning && !run.recovering && run.scale_up_deadline &&
                *run.scale_up_deadline <= now) {
       StartRound(run, "scale-up", 0, now, out);
     }
@@ -945,8 +975,12 @@ std::optional<absl::Time> RoundStateMachine::NextDeadlineOf(const RunRecord& run
   };
   consider(run.last_call_deadline);
   consider(run.join_deadline);
-  consider(run.scale_up_deadline);
-  consider(run.failure_deadline);
+  // A failure's grace and a scale-up wait for the end of recovery (TickImpl): until then, the
+  // rejoin window.
+  if (!run.recovering) {
+    consider(run.failure_deadline);
+    consider(run.scale_up_deadline);
+  }
   consider(run.rejoin_deadline);
   if (run.state == RunState::kClosed) consider(run.closed_at + options_.closed_run_retention);
   return next;

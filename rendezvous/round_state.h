@@ -185,7 +185,9 @@ class RoundStateMachine {
   void Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out, SessionId joined = 0);
   void StartRound(Run& run, const std::string& reason, int32_t restart_increment, absl::Time now,
                   std::vector<Outgoing>& out);
-  void TrySendPendingRound(Run& run, std::vector<Outgoing>& out);
+  // Starts the round held for node rank 0's next store (or holds it again). Returns false, and
+  // drops it, when fewer than MIN nodes are connected any more.
+  bool TrySendPendingRound(Run& run, absl::Time now, std::vector<Outgoing>& out);
   void LoseNode(Run& run, const std::string& node_id, const std::string& why, absl::Time now,
                 std::vector<Outgoing>& out);
   // A member of the running round is gone (`lost` says which and why): a new round with the

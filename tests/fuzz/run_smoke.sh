@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# Builds the frame-parser fuzzer with Debian's clang (libFuzzer + ASan + UBSan) and runs a bounded
-# smoke over the kept corpus (tests/fuzz/corpus/). New inputs go to a temporary directory; add the
-# interesting ones to the kept corpus by hand. Exits 77 (skipped) when clang++ is missing.
-# Usage: run_smoke.sh [RUNS] [SECONDS]
+# Builds one fuzzer with Debian's clang (build_fuzzer.sh: libFuzzer + ASan + UBSan) and runs a
+# bounded smoke over its kept corpus. New inputs go to a temporary directory; add the interesting
+# ones to the kept corpus by hand. Exits 77 (skipped) when clang++ is missing, 1 when the fuzzer
+# crashed or diverged from its model (libFuzzer's own code for that, 77, would read as skipped).
+# Usage: run_smoke.sh [RUNS] [SECONDS] [TARGET]   (TARGET defaults to wire_parser_fuzzer)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-src=$(cd "$here/../.." && pwd)
 runs=${1:-20000}
 seconds=${2:-30}
-cxx=${DGT_FUZZ_CXX:-clang++}
-command -v "$cxx" > /dev/null || { echo "run_smoke: $cxx not found, skipping"; exit 77; }
+target=${3:-wire_parser_fuzzer}
+case "$target" in
+  wire_parser_fuzzer) corpus=$here/corpus max_len=4096 ;;
+  *) corpus=$here/corpus_${target%_fuzzer} max_len=512 ;;
+esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck disable=SC2046
-"$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$src" "$here/wire_parser_fuzzer.cc" "$src/store/wire.cc" -o "$tmp/wire_parser_fuzzer" \
-  $(pkg-config --libs absl_strings)
+"$here/build_fuzzer.sh" "$target" "$tmp/$target"
 mkdir "$tmp/new"
-"$tmp/wire_parser_fuzzer" -runs="$runs" -max_total_time="$seconds" -max_len=4096 \
-  "$tmp/new" "$here/corpus" 2>&1 | tail -n 5
-echo "run_smoke: ok ($runs runs or $seconds s)"
+set +e
+"$tmp/$target" -runs="$runs" -max_total_time="$seconds" -max_len="$max_len" \
+  -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$tmp/" "$tmp/new" "$corpus" \
+  > "$tmp/log" 2>&1
+rc=$?
+set -e
+tail -n 5 "$tmp/log"
+if [ "$rc" -ne 0 ]; then
+  grep -a -m 5 'divergence\|ERROR\|SUMMARY\|^Base64' "$tmp/log" || true
+  echo "run_smoke: $target failed (exit $rc); the input above (Base64) reproduces it"
+  exit 1
+fi
+echo "run_smoke: $target ok ($runs runs or $seconds s)"

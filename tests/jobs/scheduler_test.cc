@@ -784,6 +784,83 @@ TEST_F(SchedulerTest, SameIdWithAnotherUidIsAnotherJobAndCancelled) {
   EXPECT_EQ(other.FindJob(*again)->state(), v1::JOB_STATE_STARTING);
 }
 
+// A daemon lost mid-job comes back listing a job that was cancelled meanwhile: it is told to stop
+// it, and stays busy with it until it reports the exit. Taken as idle at once, it was given the
+// next job while the cancelled one's dgt-run still stopped: one node in two jobs.
+TEST_F(SchedulerTest, NodeBackWithACancelledJobStaysBusyUntilItExits) {
+  const std::string first = RunningOnAB(Spec(2, 1));
+  Deregister("a");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(first, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  std::string second;
+  EXPECT_TRUE(Submit(Spec(1, 1), &second).empty());  // b is still stopping job-1.
+  EXPECT_EQ(Register(Hello("a", {}, {first})), (std::vector<std::string>{"a cancel job-1 30"}));
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"a busy job-1", "b busy job-1"}));
+  EXPECT_EQ(Job(second).state(), v1::JOB_STATE_QUEUED);
+  // a's dgt-run exits: a is free, and takes the queued job.
+  EXPECT_EQ(Update("a", jobs::Update(first, v1::JOB_EVENT_EXITED, 143)),
+            (std::vector<std::string>{"a start job-2 rdzv:29400"}));
+  EXPECT_EQ(Job(second).state(), v1::JOB_STATE_STARTING);
+}
+
+// A node lost mid-job, then the job cancelled while its other node stops: when the lost node's
+// grace ended, a replacement was started on a newly registered node for the cancelled job.
+TEST_F(SchedulerTest, ACancelledJobGetsNoReplacementForANodeLostBefore) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = RunningOnAB(spec);
+  Deregister("a");
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(id, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  now_ += absl::Seconds(15);  // a's grace (10 s) is over.
+  EXPECT_TRUE(Register(Hello("c")).empty());
+  EXPECT_TRUE(Tick().empty());
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"b busy job-1", "c idle"}));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Job(id).node_replacements(), 0);
+  EXPECT_TRUE(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 143)).empty());
+  EXPECT_GT(Job(id).finished_unix_s(), 0);
+}
+
+// A lost node's part waits for an idle node; the job is cancelled meanwhile: a node that
+// registers then must not be started on the cancelled job.
+TEST_F(SchedulerTest, ACancelledJobWaitingForAReplacementStartsNone) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = RunningOnAB(spec);
+  Deregister("a");
+  now_ += absl::Seconds(15);
+  EXPECT_TRUE(Tick().empty());  // No idle node: the replacement waits.
+  std::vector<Action> out;
+  ASSERT_TRUE(s_.Cancel(id, 5, now_, &out).ok());
+  EXPECT_EQ(Describe(out), (std::vector<std::string>{"b cancel job-1 5"}));
+  EXPECT_TRUE(Register(Hello("c")).empty());
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"b busy job-1", "c idle"}));
+}
+
+// A daemon lost mid-job whose part was replaced comes back still running it: it is told to stop
+// it and stays busy until its exit, which frees it although the job is no longer its.
+TEST_F(SchedulerTest, NodeBackWithAReplacedPartStaysBusyUntilItExits) {
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(1);
+  Register(Hello("a"));
+  std::string first;
+  EXPECT_EQ(Submit(spec, &first), (std::vector<std::string>{"a start job-1 rdzv:29400"}));
+  Deregister("a");
+  now_ += absl::Seconds(15);
+  EXPECT_EQ(Register(Hello("b")), (std::vector<std::string>{}));
+  EXPECT_EQ(Tick(), (std::vector<std::string>{"b start job-1 rdzv:29400"}));
+  std::string second;
+  EXPECT_TRUE(Submit(Spec(1, 1), &second).empty());
+  EXPECT_EQ(Register(Hello("a", {}, {first})), (std::vector<std::string>{"a cancel job-1 30"}));
+  EXPECT_EQ(NodeStates(), (std::vector<std::string>{"a busy job-1", "b busy job-1"}));
+  EXPECT_EQ(Update("a", jobs::Update(first, v1::JOB_EVENT_EXITED, 143)),
+            (std::vector<std::string>{"a start job-2 rdzv:29400"}));
+  EXPECT_EQ(JobNodes(first), (std::vector<std::string>{"b rank -1 first -1 exit -1"}));
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();

@@ -1,8 +1,10 @@
-// RoundStateMachine as a replica that becomes the leader (AdoptRuns) and as one whose commit
-// fails (commit_failure), on the in-memory backend and a simulated clock: exact messages.
+// RoundStateMachine as a replica that becomes the leader (AdoptRuns), as one whose commit fails
+// (commit_failure), and with a round held for node rank 0's next store, on the in-memory backend
+// and a simulated clock: exact messages.
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -170,6 +172,264 @@ TEST(AdoptRunsTest, GatheringRunKeepsItsNodesWhichReattachWithAPlainJoin) {
   EXPECT_EQ(Find<Assignment>(out, 7)->node_rank, 0);
   EXPECT_EQ(Find<Assignment>(out, 8)->node_rank, 1);
   EXPECT_EQ(Find<Assignment>(out, 8)->node_count, 2);
+}
+
+// A gathering run at MIN has a last-call deadline; adopted, its nodes have no session, so the
+// deadline passes below MIN. The tick must drop it (a new one starts when MIN is back): a deadline
+// left in the past made the service's timer tick, and write the run, without pause.
+TEST(AdoptRunsTest, AdoptedGatheringRunBelowMinLeavesNoDeadlineInThePast) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);  // JoinProgress; last call at +30 s.
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(30));
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(31)).empty());
+  EXPECT_EQ(m.NextDeadline(), std::nullopt);
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  // The node re-attaches: MIN again, a new last call, then the round.
+  auto again = m.OnJoin(7, Join("n1", 1, 2), kT0 + absl::Seconds(40));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(std::get<JoinProgress>(again[0].message), (JoinProgress{1, 1, 2}));
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(70));
+  auto out = m.OnTick(kT0 + absl::Seconds(70));
+  ASSERT_NE(Find<Assignment>(out, 7), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 7)->round, 0);
+  EXPECT_EQ(Find<Assignment>(out, 7)->node_count, 1);
+}
+
+// A running run with a node waiting for a scale-up is adopted; its member does not rejoin, so
+// the run goes back to gathering. The scale-up deadline must go with the round it was for: left
+// set, it stayed in the past and the service's timer ticked without pause.
+TEST(AdoptRunsTest, RunBackToGatheringAfterTheRejoinWindowKeepsNoScaleUpDeadline) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 3), kT0).size(), 1u);
+  auto first = m.OnTick(kT0 + absl::Seconds(30));
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 1, 3), kT0 + absl::Seconds(31)).size(), 1u);  // Progress.
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));                          // The scale-up.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(32)).ok());
+  // n1 never rejoins; n2 has not re-attached: too few nodes, the run waits for them.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(92)).empty());
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(92 + 600));  // The join timeout only.
+}
+
+// A scale-up round held for node rank 0's next store, then the run adopted and its member lost:
+// the held round goes with the members it was for. Kept, it stopped the gathering run's tick, so
+// the join timeout never failed the run and stayed in the past (the timer ticked without pause).
+TEST(AdoptRunsTest, RunBackToGatheringDropsARoundHeldForItsStoreAndTimesOut) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 3), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnTick(kT0 + absl::Seconds(30)), 1), nullptr);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 1, 3), kT0 + absl::Seconds(31)).size(), 1u);
+  // The scale-up is due, but n1 has not said its next store is ready: the round is held.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(61)).empty());
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(62)).ok());
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(122)).empty());  // n1 did not rejoin.
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(122 + 600));
+  // Nobody came back within the join timeout: the run fails (no session left to tell).
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(722)).empty());
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(722) + absl::Hours(1));
+}
+
+// A round held for node rank 0's next store was computed from the sessions of the replica that
+// held it. Adopted, it was sent to whichever node re-attached first: a round of 1 node in a run
+// of MIN 2, during the members' rejoin window.
+TEST(AdoptRunsTest, ARoundHeldForItsStoreIsNotSentToTheFirstNodeThatReattaches) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 2, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  ASSERT_NE(Find<Assignment>(first, 2), nullptr);
+  m.OnJoin(3, Join("n3", 2, 2), kT0 + absl::Seconds(1));  // Waits: the run is at MAX.
+  // n2 is lost; n1 and n3 make MIN, but n1's next store is not ready: the round is held.
+  for (const Outgoing& o : m.OnSessionClosed(2, kT0 + absl::Seconds(2))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(3)).ok());
+  auto out = m.OnJoin(9, Join("n3", 2, 2), kT0 + absl::Seconds(4));
+  for (const Outgoing& o : out) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+  EXPECT_EQ(m.StateOf("job"), RunState::kRunning);
+}
+
+// A failure reported while the members still rejoin waits for the end of recovery; its grace
+// deadline must not be the next deadline meanwhile: the tick ignores it during recovery, so it
+// stayed in the past and the service's timer ticked without pause until the rejoin window closed.
+TEST(AdoptRunsTest, AFailureDuringRecoveryWaitsForTheRejoinWindow) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 1, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  const Assignment held = *Find<Assignment>(first, 1);
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
+  ASSERT_NE(Find<Assignment>(m.OnJoin(5, RejoinWith("n1", held, 1), kT0 + absl::Seconds(2)), 5),
+            nullptr);
+  NodeReport failed;
+  failed.round = held.round;
+  failed.message = "rank 0 exited with code 1";
+  EXPECT_TRUE(m.OnReport(5, failed, kT0 + absl::Seconds(3)).empty());
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));  // The rejoin window, not the grace.
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(4)).empty());
+  // n2 never rejoins: the run fails with n1's failure.
+  auto out = m.OnTick(kT0 + absl::Seconds(61));
+  ASSERT_NE(Find<RunFinished>(out, 5), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 5)->succeeded);
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
+// A round held for node rank 0's next store, then node rank 0 is lost: the held round was sent
+// to the one node left, a round of 1 node in a run of MIN 2. It is dropped instead, and the run
+// waits for nodes up to its join timeout.
+TEST(HeldRoundTest, AHeldRoundIsDroppedWhenTooFewNodesAreLeft) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 2), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, Join("n2", 2, 2), kT0), 1), nullptr);
+  ASSERT_NE(Find<StopWorkers>(m.OnSessionClosed(2, kT0 + absl::Seconds(1)), 1), nullptr);
+  // n3 makes MIN again, but n1's next store is not ready: the round is held.
+  for (const Outgoing& o : m.OnJoin(3, Join("n3", 2, 2), kT0 + absl::Seconds(2))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  for (const Outgoing& o : m.OnSessionClosed(1, kT0 + absl::Seconds(3))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(3 + 600));
+}
+
+// Two failures of one round while its restart is held for node rank 0's next store: one restart
+// round, counted once. Counted per failure, the round went out with a restart count above
+// --max-restarts.
+TEST(HeldRoundTest, TwoFailuresWhileTheRestartIsHeldCountOneRestart) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 2, 2);
+  JoinRequest j2 = Join("n2", 2, 2);
+  j1.max_restarts = j2.max_restarts = 1;
+  ASSERT_EQ(m.OnJoin(1, j1, kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, j2, kT0), 1), nullptr);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());  // Held: no store yet.
+  EXPECT_TRUE(m.OnReport(2, failed, kT0 + absl::Seconds(2)).empty());
+  auto out = m.OnStoreReady(1, StoreReady{30001}, kT0 + absl::Seconds(3));
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  ASSERT_NE(Find<Assignment>(out, 2), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 1)->restart_count, 1);
+  EXPECT_EQ(Find<Assignment>(out, 2)->restart_count, 1);
+}
+
+// A restart held for node rank 0's next store, then the runs adopted: the members rejoin and
+// report their failure again, which must not count a second restart.
+TEST(AdoptRunsTest, AHeldRestartIsNotCountedAgainAfterAdoption) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 1, 1);
+  j1.max_restarts = 1;
+  auto first = m.OnJoin(1, j1, kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  const Assignment held = *Find<Assignment>(first, 1);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());  // Held: no store yet.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(2)).ok());
+  JoinRequest rejoin = j1;
+  rejoin.rejoin = held;
+  ASSERT_NE(Find<Assignment>(m.OnJoin(5, rejoin, kT0 + absl::Seconds(3)), 5), nullptr);
+  EXPECT_TRUE(m.OnStoreReady(5, StoreReady{30001}, kT0 + absl::Seconds(4)).empty());
+  auto out = m.OnReport(5, failed, kT0 + absl::Seconds(5));
+  ASSERT_NE(Find<Assignment>(out, 5), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 5)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 5)->restart_count, 1);
+}
+
+// A node finished its part and left; the other one fails with restarts left. A restart round of
+// the one node connected is below MIN (it was sent): the run fails with that failure instead.
+TEST(RestartTest, NoRestartRoundBelowMinAfterANodeFinishedAndLeft) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 2, 2);
+  JoinRequest j2 = Join("n2", 2, 2);
+  j1.max_restarts = j2.max_restarts = 1;
+  ASSERT_EQ(m.OnJoin(1, j1, kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, j2, kT0), 2), nullptr);
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(1, kT0 + absl::Seconds(2)).empty());
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  for (const Outgoing& o : m.OnReport(2, failed, kT0 + absl::Seconds(3))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message));
+  }
+  auto out = m.OnTick(kT0 + absl::Seconds(4));  // After the failure grace (1 s).
+  ASSERT_NE(Find<RunFinished>(out, 2), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 2)->succeeded);
+  EXPECT_EQ(Find<RunFinished>(out, 2)->message,
+            "node n2 (node rank 1): exited with code 1 (after 0 restart(s))");
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
+// A scale-up was due for an adopted running run while its members were still rejoining: it was
+// started with the one node that had re-attached, a round of 1 in a run of MIN 2. It waits for
+// the end of recovery instead, like every other decision.
+TEST(AdoptRunsTest, NoScaleUpWhileMembersRejoin) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 2, 4), kT0).size(), 1u);
+  ASSERT_EQ(m.OnJoin(2, Join("n2", 2, 4), kT0).size(), 1u);
+  ASSERT_NE(Find<Assignment>(m.OnTick(kT0 + absl::Seconds(30)), 1), nullptr);
+  ASSERT_EQ(m.OnJoin(3, Join("n3", 2, 4), kT0 + absl::Seconds(31)).size(), 1u);
+  ASSERT_EQ(m.NextDeadline(), kT0 + absl::Seconds(61));  // The scale-up.
+  ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(32)).ok());
+  m.OnJoin(7, Join("n1", 2, 4), kT0 + absl::Seconds(33));  // A plain join, not a rejoin.
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(92));    // The rejoin window.
+  for (const Outgoing& o : m.OnTick(kT0 + absl::Seconds(61))) {
+    EXPECT_FALSE(std::holds_alternative<Assignment>(o.message)) << "to session " << o.session;
+  }
+}
+
+// A node reports a failure (its grace deadline starts), then a success for the same round: the
+// failure stands, and the run fails with it. Counted as a success, the run ended as succeeded with
+// the grace deadline still set: in the past, it made the service's timer tick without pause for
+// the hour a closed run is kept.
+TEST(RestartTest, ASuccessAfterAFailureOfTheSameRoundDoesNotCount) {
+  RoundStateMachine m;
+  ASSERT_EQ(m.OnJoin(1, Join("n1", 1, 2), kT0).size(), 1u);
+  auto first = m.OnJoin(2, Join("n2", 1, 2), kT0);
+  ASSERT_NE(Find<Assignment>(first, 1), nullptr);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnReport(2, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(1)).empty());
+  auto out = m.OnTick(kT0 + absl::Seconds(2));  // The failure grace (1 s) is over.
+  ASSERT_NE(Find<RunFinished>(out, 1), nullptr);
+  EXPECT_FALSE(Find<RunFinished>(out, 1)->succeeded);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(2) + absl::Hours(1));
+}
+
+// A restart held for node rank 0's next store, then node rank 0 leaves and another failure starts
+// the restart round with a new node rank 0: one round, one restart. The held restart was added to
+// the new one's, a restart count above --max-restarts.
+TEST(HeldRoundTest, AHeldRestartAndTheNextFailureCountOneRestart) {
+  RoundStateMachine m;
+  std::vector<JoinRequest> joins = {Join("n1", 1, 3), Join("n2", 1, 3), Join("n3", 1, 3)};
+  for (JoinRequest& j : joins) j.max_restarts = 1;
+  m.OnJoin(1, joins[0], kT0);
+  m.OnJoin(2, joins[1], kT0);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(3, joins[2], kT0), 3), nullptr);  // At MAX: round 0.
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(3, failed, kT0 + absl::Seconds(1)).empty());  // Held: n1's store.
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(2)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(1, kT0 + absl::Seconds(3)).empty());
+  auto out = m.OnReport(2, failed, kT0 + absl::Seconds(4));
+  ASSERT_NE(Find<Assignment>(out, 2), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 1);
+  EXPECT_EQ(Find<Assignment>(out, 2)->restart_count, 1);
 }
 
 TEST(AdoptRunsTest, AFailedCommitSendsNothingUntilTheRunsAreAdoptedAgain) {

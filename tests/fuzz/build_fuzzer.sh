@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds one libFuzzer target with Debian's clang++ (libFuzzer + ASan + UBSan) straight from the
+# sources, so a gcc build can run the fuzzers too. The product sources a target tests are compiled
+# into it, so libFuzzer sees their coverage. Exits 77 (skipped) when clang++ is missing.
+# Usage: build_fuzzer.sh TARGET OUTPUT
+#   TARGET: wire_parser_fuzzer | store_fuzzer | round_state_fuzzer | scheduler_fuzzer |
+#           lifecycle_fuzzer
+# Env: DGT_FUZZ_CXX (default clang++), DGT_FUZZ_OPT (default -O1).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+target=${1:?usage: build_fuzzer.sh TARGET OUTPUT}
+output=${2:?usage: build_fuzzer.sh TARGET OUTPUT}
+cxx=${DGT_FUZZ_CXX:-clang++}
+command -v "$cxx" > /dev/null || { echo "build_fuzzer: $cxx not found, skipping"; exit 77; }
+extra=()
+libs=()
+absl=(absl_strings absl_str_format absl_status absl_statusor absl_raw_hash_set absl_hash
+      absl_time)
+case "$target" in
+  wire_parser_fuzzer)
+    sources=(store/wire.cc) ;;
+  store_fuzzer)
+    sources=(store/engine.cc store/wire.cc) ;;
+  round_state_fuzzer)
+    sources=(rendezvous/types.cc rendezvous/round_state.cc rendezvous/run_state_backend.cc
+             run_status/run_status.cc) ;;
+  scheduler_fuzzer)
+    # jobs.proto's C++ is generated here, so the fuzzer needs no CMake build.
+    gen=$(mktemp -d)
+    trap 'rm -rf "$gen"' EXIT
+    protoc -I"$src/proto" --cpp_out="$gen" "$src/proto/dgt/jobs/v1/jobs.proto"
+    extra=(-I"$gen" "$gen/dgt/jobs/v1/jobs.pb.cc")
+    libs=(-lyaml-cpp $(pkg-config --libs protobuf))
+    sources=(jobs/scheduler.cc jobs/job_spec.cc jobs/job_state.cc run_status/run_status.cc
+             common/read_file.cc) ;;
+  *)
+    echo "build_fuzzer: unknown target '$target'" >&2
+    exit 2 ;;
+esac
+sources=("${sources[@]/#/$src/}")
+# shellcheck disable=SC2046
+"$cxx" -std=c++20 ${DGT_FUZZ_OPT:--O1} -g -fsanitize=fuzzer,address,undefined \
+  -fno-sanitize-recover=undefined -I"$src" "${extra[@]}" "$here/$target.cc" "${sources[@]}" \
+  -o "$output" "${libs[@]}" $(pkg-config --libs "${absl[@]}")
