@@ -30,7 +30,10 @@ for stage in $stages; do
     release)
       scripts/build.sh
       (cd build && ctest --output-on-failure -j "$(nproc)" -L unit)
-      (cd build && ctest --output-on-failure -L e2e)
+      # The end-to-end tests one at a time (timing bounds), then the fuzz smokes two at a time
+      # (each is a compile and a bounded libFuzzer run of its own).
+      (cd build && ctest --output-on-failure -L e2e -LE fuzz)
+      (cd build && ctest --output-on-failure -j "$(nproc)" -L fuzz)
       (cd build && ctest --output-on-failure -L install)
       ;;
     asan|tsan)

@@ -223,8 +223,13 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
     }
     return out;
   }
-  if (state_ == NodeState::kJoining || !workers_started || state_ == NodeState::kWaitingForRound) {
+  if (state_ == NodeState::kJoining || !workers_started) {
     return Finish(128 + sig, absl::StrCat("stopped by ", name, " before workers started"));
+  }
+  // The service stopped this node's workers (another node was lost) and no new round came yet: a
+  // scheduler's cancel (scancel, a pod deletion) of every node at once often lands here.
+  if (state_ == NodeState::kWaitingForRound) {
+    return Finish(128 + sig, absl::StrCat("stopped by ", name));
   }
   if (state_ == NodeState::kDone) return out;
   if (state_ == NodeState::kAwaitingOutcome) {

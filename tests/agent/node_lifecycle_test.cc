@@ -596,6 +596,17 @@ TEST(NodeLifecycleTest, StopFromTheServiceThenNoRound) {
                                     "its workers were stopped)"));
 }
 
+// SIGTERM to every agent at once (scancel): a node whose workers the service stopped, because
+// the other node left first, ends with 143 and says it was stopped, not "before workers started".
+TEST(NodeLifecycleTest, SignalWhileWaitingForTheNextRoundSaysStopped) {
+  Harness h;
+  h.Start();
+  h.Do(h.lc().OnStop("node 'n1' was lost", h.alive(), h.clock().Now()));
+  EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers"));
+  ASSERT_EQ(h.lc().state(), NodeState::kWaitingForRound);
+  EXPECT_THAT(h.Do(h.lc().OnSignal(SIGTERM, true)), ElementsAre("Finish(143, stopped by SIGTERM)"));
+}
+
 TEST(NodeLifecycleTest, ServiceLostForGoodLeavesWith69) {
   Harness h;
   h.Start();
