@@ -9,8 +9,11 @@
 //                        dgt::worker::Progress()).
 //   word 1  waiting      > 0 while the worker is blocked on its peers (a collective, a recovery);
 //                        the time spent so is not silence.
-//   word 2  stacks       1 once the worker registered its stack dump on kStacksSignalEnv's signal
-//                        (Python's faulthandler, through the dgt package).
+//   word 2  stacks       the pid of the process that registered the stack dump on
+//                        kStacksSignalEnv's signal (Python's faulthandler, through the dgt
+//                        package); 0 before. It may be a child of the worker's own process (a
+//                        shell wrapper's Python): the agent signals this pid, never a process
+//                        that did not register.
 // The agent zeroes a slot before it starts the slot's process. Python mirrors these names in
 // python/dgt/progress.py; tests/common/progress_channel_test.cc pins both.
 //

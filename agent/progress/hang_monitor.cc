@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,20 @@ char ProcessState(pid_t pid) {
   const size_t close = text.rfind(')');
   if (close == std::string::npos || close + 2 >= text.size()) return 0;
   return text[close + 2];
+}
+
+bool IsStopped(pid_t pid) {
+  const char state = ProcessState(pid);
+  return state == 'T' || state == 't';
+}
+
+// The process that registered slot `slot`'s stack dump: the worker `worker`, or a process it
+// started (a shell wrapper's Python). Only one in the worker's session (the worker calls
+// setsid()), so a stale or foreign pid in the slot is never signalled. 0 when none.
+pid_t RegisteredPid(const ProgressFile& file, int slot, pid_t worker) {
+  const pid_t pid = file.StacksPid(slot);
+  if (pid <= 0) return 0;
+  return pid == worker || ::getsid(pid) == worker ? pid : 0;
 }
 
 HangMonitor::HangMonitor(asio::io_context& io, Options options, const Clock* clock,
@@ -129,10 +144,12 @@ void HangMonitor::Poll() {
   for (auto it = watched_.begin(); it != watched_.end();) {
     const int local_rank = it->first;
     const pid_t pid = it->second.pid;
-    std::optional<Hang> hang = detector_.Check(local_rank, file_->Read(local_rank), now, [pid] {
-      const char state = ProcessState(pid);
-      return state == 'T' || state == 't';
-    });
+    // Stopped: the worker, or the process of it that reports (a shell wrapper's Python).
+    std::optional<Hang> hang =
+        detector_.Check(local_rank, file_->Read(local_rank), now, [this, local_rank, pid] {
+          const pid_t reporter = RegisteredPid(*file_, local_rank, pid);
+          return IsStopped(pid) || (reporter > 0 && IsStopped(reporter));
+        });
     if (!hang) {
       ++it;
       continue;
@@ -146,9 +163,9 @@ void HangMonitor::Poll() {
 void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
   HangReport report;
   report.reason = hang.Describe();
-  const char state = ProcessState(w.pid);
-  const bool stopped = state == 'T' || state == 't';
-  const bool dump = !stopped && !w.stacks_file.empty() && file_->StacksRegistered(hang.local_rank);
+  const pid_t dump_pid = w.stacks_file.empty() ? 0 : RegisteredPid(*file_, hang.local_rank, w.pid);
+  const bool stopped = IsStopped(w.pid) || (dump_pid > 0 && IsStopped(dump_pid));
+  const bool dump = !stopped && dump_pid > 0;
   if (stopped) {
     absl::StrAppend(&report.reason, " (stopped: SIGSTOP)");
     report.note = "stopped (SIGSTOP), no stacks";
@@ -168,7 +185,7 @@ void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
     Kill(w, std::move(report));
     return;
   }
-  if (::kill(w.pid, SIGRTMIN + kStacksSignalOffset) != 0) {
+  if (::kill(dump_pid, SIGRTMIN + kStacksSignalOffset) != 0) {
     report.note = "no stacks: the worker could not be signalled";
     Kill(w, std::move(report));
     return;

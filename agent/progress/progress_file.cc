@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -70,8 +71,12 @@ ProgressSample ProgressFile::Read(int slot) const {
   return s;
 }
 
-bool ProgressFile::StacksRegistered(int slot) const {
-  return Load(slot, kProgressStacksOffset) != 0;
+pid_t ProgressFile::StacksPid(int slot) const {
+  const uint64_t pid = Load(slot, kProgressStacksOffset);
+  // A word no pid fits in is not a registration.
+  return pid > 0 && pid <= static_cast<uint64_t>(std::numeric_limits<pid_t>::max())
+             ? static_cast<pid_t>(pid)
+             : 0;
 }
 
 }  // namespace dgt::agent

@@ -6,6 +6,8 @@
 #ifndef DGT_AGENT_PROGRESS_PROGRESS_FILE_H_
 #define DGT_AGENT_PROGRESS_PROGRESS_FILE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,8 +34,9 @@ class ProgressFile {
   void Reset(int slot);
   // The slot's counter and waiting words; zeros for an out-of-range slot.
   ProgressSample Read(int slot) const;
-  // Whether the slot's worker registered its stack dump (the stacks word).
-  bool StacksRegistered(int slot) const;
+  // The pid that registered the slot's stack dump (the stacks word): the worker, or a process it
+  // started (a shell wrapper's Python). 0 when none did, or for an out-of-range slot.
+  pid_t StacksPid(int slot) const;
 
  private:
   ProgressFile(std::string path, int slots, uint64_t* words);

@@ -137,5 +137,5 @@ def install_stack_dump(environ=None) -> bool:
     _stacks_file = f
     w = _words if _words is not None else _open(environ)
     if w is not False:
-        w[STACKS_WORD] = 1
+        w[STACKS_WORD] = os.getpid()  # The agent signals this process (it has the handler).
     return True

@@ -61,7 +61,7 @@ TEST(ProgressFileTest, WorkerReportsReachTheAgentsSlot) {
   EXPECT_FALSE((*file)->Read(1).waiting);
   EXPECT_EQ((*file)->Read(0).counter, 0u);
   EXPECT_EQ((*file)->Read(2).counter, 0u);
-  EXPECT_FALSE((*file)->StacksRegistered(1));
+  EXPECT_EQ((*file)->StacksPid(1), 0);
   (*file)->Reset(1);
   EXPECT_EQ((*file)->Read(1).counter, 0u);
   EXPECT_EQ((*file)->Read(7).counter, 0u);  // Out of range: zeros.

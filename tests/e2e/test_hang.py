@@ -81,6 +81,27 @@ def test_python_rank_that_stops_reporting_is_killed_with_its_stacks(tmp_path, ca
         print(f"\nhang: rank 1's last report -> detected: {ms:.0f} ms (--hang-timeout=1)")
 
 
+def test_python_rank_behind_a_shell_wrapper_gives_its_stacks(tmp_path):
+    # `--no-python sh -c 'python ...'` (how dgt-agent runs a job's command): the Python process
+    # that registered the stack dump is the worker's child. The dump's signal goes to it, not to
+    # the shell (which has no handler and would die of it).
+    script = (f"{PYTHON} {WORKERS / 'hang_worker.py'} --steps 3000 --hang-rank 1 "
+              f"--hang-after 20; echo wrapper-saw-$?")
+    p = Proc([BIN / "dgt-run", "--standalone", "--nproc-per-node=2", "--hang-timeout=1",
+              "--no-python", "/bin/sh", "-c", script], tmp_path, "run", env=dgt_env(**PY_ENV))
+    try:
+        assert p.wait(timeout=120) == 137, p.stderr[-3000:]
+    finally:
+        p.kill()
+    err = p.stderr
+    [hung] = HUNG.findall(err)
+    assert (hung[0], hung[1], hung[4]) == ("1", "1", "writing its stacks, then SIGKILL")
+    summary = err[err.index("Root cause (first failure):"):]
+    assert "signal 9 (SIGKILL) at " in summary
+    assert "signal 40" not in err and "SIG?" not in err
+    assert re.search(r'File ".*hang_worker\.py", line \d+ in stuck_in_here\n', summary), summary
+
+
 def test_python_rank_that_hangs_before_its_first_report_is_killed_with_its_stacks(tmp_path):
     """A hang in the first step: only --first-progress-timeout covers it."""
     p = Proc([BIN / "dgt-run", "--standalone", "--nproc-per-node=2", "--hang-timeout=0.5",

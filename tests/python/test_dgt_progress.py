@@ -97,7 +97,7 @@ import dgt
 def waiting_here():
     os.kill(os.getpid(), {int(sig)})
 waiting_here()
-print("alive")
+print("alive", os.getpid())
 """
         env = dict(os.environ, **{pc.FILE_ENV: self.path, pc.SLOT_ENV: "2",
                                   pc.STACKS_SIGNAL_ENV: str(int(sig)),
@@ -105,11 +105,13 @@ print("alive")
         r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout, "alive\n")
+        self.assertRegex(r.stdout, r"^alive \d+\n$")
+        pid = int(r.stdout.split()[1])
         dump = Path(stacks).read_text()
         self.assertIn('line 6 in waiting_here', dump)
         self.assertIn("most recent call first", dump)
-        self.assertEqual(words(self.path, 2)[2], 1)  # The agent learns that stacks will come.
+        # The agent learns that stacks will come, and which process to signal for them.
+        self.assertEqual(words(self.path, 2)[2], pid)
 
     def test_no_stack_dump_without_the_variables(self):
         os.environ.pop(pc.STACKS_SIGNAL_ENV, None)
