@@ -279,14 +279,25 @@ def test_unreachable_service_at_start_names_the_endpoints(spawn, venv, tmp_path)
     assert "Traceback" not in a.stderr, a.stderr
 
 
-def test_bad_rdzv_conf_is_one_line(spawn, venv, tmp_path):
+@pytest.mark.parametrize("endpoint,conf,line", [
+    ("127.0.0.1:1", "read_timeout=soon",
+     "torchrun: error: --rdzv-conf read_timeout must be a number of seconds from 0.1 to "
+     "31536000 (a year), got 'soon'"),
+    # gRPC takes it as a C int: too large a value must not kill the session thread (a hang).
+    ("127.0.0.1:1", "keepalive_time_ms=2147483648",
+     "torchrun: error: --rdzv-conf keepalive_time_ms must be an integer from 500 to 3600000, "
+     "got '2147483648'"),
+    ("http://127.0.0.1:1", "read_timeout=5",
+     "torchrun: error: --rdzv-endpoint: a URL scheme is not taken, write host:port, "
+     "got 'http://127.0.0.1:1' (item 1 of 'http://127.0.0.1:1')"),
+])
+def test_bad_rdzv_conf_is_one_line(spawn, venv, tmp_path, endpoint, conf, line):
     a = spawn([venv, "-m", "torch.distributed.run", "--rdzv-backend=dgt",
-               "--rdzv-endpoint=127.0.0.1:1", "--rdzv-id=tr-bad", "--nnodes=1",
-               "--nproc-per-node=1", "--rdzv-conf=read_timeout=soon",
+               f"--rdzv-endpoint={endpoint}", "--rdzv-id=tr-bad", "--nnodes=1",
+               "--nproc-per-node=1", f"--rdzv-conf={conf}",
                WORKERS / "torchrun_ddp.py", "--out", tmp_path], name="bad")
     assert a.wait(timeout=60) == 1, a.stderr
-    assert "torchrun: error: --rdzv-conf read_timeout must be a number of seconds, got 'soon'" \
-        in a.stderr.splitlines(), a.stderr
+    assert line in a.stderr.splitlines(), a.stderr
     assert "Traceback" not in a.stderr, a.stderr
 
 

@@ -2,11 +2,28 @@
 errors that name the key and the value (docs/TORCHRUN_BACKEND.md). Pure: no torch, no gRPC."""
 import contextlib
 import io
+import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 
 DEFAULT_PORT = 29400
+
+# The longest --rdzv-conf timeout, in seconds: a year, as dgt-run's flags (common/flag_parse.h
+# kMaxFlagDuration). Beyond it a deadline is a typo; inf and nan are refused.
+MAX_SECONDS = 31536000
+# The longest keepalive_time_ms and keepalive_timeout_ms: an hour, as dgt-rendezvous's
+# --keepalive-time-ms. gRPC takes them as a C int of milliseconds (2147483648 and more raise
+# OverflowError in grpc.insecure_channel).
+MAX_KEEPALIVE_MS = 3600000
+# The most --rdzv-conf nproc_per_node, as dgt-run's --nproc-per-node.
+MAX_NPROC_PER_NODE = 4096
+# The most --rdzv-conf max_restarts: JoinRequest.max_restarts is an int32.
+MAX_RESTARTS = 2**31 - 1
+
+_DIGITS = re.compile(r"[0-9]+")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 # --rdzv-conf keys, with their meaning (docs/TORCHRUN_BACKEND.md has the table).
 KNOWN_KEYS = {
@@ -20,9 +37,46 @@ class ConfigError(ValueError):
     """A bad --rdzv-endpoint or --rdzv-conf value; the message names the key and the value."""
 
 
+def _parse_endpoint(item, where):
+    """One --rdzv-endpoint item -> "host:port", as dgt-run parses it (common/host_port.h): "host",
+    "host:port", "[v6]" or "[v6]:port"; the port 1..65535, 29400 when left out. Raises ConfigError
+    naming the item and `where`."""
+    def bad(why):
+        return ConfigError(f"--rdzv-endpoint: {why}, got '{item}' {where}")
+
+    if "://" in item:
+        raise bad("a URL scheme is not taken, write host:port")
+    if item.startswith("["):
+        close = item.find("]")
+        if close < 0:
+            raise bad("missing ']' after IPv6 address")
+        host, rest = item[1:close], item[close + 1:]
+        if rest and not rest.startswith(":"):
+            raise bad("expected ':' after ']'")
+        port_text = rest[1:] if rest else None
+    elif item.count(":") > 1:
+        raise bad("IPv6 addresses must be written as [addr]:port")
+    else:
+        host, colon, port_text = item.partition(":")
+        port_text = port_text if colon else None
+    if port_text == "":
+        raise bad("empty port")
+    if not host:
+        raise ConfigError(f"--rdzv-endpoint: empty host in '{item}' {where}")
+    if port_text is None:
+        port = DEFAULT_PORT
+    else:
+        if not _DIGITS.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
+            raise bad("port must be 1..65535")
+        port = int(port_text)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def parse_endpoints(text):
     """--rdzv-endpoint "HOST[:PORT][,HOST[:PORT]...]" -> ["host:port", ...] (default port 29400,
-    IPv6 as [addr]:port). Raises ConfigError naming the item and the whole value."""
+    IPv6 as [addr]:port; as dgt-run's --rdzv-endpoint, common/host_port.h). Raises ConfigError
+    naming the item and the whole value: a URL scheme, an IPv6 address without brackets, an
+    empty host or port, a port outside 1..65535, an item listed twice."""
     if text is None or not str(text).strip():
         raise ConfigError("--rdzv-endpoint is required with --rdzv-backend=dgt, got ''")
     items = str(text).split(",")
@@ -32,57 +86,50 @@ def parse_endpoints(text):
         where = f"(item {i} of '{text}')"
         if not item:
             raise ConfigError(f"--rdzv-endpoint: empty item {where}")
-        if item.startswith("["):
-            close = item.find("]")
-            if close < 0:
-                raise ConfigError(f"--rdzv-endpoint: unclosed '[' in '{item}' {where}")
-            host, rest = item[:close + 1], item[close + 1:]
-            if rest and not rest.startswith(":"):
-                raise ConfigError(f"--rdzv-endpoint: junk after ']' in '{item}' {where}")
-            port_text = rest[1:] if rest else ""
-        elif item.count(":") > 1:
-            host, port_text = f"[{item}]", ""
-        else:
-            host, _, port_text = item.partition(":")
-        if not host or host == "[]":
-            raise ConfigError(f"--rdzv-endpoint: empty host in '{item}' {where}")
-        if port_text == "":
-            port = DEFAULT_PORT
-        else:
-            if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-                raise ConfigError(
-                    f"--rdzv-endpoint: port must be 1..65535, got '{item}' {where}")
-            port = int(port_text)
-        endpoint = f"{host}:{port}"
-        if endpoint in out:
+        endpoint = _parse_endpoint(item, where)
+        if endpoint.lower() in (seen.lower() for seen in out):
             raise ConfigError(f"--rdzv-endpoint: '{item}' is listed twice in '{text}'")
         out.append(endpoint)
     return out
 
 
+def _format_seconds(seconds):
+    """A bound as dgt-run's flag errors print it (common/flag_parse.h FormatFlagSeconds)."""
+    if seconds == MAX_SECONDS:
+        return f"{MAX_SECONDS} (a year)"
+    return f"{seconds:.9g}"
+
+
 def _seconds(conf, key, default, minimum=0.0):
+    """A --rdzv-conf duration in seconds, a finite number from `minimum` to MAX_SECONDS (both
+    inclusive); `default` when the key is absent or empty. Raises ConfigError, in dgt-run's
+    words (common/flag_parse.h ParseDuration)."""
     value = conf.get(key)
     if value is None or value == "":
         return default
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"--rdzv-conf {key} must be a number of seconds, got '{value}'") from None
-    if seconds < minimum or seconds != seconds:
-        raise ConfigError(f"--rdzv-conf {key} must be >= {minimum:g} seconds, got '{value}'")
+        seconds = math.nan
+    if not (math.isfinite(seconds) and minimum <= seconds <= MAX_SECONDS):
+        raise ConfigError(f"--rdzv-conf {key} must be a number of seconds from "
+                          f"{_format_seconds(minimum)} to {_format_seconds(MAX_SECONDS)}, "
+                          f"got '{value}'")
     return seconds
 
 
-def _int(conf, key, default, minimum):
+def _int(conf, key, default, minimum, maximum):
+    """A --rdzv-conf decimal integer from `minimum` to `maximum` (both inclusive); `default` when
+    the key is absent or empty. Raises ConfigError, in dgt-run's words (common/flag_parse.h
+    ParseInt64)."""
     value = conf.get(key)
     if value is None or value == "":
         return default
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ConfigError(f"--rdzv-conf {key} must be an integer, got '{value}'") from None
-    if number < minimum:
-        raise ConfigError(f"--rdzv-conf {key} must be >= {minimum}, got '{value}'")
+    text = str(value).strip()
+    number = int(text) if _INTEGER.fullmatch(text) else None
+    if number is None or not minimum <= number <= maximum:
+        raise ConfigError(
+            f"--rdzv-conf {key} must be an integer from {minimum} to {maximum}, got '{value}'")
     return number
 
 
@@ -136,12 +183,15 @@ def settings_from(endpoint, conf, torchrun_args=None):
     # torchrun's c10d backend calls the join timeout "join_timeout" (and "timeout" before 1.10).
     s.join_timeout = _seconds(conf, "join_timeout", _seconds(conf, "timeout", 0.0))
     s.last_call_timeout = _seconds(conf, "last_call_timeout", 0.0)
-    s.nproc_per_node = _int(conf, "nproc_per_node", int(args.get("nproc_per_node") or 1), 1)
-    s.max_restarts = _int(conf, "max_restarts", int(args.get("max_restarts") or 0), 0)
+    s.nproc_per_node = _int(conf, "nproc_per_node", int(args.get("nproc_per_node") or 1), 1,
+                            MAX_NPROC_PER_NODE)
+    s.max_restarts = _int(conf, "max_restarts", int(args.get("max_restarts") or 0), 0,
+                          MAX_RESTARTS)
     s.exit_timeout = _seconds(conf, "exit_timeout", 300.0)
     s.role = str(conf.get("role") or args.get("role") or "default")
-    s.keepalive_time_ms = _int(conf, "keepalive_time_ms", 1000, 500)
-    s.keepalive_timeout_ms = _int(conf, "keepalive_timeout_ms", 2000, 100)
+    s.keepalive_time_ms = _int(conf, "keepalive_time_ms", 1000, 500, MAX_KEEPALIVE_MS)
+    s.keepalive_timeout_ms = _int(conf, "keepalive_timeout_ms", 2000, 100,
+                                  MAX_KEEPALIVE_MS)
     s.tls_ca, s.tls_cert, s.tls_key = (_file(conf, k) for k in ("tls_ca", "tls_cert", "tls_key"))
     if bool(s.tls_cert) != bool(s.tls_key):
         raise ConfigError("--rdzv-conf tls_cert and tls_key go together, got only "
