@@ -2,7 +2,10 @@
 
 #include <locale.h>
 
+#include <cstdint>
 #include <cwchar>
+
+#include "absl/strings/str_format.h"
 
 namespace dgt::cli {
 namespace {
@@ -38,6 +41,48 @@ size_t DisplayWidth(absl::string_view text) {
   }
   uselocale(previous);
   return width;
+}
+
+std::string TerminalText(absl::string_view text, absl::string_view keep) {
+  const locale_t utf8 = Utf8Locale();
+  std::string out;
+  out.reserve(text.size());
+  const locale_t previous = utf8 == static_cast<locale_t>(0) ? nullptr : uselocale(utf8);
+  std::mbstate_t state{};
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      const bool control = byte < 0x20 || byte == 0x7F;
+      if (control && keep.find(static_cast<char>(byte)) == absl::string_view::npos) {
+        absl::StrAppendFormat(&out, "\\x%02x", byte);
+      } else {
+        out.push_back(static_cast<char>(byte));
+      }
+      ++i;
+      continue;
+    }
+    wchar_t c = 0;
+    const size_t n = utf8 == static_cast<locale_t>(0)
+                         ? static_cast<size_t>(-1)
+                         : std::mbrtowc(&c, text.data() + i, text.size() - i, &state);
+    if (n == static_cast<size_t>(-1) || n == static_cast<size_t>(-2) || n == 0) {
+      state = std::mbstate_t{};
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+      ++i;
+      continue;
+    }
+    const auto u = static_cast<uint32_t>(c);
+    const bool hidden = (u >= 0x80 && u <= 0x9F) || u == 0x200E || u == 0x200F ||
+                        (u >= 0x202A && u <= 0x202E) || (u >= 0x2066 && u <= 0x2069);
+    if (hidden) {
+      absl::StrAppendFormat(&out, "\\u%04x", u);
+    } else {
+      out.append(text.data() + i, n);
+    }
+    i += n;
+  }
+  if (previous != nullptr) uselocale(previous);
+  return out;
 }
 
 std::string PadRight(absl::string_view text, size_t width) {

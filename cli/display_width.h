@@ -19,6 +19,14 @@ namespace dgt::cli {
 // machine, one column a byte.
 size_t DisplayWidth(absl::string_view text);
 
+// `text` safe to print on a terminal: every control character (C0 but `keep`'s, DEL, C1), every
+// bidirectional-formatting character (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) and every
+// byte that is not valid UTF-8 is written as an escape (\xNN for a byte, \uXXXX for a
+// character), so that a user's job name or reason cannot move the cursor, recolour the terminal,
+// reverse the line or add a fake table row. `keep`: control characters left as they are (e.g.
+// "\n\t" for a multi-line command).
+std::string TerminalText(absl::string_view text, absl::string_view keep = "");
+
 // `text` followed by spaces up to `width` columns (DisplayWidth); unchanged when already as wide.
 std::string PadRight(absl::string_view text, size_t width);
 

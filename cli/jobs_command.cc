@@ -379,18 +379,21 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
                   absl::StrCat(j.spec().instance_count(), " x ",
                                j.spec().distribution().process_count_per_instance()),
                   j.restarts() + j.node_replacements(),
-                  PadRight(j.spec().name().empty() ? "-" : j.spec().name(), 20), j.reason()));
+                  PadRight(j.spec().name().empty() ? "-" : TerminalText(j.spec().name()), 20),
+                  TerminalText(j.reason())));
   }
   return out;
 }
 
 std::string FormatJob(const v1::JobInfo& j, double now) {
   const v1::JobSpec& s = j.spec();
+  // The user's text is printed through TerminalText: no control character reaches the terminal
+  // (a command keeps its line breaks and tabs).
   std::string out =
-      absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", s.name(),
+      absl::StrCat("job ", j.job_id(), s.name().empty() ? "" : " (", TerminalText(s.name()),
                    s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
-  if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", j.reason(), "\n");
-  absl::StrAppend(&out, "  command: ", s.command(), "\n");
+  if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", TerminalText(j.reason()), "\n");
+  absl::StrAppend(&out, "  command: ", TerminalText(s.command(), "\n\t"), "\n");
   absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",
                   s.distribution().process_count_per_instance(), " process(es), distribution ",
                   s.distribution().type().empty() ? "pytorch" : s.distribution().type(),
@@ -409,10 +412,10 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
     for (const v1::JobNode& n : j.nodes()) {
       std::string ranks =
           n.first_rank() >= 0 ? absl::StrCat(n.first_rank(), "-", n.first_rank() + per - 1) : "-";
-      absl::StrAppend(&out,
-                      absl::StrFormat("  %s %-9s %-11s %s\n", PadRight(n.node_name(), 24),
-                                      n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-", ranks,
-                                      n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-"));
+      absl::StrAppend(
+          &out, absl::StrFormat("  %s %-9s %-11s %s\n", PadRight(TerminalText(n.node_name()), 24),
+                                n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-", ranks,
+                                n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-"));
     }
   }
   return out;
@@ -432,10 +435,11 @@ std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {
   std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %s\n", "NODE", "STATE", "JOB",
                                     "GPUS", "LABELS", "REGISTERED");
   for (const v1::NodeInfo& n : nodes.nodes()) {
-    absl::StrAppend(
-        &out, absl::StrFormat("%s %-9s %-12s %-4d %s %s\n", PadRight(n.node_name(), 24), n.state(),
-                              n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
-                              PadRight(Labels(n.labels()), 20), Ago(n.registered_unix_s(), now)));
+    absl::StrAppend(&out, absl::StrFormat("%s %-9s %-12s %-4d %s %s\n",
+                                          PadRight(TerminalText(n.node_name()), 24), n.state(),
+                                          n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
+                                          PadRight(TerminalText(Labels(n.labels())), 20),
+                                          Ago(n.registered_unix_s(), now)));
   }
   return out;
 }

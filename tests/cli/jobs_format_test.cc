@@ -31,6 +31,23 @@ TEST(DisplayWidth, CountsColumnsNotBytes) {
   EXPECT_EQ(PadRight("abc", 2), "abc");
 }
 
+TEST(TerminalText, EscapesWhatWouldDriveTheTerminal) {
+  EXPECT_EQ(TerminalText("resnet-50 \xE8\xAE\xAD\xE7\xBB\x83"),
+            "resnet-50 \xE8\xAE\xAD\xE7\xBB\x83");
+  EXPECT_EQ(TerminalText("a\x1b[31mred\x07"), "a\\x1b[31mred\\x07");  // ESC, BEL.
+  EXPECT_EQ(TerminalText("x\njob-99 succeeded"), "x\\x0ajob-99 succeeded");
+  EXPECT_EQ(TerminalText("a\xE2\x80\xAE"
+                         "evil"),
+            "a\\u202eevil");  // RIGHT-TO-LEFT OVERRIDE.
+  EXPECT_EQ(TerminalText("\xC2\x9B"
+                         "1m"),
+            "\\u009b1m");                            // C1 CSI.
+  EXPECT_EQ(TerminalText("caf\xE9!"), "caf\\xe9!");  // Not UTF-8.
+  EXPECT_EQ(TerminalText("del\x7F"), "del\\x7f");
+  EXPECT_EQ(TerminalText(std::string("nul\0x", 5)), "nul\\x00x");
+  EXPECT_EQ(TerminalText("line 1\n\tline 2\r", "\n\t"), "line 1\n\tline 2\\x0d");
+}
+
 v1::JobInfo Job(const std::string& id, const std::string& name, const std::string& reason) {
   v1::JobInfo j;
   j.set_job_id(id);
@@ -40,6 +57,17 @@ v1::JobInfo Job(const std::string& id, const std::string& name, const std::strin
   j.mutable_spec()->mutable_distribution()->set_process_count_per_instance(2);
   j.set_reason(reason);
   return j;
+}
+
+// A job name cannot add a row to `dgt jobs` or recolour it.
+TEST(FormatJobs, EscapesControlCharactersInNamesAndReasons) {
+  v1::ListJobsResponse jobs;
+  *jobs.add_jobs() = Job("job-1", "x\njob-99", "r\x1b[2J");
+  const std::vector<std::string> lines = absl::StrSplit(FormatJobs(jobs), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1],
+            "job-1        queued     1 x 2         0        x\\x0ajob-99          r\\x1b[2J");
+  EXPECT_EQ(lines[2], "");
 }
 
 // A name that is not ASCII takes as many columns as an ASCII one of the same width, so the
