@@ -2,7 +2,6 @@
 
 #include <locale.h>
 
-#include <cstdint>
 #include <cwchar>
 
 #include "absl/strings/str_format.h"
@@ -12,7 +11,7 @@ namespace {
 
 // glibc's C.UTF-8 locale, made once; null where the machine has none.
 locale_t Utf8Locale() {
-  static const locale_t locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+  static const locale_t locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", nullptr);
   return locale;
 }
 
@@ -20,7 +19,7 @@ locale_t Utf8Locale() {
 
 size_t DisplayWidth(absl::string_view text) {
   const locale_t utf8 = Utf8Locale();
-  if (utf8 == static_cast<locale_t>(0)) return text.size();
+  if (utf8 == nullptr) return text.size();
   // mbrtowc and wcwidth read the calling thread's locale: switch it for the count only.
   const locale_t previous = uselocale(utf8);
   size_t width = 0;
@@ -47,7 +46,7 @@ std::string TerminalText(absl::string_view text, absl::string_view keep) {
   const locale_t utf8 = Utf8Locale();
   std::string out;
   out.reserve(text.size());
-  const locale_t previous = utf8 == static_cast<locale_t>(0) ? nullptr : uselocale(utf8);
+  const locale_t previous = utf8 == nullptr ? nullptr : uselocale(utf8);
   std::mbstate_t state{};
   for (size_t i = 0; i < text.size();) {
     const auto byte = static_cast<unsigned char>(text[i]);
@@ -62,20 +61,19 @@ std::string TerminalText(absl::string_view text, absl::string_view keep) {
       continue;
     }
     wchar_t c = 0;
-    const size_t n = utf8 == static_cast<locale_t>(0)
-                         ? static_cast<size_t>(-1)
-                         : std::mbrtowc(&c, text.data() + i, text.size() - i, &state);
+    const size_t n = utf8 == nullptr ? static_cast<size_t>(-1)
+                                     : std::mbrtowc(&c, text.data() + i, text.size() - i, &state);
     if (n == static_cast<size_t>(-1) || n == static_cast<size_t>(-2) || n == 0) {
       state = std::mbstate_t{};
       absl::StrAppendFormat(&out, "\\x%02x", byte);
       ++i;
       continue;
     }
-    const auto u = static_cast<uint32_t>(c);
+    const wchar_t u = c;  // A code point (glibc's wchar_t is UTF-32).
     const bool hidden = (u >= 0x80 && u <= 0x9F) || u == 0x200E || u == 0x200F ||
                         (u >= 0x202A && u <= 0x202E) || (u >= 0x2066 && u <= 0x2069);
     if (hidden) {
-      absl::StrAppendFormat(&out, "\\u%04x", u);
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned>(u));
     } else {
       out.append(text.data() + i, n);
     }
