@@ -283,6 +283,94 @@ TEST(Validate, TensorflowCountsThatAddUp) {
   EXPECT_TRUE(Validate(spec).ok()) << Validate(spec);
 }
 
+// A raw NUL byte in the file (not the "\0" escape): yaml-cpp would read "\x00n" as an escape and
+// store a newline, so the shell would run what follows it. Refused before YAML, by line and column.
+TEST(ParseJobSpecYaml, ARawNulByteIsRefusedByLineAndColumn) {
+  struct Case {
+    std::string yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {std::string("command: echo raw\0nul\n", 22),
+            "line 1, column 18 (byte 17): a NUL byte; a job file must not contain one"},
+           {std::string("name: a\ncommand: 'x'\n# caf\xC3\xA9 \0\n", 31),
+            "line 3, column 8 (byte 29): a NUL byte; a job file must not contain one"},
+           // After a UTF-8 byte-order mark, columns count from the first character.
+           {std::string("\xEF\xBB\xBF\0command: x\n", 15),
+            "line 1, column 1 (byte 3): a NUL byte; a job file must not contain one"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.error << " parsed as: " << spec->DebugString();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(spec.status()), c.error);
+  }
+}
+
+// A job file is UTF-8: invalid UTF-8 is refused by line and column before it reaches protobuf
+// (whose serializer refuses such a string field with no message of ours).
+TEST(ParseJobSpecYaml, InvalidUtf8IsRefusedByLineAndColumn) {
+  struct Case {
+    std::string yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           // Latin-1 "café".
+           {"command: echo caf\xE9\n",
+            "not UTF-8: byte 0xE9 at line 1, column 18 (byte 17); a job file must be UTF-8"},
+           // Columns count characters: "é" before the bad byte is one.
+           {"command: x\nname: \xC3\xA9\xFF\n",
+            "not UTF-8: byte 0xFF at line 2, column 8 (byte 19); a job file must be UTF-8"},
+           // A sequence cut short, at the end of the file.
+           {"command: x\nname: \xE2\x82",
+            "not UTF-8: byte 0xE2 at line 2, column 7 (byte 17); a job file must be UTF-8"},
+           // An overlong "/", a UTF-16 surrogate, a code point above U+10FFFF.
+           {"command: \xC0\xAF\n",
+            "not UTF-8: byte 0xC0 at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           {"command: \xED\xA0\x80\n",
+            "not UTF-8: byte 0xED at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           {"command: \xF4\x90\x80\x80\n",
+            "not UTF-8: byte 0xF4 at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           // In a key or a comment too.
+           {"command: x\nnode_labels: {g\xE9: a}\n",
+            "not UTF-8: byte 0xE9 at line 2, column 16 (byte 26); a job file must be UTF-8"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.error << " parsed as: " << spec->DebugString();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(spec.status()), c.error);
+  }
+  // Every valid width is kept as it is: 2, 3 and 4 bytes, the largest code point.
+  auto spec = ParseJobSpecYaml(
+      "command: echo caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x9A\x80 \xF4\x8F\xBF\xBF\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->command(), "echo caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x9A\x80 \xF4\x8F\xBF\xBF");
+}
+
+// A spec built in code can hold invalid UTF-8 (a YAML file cannot: ParseJobSpecYaml refuses it,
+// and yaml-cpp refuses a "\ud800" escape): Validate refuses it by key, before protobuf sends it.
+TEST(Validate, InvalidUtf8IsRefusedNamingTheKey) {
+  struct Case {
+    std::function<void(v1::JobSpec&)> change;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {[](v1::JobSpec& s) { s.set_command("echo caf\xE9"); },
+            "command: must be valid UTF-8 (invalid byte 0xE9 at byte 8)"},
+           {[](v1::JobSpec& s) { s.set_name("\xC3"); },
+            "name: must be valid UTF-8 (invalid byte 0xC3 at byte 0)"},
+           {[](v1::JobSpec& s) { (*s.mutable_environment_variables())["SEED"] = "7\xFF"; },
+            "environment_variables.SEED: must be valid UTF-8 (invalid byte 0xFF at byte 1)"},
+           {[](v1::JobSpec& s) { (*s.mutable_node_labels())["g\xE9"] = "a"; },
+            "node_labels: a key must be valid UTF-8, got 'g\\351'"},
+       }) {
+    v1::JobSpec spec = Good();
+    c.change(spec);
+    absl::Status s = Validate(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(s), c.error);
+  }
+}
+
 // The packaged example (deploy/job.yaml, /usr/share/dgt/examples/job.yaml, the job of
 // docs/OPERATIONS.md's walkthrough) parses and validates, and runs a script the package installs
 // next to it (cmake/DgtInstall.cmake; its code_dir is that directory).
