@@ -6,7 +6,9 @@
 #include <iterator>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
@@ -369,6 +371,42 @@ TEST(Validate, InvalidUtf8IsRefusedNamingTheKey) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
     EXPECT_EQ(Error(s), c.error);
   }
+}
+
+// Validate's UTF-8 rule agrees with protobuf's own check (the one that refuses to send a string
+// field) on every sequence of 1 to 3 bytes and on every 4-byte lead and second byte.
+TEST(Validate, Utf8RuleAgreesWithProtobuf) {
+  int checked = 0, mismatches = 0;
+  const auto check = [&](const std::string& bytes) {
+    v1::JobSpec spec = Good();
+    spec.set_command("x" + bytes);
+    const bool has_nul = bytes.find('\0') != std::string::npos;
+    const bool want_ok = !has_nul && google::protobuf::internal::IsStructurallyValidUTF8(
+                                         spec.command().data(), spec.command().size());
+    const bool ok = Validate(spec).ok();
+    ++checked;
+    if (ok != want_ok && ++mismatches <= 5) {
+      ADD_FAILURE() << absl::CEscape(bytes) << ": Validate says " << Validate(spec)
+                    << ", protobuf says " << (want_ok ? "valid" : "invalid");
+    }
+  };
+  for (int a = 0; a < 256; ++a) {
+    check(std::string(1, static_cast<char>(a)));
+    for (int b = 0; b < 256; ++b) {
+      check(std::string{static_cast<char>(a), static_cast<char>(b)});
+      if (a < 0xE0) continue;
+      for (int c = 0; c < 256; ++c) {
+        if (a < 0xF0) {
+          check(std::string{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+        } else if (c == 0x7F || c == 0x80 || c == 0xBF || c == 0xC0) {
+          check(std::string{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c),
+                            '\x80'});
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(checked, 256 + 256 * 256 + 16 * 256 * 256 + 16 * 256 * 4);
 }
 
 // The packaged example (deploy/job.yaml, /usr/share/dgt/examples/job.yaml, the job of
