@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -147,7 +148,13 @@ class Connection {
         Error(absl::StrCat("the jobs service at ", where, " refused: ", st.error_message()));
         break;
       default:
-        Error(st.error_message());
+        // gRPC's own failures (a message it could not parse) can come with no message at all.
+        Error(st.error_message().empty()
+                  ? absl::StrCat(
+                        "the jobs service at ", where, " answered ",
+                        absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())),
+                        " with no message")
+                  : st.error_message());
         break;
     }
     return exit_code;

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/read_file.h"
@@ -158,23 +159,99 @@ absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
   return absl::OkStatus();
 }
 
-// A NUL byte in a string that becomes a command line, an environment entry or a file name would
-// cut it short where it is used (execve, setenv): refused, naming the key and the byte.
-absl::Status CheckNoNul(absl::string_view path, absl::string_view value) {
-  const size_t at = value.find('\0');
-  if (at == absl::string_view::npos) return absl::OkStatus();
-  return Bad(path, absl::StrCat("must not contain a NUL byte (found at byte ", at, ")"));
+// The length of the UTF-8 sequence at the start of `s` (1 to 4 bytes), or 0 when it is not one
+// (RFC 3629: no overlong form, no UTF-16 surrogate, nothing above U+10FFFF; as protobuf checks a
+// string field). `s` is not empty.
+size_t Utf8SequenceLength(absl::string_view s) {
+  const auto byte = [s](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // The range of the second byte.
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;   // Overlong below U+0800.
+    if (lead == 0xED) high = 0x9F;  // Surrogates U+D800..U+DFFF.
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;   // Overlong below U+10000.
+    if (lead == 0xF4) high = 0x8F;  // Above U+10FFFF.
+  } else {
+    return 0;  // A continuation byte, an overlong 2-byte lead (C0, C1), or F5..FF.
+  }
+  if (s.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return length;
 }
 
-// The first NUL byte in any string of `spec`, named by its key path.
-absl::Status CheckNoNulBytes(const v1::JobSpec& spec) {
+// The offset of the first byte of `s` that does not start a valid UTF-8 sequence, or npos.
+size_t FirstInvalidUtf8(absl::string_view s) {
+  for (size_t at = 0; at < s.size();) {
+    const size_t length = Utf8SequenceLength(s.substr(at));
+    if (length == 0) return at;
+    at += length;
+  }
+  return absl::string_view::npos;
+}
+
+// A job file is UTF-8 text. Checked before YAML, by line and column (in characters, 1-based):
+// - invalid UTF-8 would reach protobuf, whose serializer refuses the string field with no
+//   message of ours;
+// - yaml-cpp reads a raw NUL byte as the start of an escape ("\0n" becomes a newline), so the
+//   shell would run what follows it.
+absl::Status CheckJobFileText(absl::string_view text) {
+  const size_t start = absl::StartsWith(text, "\xEF\xBB\xBF") ? 3 : 0;  // A UTF-8 byte-order mark.
+  int line = 1, column = 1;
+  for (size_t at = start; at < text.size();) {
+    const size_t length = Utf8SequenceLength(text.substr(at));
+    if (length == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "not UTF-8: byte 0x%02X at line %d, column %d (byte %d); a job file must be UTF-8",
+          static_cast<unsigned char>(text[at]), line, column, at));
+    }
+    if (text[at] == '\0') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line, ", column ", column, " (byte ", at,
+                       "): a NUL byte; a job file must not contain one"));
+    }
+    if (text[at] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    at += length;
+  }
+  return absl::OkStatus();
+}
+
+// A NUL byte in a string that becomes a command line, an environment entry or a file name would
+// cut it short where it is used (execve, setenv); a string that is not UTF-8 cannot be sent
+// (protobuf refuses it). Refused, naming the key and the byte.
+absl::Status CheckString(absl::string_view path, absl::string_view value) {
+  if (const size_t at = value.find('\0'); at != absl::string_view::npos) {
+    return Bad(path, absl::StrCat("must not contain a NUL byte (found at byte ", at, ")"));
+  }
+  if (const size_t at = FirstInvalidUtf8(value); at != absl::string_view::npos) {
+    return Bad(path, absl::StrFormat("must be valid UTF-8 (invalid byte 0x%02X at byte %d)",
+                                     static_cast<unsigned char>(value[at]), at));
+  }
+  return absl::OkStatus();
+}
+
+// The first NUL byte or invalid UTF-8 in any string of `spec`, named by its key path.
+absl::Status CheckStrings(const v1::JobSpec& spec) {
   for (const auto& [path, value] :
        {std::pair<absl::string_view, absl::string_view>{"command", spec.command()},
         {"name", spec.name()},
         {"code_dir", spec.code_dir()},
         {"distribution.type", spec.distribution().type()},
         {"restart_policy", spec.restart_policy()}}) {
-    if (absl::Status s = CheckNoNul(path, value); !s.ok()) return s;
+    if (absl::Status s = CheckString(path, value); !s.ok()) return s;
   }
   for (const auto& [map_path, map] :
        {std::pair<absl::string_view, const google::protobuf::Map<std::string, std::string>*>{
@@ -185,7 +262,11 @@ absl::Status CheckNoNulBytes(const v1::JobSpec& spec) {
         return Bad(map_path, absl::StrCat("a key must not contain a NUL byte, got '",
                                           absl::CEscape(key), "'"));
       }
-      if (absl::Status s = CheckNoNul(absl::StrCat(map_path, ".", key), value); !s.ok()) {
+      if (FirstInvalidUtf8(key) != absl::string_view::npos) {
+        return Bad(map_path,
+                   absl::StrCat("a key must be valid UTF-8, got '", absl::CEscape(key), "'"));
+      }
+      if (absl::Status s = CheckString(absl::StrCat(map_path, ".", key), value); !s.ok()) {
         return s;
       }
     }
@@ -239,6 +320,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
                                                      "); save it as UTF-8"));
     }
   }
+  if (absl::Status s = CheckJobFileText(text); !s.ok()) return s;
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
@@ -297,7 +379,7 @@ absl::Status Validate(const v1::JobSpec& spec) {
   if (spec.command().empty()) {
     return Bad("command", "required (the shell command every worker process runs)");
   }
-  if (absl::Status s = CheckNoNulBytes(spec); !s.ok()) return s;
+  if (absl::Status s = CheckStrings(spec); !s.ok()) return s;
   if (spec.name().size() > kMaxNameBytes) {
     return Bad("name",
                absl::StrCat("must be at most ", kMaxNameBytes, " bytes, got ", spec.name().size()));

@@ -41,13 +41,16 @@ absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
 // distribution.process_count_per_instance, which defaults to 1 (as Azure ML's). Errors:
 // InvalidArgument naming the key path for an unknown key, a value of the wrong type (a map where a
 // string is due, "two" for an integer), an integer beyond int32 (with the key's range), text that
-// is not YAML (with the line), or text that starts with a UTF-16 or UTF-32 byte-order mark. The
-// result is not yet validated: call Validate.
+// is not YAML (with the line), text that starts with a UTF-16 or UTF-32 byte-order mark, and,
+// before the YAML is read, invalid UTF-8 or a raw NUL byte anywhere in the text (with the line,
+// the column in characters and the byte offset: "not UTF-8: byte 0xE9 at line 1, column 18 (byte
+// 17); a job file must be UTF-8"). The result is not yet validated: call Validate.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text);
 
 // Checks every rule of the JobSpec comments (jobs.proto), in this order:
-// - command required; no NUL byte in any string (command, name, code_dir, distribution.type,
-//   restart_policy, environment_variables and node_labels keys and values).
+// - command required; no NUL byte and no invalid UTF-8 in any string (command, name, code_dir,
+//   distribution.type, restart_policy, environment_variables and node_labels keys and values):
+//   protobuf cannot send a string that is not UTF-8.
 // - name <= 128 bytes; code_dir absolute.
 // - environment variable names [A-Za-z_][A-Za-z0-9_]*; instance_count 1..100000.
 // - distribution.type "", "pytorch" or "tensorflow" ("mpi" is refused: dgt-run runs no MPI).

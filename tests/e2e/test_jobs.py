@@ -296,6 +296,17 @@ def test_spec_errors_and_submit_tokens(spawn, tmp_path):
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr == (f"dgt submit: error: {utf16}: not UTF-8: the file starts with a UTF-16 "
                           "little-endian byte-order mark (FF FE); save it as UTF-8\n")
+    # A raw NUL byte (yaml-cpp would read "\0n" as a newline) and Latin-1 text (protobuf cannot
+    # send it) are refused by line and column before anything is sent.
+    for data, error in (
+            (b"command: echo raw\0nul\ninstance_count: 1\n",
+             "line 1, column 18 (byte 17): a NUL byte; a job file must not contain one"),
+            (b"command: echo caf\xe9\ninstance_count: 1\n",
+             "not UTF-8: byte 0xE9 at line 1, column 18 (byte 17); a job file must be UTF-8")):
+        bad.write_bytes(data)
+        out = dgt("127.0.0.1:1", "submit", bad)
+        assert (out.returncode, out.stdout) == (2, ""), data
+        assert out.stderr == f"dgt submit: error: {bad}: {error}\n"
     for text, error in cases.items():
         bad.write_text(text)
         # Validated before any service is asked: no service listens on port 1.

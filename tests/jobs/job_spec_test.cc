@@ -6,7 +6,9 @@
 #include <iterator>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
@@ -281,6 +283,130 @@ TEST(Validate, TensorflowCountsThatAddUp) {
   spec.mutable_distribution()->set_worker_count(3);
   spec.mutable_distribution()->set_parameter_server_count(1);
   EXPECT_TRUE(Validate(spec).ok()) << Validate(spec);
+}
+
+// A raw NUL byte in the file (not the "\0" escape): yaml-cpp would read "\x00n" as an escape and
+// store a newline, so the shell would run what follows it. Refused before YAML, by line and column.
+TEST(ParseJobSpecYaml, ARawNulByteIsRefusedByLineAndColumn) {
+  struct Case {
+    std::string yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {std::string("command: echo raw\0nul\n", 22),
+            "line 1, column 18 (byte 17): a NUL byte; a job file must not contain one"},
+           {std::string("name: a\ncommand: 'x'\n# caf\xC3\xA9 \0\n", 31),
+            "line 3, column 8 (byte 29): a NUL byte; a job file must not contain one"},
+           // After a UTF-8 byte-order mark, columns count from the first character.
+           {std::string("\xEF\xBB\xBF\0command: x\n", 15),
+            "line 1, column 1 (byte 3): a NUL byte; a job file must not contain one"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.error << " parsed as: " << spec->DebugString();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(spec.status()), c.error);
+  }
+}
+
+// A job file is UTF-8: invalid UTF-8 is refused by line and column before it reaches protobuf
+// (whose serializer refuses such a string field with no message of ours).
+TEST(ParseJobSpecYaml, InvalidUtf8IsRefusedByLineAndColumn) {
+  struct Case {
+    std::string yaml;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           // Latin-1 "café".
+           {"command: echo caf\xE9\n",
+            "not UTF-8: byte 0xE9 at line 1, column 18 (byte 17); a job file must be UTF-8"},
+           // Columns count characters: "é" before the bad byte is one.
+           {"command: x\nname: \xC3\xA9\xFF\n",
+            "not UTF-8: byte 0xFF at line 2, column 8 (byte 19); a job file must be UTF-8"},
+           // A sequence cut short, at the end of the file.
+           {"command: x\nname: \xE2\x82",
+            "not UTF-8: byte 0xE2 at line 2, column 7 (byte 17); a job file must be UTF-8"},
+           // An overlong "/", a UTF-16 surrogate, a code point above U+10FFFF.
+           {"command: \xC0\xAF\n",
+            "not UTF-8: byte 0xC0 at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           {"command: \xED\xA0\x80\n",
+            "not UTF-8: byte 0xED at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           {"command: \xF4\x90\x80\x80\n",
+            "not UTF-8: byte 0xF4 at line 1, column 10 (byte 9); a job file must be UTF-8"},
+           // In a key or a comment too.
+           {"command: x\nnode_labels: {g\xE9: a}\n",
+            "not UTF-8: byte 0xE9 at line 2, column 16 (byte 26); a job file must be UTF-8"},
+       }) {
+    auto spec = ParseJobSpecYaml(c.yaml);
+    ASSERT_FALSE(spec.ok()) << c.error << " parsed as: " << spec->DebugString();
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(spec.status()), c.error);
+  }
+  // Every valid width is kept as it is: 2, 3 and 4 bytes, the largest code point.
+  auto spec = ParseJobSpecYaml(
+      "command: echo caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x9A\x80 \xF4\x8F\xBF\xBF\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->command(), "echo caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x9A\x80 \xF4\x8F\xBF\xBF");
+}
+
+// A spec built in code can hold invalid UTF-8 (a YAML file cannot: ParseJobSpecYaml refuses it,
+// and yaml-cpp refuses a "\ud800" escape): Validate refuses it by key, before protobuf sends it.
+TEST(Validate, InvalidUtf8IsRefusedNamingTheKey) {
+  struct Case {
+    std::function<void(v1::JobSpec&)> change;
+    const char* error;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {[](v1::JobSpec& s) { s.set_command("echo caf\xE9"); },
+            "command: must be valid UTF-8 (invalid byte 0xE9 at byte 8)"},
+           {[](v1::JobSpec& s) { s.set_name("\xC3"); },
+            "name: must be valid UTF-8 (invalid byte 0xC3 at byte 0)"},
+           {[](v1::JobSpec& s) { (*s.mutable_environment_variables())["SEED"] = "7\xFF"; },
+            "environment_variables.SEED: must be valid UTF-8 (invalid byte 0xFF at byte 1)"},
+           {[](v1::JobSpec& s) { (*s.mutable_node_labels())["g\xE9"] = "a"; },
+            "node_labels: a key must be valid UTF-8, got 'g\\351'"},
+       }) {
+    v1::JobSpec spec = Good();
+    c.change(spec);
+    absl::Status s = Validate(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.error;
+    EXPECT_EQ(Error(s), c.error);
+  }
+}
+
+// Validate's UTF-8 rule agrees with protobuf's own check (the one that refuses to send a string
+// field) on every sequence of 1 to 3 bytes and on every 4-byte lead and second byte.
+TEST(Validate, Utf8RuleAgreesWithProtobuf) {
+  int checked = 0, mismatches = 0;
+  const auto check = [&](const std::string& bytes) {
+    v1::JobSpec spec = Good();
+    spec.set_command("x" + bytes);
+    const bool has_nul = bytes.find('\0') != std::string::npos;
+    const bool want_ok = !has_nul && google::protobuf::internal::IsStructurallyValidUTF8(
+                                         spec.command().data(), spec.command().size());
+    const bool ok = Validate(spec).ok();
+    ++checked;
+    if (ok != want_ok && ++mismatches <= 5) {
+      ADD_FAILURE() << absl::CEscape(bytes) << ": Validate says " << Validate(spec)
+                    << ", protobuf says " << (want_ok ? "valid" : "invalid");
+    }
+  };
+  for (int a = 0; a < 256; ++a) {
+    check(std::string(1, static_cast<char>(a)));
+    for (int b = 0; b < 256; ++b) {
+      check(std::string{static_cast<char>(a), static_cast<char>(b)});
+      if (a < 0xE0) continue;
+      for (int c = 0; c < 256; ++c) {
+        if (a < 0xF0) {
+          check(std::string{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+        } else if (c == 0x7F || c == 0x80 || c == 0xBF || c == 0xC0) {
+          check(std::string{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c),
+                            '\x80'});
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(checked, 256 + 256 * 256 + 16 * 256 * 256 + 16 * 256 * 4);
 }
 
 // The packaged example (deploy/job.yaml, /usr/share/dgt/examples/job.yaml, the job of
