@@ -201,13 +201,8 @@ class DgtRendezvousHandler(RendezvousHandler):
         # barrier would, so that no other node's workers lose the store.
         hosting = cur is not None and cur.node_rank == 0 and report is not None and \
             report.succeeded
-        why = self._session.report_and_close(
+        self._session.report_and_close(
             report, self._settings.exit_timeout if hosting else SHUTDOWN_WAIT_S)
-        if why is not None and report is not None and report.succeeded:
-            # This node's workers succeeded but the run did not: torchrun must not exit 0 (a
-            # scheduler would count the job as done). launch_agent calls shutdown() last, so the
-            # error ends torchrun with one line (install_excepthook) and exit 1.
-            raise DgtRendezvousError(why)
         return True
 
 

@@ -156,11 +156,7 @@ class Session:
 
     def report_and_close(self, report, wait_s):
         """Sends `report` for the current round (when the run is not over), waits up to wait_s
-        for the run's RunFinished, a new round, or the stream's end, then closes the session.
-        Returns why the run did not succeed when that was learned while waiting (it finished
-        failed, or a new round came: the run restarts without this node, whose torchrun agent
-        has ended); None otherwise."""
-        why = None
+        for the run's RunFinished, a new round, or the stream's end, then closes the session."""
         with self._cv:
             if (report is not None and self._current is not None and self._finished is None
                     and self._error is None):
@@ -170,14 +166,7 @@ class Session:
                 while (self._finished is None and self._error is None and self._queue is not None
                        and self._pending is None and time.monotonic() < deadline):
                     self._cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-                if self._finished is not None and not self._finished.succeeded:
-                    why = f"run '{self._run_id}' failed: {self._finished.message}"
-                elif self._finished is None and self._pending is not None:
-                    why = (f"run '{self._run_id}' went on to round {self._pending.round} "
-                           f"({self._pending.reason}) after this node's workers finished; "
-                           "torchrun's agent on this node has ended, so the node leaves the run")
         self.close()
-        return why
 
     def close(self):
         """Ends the session (idempotent); later waits raise SessionError("closed")."""
