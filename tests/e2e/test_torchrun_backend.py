@@ -107,7 +107,8 @@ def torchrun(spawn, venv, endpoint, run_id, name, out, nnodes="2", extra_conf=""
                   "--nproc-per-node=2", "--monitor-interval=0.2", "--local-addr=127.0.0.1",
                   f"--rdzv-conf={conf}", *torchrun_args,
                   WORKERS / "torchrun_ddp.py", "--out", out, *args],
-                 name=name, env=dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="INFO"))
+                 name=name, env=dict(os.environ, OMP_NUM_THREADS="1", LOGLEVEL="INFO",
+                                     PYTHONFAULTHANDLER="1"))
 
 
 def records(out):
@@ -283,12 +284,15 @@ def test_mixed_fleet_dgt_run_and_torchrun(spawn, venv, rendezvous, tmp_path, dgt
                                  f"--node-id={name}", "--local-addr=127.0.0.1",
                                  WORKERS / "torchrun_ddp.py", "--out", out, f"--steps={steps}"],
                                 name=name, env=dict(os.environ, DGT_PYTHON=venv,
-                                                    OMP_NUM_THREADS="1")))
+                                                    OMP_NUM_THREADS="1",
+                                                    PYTHONFAULTHANDLER="1")))
         else:
             agents.append(torchrun(spawn, venv, rendezvous, "tr-mixed", name, out,
                                    args=[f"--steps={steps}"]))
-    for a in agents:
-        assert a.wait(timeout=120) == 0, a.stderr[-3000:]
+    # Every agent's output on a failure: a worker's end on one node often starts on the other.
+    # Workers run with PYTHONFAULTHANDLER=1, so one ended by a signal shows its Python stacks.
+    codes = [a.wait(timeout=120) for a in agents]
+    assert codes == [0, 0], "\n".join(a.stderr[-3000:] for a in agents)
     check_done(out, world=4, steps=steps)
     assert len(events(out, "start")) == 4
 
