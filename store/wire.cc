@@ -173,8 +173,13 @@ ParseResult ParseRequest(absl::string_view data, Family family, const Limits& li
                                 family == Family::kV1 ? "1.x" : "2.x", " protocol");
     return result;
   }
-  *out = Request{};
+  // Cleared, not replaced: the vectors keep their capacity, so a request parsed into a reused
+  // Request allocates only for keys and values too long for the strings' inline storage.
   out->op = *op;
+  out->keys.clear();
+  out->values.clear();
+  out->integer = 0;
+  out->u32 = 0;
   Reader r(data.substr(1), limits);
   if (!ParseFields(r, out)) {
     if (!r.error.empty()) {
