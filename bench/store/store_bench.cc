@@ -4,7 +4,8 @@
 // torch 2.x accept it). So the same client program measures every server. Loopback only; every mode
 // is bounded in operations and in time. Prints one JSON object per run on stdout.
 //
-//   store_bench --port P [--protocol 1|2] --mode ops --op set|get|add|cas --conns N [--seconds S]
+//   store_bench --port P [--protocol 1|2] --mode ops --op set|get|add|cas|check|multi_get --conns N
+//   [--seconds S]
 //               [--max-ops M]
 //               [--server-pid PID]   (adds the server's CPU time per operation)
 //               [--pipeline K]       (set only: K SETs and one CHECK per round trip)
@@ -18,8 +19,9 @@
 // ops:    N connections, one request outstanding each (closed loop), for S seconds or M ops.
 //         set = SET then CHECK of the same key (SET has no reply, so a set is confirmed by the
 //         round trip); get = GET of a preloaded key; add = ADD 1 on one of 16 counters;
-//         cas = COMPARE_SET that matches (value unchanged). Also reports the generator's own CPU
-//         per operation. --pipeline K (set only) sends K SETs then the CHECK in one write, as a
+//         cas = COMPARE_SET that matches (value unchanged); check = CHECK of one present key;
+//         multi_get (2.x only) = MULTI_GET of four preloaded keys. Also reports the generator's own
+//         CPU per operation. --pipeline K (set only) sends K SETs then the CHECK in one write, as a
 //         torch 1.x client doing consecutive sets does (SET has no reply); an extra, labelled
 //         figure, not the closed-loop one.
 // fanout: N connections WAIT on one key; one more connection SETs it; latency is from just
@@ -32,7 +34,8 @@
 //         a store barrier's last arrival does. At most W connections are in their handshake at
 //         once (default 2,048, under the listen backlog). Reports the time from the first
 //         connect to the last STOP_WAITING, the server's RSS before and at its peak (sampled
-//         every 20 ms) and its RLIMIT_NOFILE; when not every client is released within S
+//         every 20 ms; kib_per_conn divides the growth by the connections it answered) and its
+//         RLIMIT_NOFILE; when not every client is released within S
 //         seconds (default 60), "ok": false with how far the run got and the first error.
 // idle:   opens N connections, each makes one round trip (GETNUMKEYS) and then stays open; the
 //         server's RSS (from /proc/PID/status) is read before and after; all N are held at once
@@ -105,6 +108,7 @@ struct Opcodes {
   bool validate = false;  // 2.x: every connection opens with VALIDATE (no reply).
 };
 Opcodes g_op;
+constexpr char kMultiGet = 10;  // 2.x only.
 
 void UseProtocol(int family) {
   if (family == 2) g_op = Opcodes{1, 2, 3, 4, 5, 6, 7, true};
@@ -278,6 +282,22 @@ int RunOps(const Flags& f) {
       AppendStr(&c.request, value);
       AppendStr(&c.request, value);
       c.reply_len = 8 + value.size();
+    } else if (f.op == "check") {
+      c.request += g_op.check;
+      AppendU64(&c.request, 1);
+      AppendStr(&c.request, key);
+      c.reply_len = 1;
+    } else if (f.op == "multi_get") {
+      // MULTI_GET (2.x only) of this connection's key and the next three preloaded ones.
+      if (!g_op.validate) {
+        std::fprintf(stderr, "store_bench: --op multi_get needs --protocol 2\n");
+        return 2;
+      }
+      c.request += kMultiGet;
+      AppendU64(&c.request, 4);
+      for (int k = 0; k < 4; ++k)
+        AppendStr(&c.request, "bench/k" + std::to_string((i + k) % f.conns));
+      c.reply_len = 4 * (8 + value.size());
     } else {
       std::fprintf(stderr, "store_bench: unknown --op %s\n", f.op.c_str());
       return 2;
@@ -747,7 +767,8 @@ int RunBootstrap(const Flags& f) {
       f.clients, f.procs, f.sources, window * f.procs, f.deadline, ok ? "true" : "false",
       total.connected, total.added, total.released, total.failed, first_error.c_str(), seconds,
       rss_before, rss_peak,
-      static_cast<double>(rss_peak - rss_before) / static_cast<double>(f.clients),
+      static_cast<double>(rss_peak - rss_before) /
+          static_cast<double>(std::max(1L, total.connected)),
       MaxOpenFiles(f.server_pid));
   return 0;
 }
