@@ -1,9 +1,11 @@
 #include "dgt/store/server.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <optional>
@@ -27,12 +29,16 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
-// Every read lands in one buffer of kReadChunk bytes that the loop shares between connections;
-// complete requests are answered from there, and only the incomplete tail of a message is copied
-// into the connection's own buffer, which is freed once that message is complete. So an idle
-// connection holds no read buffer. A reply buffer that a large reply grew past kKeepReply is
-// freed once sent; smaller ones keep their capacity, so small replies allocate nothing.
+// Every read is processed in one buffer of kReadChunk bytes that the loop shares between
+// connections; complete requests are answered from there, and only the incomplete tail of a
+// message is copied into the connection's own buffer, which is freed once that message is
+// complete. So an idle connection holds no read buffer beyond kInlineRead bytes. A reply buffer
+// that a large reply grew past kKeepReply is freed once sent; smaller ones keep their capacity, so
+// small replies allocate nothing.
 constexpr size_t kReadChunk = 64 * 1024;
+// The first bytes of every read (see Connection::Read): enough for the small requests that
+// make up a torch job's traffic (a GET, ADD, CHECK or WAIT of a key of up to about 40 bytes).
+constexpr size_t kInlineRead = 64;
 constexpr size_t kKeepReply = 1024;
 // After accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
 // listener pauses this long instead of retrying at once: the pending connection stays queued, so
@@ -150,31 +156,51 @@ class Server::Impl {
     SteadyClock::time_point last_activity() const { return last_activity_; }
 
    private:
-    // Every read waits for readability and then reads into the loop's shared buffer, so a waiting
-    // connection holds no buffer. Asio registers the socket edge-triggered: a read that fills
-    // the whole buffer may have left bytes behind, so it reads again before waiting.
+    // Each read starts as an Asio read of at most kInlineRead bytes into the connection's own
+    // small array, which most requests fit: a read that Asio completes short leaves the socket
+    // drained, so the next one is queued without a speculative recv or an epoll re-arm (an
+    // async_wait would re-arm the descriptor with epoll_ctl on every request). A read that fills
+    // the array is continued synchronously in the loop's shared buffer until the socket is
+    // drained.
     void Read() {
       if (closed_) return;
-      socket_.async_wait(
-          tcp::socket::wait_read,
-          [self = shared_from_this()](boost::system::error_code ec) { self->OnReadable(ec); });
+      socket_.async_read_some(asio::buffer(inline_read_),
+                              [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                                self->OnData(ec, n);
+                              });
     }
 
-    void OnReadable(boost::system::error_code ec) {
-      if (!closed_ && !ec) {
-        std::string& buffer = server_->read_buffer_;
-        size_t n = 0;
-        do {
-          n = socket_.read_some(asio::buffer(buffer), ec);
-          if (ec) break;
-          last_activity_ = SteadyClock::now();
-          Consume(absl::string_view(buffer.data(), n));
-          Flush();
-        } while (!closed_ && n == buffer.size());
-      }
+    void OnData(boost::system::error_code ec, size_t n) {
       if (closed_) {
         server_->connections_.erase(shared_from_this());
         return;
+      }
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        Read();
+        return;
+      }
+      std::string& buffer = server_->read_buffer_;
+      std::memcpy(buffer.data(), inline_read_.data(), n);
+      size_t len = n;
+      bool drained = ec || n < inline_read_.size();
+      for (;;) {
+        if (!drained) {
+          size_t more =
+              socket_.read_some(asio::buffer(buffer.data() + len, buffer.size() - len), ec);
+          len += more;
+          drained = ec || len < buffer.size();
+        }
+        if (len > 0) {
+          last_activity_ = SteadyClock::now();
+          Consume(absl::string_view(buffer.data(), len));
+          Flush();
+        }
+        if (closed_) {
+          server_->connections_.erase(shared_from_this());
+          return;
+        }
+        if (drained) break;
+        len = 0;
       }
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
         Close(ec == asio::error::eof ? "peer closed the connection" : ec.message(),
@@ -483,6 +509,7 @@ class Server::Impl {
     tcp::endpoint peer_;
     wire::Family family_ = wire::Family::kUnknown;
     std::string partial_;  // An incomplete request's bytes so far; empty between requests.
+    std::array<char, kInlineRead> inline_read_;
     std::string out_;
     std::string in_flight_;
     bool writing_ = false;

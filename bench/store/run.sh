@@ -155,7 +155,7 @@ ops = {(r["server"], r["op"], r["conns"]): r for r in rows if r["mode"] == "ops"
 pairs = [("dgt-1x", "torch-1.13"), ("dgt-2x", "torch-2.13")]
 print("\nops/s (p50/p99 us) per server, same generator; dgt-1x / dgt-2x: dgt's server spoken to in "
       "the torch 1.x / 2.x protocol")
-print("op   conns | dgt-1x                    torch-1.13                ratio"
+print("op               conns | dgt-1x                    torch-1.13                ratio"
       " | dgt-2x                    torch-2.13                ratio"
       " | server CPU us/op dgt-1x/torch-1.13 dgt-2x/torch-2.13")
 points = [(op, c) for c in (8, 64, 512) for op in ("set", "get", "add", "cas", "check", "multi_get")
@@ -164,7 +164,7 @@ points.append(("set-pipelined-16", 64))
 def cell(r):
     return f"{r['ops_per_s']:9.0f} ({r['p50_us']:6.0f}/{r['p99_us']:6.0f})" if r else " " * 25
 for op, conns in points:
-    line = f"{op:4} {conns:5} |"
+    line = f"{op:16} {conns:5} |"
     cpu = []
     for d, t in pairs:
         dr, tr = ops.get((d, op, conns)), ops.get((t, op, conns))
