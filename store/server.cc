@@ -28,6 +28,12 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
+// Sockets bound to the io_context's own executor type rather than Asio's type-erased default:
+// the socket and each pending operation then carry one pointer for their executor instead of a
+// polymorphic one, which is a tenth of what an idle connection costs.
+using Executor = asio::io_context::executor_type;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 
 // Every read is processed in one buffer of kReadChunk bytes that the loop shares between
 // connections; complete requests are answered from there, and only the incomplete tail of a
@@ -52,7 +58,7 @@ class Server::Impl {
   explicit Impl(ServerOptions options)
       : options_(std::move(options)),
         limits_{options_.max_key_bytes, options_.max_value_bytes, options_.max_keys_per_request},
-        acceptor_(io_),
+        acceptor_(io_.get_executor()),
         accept_timer_(io_),
         idle_timer_(io_) {}
 
@@ -68,7 +74,7 @@ class Server::Impl {
     }
     tcp::endpoint endpoint(address, options_.port);
     acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.set_option(Acceptor::reuse_address(true), ec);
     if (!ec && address.is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
@@ -122,7 +128,7 @@ class Server::Impl {
  private:
   class Connection : public std::enable_shared_from_this<Connection> {
    public:
-    Connection(Impl* server, tcp::socket socket, tcp::endpoint peer)
+    Connection(Impl* server, Socket socket, tcp::endpoint peer)
         : server_(server), socket_(std::move(socket)), peer_(peer) {
       boost::system::error_code ec;
       socket_.set_option(tcp::no_delay(true), ec);
@@ -147,7 +153,7 @@ class Server::Impl {
       for (const auto& [key, w] : v1_waits_) server_->engine_.CancelWait(w.id);
       v1_waits_.clear();
       boost::system::error_code ec;
-      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.shutdown(Socket::shutdown_both, ec);
       socket_.close(ec);
     }
 
@@ -505,7 +511,7 @@ class Server::Impl {
     }
 
     Impl* server_;
-    tcp::socket socket_;
+    Socket socket_;
     tcp::endpoint peer_;
     wire::Family family_ = wire::Family::kUnknown;
     std::string partial_;  // An incomplete request's bytes so far; empty between requests.
@@ -524,7 +530,7 @@ class Server::Impl {
   };
 
   void Accept() {
-    acceptor_.async_accept(peer_, [this](boost::system::error_code ec, tcp::socket socket) {
+    acceptor_.async_accept(peer_, [this](boost::system::error_code ec, Socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
         accept_failures_ = 0;
@@ -586,7 +592,7 @@ class Server::Impl {
   // One thread runs everything: tell Asio so it skips the reactor's per-descriptor locking.
   // Other threads only post() to it (Stop, Stats), which stays locked.
   asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
-  tcp::acceptor acceptor_;
+  Acceptor acceptor_;
   tcp::endpoint peer_;  // The peer of the accept in progress.
   uint64_t accept_failures_ = 0;
   asio::steady_timer accept_timer_;
