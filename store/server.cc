@@ -128,7 +128,7 @@ class Server::Impl {
  private:
   class Connection : public std::enable_shared_from_this<Connection> {
    public:
-    Connection(Impl* server, Socket socket, tcp::endpoint peer)
+    Connection(Impl* server, Socket socket, const tcp::endpoint& peer)
         : server_(server), socket_(std::move(socket)), peer_(peer) {
       boost::system::error_code ec;
       socket_.set_option(tcp::no_delay(true), ec);
