@@ -1,8 +1,11 @@
 #include "dgt/store/server.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <optional>
@@ -25,13 +28,28 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
+// Sockets bound to the io_context's own executor type rather than Asio's type-erased default:
+// the socket and each pending operation then carry one pointer for their executor instead of a
+// polymorphic one, which is a tenth of what an idle connection costs.
+using Executor = asio::io_context::executor_type;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 
-// Read sizes: at least kMinRead bytes of room, growth by at most kReadChunk per read. A connection
-// that never sent anything holds no read buffer; a buffer that grew past kKeepBuffer for a large
-// request is cut back to kMinRead once that request is done.
-constexpr size_t kMinRead = 4 * 1024;
+// Every read is processed in one buffer of kReadChunk bytes that the loop shares between
+// connections; complete requests are answered from there, and only the incomplete tail of a
+// message is copied into the connection's own buffer, which is freed once that message is
+// complete. So an idle connection holds no read buffer beyond kInlineRead bytes. A reply buffer
+// that a large reply grew past kKeepReply is freed once sent; smaller ones keep their capacity, so
+// small replies allocate nothing.
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr size_t kKeepBuffer = 16 * 1024;
+// The first bytes of every read (see Connection::Read): enough for the small requests that
+// make up a torch job's traffic (a GET, ADD, CHECK or WAIT of a key of up to about 40 bytes).
+constexpr size_t kInlineRead = 64;
+constexpr size_t kKeepReply = 1024;
+// After accept fails for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
+// listener pauses this long instead of retrying at once: the pending connection stays queued, so
+// an immediate retry would fail again in a busy loop.
+constexpr std::chrono::milliseconds kAcceptPause(100);
 
 }  // namespace
 
@@ -40,7 +58,8 @@ class Server::Impl {
   explicit Impl(ServerOptions options)
       : options_(std::move(options)),
         limits_{options_.max_key_bytes, options_.max_value_bytes, options_.max_keys_per_request},
-        acceptor_(io_),
+        acceptor_(io_.get_executor()),
+        accept_timer_(io_),
         idle_timer_(io_) {}
 
   ~Impl() { Stop(); }
@@ -55,7 +74,7 @@ class Server::Impl {
     }
     tcp::endpoint endpoint(address, options_.port);
     acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.set_option(Acceptor::reuse_address(true), ec);
     if (!ec && address.is_v6()) acceptor_.set_option(asio::ip::v6_only(false), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
@@ -67,6 +86,7 @@ class Server::Impl {
       return absl::UnavailableError(what);
     }
     port_ = acceptor_.local_endpoint().port();
+    read_buffer_.resize(kReadChunk);
     Accept();
     if (options_.idle_timeout > absl::ZeroDuration()) ScheduleIdleSweep();
     thread_ = std::thread([this] { io_.run(); });
@@ -78,6 +98,7 @@ class Server::Impl {
     asio::post(io_, [this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
+      accept_timer_.cancel();
       idle_timer_.cancel();
       for (const auto& c : connections_) c->Close("server stopping", spdlog::level::debug);
       connections_.clear();
@@ -107,10 +128,9 @@ class Server::Impl {
  private:
   class Connection : public std::enable_shared_from_this<Connection> {
    public:
-    Connection(Impl* server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {
+    Connection(Impl* server, Socket socket, const tcp::endpoint& peer)
+        : server_(server), socket_(std::move(socket)), peer_(peer) {
       boost::system::error_code ec;
-      auto remote = socket_.remote_endpoint(ec);
-      peer_ = ec ? "?" : absl::StrCat(remote.address().to_string(), ":", remote.port());
       socket_.set_option(tcp::no_delay(true), ec);
       socket_.non_blocking(true, ec);
       last_activity_ = SteadyClock::now();
@@ -124,7 +144,8 @@ class Server::Impl {
       if (closed_) return;
       closed_ = true;
       if (level == spdlog::level::warn) ++server_->closed_by_server_;
-      spdlog::log(level, "store: closing connection from {}: {}", peer_, reason);
+      spdlog::log(level, "store: closing connection from {}:{}: {}", peer_.address().to_string(),
+                  peer_.port(), reason);
       if (wait_id_) {
         server_->engine_.CancelWait(*wait_id_);
         wait_id_.reset();
@@ -132,7 +153,7 @@ class Server::Impl {
       for (const auto& [key, w] : v1_waits_) server_->engine_.CancelWait(w.id);
       v1_waits_.clear();
       boost::system::error_code ec;
-      socket_.shutdown(tcp::socket::shutdown_both, ec);
+      socket_.shutdown(Socket::shutdown_both, ec);
       socket_.close(ec);
     }
 
@@ -141,45 +162,18 @@ class Server::Impl {
     SteadyClock::time_point last_activity() const { return last_activity_; }
 
    private:
-    // A connection that has never sent anything holds no buffer: it waits for readability
-    // (async_wait) and reads then. Once it has a buffer it reads straight into it, which lets
-    // Asio skip both the speculative read and the epoll re-arm that a wait costs per request.
+    // Each read starts as an Asio read of at most kInlineRead bytes into the connection's own
+    // small array, which most requests fit: a read that Asio completes short leaves the socket
+    // drained, so the next one is queued without a speculative recv or an epoll re-arm (an
+    // async_wait would re-arm the descriptor with epoll_ctl on every request). A read that fills
+    // the array is continued synchronously in the loop's shared buffer until the socket is
+    // drained.
     void Read() {
       if (closed_) return;
-      if (buffer_.empty()) {
-        socket_.async_wait(tcp::socket::wait_read,
-                           [self = shared_from_this()](boost::system::error_code ec) {
-                             if (ec) {
-                               self->OnData(ec, 0);
-                               return;
-                             }
-                             self->MakeRoom();
-                             size_t n = self->socket_.read_some(self->FreeSpace(), ec);
-                             self->OnData(ec, n);
-                           });
-        return;
-      }
-      MakeRoom();
-      socket_.async_read_some(FreeSpace(),
+      socket_.async_read_some(asio::buffer(inline_read_),
                               [self = shared_from_this()](boost::system::error_code ec, size_t n) {
                                 self->OnData(ec, n);
                               });
-    }
-
-    // At least kMinRead bytes free after end_. The buffer grows with the bytes that arrive (a
-    // large request grows it read by read), never with a claimed length.
-    void MakeRoom() {
-      if (buffer_.size() - end_ >= kMinRead) return;
-      buffer_.erase(0, begin_);
-      end_ -= begin_;
-      begin_ = 0;
-      if (buffer_.size() - end_ < kMinRead) {
-        buffer_.resize(std::min(std::max(end_ * 2, end_ + kMinRead), end_ + kReadChunk));
-      }
-    }
-
-    asio::mutable_buffer FreeSpace() {
-      return asio::buffer(buffer_.data() + end_, buffer_.size() - end_);
     }
 
     void OnData(boost::system::error_code ec, size_t n) {
@@ -191,59 +185,85 @@ class Server::Impl {
         Read();
         return;
       }
-      if (ec) {
+      std::string& buffer = server_->read_buffer_;
+      std::memcpy(buffer.data(), inline_read_.data(), n);
+      size_t len = n;
+      bool drained = ec || n < inline_read_.size();
+      for (;;) {
+        if (!drained) {
+          size_t more =
+              socket_.read_some(asio::buffer(buffer.data() + len, buffer.size() - len), ec);
+          len += more;
+          drained = ec || len < buffer.size();
+        }
+        if (len > 0) {
+          last_activity_ = SteadyClock::now();
+          Consume(absl::string_view(buffer.data(), len));
+          Flush();
+        }
+        if (closed_) {
+          server_->connections_.erase(shared_from_this());
+          return;
+        }
+        if (drained) break;
+        len = 0;
+      }
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
         Close(ec == asio::error::eof ? "peer closed the connection" : ec.message(),
               spdlog::level::debug);
-        server_->connections_.erase(shared_from_this());
-        return;
-      }
-      last_activity_ = SteadyClock::now();
-      end_ += n;
-      Process();
-      if (closed_) {
-        server_->connections_.erase(shared_from_this());
-        return;
-      }
-      if (begin_ == end_) {
-        begin_ = end_ = 0;
-        // Keep a small buffer for the next request; drop one that a large request grew.
-        if (buffer_.size() > kKeepBuffer) {
-          buffer_.resize(kMinRead);
-          buffer_.shrink_to_fit();
-        }
-      }
-      Flush();
-      if (closed_) {
         server_->connections_.erase(shared_from_this());
         return;
       }
       Read();
     }
 
-    void Process() {
-      while (!closed_ && begin_ < end_) {
-        absl::string_view data(buffer_.data() + begin_, end_ - begin_);
+    // Answers every complete request of `data` (bytes just read, in the shared buffer) and keeps
+    // an incomplete tail in partial_, which grows with the bytes that arrive (never with a
+    // claimed length) and is freed once its message is complete.
+    void Consume(absl::string_view data) {
+      if (partial_.empty()) {
+        size_t used = Process(data);
+        if (!closed_ && used < data.size()) partial_.assign(data.data() + used, data.size() - used);
+        return;
+      }
+      partial_.append(data.data(), data.size());
+      size_t used = Process(partial_);
+      if (closed_) return;
+      if (used == partial_.size()) {
+        std::string().swap(partial_);
+      } else if (used > 0) {
+        partial_.erase(0, used);
+      }
+    }
+
+    // Executes the complete requests at the front of `input`; returns the bytes they took.
+    size_t Process(absl::string_view input) {
+      size_t begin = 0;
+      wire::Request& request = server_->request_;
+      while (!closed_ && begin < input.size()) {
+        absl::string_view data = input.substr(begin);
         if (family_ == wire::Family::kUnknown) {
           family_ = wire::DetectFamily(data);
-          if (family_ == wire::Family::kUnknown) return;
+          if (family_ == wire::Family::kUnknown) return begin;
         }
-        wire::ParseResult r = wire::ParseRequest(data, family_, server_->limits_, &request_);
-        if (r.status == wire::ParseStatus::kNeedMore) return;
+        wire::ParseResult r = wire::ParseRequest(data, family_, server_->limits_, &request);
+        if (r.status == wire::ParseStatus::kNeedMore) return begin;
         if (r.status == wire::ParseStatus::kError) {
           Close(r.error);
-          return;
+          return begin;
         }
-        begin_ += r.consumed;
+        begin += r.consumed;
         // A wait of this connection that this request completes (ADD, COMPARE_SET on a key it
         // waits for) answers after the request's own reply, as torch's addHandler does: the
         // client reads its reply first and finds the STOP_WAITING after it.
         executing_ = true;
-        Execute(request_);
+        Execute(request);
         executing_ = false;
         for (; deferred_stop_waiting_ > 0; --deferred_stop_waiting_) {
           wire::AppendU8(&out_, wire::kStopWaiting);
         }
       }
+      return begin;
     }
 
     // Queues a STOP_WAITING (after the current request's reply when one is being executed).
@@ -439,8 +459,7 @@ class Server::Impl {
               engine.Barrier(req.keys[0], req.integer, [this] {
                 if (closed_) return;
                 wait_id_.reset();
-                wire::AppendU8(&out_, wire::kStopWaiting);
-                Flush();
+                StopWaiting();
               });
           if (!id.ok()) {
             Close(id.status().message());  // As torch's server, which drops the client.
@@ -467,6 +486,7 @@ class Server::Impl {
       size_t n = socket_.write_some(asio::buffer(out_), ec);
       if (!ec && n == out_.size()) {
         out_.clear();
+        if (out_.capacity() > kKeepReply) std::string().swap(out_);
         return;
       }
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
@@ -480,7 +500,7 @@ class Server::Impl {
       asio::async_write(socket_, asio::buffer(in_flight_),
                         [self = shared_from_this()](boost::system::error_code ec, size_t) {
                           self->writing_ = false;
-                          self->in_flight_.clear();
+                          std::string().swap(self->in_flight_);
                           if (ec) {
                             self->Close(ec.message(), spdlog::level::debug);
                             self->server_->connections_.erase(self);
@@ -491,13 +511,11 @@ class Server::Impl {
     }
 
     Impl* server_;
-    tcp::socket socket_;
-    std::string peer_;
+    Socket socket_;
+    tcp::endpoint peer_;
     wire::Family family_ = wire::Family::kUnknown;
-    std::string buffer_;
-    size_t begin_ = 0;
-    size_t end_ = 0;
-    wire::Request request_;  // Reused so that its strings keep their capacity.
+    std::string partial_;  // An incomplete request's bytes so far; empty between requests.
+    std::array<char, kInlineRead> inline_read_;
     std::string out_;
     std::string in_flight_;
     bool writing_ = false;
@@ -512,23 +530,35 @@ class Server::Impl {
   };
 
   void Accept() {
-    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    acceptor_.async_accept(peer_, [this](boost::system::error_code ec, Socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
+        accept_failures_ = 0;
         if (connections_.size() >= options_.max_connections) {
-          boost::system::error_code ignored;
-          auto remote = socket.remote_endpoint(ignored);
           spdlog::warn("store: closing connection from {}:{}: limit of {} connections reached",
-                       remote.address().to_string(), remote.port(), options_.max_connections);
+                       peer_.address().to_string(), peer_.port(), options_.max_connections);
           ++closed_by_server_;
+          boost::system::error_code ignored;
           socket.close(ignored);
         } else {
-          auto conn = std::make_shared<Connection>(this, std::move(socket));
+          auto conn = std::make_shared<Connection>(this, std::move(socket), peer_);
           connections_.insert(conn);
           conn->Start();
         }
+      } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                 ec == asio::error::no_memory || ec.value() == ENFILE) {
+        // Out of descriptors or memory: the connection stays queued, so pause rather than spin.
+        // Logged once per run of failures.
+        if (accept_failures_++ == 0) {
+          spdlog::warn("store: accept failed: {} ({} connections open); pausing accepts for {} ms",
+                       ec.message(), connections_.size(), kAcceptPause.count());
+        }
+        accept_timer_.expires_after(kAcceptPause);
+        accept_timer_.async_wait([this](boost::system::error_code timer_ec) {
+          if (!timer_ec) Accept();
+        });
+        return;
       } else {
-        // EMFILE and friends: log and keep accepting; the listener itself is fine.
         spdlog::warn("store: accept failed: {}", ec.message());
       }
       Accept();
@@ -562,11 +592,18 @@ class Server::Impl {
   // One thread runs everything: tell Asio so it skips the reactor's per-descriptor locking.
   // Other threads only post() to it (Stop, Stats), which stays locked.
   asio::io_context io_{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
-  tcp::acceptor acceptor_;
+  Acceptor acceptor_;
+  tcp::endpoint peer_;  // The peer of the accept in progress.
+  uint64_t accept_failures_ = 0;
+  asio::steady_timer accept_timer_;
   asio::steady_timer idle_timer_;
   std::thread thread_;
   std::atomic<uint16_t> port_{0};
   Engine engine_;
+  // Shared by every connection of the loop (see kReadChunk); a request is parsed into request_
+  // and executed before the next is parsed.
+  std::string read_buffer_;
+  wire::Request request_;
   uint64_t closed_by_server_ = 0;
   std::unordered_set<std::shared_ptr<Connection>> connections_;
 };

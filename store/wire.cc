@@ -92,8 +92,38 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// Strings of at most this capacity go back to Request::spare for the next request to reuse.
+constexpr size_t kSpareCapacity = 1024;
+constexpr size_t kMaxSpare = 16;
+
+// Makes `v` hold exactly `n` strings, moving the ones it drops into `spare` (up to kMaxSpare,
+// small ones only) and taking the ones it adds from there first.
+void Resize(std::vector<std::string>& v, std::vector<std::string>& spare, size_t n) {
+  while (v.size() > n) {
+    if (spare.size() < kMaxSpare && v.back().capacity() <= kSpareCapacity) {
+      spare.push_back(std::move(v.back()));
+    }
+    v.pop_back();
+  }
+  while (v.size() < n) {
+    if (spare.empty()) {
+      v.emplace_back();
+    } else {
+      v.push_back(std::move(spare.back()));
+      spare.pop_back();
+    }
+  }
+}
+
+// Appends one string to `v` (from `spare` when it has one) and returns it.
+std::string* Next(std::vector<std::string>& v, std::vector<std::string>& spare) {
+  Resize(v, spare, v.size() + 1);
+  return &v.back();
+}
+
 // Parses the fields after the opcode. Returns false when more bytes are needed or on error.
 bool ParseFields(Reader& r, Request* out) {
+  std::vector<std::string>& spare = out->spare;
   switch (out->op) {
     case Op::kValidate:
     case Op::kPing:
@@ -107,22 +137,22 @@ bool ParseFields(Reader& r, Request* out) {
     case Op::kWatchKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
-      out->keys.resize(1);
+      Resize(out->keys, spare, 1);
       return r.ReadKey(&out->keys[0]);
     case Op::kSet:
     case Op::kAppend:
     case Op::kQueuePush:
-      out->keys.resize(1);
-      out->values.resize(1);
+      Resize(out->keys, spare, 1);
+      Resize(out->values, spare, 1);
       return r.ReadKey(&out->keys[0]) && r.ReadValue(&out->values[0]);
     case Op::kCompareSet:
-      out->keys.resize(1);
-      out->values.resize(2);
+      Resize(out->keys, spare, 1);
+      Resize(out->values, spare, 2);
       return r.ReadKey(&out->keys[0]) && r.ReadValue(&out->values[0]) &&
              r.ReadValue(&out->values[1]);
     case Op::kAdd:
     case Op::kBarrier:
-      out->keys.resize(1);
+      Resize(out->keys, spare, 1);
       return r.ReadKey(&out->keys[0]) && r.ReadPod(&out->integer);
     case Op::kCheck:
     case Op::kWait:
@@ -131,7 +161,7 @@ bool ParseFields(Reader& r, Request* out) {
       if (!r.ReadCount(&n)) return false;
       // Grow with the bytes actually received, never with the claimed count.
       for (uint64_t i = 0; i < n; ++i) {
-        if (!r.ReadKey(&out->keys.emplace_back())) return false;
+        if (!r.ReadKey(Next(out->keys, spare))) return false;
       }
       return true;
     }
@@ -139,7 +169,7 @@ bool ParseFields(Reader& r, Request* out) {
       uint64_t n = 0;
       if (!r.ReadCount(&n)) return false;
       for (uint64_t i = 0; i < n; ++i) {
-        if (!r.ReadKey(&out->keys.emplace_back()) || !r.ReadValue(&out->values.emplace_back())) {
+        if (!r.ReadKey(Next(out->keys, spare)) || !r.ReadValue(Next(out->values, spare))) {
           return false;
         }
       }
@@ -173,8 +203,13 @@ ParseResult ParseRequest(absl::string_view data, Family family, const Limits& li
                                 family == Family::kV1 ? "1.x" : "2.x", " protocol");
     return result;
   }
-  *out = Request{};
+  // Emptied into `spare`, not replaced: a request parsed into a reused Request takes its strings
+  // from there, so small requests allocate nothing.
   out->op = *op;
+  Resize(out->keys, out->spare, 0);
+  Resize(out->values, out->spare, 0);
+  out->integer = 0;
+  out->u32 = 0;
   Reader r(data.substr(1), limits);
   if (!ParseFields(r, out)) {
     if (!r.error.empty()) {

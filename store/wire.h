@@ -66,6 +66,9 @@ struct Request {
   std::vector<std::string> values;  // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: expected, desired.
   int64_t integer = 0;              // ADD delta, BARRIER world size.
   uint32_t u32 = 0;                 // VALIDATE magic, PING nonce.
+  // Not part of the request: strings of earlier requests that ParseRequest reuses, so that parsing
+  // into the same Request again allocates nothing for keys and values of up to 1 KiB.
+  std::vector<std::string> spare;
 };
 
 enum class ParseStatus { kNeedMore, kOk, kError };

@@ -1,8 +1,10 @@
 // Hostile and broken input against the wire server: each bad connection is closed with a logged
 // reason, other clients carry on, nothing stored is lost, and memory does not follow a claimed
 // length. Runs the server in this process so the test can read its log and its RSS.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -235,6 +237,58 @@ TEST_F(HostileTest, ConnectionLimitClosesTheExtraOnesWithAReason) {
   EXPECT_NE(Log().find("limit of 2 connections reached"), std::string::npos) << Log();
   ASSERT_TRUE(a.Send(Unhex("06")));
   EXPECT_EQ(Hex(*a.Recv(8)), "0000000000000000");
+}
+
+// Out of file descriptors, accept fails while the connection stays queued: the server logs it
+// once, pauses accepting instead of retrying in a busy loop, serves the connections it has, and
+// accepts the queued one once descriptors are free again.
+TEST_F(HostileTest, DescriptorExhaustionPausesAcceptsAndRecovers) {
+  // Takes every free descriptor under a lowered RLIMIT_NOFILE; gives them and the limit back.
+  struct Exhaustion {
+    rlimit saved{};
+    std::vector<int> fillers;
+    ~Exhaustion() { Release(); }
+    void Release() {
+      for (int fd : fillers) ::close(fd);
+      fillers.clear();
+      ::setrlimit(RLIMIT_NOFILE, &saved);
+    }
+  } exhaustion;
+  ExpectGoodClientIntact();  // Accepted before the descriptors run out.
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &exhaustion.saved), 0);
+  const int highest = ::dup(0);
+  ASSERT_GE(highest, 0);
+  ::close(highest);
+  rlimit low = exhaustion.saved;
+  low.rlim_cur = static_cast<rlim_t>(highest) + 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int fd = ::dup(0); fd >= 0; fd = ::dup(0)) exhaustion.fillers.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  ASSERT_GE(exhaustion.fillers.size(), 2u);
+  ::close(exhaustion.fillers.back());  // One descriptor for the client, none for the accept.
+  exhaustion.fillers.pop_back();
+  RawClient queued(server_->port());
+  ASSERT_TRUE(queued.connected());
+  ASSERT_TRUE(queued.Send(Unhex("06")));  // GETNUMKEYS (1.x)
+  ExpectGoodClientIntact();               // Also keeps it under the fixture's 400 ms idle timeout.
+  absl::SleepFor(absl::Milliseconds(250));  // Two pauses and retries at least.
+  const std::string log = Log();
+  size_t failures = 0;
+  for (size_t at = log.find("accept failed"); at != std::string::npos;
+       at = log.find("accept failed", at + 1)) {
+    ++failures;
+  }
+  EXPECT_EQ(failures, 1u) << log;
+  EXPECT_NE(log.find("accept failed: Too many open files (1 connections open); pausing accepts "
+                     "for 100 ms"),
+            std::string::npos)
+      << log;
+  ExpectGoodClientIntact();
+
+  exhaustion.Release();
+  auto reply = queued.Recv(8);  // Within the client's 5 s read deadline.
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(Hex(*reply), "0100000000000000");  // The good client's key.
 }
 
 }  // namespace

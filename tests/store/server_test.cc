@@ -4,11 +4,14 @@
 #include "dgt/store/server.h"
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/hex.h"
 #include "tests/testutil/raw_client.h"
@@ -96,6 +99,47 @@ TEST_F(ServerTest, V2HandshakePingAndEmptyGet) {
       c.Send(Unhex("030100000000000000"
                    "7a")));  // GET z (missing) → empty value
   EXPECT_EQ(Hex(*c.Recv(8)), "0000000000000000");
+}
+
+// Requests of every size relative to the server's reads: many small ones in one write (past the
+// connection's 64-byte first read), a value larger than the 64 KiB shared read buffer, and a
+// request sent one byte at a time. Each reply arrives whole and in order.
+TEST_F(ServerTest, RequestsAcrossReadBoundariesAnswerInOrder) {
+  ServerOptions options;
+  options.max_value_bytes = 1 << 20;
+  Server big(options);
+  ASSERT_TRUE(big.Start().ok());
+  RawClient c(big.port());
+  auto bytes = [](absl::string_view s) {
+    uint64_t n = s.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + std::string(s);
+  };
+  // 100 ADDs on "n" in one write: 100 replies, 1..100.
+  std::string adds;
+  for (int i = 0; i < 100; ++i) adds += "\x03" + bytes("n") + std::string("\x01\0\0\0\0\0\0\0", 8);
+  ASSERT_TRUE(c.Send(adds));
+  auto replies = c.Recv(800);
+  ASSERT_TRUE(replies.has_value());
+  for (int64_t i = 0; i < 100; ++i) {
+    int64_t v = 0;
+    std::memcpy(&v, replies->data() + 8 * i, 8);
+    ASSERT_EQ(v, i + 1);
+  }
+  // SET of a 300,000-byte value, then GET of it, in one write.
+  const std::string value(300000, 'x');
+  ASSERT_TRUE(c.Send(std::string(1, '\0') + bytes("big") + bytes(value) + "\x02" + bytes("big")));
+  auto got = c.Recv(8 + value.size());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, bytes(value));
+  // GET "big" one byte at a time.
+  const std::string get = "\x02" + bytes("big");
+  for (char ch : get) {
+    ASSERT_TRUE(c.Send(std::string(1, ch)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  got = c.Recv(8 + value.size());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, bytes(value));
 }
 
 TEST_F(ServerTest, V2WaitCancelKeepsConnectionUsable) {

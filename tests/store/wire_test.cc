@@ -3,6 +3,9 @@
 // derived by hand from REFERENCE.md §4 (opcode numbers of torch 2.x QueryType).
 #include "store/wire.h"
 
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "tests/testutil/hex.h"
 
@@ -150,6 +153,71 @@ TEST(ParseV2Test, HandDerivedFrames) {
                     Family::kV2)
                 .op,
             Op::kAppend);
+}
+
+// One Request parsed into again and again, as the server does: every request reads exactly its
+// own fields, whatever the one before left behind.
+TEST(ParseTest, AReusedRequestHoldsOnlyTheLatestRequest) {
+  Request r;
+  auto parse = [&](const std::string& hex) {
+    const std::string bytes = Unhex(hex);
+    ParseResult p = ParseRequest(bytes, Family::kV2, Limits{}, &r);
+    ASSERT_EQ(p.status, ParseStatus::kOk) << p.error;
+    ASSERT_EQ(p.consumed, bytes.size());
+  };
+  const std::string long_value(40, 'v');  // Past std::string's inline storage.
+  // COMPARE_SET "k" expected=40 x 'v' desired="d".
+  parse(
+      "02"
+      "0100000000000000"
+      "6b"
+      "2800000000000000" +
+      Hex(long_value) +
+      "0100000000000000"
+      "64");
+  EXPECT_EQ(r.op, Op::kCompareSet);
+  EXPECT_EQ(r.keys, std::vector<std::string>({"k"}));
+  EXPECT_EQ(r.values, std::vector<std::string>({long_value, "d"}));
+  // CHECK of two keys "a", "bb".
+  parse(
+      "05"
+      "0200000000000000"
+      "0100000000000000"
+      "61"
+      "0200000000000000"
+      "6262");
+  EXPECT_EQ(r.op, Op::kCheck);
+  EXPECT_EQ(r.keys, std::vector<std::string>({"a", "bb"}));
+  EXPECT_TRUE(r.values.empty());
+  // PING 7.
+  parse(
+      "0d"
+      "07000000");
+  EXPECT_EQ(r.op, Op::kPing);
+  EXPECT_EQ(r.u32, 7u);
+  EXPECT_TRUE(r.keys.empty());
+  EXPECT_TRUE(r.values.empty());
+  // SET "x" "y".
+  parse(
+      "01"
+      "0100000000000000"
+      "78"
+      "0100000000000000"
+      "79");
+  EXPECT_EQ(r.op, Op::kSet);
+  EXPECT_EQ(r.keys, std::vector<std::string>({"x"}));
+  EXPECT_EQ(r.values, std::vector<std::string>({"y"}));
+  EXPECT_EQ(r.u32, 0u);
+  // ADD "c" 5.
+  parse(
+      "04"
+      "0100000000000000"
+      "63"
+      "0500000000000000");
+  EXPECT_EQ(r.op, Op::kAdd);
+  EXPECT_EQ(r.keys, std::vector<std::string>({"c"}));
+  EXPECT_TRUE(r.values.empty());
+  EXPECT_EQ(r.integer, 5);
 }
 
 TEST(ParseTest, UnknownOpcodesAreErrors) {
