@@ -42,6 +42,10 @@ using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 // that a large reply grew past kKeepReply is freed once sent; smaller ones keep their capacity, so
 // small replies allocate nothing.
 constexpr size_t kReadChunk = 64 * 1024;
+// At most this many shared-buffer reads per wake-up of one connection (1 MiB): a client that
+// keeps its socket full goes back to the end of the loop's queue after them, so it cannot keep
+// the loop from the other connections.
+constexpr int kMaxReadsPerWakeup = 16;
 // The first bytes of every read (see Connection::Read): enough for the small requests that
 // make up a torch job's traffic (a GET, ADD, CHECK or WAIT of a key of up to about 40 bytes).
 constexpr size_t kInlineRead = 64;
@@ -189,7 +193,7 @@ class Server::Impl {
       std::memcpy(buffer.data(), inline_read_.data(), n);
       size_t len = n;
       bool drained = ec || n < inline_read_.size();
-      for (;;) {
+      for (int reads = 0;; ++reads) {
         if (!drained) {
           size_t more =
               socket_.read_some(asio::buffer(buffer.data() + len, buffer.size() - len), ec);
@@ -205,7 +209,7 @@ class Server::Impl {
           server_->connections_.erase(shared_from_this());
           return;
         }
-        if (drained) break;
+        if (drained || reads == kMaxReadsPerWakeup) break;
         len = 0;
       }
       if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
