@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -50,6 +51,7 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
                [this](const LifecycleActions& a) { Execute(a); }) {}
 
 Agent::~Agent() {
+  if (health_) health_->Stop();
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
   workers_.StopExchange();
@@ -81,6 +83,12 @@ int Agent::Run() {
       return kExitUsage;
     }
   }
+  // A node that fails a health check does not join.
+  if (std::optional<std::string> unhealthy = CheckHealthBeforeJoin()) {
+    std::fprintf(stderr, "dgt-run: error: %s; node '%s' does not join run '%s'\n",
+                 unhealthy->c_str(), options_.node_id.c_str(), options_.run_id.c_str());
+    return kExitNodeUnhealthy;
+  }
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
   // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C
   // then must end dgt-run at once (the default action; nothing was started yet), not be queued.
@@ -95,8 +103,23 @@ int Agent::Run() {
   }
   for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
+  health_->Start();
   io_.run();
   return exit_status_;
+}
+
+std::optional<std::string> Agent::CheckHealthBeforeJoin() {
+  HealthMonitor::Options ho;
+  ho.interval = absl::Seconds(options_.health.interval_s);
+  ho.check_timeout = absl::Seconds(options_.health.check_timeout_s);
+  health_ = std::make_unique<HealthMonitor>(io_, ho, [this](const std::string& message) {
+    if (lifecycle_) Execute(lifecycle_->OnHealthFailed(message, workers_.has_group()));
+  });
+  health_fs_ = SystemHealthFs();
+  char cwd[4096];
+  const std::string work_dir = ::getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "";
+  health_->AddChecksFor(options_.health, options_.log_dir, work_dir, health_fs_.get());
+  return health_->RunOnce();
 }
 
 absl::Status Agent::Prepare(int* exit_status) {
@@ -345,6 +368,7 @@ void Agent::Terminate(int exit_status, const std::string& message) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
   if (rdzv_) rdzv_->Retire();
+  if (health_) health_->Stop();
   lifecycle_timer_.cancel();
   workers_.StopExchange();
   signals_.cancel();

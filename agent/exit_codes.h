@@ -15,6 +15,7 @@ namespace dgt::agent {
 // The launcher's codes are the ones every dgt binary shares (replica/exit_code.h).
 using replica::kExitJoinTimeout;
 using replica::kExitLauncherError;
+using replica::kExitNodeUnhealthy;
 using replica::kExitNotAdmitted;
 using replica::kExitRendezvousUnavailable;
 using replica::kExitSuccess;

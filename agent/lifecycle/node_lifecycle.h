@@ -320,6 +320,14 @@ class NodeLifecycle {
   LifecycleActions OnDrained();
   // A signal from outside; `workers_started`: a round's workers exist.
   LifecycleActions OnSignal(int sig, bool workers_started);
+  // A health check failed (agent/health/health_monitor.h); `message` names it and its reason.
+  // This node leaves the run as on a SIGTERM from outside (its workers stopped, no report, the
+  // session closed at its end, so that the service's elastic rule or a spare takes over) and
+  // exits kExitNodeUnhealthy with `message`, unless a signal or a failure came first (the first
+  // cause decides the status). Before the workers started: Finish at once. Once this node's
+  // workers are done (awaiting the outcome): only logged.
+  LifecycleActions OnHealthFailed(const std::string& message, bool workers_started);
+  bool unhealthy() const { return unhealthy_.has_value(); }
   // Expired deadlines: the join timeout, the wait for a new round, the drain bound.
   LifecycleActions OnTick(absl::Time now);
   // The earliest time OnTick has something to do, if any.
@@ -350,6 +358,8 @@ class NodeLifecycle {
   int next_restart_count_ = 0;  // A local group restart's attempt.
   int joined_nodes_ = 0;
   int stop_signal_ = 0;
+  // A failed health check's message: this node leaves (stop_signal_ is SIGTERM then).
+  std::optional<std::string> unhealthy_;
   int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
   bool spawning_ = false;
   bool drain_pending_ = false;
