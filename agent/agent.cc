@@ -212,6 +212,8 @@ void Agent::CarryOne(const A& a) {
     workers_.ClearFailures();
   } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {
     workers_.PublishFailure(a.exit, a.restart, a.restart_count);
+  } else if constexpr (std::is_same_v<A, actions::LeaveSession>) {
+    if (rdzv_) rdzv_->Leave();
   } else if constexpr (std::is_same_v<A, actions::InterruptCoordinator>) {
     coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
   } else if constexpr (std::is_same_v<A, actions::WatchDrain>) {

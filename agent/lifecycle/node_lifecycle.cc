@@ -51,6 +51,7 @@ struct Describe {
   std::string operator()(const actions::InterruptCoordinator&) const {
     return "InterruptCoordinator";
   }
+  std::string operator()(const actions::LeaveSession&) const { return "LeaveSession"; }
   std::string operator()(const actions::WatchDrain&) const { return "WatchDrain"; }
   std::string operator()(const actions::Report& a) const {
     return absl::StrCat("Report(", a.exit_status,

@@ -142,6 +142,10 @@ struct PublishFailure {
 };
 // The coordinator stops waiting for other nodes (a signal).
 struct InterruptCoordinator {};
+// Close the session with the rendezvous service now, without a report: the service counts this
+// node as lost at once (a new round for the others, or a spare) while its workers stop. No
+// reconnect follows. Nothing for the static backend.
+struct LeaveSession {};
 // Call OnDrained once the workers' output is drained.
 struct WatchDrain {};
 // This node's workers are done: report to the coordinator. `failure`: the first failed worker;
@@ -186,6 +190,7 @@ using LifecycleAction =
     std::variant<actions::Log, actions::StartRound, actions::ApplyAssignment, actions::StopWorkers,
                  actions::KillWorkers, actions::ForwardSignal, actions::RecordFailure,
                  actions::ClearFailures, actions::PublishFailure, actions::InterruptCoordinator,
+                 actions::LeaveSession,
                  actions::WatchDrain, actions::Report, actions::MarkDone, actions::PollMarks,
                  actions::PollMarksLater, actions::FinishFromMarks, actions::Linger,
                  actions::Reconnect, actions::Finish>;

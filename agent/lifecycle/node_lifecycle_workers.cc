@@ -282,6 +282,9 @@ LifecycleActions NodeLifecycle::OnHealthFailed(const std::string& message,
                                                 "; this node leaves the run: stopping its workers "
                                                 "(SIGKILL after ",
                                                 options_.stop_timeout_s, " s)")));
+  // The others go on (or fail) now, not after this node's workers are gone: with the session
+  // open, their collectives would fail first, as worker failures.
+  out.push_back(actions::LeaveSession{});
   if (state_ == NodeState::kRunning) {
     Stop(&out);
   } else {
