@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "agent/health/command_check.h"
 #include "agent/health/health_policy.h"
 #include "common/logging.h"

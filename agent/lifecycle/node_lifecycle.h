@@ -351,6 +351,10 @@ class NodeLifecycle {
   void Stop(LifecycleActions* out, int signal = 0);
   bool StoppingForSignal(LifecycleActions* out, const std::string& what,
                          const std::string& reason) const;
+  // Stopped from outside (a signal, or a failed health check): the status and message to
+  // finish with.
+  int StoppedStatus() const;
+  std::string StoppedText() const;
 
   Options options_;
   const Clock* clock_;

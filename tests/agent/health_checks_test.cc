@@ -211,7 +211,9 @@ TEST(CommandCheckTest, AHangingCheckIsKilledAtItsTimeoutWithWhatItStarted) {
   for (int i = 0; i < 100 && kill(sleeper, 0) == 0; ++i) usleep(10000);
   std::ifstream stat(absl::StrCat("/proc/", sleeper, "/stat"));
   std::string pid_text, comm, state;
-  if (stat >> pid_text >> comm >> state) EXPECT_EQ(state, "Z");
+  if (stat >> pid_text >> comm >> state) {
+    EXPECT_EQ(state, "Z");
+  }
   unlink(pid_file.c_str());
 }
 
