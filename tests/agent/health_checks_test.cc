@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <map>
 #include <set>
@@ -17,6 +20,7 @@
 #include "agent/flags/launch_options.h"
 #include "agent/health/builtin_checks.h"
 #include "agent/health/command_check.h"
+#include "agent/health/health_monitor.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
@@ -235,6 +239,66 @@ TEST(CommandCheckTest, CancelEndsARunEarly) {
   const CommandEnd end = RunHealthCommand("sleep 30", absl::Now() + absl::Seconds(30), &cancel);
   EXPECT_TRUE(end.timed_out);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+// Healthy for its first `healthy_runs` runs, then unhealthy.
+class CountingCheck final : public HealthCheck {
+ public:
+  explicit CountingCheck(int healthy_runs, std::atomic<int>* runs)
+      : healthy_runs_(healthy_runs), runs_(runs) {}
+  std::string name() const override { return "counting"; }
+  HealthResult Run(absl::Time) override {
+    const int n = ++*runs_;
+    if (n <= healthy_runs_) return {true, ""};
+    return {false, absl::StrCat("run ", n)};
+  }
+
+ private:
+  int healthy_runs_;
+  std::atomic<int>* runs_;
+};
+
+TEST(HealthMonitorTest, RoundsOffTheLoopUntilTheFirstFailure) {
+  boost::asio::io_context io;
+  std::atomic<int> runs{0};
+  std::vector<std::string> failures;
+  HealthMonitor::Options o;
+  o.interval = absl::Milliseconds(100);
+  HealthMonitor m(io, o, [&](const std::string& message) {
+    failures.push_back(message);
+    io.stop();
+  });
+  m.Add(std::make_unique<CountingCheck>(3, &runs));
+  EXPECT_EQ(m.RunOnce(), std::nullopt);  // Run 1, before the join.
+  m.Start();
+  auto guard = boost::asio::make_work_guard(io);
+  io.run_for(std::chrono::seconds(20));
+  // Runs 2 and 3 healthy, run 4 fails; no round after it.
+  EXPECT_EQ(failures, std::vector<std::string>{"health check 'counting' failed: run 4"});
+  m.Stop();
+  EXPECT_EQ(runs.load(), 4);
+}
+
+TEST(HealthMonitorTest, StopEndsAHangingCheckAndPostsNothing) {
+  boost::asio::io_context io;
+  std::vector<std::string> failures;
+  HealthMonitor::Options o;
+  o.interval = absl::Milliseconds(100);
+  o.check_timeout = absl::Seconds(300);
+  HealthMonitor m(io, o, [&](const std::string& message) { failures.push_back(message); });
+  HealthFlags flags;
+  flags.commands = {"sleep 300"};
+  auto fs = SystemHealthFs();
+  m.AddChecksFor(flags, "", "", fs.get());
+  // infiniband, shm, then the command; no disk check without dirs.
+  EXPECT_EQ(m.size(), 3u);
+  m.Start();
+  usleep(300000);  // The first round is running `sleep 300` now.
+  const absl::Time start = absl::Now();
+  m.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  io.poll();
+  EXPECT_TRUE(failures.empty());
 }
 
 TEST(ParseByteSizeTest, BytesAndBinarySuffixes) {
