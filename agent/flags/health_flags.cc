@@ -90,8 +90,8 @@ absl::Status ParseHealthFlags(const RawHealthFlags& raw, HealthFlags* out) {
     }
   }
   out->commands = raw.commands;
-  auto interval = ParseDuration("--health-interval", raw.interval, absl::ZeroDuration(),
-                                kMaxFlagDuration);
+  auto interval =
+      ParseDuration("--health-interval", raw.interval, absl::ZeroDuration(), kMaxFlagDuration);
   if (!interval.ok()) return interval.status();
   if (*interval > absl::ZeroDuration() && *interval < kMinHealthPeriod) {
     return Bad(absl::StrCat("--health-interval must be 0 (only before the join) or at least ",

@@ -200,7 +200,8 @@ std::string FormatBytes(uint64_t bytes) {
     ++unit;
   }
   if (unit == 0) return absl::StrCat(bytes, " B");
-  const double scaled = static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << (10 * unit));
+  const double scaled =
+      static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << (10 * unit));
   // One decimal unless whole: "1.5 GiB", "64 MiB".
   const double tenths = static_cast<double>(static_cast<uint64_t>(scaled * 10 + 0.5)) / 10;
   if (tenths == static_cast<double>(static_cast<uint64_t>(tenths))) {

@@ -255,9 +255,9 @@ LifecycleActions NodeLifecycle::LeaveRun(int exit_status, const std::string& mes
   if (state_ == NodeState::kDone) return out;
   if (stop_signal_ != 0) {
     // An outside signal stops this node already; its status (128+N) is the one to report.
-    out.push_back(Log(Level::kInfo, absl::StrCat(message, "; this node is stopping anyway (",
-                                                 unhealthy_ ? "unhealthy" : SignalName(stop_signal_),
-                                                 ")")));
+    out.push_back(
+        Log(Level::kInfo, absl::StrCat(message, "; this node is stopping anyway (",
+                                       unhealthy_ ? "unhealthy" : SignalName(stop_signal_), ")")));
     return out;
   }
   if ((alive == 0 && pending_restarts_ == 0) || !WorkersOfRound(state_)) {

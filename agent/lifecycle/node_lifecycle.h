@@ -190,10 +190,9 @@ using LifecycleAction =
     std::variant<actions::Log, actions::StartRound, actions::ApplyAssignment, actions::StopWorkers,
                  actions::KillWorkers, actions::ForwardSignal, actions::RecordFailure,
                  actions::ClearFailures, actions::PublishFailure, actions::InterruptCoordinator,
-                 actions::LeaveSession,
-                 actions::WatchDrain, actions::Report, actions::MarkDone, actions::PollMarks,
-                 actions::PollMarksLater, actions::FinishFromMarks, actions::Linger,
-                 actions::Reconnect, actions::Finish>;
+                 actions::LeaveSession, actions::WatchDrain, actions::Report, actions::MarkDone,
+                 actions::PollMarks, actions::PollMarksLater, actions::FinishFromMarks,
+                 actions::Linger, actions::Reconnect, actions::Finish>;
 
 // "StopWorkers(SIGTERM)", "Finish(1, message)", "Log(warn): text", ...: what tests compare.
 std::string DebugString(const LifecycleAction& action);

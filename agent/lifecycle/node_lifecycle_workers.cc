@@ -258,15 +258,15 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
   return out;
 }
 
-LifecycleActions NodeLifecycle::OnHealthFailed(const std::string& message,
-                                              bool workers_started) {
+LifecycleActions NodeLifecycle::OnHealthFailed(const std::string& message, bool workers_started) {
   LifecycleActions out;
   if (state_ == NodeState::kDone) return out;
   if (state_ == NodeState::kJoining || state_ == NodeState::kWaitingForRound || !workers_started) {
     return Finish(kExitNodeUnhealthy, message);
   }
   if (state_ == NodeState::kAwaitingOutcome) {
-    out.push_back(Log(Level::kWarn, absl::StrCat(message, "; this node's workers are done already")));
+    out.push_back(
+        Log(Level::kWarn, absl::StrCat(message, "; this node's workers are done already")));
     return out;
   }
   if (stop_signal_ != 0 || leave_ || remote_outcome_ || first_failure_) {

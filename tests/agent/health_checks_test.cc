@@ -8,9 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <memory>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,7 +61,8 @@ class FakeHealthFs final : public HealthFs {
 
 TEST(GpuCountCheckTest, CountsTheNumberedDeviceNodesOnly) {
   FakeHealthFs fs;
-  fs.dirs["/dev"] = {"null", "nvidia0", "nvidia1", "nvidia-uvm", "nvidiactl", "nvidia10", "nvidiax"};
+  fs.dirs["/dev"] = {"null",      "nvidia0",  "nvidia1", "nvidia-uvm",
+                     "nvidiactl", "nvidia10", "nvidiax"};
   auto check = GpuCountCheck(&fs, 3);
   EXPECT_EQ(check->name(), "gpu-count");
   const HealthResult ok = check->Run(kFar);
@@ -333,10 +334,9 @@ TEST(HealthFlagsTest, DefaultsAndValues) {
   EXPECT_EQ(h.expected_gpus, -1);
   EXPECT_EQ(h.min_free_disk, uint64_t{1} << 30);
   EXPECT_EQ(h.min_shm_size, uint64_t{64} << 20);
-  ParsedCommandLine p =
-      Parse({"--health-check", "a.sh --x", "--health_check=b.sh", "--health-interval=0",
-             "--health-check-timeout", "2.5", "--expected-gpus=8", "--min-free-disk=10G",
-             "--min-shm-size=0"});
+  ParsedCommandLine p = Parse({"--health-check", "a.sh --x", "--health_check=b.sh",
+                               "--health-interval=0", "--health-check-timeout", "2.5",
+                               "--expected-gpus=8", "--min-free-disk=10G", "--min-shm-size=0"});
   ASSERT_TRUE(p.options) << p.output;
   const HealthFlags& g = p.options->health;
   EXPECT_EQ(g.commands, (std::vector<std::string>{"a.sh --x", "b.sh"}));
@@ -357,7 +357,8 @@ TEST(HealthFlagsTest, BadValuesAreUsageErrorsNamingTheFlag) {
        "(a year), got '0'\n"},
       {{"--expected-gpus=-1"},
        "dgt-run: error: --expected-gpus must be an integer from 0 to 4096, got '-1'\n"},
-      {{"--health-check", " "}, "dgt-run: error: --health-check needs a command, got an empty one\n"},
+      {{"--health-check", " "},
+       "dgt-run: error: --health-check needs a command, got an empty one\n"},
       {{"--min-shm-size=lots"},
        "dgt-run: error: --min-shm-size must be a size (bytes, or with K, M, G, T), at most "
        "1048576T, got 'lots'\n"},

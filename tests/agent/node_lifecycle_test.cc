@@ -787,11 +787,12 @@ TEST(NodeLifecycleTest, StaticStartRefusedOrUnreachable) {
 TEST(NodeLifecycleTest, HealthFailureLeavesTheRun) {
   Harness h;
   h.Start();
-  EXPECT_THAT(h.Do(h.lc().OnHealthFailed("health check 'gpu' failed: exited with code 1: bad", true)),
-              ElementsAre("InterruptCoordinator",
-                          "Log(error): health check 'gpu' failed: exited with code 1: bad; this "
-                          "node leaves the run: stopping its workers (SIGKILL after 30 s)",
-                          "LeaveSession", "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(
+      h.Do(h.lc().OnHealthFailed("health check 'gpu' failed: exited with code 1: bad", true)),
+      ElementsAre("InterruptCoordinator",
+                  "Log(error): health check 'gpu' failed: exited with code 1: bad; this "
+                  "node leaves the run: stopping its workers (SIGKILL after 30 s)",
+                  "LeaveSession", "StopWorkers(SIGTERM)"));
   EXPECT_TRUE(h.lc().unhealthy());
   // A new round while the workers stop is not taken (the node leaves).
   EXPECT_THAT(h.Do(h.lc().OnAssignment(Round(1, 0, 0, 2, "node lost"), h.alive(), h.clock().Now())),
