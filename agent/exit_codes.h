@@ -15,11 +15,15 @@ namespace dgt::agent {
 // The launcher's codes are the ones every dgt binary shares (replica/exit_code.h).
 using replica::kExitJoinTimeout;
 using replica::kExitLauncherError;
-using replica::kExitNodeUnhealthy;
 using replica::kExitNotAdmitted;
 using replica::kExitRendezvousUnavailable;
 using replica::kExitSuccess;
 using replica::kExitUsage;
+
+// dgt-run's own: a node health check failed (docs/RECOVERY.md "Node health checks"), before the
+// join (the node did not join) or while the run ran (the node left it). Retrying on this node
+// will not help until it is repaired; on another node it may (sysexits EX_OSERR).
+inline constexpr int kExitNodeUnhealthy = 71;
 
 }  // namespace dgt::agent
 

@@ -23,10 +23,6 @@ inline constexpr int kExitUsage = 2;
 // within --rdzv-connect-timeout, or was lost and did not come back in time (sysexits
 // EX_UNAVAILABLE). Retrying the node later may succeed.
 inline constexpr int kExitRendezvousUnavailable = 69;
-// A node health check failed (docs/RECOVERY.md "Node health checks"): before the join (the node
-// did not join), or while the run ran (the node left it). Retrying on this node will not help
-// until it is repaired; on another node it may (sysexits EX_OSERR).
-inline constexpr int kExitNodeUnhealthy = 71;
 // Not enough nodes joined within --join-timeout (sysexits EX_TEMPFAIL). Retrying may succeed.
 inline constexpr int kExitJoinTimeout = 75;
 // This node was not admitted to the run: the run is closed or already running at its maximum

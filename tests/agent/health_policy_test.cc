@@ -3,12 +3,16 @@
 
 #include <string>
 
+#include "agent/exit_codes.h"
 #include "gtest/gtest.h"
 
 namespace dgt::agent {
 namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+// docs/EXIT_CODES.md: the value schedulers match on.
+TEST(HealthExitCodeTest, Is71) { EXPECT_EQ(kExitNodeUnhealthy, 71); }
 
 TEST(OutputTailTest, KeepsEverythingBelowTheCap) {
   OutputTail tail(8);

@@ -14,7 +14,6 @@ TEST(ExitCodeTest, TheCodes) {
   EXPECT_EQ(kExitLauncherError, 1);
   EXPECT_EQ(kExitUsage, 2);
   EXPECT_EQ(kExitRendezvousUnavailable, 69);
-  EXPECT_EQ(kExitNodeUnhealthy, 71);
   EXPECT_EQ(kExitJoinTimeout, 75);
   EXPECT_EQ(kExitNotAdmitted, 77);
 }
