@@ -357,8 +357,6 @@ TEST(HealthFlagsTest, BadValuesAreUsageErrorsNamingTheFlag) {
        "(a year), got '0'\n"},
       {{"--expected-gpus=-1"},
        "dgt-run: error: --expected-gpus must be an integer from 0 to 4096, got '-1'\n"},
-      {{"--health-check", " "},
-       "dgt-run: error: --health-check needs a command, got an empty one\n"},
       {{"--min-shm-size=lots"},
        "dgt-run: error: --min-shm-size must be a size (bytes, or with K, M, G, T), at most "
        "1048576T, got 'lots'\n"},
@@ -368,6 +366,11 @@ TEST(HealthFlagsTest, BadValuesAreUsageErrorsNamingTheFlag) {
     EXPECT_EQ(p.exit_code, 2) << args[0];
     EXPECT_EQ(p.output, message);
   }
+  RawHealthFlags blank;
+  blank.commands = {"ok.sh", " "};
+  HealthFlags out;
+  EXPECT_EQ(ParseHealthFlags(blank, &out),
+            absl::InvalidArgumentError("--health-check needs a command, got an empty one"));
 }
 
 }  // namespace
