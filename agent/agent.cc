@@ -85,8 +85,12 @@ int Agent::Run() {
   }
   // A node that fails a health check does not join.
   if (std::optional<std::string> unhealthy = CheckHealthBeforeJoin()) {
-    std::fprintf(stderr, "dgt-run: error: %s; node '%s' does not join run '%s'\n",
-                 unhealthy->c_str(), options_.node_id.c_str(), options_.run_id.c_str());
+    // (Without --node-id, the default "<hostname>:<pid>" is only chosen at the join.)
+    const std::string who = options_.node_id.empty()
+                                ? std::string("this node")
+                                : absl::StrCat("node '", options_.node_id, "'");
+    std::fprintf(stderr, "dgt-run: error: %s; %s does not join run '%s'\n", unhealthy->c_str(),
+                 who.c_str(), options_.run_id.c_str());
     return kExitNodeUnhealthy;
   }
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous

@@ -56,6 +56,10 @@ void AddHealthFlags(CLI::App& app, RawHealthFlags* raw) {
                  "A command (/bin/sh -c) that checks this node: exit 0 is healthy, else its "
                  "output is the reason; repeatable")
       ->group(kGroup)
+      // One command per flag (CLI11's vectors otherwise take every following argument, the
+      // script included); repeated flags add up.
+      ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->type_name("CMD");
   app.add_option("--health-interval,--health_interval", raw->interval,

@@ -334,12 +334,15 @@ TEST(HealthFlagsTest, DefaultsAndValues) {
   EXPECT_EQ(h.expected_gpus, -1);
   EXPECT_EQ(h.min_free_disk, uint64_t{1} << 30);
   EXPECT_EQ(h.min_shm_size, uint64_t{64} << 20);
-  ParsedCommandLine p = Parse({"--health-check", "a.sh --x", "--health_check=b.sh",
-                               "--health-interval=0", "--health-check-timeout", "2.5",
-                               "--expected-gpus=8", "--min-free-disk=10G", "--min-shm-size=0"});
+  ParsedCommandLine p =
+      Parse({"--health-check", "a.sh --x", "--health_check=b.sh", "--health-check", "c.sh",
+             "--health-interval=0", "--health-check-timeout", "2.5", "--expected-gpus=8",
+             "--min-free-disk=10G", "--min-shm-size=0"});
   ASSERT_TRUE(p.options) << p.output;
   const HealthFlags& g = p.options->health;
-  EXPECT_EQ(g.commands, (std::vector<std::string>{"a.sh --x", "b.sh"}));
+  EXPECT_EQ(g.commands, (std::vector<std::string>{"a.sh --x", "b.sh", "c.sh"}));
+  // The script stays the script.
+  EXPECT_EQ(p.options->command, (std::vector<std::string>{"/bin/true"}));
   EXPECT_EQ(g.interval_s, 0);
   EXPECT_EQ(g.check_timeout_s, 2.5);
   EXPECT_EQ(g.expected_gpus, 8);
