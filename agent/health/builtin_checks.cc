@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,7 +16,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace dgt::agent {
@@ -203,11 +203,9 @@ std::string FormatBytes(uint64_t bytes) {
   const double scaled =
       static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << (10 * unit));
   // One decimal unless whole: "1.5 GiB", "64 MiB".
-  const double tenths = static_cast<double>(static_cast<uint64_t>(scaled * 10 + 0.5)) / 10;
-  if (tenths == static_cast<double>(static_cast<uint64_t>(tenths))) {
-    return absl::StrCat(static_cast<uint64_t>(tenths), " ", kUnits[unit]);
-  }
-  return absl::StrCat(absl::StrFormat("%.1f", tenths), " ", kUnits[unit]);
+  const uint64_t tenths = static_cast<uint64_t>(std::llround(scaled * 10));
+  if (tenths % 10 == 0) return absl::StrCat(tenths / 10, " ", kUnits[unit]);
+  return absl::StrCat(tenths / 10, ".", tenths % 10, " ", kUnits[unit]);
 }
 
 std::unique_ptr<HealthCheck> GpuCountCheck(HealthFs* fs, int expected) {
