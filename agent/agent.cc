@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -50,6 +51,7 @@ Agent::Agent(LaunchOptions options, AgentEnv env)
                [this](const LifecycleActions& a) { Execute(a); }) {}
 
 Agent::~Agent() {
+  if (health_) health_->Stop();
   // Terminate flushed the last done mark; what is left is cancelled now, while the members its
   // callbacks use exist (they see the lifecycle done and return).
   workers_.StopExchange();
@@ -81,6 +83,16 @@ int Agent::Run() {
       return kExitUsage;
     }
   }
+  // A node that fails a health check does not join.
+  if (std::optional<std::string> unhealthy = CheckHealthBeforeJoin()) {
+    // (Without --node-id, the default "<hostname>:<pid>" is only chosen at the join.)
+    const std::string who = options_.node_id.empty()
+                                ? std::string("this node")
+                                : absl::StrCat("node '", options_.node_id, "'");
+    std::fprintf(stderr, "dgt-run: error: %s; %s does not join run '%s'\n", unhealthy->c_str(),
+                 who.c_str(), options_.run_id.c_str());
+    return kExitNodeUnhealthy;
+  }
   // Signals are taken over only once Prepare() is done: it blocks (connecting to the rendezvous
   // service, up to --rdzv-connect-timeout) before the event loop runs, and a SIGTERM or Ctrl-C
   // then must end dgt-run at once (the default action; nothing was started yet), not be queued.
@@ -95,8 +107,23 @@ int Agent::Run() {
   }
   for (int sig : options_.signals_to_handle) signals_.add(sig);
   WaitForSignals();
+  health_->Start();
   io_.run();
   return exit_status_;
+}
+
+std::optional<std::string> Agent::CheckHealthBeforeJoin() {
+  HealthMonitor::Options ho;
+  ho.interval = absl::Seconds(options_.health.interval_s);
+  ho.check_timeout = absl::Seconds(options_.health.check_timeout_s);
+  health_ = std::make_unique<HealthMonitor>(io_, ho, [this](const std::string& message) {
+    if (lifecycle_) Execute(lifecycle_->OnHealthFailed(message, workers_.has_group()));
+  });
+  health_fs_ = SystemHealthFs();
+  char cwd[4096];
+  const std::string work_dir = ::getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "";
+  health_->AddChecksFor(options_.health, options_.log_dir, work_dir, health_fs_.get());
+  return health_->RunOnce();
 }
 
 absl::Status Agent::Prepare(int* exit_status) {
@@ -189,6 +216,8 @@ void Agent::CarryOne(const A& a) {
     workers_.ClearFailures();
   } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {
     workers_.PublishFailure(a.exit, a.restart, a.restart_count);
+  } else if constexpr (std::is_same_v<A, actions::LeaveSession>) {
+    if (rdzv_) rdzv_->Leave();
   } else if constexpr (std::is_same_v<A, actions::InterruptCoordinator>) {
     coordinator_->Interrupt();  // Node rank 0 stops waiting for the other nodes.
   } else if constexpr (std::is_same_v<A, actions::WatchDrain>) {
@@ -345,6 +374,7 @@ void Agent::Terminate(int exit_status, const std::string& message) {
     spdlog::info("dgt-run: run '{}' succeeded", options_.run_id);
   }
   if (rdzv_) rdzv_->Retire();
+  if (health_) health_->Stop();
   lifecycle_timer_.cancel();
   workers_.StopExchange();
   signals_.cancel();

@@ -30,6 +30,8 @@
 #include "agent/coord/tf_cluster.h"
 #include "agent/coord/tf_exchange.h"
 #include "agent/flags/launch_options.h"
+#include "agent/health/builtin_checks.h"
+#include "agent/health/health_monitor.h"
 #include "agent/lifecycle/node_lifecycle.h"
 #include "agent/lifecycle/restart_policy.h"
 #include "agent/lifecycle/session_policy.h"
@@ -54,7 +56,8 @@ class Agent {
   // Runs the job on this node to its end. Returns the process exit status: 0 when every worker
   // of the run succeeded, else the first failed worker's code (128 + signal number for a
   // signal), 128 + N when stopped by signal N, else a launcher status from agent/exit_codes.h
-  // (69 rendezvous unavailable, 75 join timeout, 77 not admitted, 1 other).
+  // (69 rendezvous unavailable, 71 a health check failed, 75 join timeout, 77 not admitted,
+  // 1 other).
   int Run();
 
  private:
@@ -89,6 +92,9 @@ class Agent {
   // Stops the loop once the done marks are written (at most 3 s from now): the agent exits.
   void FlushAndStop();
   void WaitForSignals();
+  // The node's health checks (HealthMonitor): one round now, before the join. Returns the
+  // failure message, nullopt when healthy.
+  std::optional<std::string> CheckHealthBeforeJoin();
 
   LaunchOptions options_;
   AgentEnv env_;
@@ -111,6 +117,9 @@ class Agent {
   std::unique_ptr<Coordinator> coordinator_;
   // coordinator_ when it is the rendezvous service's; null for the static backend.
   RendezvousCoordinator* rdzv_ = nullptr;
+  // Node health checks: a round before the join, then every --health-interval off the loop.
+  std::unique_ptr<HealthFs> health_fs_;
+  std::unique_ptr<HealthMonitor> health_;
 };
 
 }  // namespace dgt::agent

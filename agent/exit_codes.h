@@ -20,6 +20,11 @@ using replica::kExitRendezvousUnavailable;
 using replica::kExitSuccess;
 using replica::kExitUsage;
 
+// dgt-run's own: a node health check failed (docs/RECOVERY.md "Node health checks"), before the
+// join (the node did not join) or while the run ran (the node left it). Retrying on this node
+// will not help until it is repaired; on another node it may (sysexits EX_OSERR).
+inline constexpr int kExitNodeUnhealthy = 71;
+
 }  // namespace dgt::agent
 
 #endif  // DGT_AGENT_EXIT_CODES_H_

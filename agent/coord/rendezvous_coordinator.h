@@ -103,6 +103,9 @@ class RendezvousCoordinator final : public Coordinator {
   // every other node has seen the outcome), at most --rdzv-conf read_timeout.
   void FinishLinger(int exit_status, const std::string& message, bool wait_for_seen = false);
   void Reconnect() { StartReconnect(closed_status_); }
+  // This node leaves the run (actions::LeaveSession): the session closes now, without a report,
+  // and no reconnect follows; the service counts the node as lost.
+  void Leave();
 
   // The agent ends: marks still pending are dropped unless the service is lost or this node
   // lingers; timers stop and the session's late callbacks are dropped.

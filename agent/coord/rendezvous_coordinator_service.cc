@@ -256,6 +256,13 @@ void RendezvousCoordinator::Retire() {
   policy_.Retire();  // The session's late callbacks are dropped.
 }
 
+void RendezvousCoordinator::Leave() {
+  reconnect_timer_.cancel();
+  policy_.Retire();  // The closed session's callback is dropped: no reconnect.
+  // Kept (closed): a later Send fails quietly, Shutdown closes it again (a no-op).
+  if (session_) session_->Close();
+}
+
 void RendezvousCoordinator::FlushThen(const std::function<void()>& stop) {
   marks_.FlushThen([this, stop] {
     marks_.CancelFlush();

@@ -259,6 +259,9 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
   add("--start-method,--start_method", o.start_method,
       "spawn, fork or forkserver: accepted; workers are fork/exec'ed", kSupervision);
 
+  RawHealthFlags raw_health;
+  AddHealthFlags(app, &raw_health);
+
   const std::string kLogs = "Logs";
   add("--log-dir,--log_dir", o.log_dir,
       "Per launch, attempt and local rank: <dir>/<run id>_<unique>/attempt_<n>/<local rank>/",
@@ -401,6 +404,7 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
     return result;
   }
   s = launch_internal::Validate(raw, app.remaining(), getenv_fn, &o);
+  if (s.ok()) s = ParseHealthFlags(raw_health, &o.health);
   if (!s.ok()) {
     result.exit_code = 2;
     result.output = absl::StrCat("dgt-run: error: ", s.message(), "\n");

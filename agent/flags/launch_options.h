@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "agent/flags/health_flags.h"
 
 namespace dgt::agent {
 
@@ -113,6 +114,8 @@ struct LaunchOptions {
   // its start, is killed as a failed worker (its stacks written first).
   double hang_timeout_s = 0;
   double first_progress_timeout_s = 0;
+  // Node health checks (docs/RECOVERY.md "Node health checks"; agent/flags/health_flags.h).
+  HealthFlags health;
   double monitor_interval_s = 0.1;     // Accepted for torchrun compatibility; exits are events.
   std::string start_method = "spawn";  // Accepted; workers are always fork/exec'ed.
   // Signals forwarded to every worker's process group (default kDefaultSignalsToHandle, as

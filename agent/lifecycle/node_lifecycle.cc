@@ -51,6 +51,7 @@ struct Describe {
   std::string operator()(const actions::InterruptCoordinator&) const {
     return "InterruptCoordinator";
   }
+  std::string operator()(const actions::LeaveSession&) const { return "LeaveSession"; }
   std::string operator()(const actions::WatchDrain&) const { return "WatchDrain"; }
   std::string operator()(const actions::Report& a) const {
     return absl::StrCat("Report(", a.exit_status,
@@ -120,6 +121,14 @@ LifecycleActions NodeLifecycle::Finish(int exit_status, const std::string& messa
   return {actions::Finish{exit_status, message}};
 }
 
+int NodeLifecycle::StoppedStatus() const {
+  return unhealthy_ ? kExitNodeUnhealthy : 128 + stop_signal_;
+}
+
+std::string NodeLifecycle::StoppedText() const {
+  return unhealthy_ ? *unhealthy_ : absl::StrCat("stopped by ", SignalName(stop_signal_));
+}
+
 bool NodeLifecycle::StoppingForSignal(LifecycleActions* out, const std::string& what,
                                       const std::string& reason) const {
   if (stop_signal_ == 0 || state_ == NodeState::kDone) return false;
@@ -128,7 +137,8 @@ bool NodeLifecycle::StoppingForSignal(LifecycleActions* out, const std::string& 
   // are lost) puts it back into waiting for a round.
   out->push_back(
       Log(Level::kInfo, absl::StrCat("ignoring ", what, " from the rendezvous (", reason,
-                                     "): this node is stopping (", SignalName(stop_signal_), ")")));
+                                     "): this node is stopping (",
+                                     unhealthy_ ? "unhealthy" : SignalName(stop_signal_), ")")));
   return true;
 }
 
@@ -245,8 +255,9 @@ LifecycleActions NodeLifecycle::LeaveRun(int exit_status, const std::string& mes
   if (state_ == NodeState::kDone) return out;
   if (stop_signal_ != 0) {
     // An outside signal stops this node already; its status (128+N) is the one to report.
-    out.push_back(Log(Level::kInfo, absl::StrCat(message, "; this node is stopping anyway (",
-                                                 SignalName(stop_signal_), ")")));
+    out.push_back(
+        Log(Level::kInfo, absl::StrCat(message, "; this node is stopping anyway (",
+                                       unhealthy_ ? "unhealthy" : SignalName(stop_signal_), ")")));
     return out;
   }
   if ((alive == 0 && pending_restarts_ == 0) || !WorkersOfRound(state_)) {
@@ -312,7 +323,7 @@ LifecycleActions NodeLifecycle::OnStaticRemoteFailure(int exit_status, const std
 
 LifecycleActions NodeLifecycle::OnStaticOutcome(bool others_ok, const std::string& message) {
   if (stop_signal_ != 0) {
-    return Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+    return Finish(StoppedStatus(), StoppedText());
   }
   if (first_failure_) return Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
   if (remote_outcome_) return OnRunFinished(*remote_outcome_);
@@ -362,7 +373,7 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
 
 LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
   if (stop_signal_ != 0) {
-    return Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+    return Finish(StoppedStatus(), StoppedText());
   }
   if (o.succeeded) return Finish(0, "");
   if (first_failure_ && o.has_failure && o.failed_node_id != options_.node_id) {

@@ -142,6 +142,10 @@ struct PublishFailure {
 };
 // The coordinator stops waiting for other nodes (a signal).
 struct InterruptCoordinator {};
+// Close the session with the rendezvous service now, without a report: the service counts this
+// node as lost at once (a new round for the others, or a spare) while its workers stop. No
+// reconnect follows. Nothing for the static backend.
+struct LeaveSession {};
 // Call OnDrained once the workers' output is drained.
 struct WatchDrain {};
 // This node's workers are done: report to the coordinator. `failure`: the first failed worker;
@@ -186,9 +190,9 @@ using LifecycleAction =
     std::variant<actions::Log, actions::StartRound, actions::ApplyAssignment, actions::StopWorkers,
                  actions::KillWorkers, actions::ForwardSignal, actions::RecordFailure,
                  actions::ClearFailures, actions::PublishFailure, actions::InterruptCoordinator,
-                 actions::WatchDrain, actions::Report, actions::MarkDone, actions::PollMarks,
-                 actions::PollMarksLater, actions::FinishFromMarks, actions::Linger,
-                 actions::Reconnect, actions::Finish>;
+                 actions::LeaveSession, actions::WatchDrain, actions::Report, actions::MarkDone,
+                 actions::PollMarks, actions::PollMarksLater, actions::FinishFromMarks,
+                 actions::Linger, actions::Reconnect, actions::Finish>;
 
 // "StopWorkers(SIGTERM)", "Finish(1, message)", "Log(warn): text", ...: what tests compare.
 std::string DebugString(const LifecycleAction& action);
@@ -320,6 +324,14 @@ class NodeLifecycle {
   LifecycleActions OnDrained();
   // A signal from outside; `workers_started`: a round's workers exist.
   LifecycleActions OnSignal(int sig, bool workers_started);
+  // A health check failed (agent/health/health_monitor.h); `message` names it and its reason.
+  // This node leaves the run as on a SIGTERM from outside (its workers stopped, no report, the
+  // session closed at its end, so that the service's elastic rule or a spare takes over) and
+  // exits kExitNodeUnhealthy with `message`, unless a signal or a failure came first (the first
+  // cause decides the status). Before the workers started: Finish at once. Once this node's
+  // workers are done (awaiting the outcome): only logged.
+  LifecycleActions OnHealthFailed(const std::string& message, bool workers_started);
+  bool unhealthy() const { return unhealthy_.has_value(); }
   // Expired deadlines: the join timeout, the wait for a new round, the drain bound.
   LifecycleActions OnTick(absl::Time now);
   // The earliest time OnTick has something to do, if any.
@@ -338,6 +350,10 @@ class NodeLifecycle {
   void Stop(LifecycleActions* out, int signal = 0);
   bool StoppingForSignal(LifecycleActions* out, const std::string& what,
                          const std::string& reason) const;
+  // Stopped from outside (a signal, or a failed health check): the status and message to
+  // finish with.
+  int StoppedStatus() const;
+  std::string StoppedText() const;
 
   Options options_;
   const Clock* clock_;
@@ -350,6 +366,8 @@ class NodeLifecycle {
   int next_restart_count_ = 0;  // A local group restart's attempt.
   int joined_nodes_ = 0;
   int stop_signal_ = 0;
+  // A failed health check's message: this node leaves (stop_signal_ is SIGTERM then).
+  std::optional<std::string> unhealthy_;
   int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
   bool spawning_ = false;
   bool drain_pending_ = false;

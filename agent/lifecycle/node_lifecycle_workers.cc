@@ -171,9 +171,10 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // fail naming this node and the signal, not as if they had been signalled.
     actions::Report report;
     if (stop_signal_ != 0) {
-      report.signal = stop_signal_;
-      report.exit_status = 128 + stop_signal_;
-      report.text = absl::StrCat("stopped by ", SignalName(stop_signal_));
+      // A health check's leave is a failure of this node, not a signal the others name.
+      report.signal = unhealthy_ ? 0 : stop_signal_;
+      report.exit_status = StoppedStatus();
+      report.text = StoppedText();
     } else {
       // (The message goes with a failure only: the coordinator ignores it with status 0.)
       report.exit_status = first_failure_ ? first_failure_->ExitStatus() : 0;
@@ -187,7 +188,7 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // No report: the session ends with this agent, and the service treats the node as lost
     // (the others go on in a new round if enough nodes remain). A signal from outside decides
     // this node's status over whatever the service said while its workers stopped.
-    return Finish(128 + stop_signal_, absl::StrCat("stopped by ", SignalName(stop_signal_)));
+    return Finish(StoppedStatus(), StoppedText());
   }
   if (leave_) {
     out.push_back(actions::MarkDone{leave_->first});
@@ -254,6 +255,41 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
   // The workers get the signal itself, then SIGKILL after --stop-timeout (torchrun forwards the
   // signal it received as the death signal).
   Stop(&out, sig);
+  return out;
+}
+
+LifecycleActions NodeLifecycle::OnHealthFailed(const std::string& message, bool workers_started) {
+  LifecycleActions out;
+  if (state_ == NodeState::kDone) return out;
+  if (state_ == NodeState::kJoining || state_ == NodeState::kWaitingForRound || !workers_started) {
+    return Finish(kExitNodeUnhealthy, message);
+  }
+  if (state_ == NodeState::kAwaitingOutcome) {
+    out.push_back(
+        Log(Level::kWarn, absl::StrCat(message, "; this node's workers are done already")));
+    return out;
+  }
+  if (stop_signal_ != 0 || leave_ || remote_outcome_ || first_failure_) {
+    // Another cause stops this node already; it decides the status.
+    out.push_back(Log(Level::kWarn, absl::StrCat(message, "; this node is stopping already")));
+    return out;
+  }
+  unhealthy_ = message;
+  stop_signal_ = SIGTERM;
+  pending_.reset();
+  out.push_back(actions::InterruptCoordinator{});  // Node rank 0 stops waiting for the others.
+  out.push_back(Log(Level::kError, absl::StrCat(message,
+                                                "; this node leaves the run: stopping its workers "
+                                                "(SIGKILL after ",
+                                                options_.stop_timeout_s, " s)")));
+  // The others go on (or fail) now, not after this node's workers are gone: with the session
+  // open, their collectives would fail first, as worker failures.
+  out.push_back(actions::LeaveSession{});
+  if (state_ == NodeState::kRunning) {
+    Stop(&out);
+  } else {
+    state_ = NodeState::kStopping;  // kRestarting, kRerounding: the workers stop already.
+  }
   return out;
 }
 

@@ -72,6 +72,13 @@
 //                                               test_static_backend_failure_stops_the_other_node
 // StaticSignalWhileWaitingForTheOthers        test_supervision.py::
 //                                               test_static_node_rank_0_stops_waiting_on_a_signal
+// HealthFailureLeavesTheRun                   test_health.py::
+//                                               test_check_failing_mid_run_leaves_the_run
+// HealthFailureBeforeWorkersFinishesAtOnce    test_health.py::
+//                                               test_check_failing_before_join_does_not_join
+//                                             (the runtime checks before the join; unit here)
+// HealthFailureAfterAnotherCauseOnlyLogs      (unit only: the first cause decides the status)
+// StaticHealthFailureReportsTheNode           (unit only)
 // StaticStartRefusedOrUnreachable             test_supervision.py::
 //                                               test_static_second_agent_with_the_same_node_rank_is_refused,
 //                                             test_supervision.py::
@@ -775,6 +782,76 @@ TEST(NodeLifecycleTest, StaticStartRefusedOrUnreachable) {
   Harness joining(StaticOptions());
   EXPECT_THAT(joining.Do(joining.lc().OnSignal(SIGTERM, false)),
               ElementsAre("Finish(143, stopped by SIGTERM before workers started)"));
+}
+
+TEST(NodeLifecycleTest, HealthFailureLeavesTheRun) {
+  Harness h;
+  h.Start();
+  EXPECT_THAT(
+      h.Do(h.lc().OnHealthFailed("health check 'gpu' failed: exited with code 1: bad", true)),
+      ElementsAre("InterruptCoordinator",
+                  "Log(error): health check 'gpu' failed: exited with code 1: bad; this "
+                  "node leaves the run: stopping its workers (SIGKILL after 30 s)",
+                  "LeaveSession", "StopWorkers(SIGTERM)"));
+  EXPECT_TRUE(h.lc().unhealthy());
+  // A new round while the workers stop is not taken (the node leaves).
+  EXPECT_THAT(h.Do(h.lc().OnAssignment(Round(1, 0, 0, 2, "node lost"), h.alive(), h.clock().Now())),
+              ElementsAre("Log(info): ignoring a new round from the rendezvous (node lost): this "
+                          "node is stopping (unhealthy)"));
+  // No report: the session ends with the agent, and the service counts the node as lost.
+  EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers", "WatchDrain"));
+  EXPECT_THAT(h.Drained(),
+              ElementsAre("Finish(71, health check 'gpu' failed: exited with code 1: bad)"));
+}
+
+TEST(NodeLifecycleTest, HealthFailureBeforeWorkersFinishesAtOnce) {
+  Harness joining;
+  joining.lc().OnJoinSent(joining.clock().Now());
+  EXPECT_THAT(joining.Do(joining.lc().OnHealthFailed("health check 'shm' failed: full", false)),
+              ElementsAre("Finish(71, health check 'shm' failed: full)"));
+  EXPECT_EQ(joining.lc().state(), NodeState::kDone);
+  EXPECT_THAT(joining.Do(joining.lc().OnHealthFailed("again", false)), ElementsAre());
+}
+
+TEST(NodeLifecycleTest, HealthFailureAfterAnotherCauseOnlyLogs) {
+  Harness signalled;
+  signalled.Start();
+  signalled.Do(signalled.lc().OnSignal(SIGTERM, true));
+  EXPECT_THAT(signalled.Do(signalled.lc().OnHealthFailed("health check 'x' failed: y", true)),
+              ElementsAre("Log(warn): health check 'x' failed: y; this node is stopping already"));
+  signalled.DeliverExits();
+  EXPECT_THAT(signalled.Drained(), ElementsAre("Finish(143, stopped by SIGTERM)"));
+  // The workers are done and reported: the run's outcome decides, not the check.
+  Harness done;
+  done.Start();
+  done.Exit(0, 0);
+  done.Exit(1, 0);
+  EXPECT_THAT(done.Drained(), ElementsAre("Report(0)"));
+  EXPECT_THAT(done.Do(done.lc().OnHealthFailed("health check 'x' failed: y", true)),
+              ElementsAre("Log(warn): health check 'x' failed: y; this node's workers are done "
+                          "already"));
+  EXPECT_EQ(done.lc().state(), NodeState::kAwaitingOutcome);
+  // A signal after the health failure kills the workers; the status stays the health check's.
+  Harness second;
+  second.Start();
+  second.launcher().IgnoreSignal(second.pid(0), SIGTERM);
+  second.launcher().IgnoreSignal(second.pid(1), SIGTERM);
+  second.Do(second.lc().OnHealthFailed("health check 'x' failed: y", true));
+  EXPECT_THAT(
+      second.Do(second.lc().OnSignal(SIGINT, true)),
+      ElementsAre("Log(warn): second signal SIGINT; killing the workers now", "KillWorkers"));
+  second.DeliverExits();
+  EXPECT_THAT(second.Drained(), ElementsAre("Finish(71, health check 'x' failed: y)"));
+}
+
+TEST(NodeLifecycleTest, StaticHealthFailureReportsTheNode) {
+  Harness h(StaticOptions(), Round(0, 0, 0, 2));
+  h.Do(h.lc().OnStaticStarted(true, false, ""));
+  h.Do(h.lc().OnHealthFailed("health check 'x' failed: y", true));
+  h.DeliverExits();
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(71, health check 'x' failed: y)"));
+  EXPECT_THAT(h.Do(h.lc().OnStaticOutcome(true, "")),
+              ElementsAre("Finish(71, health check 'x' failed: y)"));
 }
 
 SessionEnd Lost(std::optional<std::string> host_lost = std::nullopt, bool lingering = false) {

@@ -1,0 +1,92 @@
+#include "agent/health/health_monitor.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "agent/health/command_check.h"
+#include "agent/health/health_policy.h"
+#include "common/logging.h"
+
+namespace dgt::agent {
+
+HealthMonitor::HealthMonitor(boost::asio::io_context& io, Options options,
+                             std::function<void(const std::string&)> on_failure)
+    : io_(io), options_(options), on_failure_(std::move(on_failure)) {}
+
+HealthMonitor::~HealthMonitor() { Stop(); }
+
+void HealthMonitor::AddChecksFor(const HealthFlags& flags, const std::string& log_dir,
+                                 const std::string& work_dir, HealthFs* fs) {
+  if (flags.expected_gpus >= 0) Add(GpuCountCheck(fs, flags.expected_gpus));
+  Add(InfinibandCheck(fs));
+  if (flags.min_free_disk > 0) {
+    if (!log_dir.empty()) Add(FreeDiskCheck(fs, "log dir", log_dir, flags.min_free_disk));
+    if (!work_dir.empty()) Add(FreeDiskCheck(fs, "work dir", work_dir, flags.min_free_disk));
+  }
+  Add(ShmCheck(fs, flags.min_shm_size));
+  for (const std::string& c : flags.commands) AddCommand(c);
+}
+
+void HealthMonitor::Add(std::unique_ptr<HealthCheck> check) { checks_.push_back(std::move(check)); }
+
+void HealthMonitor::AddCommand(const std::string& command) {
+  Add(CommandCheck(command, options_.check_timeout, &cancel_));
+}
+
+std::optional<std::string> HealthMonitor::Round() {
+  std::vector<NamedResult> results;
+  for (const std::unique_ptr<HealthCheck>& c : checks_) {
+    if (cancel_.load()) return std::nullopt;
+    NamedResult r{c->name(), c->Run(absl::Now() + options_.check_timeout)};
+    const bool healthy = r.result.healthy;
+    results.push_back(std::move(r));
+    if (!healthy) break;  // The first failure is the verdict; the rest need not run.
+  }
+  if (cancel_.load()) return std::nullopt;
+  return RoundVerdict(results);
+}
+
+std::optional<std::string> HealthMonitor::RunOnce() { return Round(); }
+
+void HealthMonitor::Start() {
+  HealthSchedule probe(options_.interval);
+  if (!probe.periodic() || thread_.joinable() || cancel_.load()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void HealthMonitor::Loop() {
+  HealthSchedule schedule(options_.interval);
+  // The round before the join counts as the first.
+  schedule.Started(absl::Now());
+  schedule.Finished(absl::Now());
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time next = *schedule.NextRun();
+      // Until the next round is due, or Stop.
+      mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
+      if (stopping_) return;
+    }
+    schedule.Started(absl::Now());
+    std::optional<std::string> failure = Round();
+    schedule.Finished(absl::Now());
+    if (failure) {
+      std::weak_ptr<int> life = life_;
+      boost::asio::post(io_, [this, life, message = *failure] {
+        if (!life.expired()) on_failure_(message);
+      });
+      return;
+    }
+  }
+}
+
+void HealthMonitor::Stop() {
+  cancel_.store(true);
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace dgt::agent

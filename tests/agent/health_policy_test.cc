@@ -1,0 +1,115 @@
+// The pure decisions of node health checks (agent/health/health_policy.h) on a simulated clock.
+#include "agent/health/health_policy.h"
+
+#include <string>
+
+#include "agent/exit_codes.h"
+#include "gtest/gtest.h"
+
+namespace dgt::agent {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+// docs/EXIT_CODES.md: the value schedulers match on.
+TEST(HealthExitCodeTest, Is71) { EXPECT_EQ(kExitNodeUnhealthy, 71); }
+
+TEST(OutputTailTest, KeepsEverythingBelowTheCap) {
+  OutputTail tail(8);
+  tail.Append("abc");
+  tail.Append("def\n");
+  EXPECT_EQ(tail.total(), 7u);
+  EXPECT_FALSE(tail.cut());
+  EXPECT_EQ(tail.Text(), "abcdef");
+}
+
+TEST(OutputTailTest, KeepsTheLastBytesAndSaysItCut) {
+  OutputTail tail(8);
+  tail.Append("0123456");
+  tail.Append("789ab");  // Wraps around.
+  EXPECT_EQ(tail.total(), 12u);
+  EXPECT_TRUE(tail.cut());
+  EXPECT_EQ(tail.Text(), "[output cut: the last 8 of 12 bytes] 456789ab");
+  tail.Append("cdefghijklmnop");  // Longer than the cap at once.
+  EXPECT_EQ(tail.Text(), "[output cut: the last 8 of 26 bytes] ijklmnop");
+}
+
+TEST(OutputTailTest, OneMegabyteInSmallPiecesKeepsTheDefaultCap) {
+  OutputTail tail;
+  const std::string line = "0123456789abcde\n";  // 16 bytes.
+  for (int i = 0; i < 65536; ++i) tail.Append(line);
+  EXPECT_EQ(tail.total(), 1048576u);
+  const std::string text = tail.Text();
+  const std::string prefix = "[output cut: the last 4096 of 1048576 bytes] ";
+  ASSERT_EQ(text.substr(0, prefix.size()), prefix);
+  // 256 lines kept, the last newline stripped.
+  EXPECT_EQ(text.size(), prefix.size() + 4095);
+  EXPECT_EQ(text.substr(text.size() - 15), "0123456789abcde");
+}
+
+TEST(CommandVerdictTest, ExitZeroIsHealthy) {
+  CommandEnd end;
+  end.output = "all good";
+  const HealthResult r = CommandVerdict(end, absl::Seconds(60));
+  EXPECT_TRUE(r.healthy);
+  EXPECT_EQ(r.reason, "all good");
+}
+
+TEST(CommandVerdictTest, EveryOtherEndIsUnhealthyWithTheOutput) {
+  CommandEnd code;
+  code.exit_code = 3;
+  code.output = "GPU 2 fell off the bus";
+  EXPECT_EQ(CommandVerdict(code, absl::Seconds(60)).reason,
+            "exited with code 3: GPU 2 fell off the bus");
+  EXPECT_FALSE(CommandVerdict(code, absl::Seconds(60)).healthy);
+  CommandEnd signalled;
+  signalled.signal = 11;
+  EXPECT_EQ(CommandVerdict(signalled, absl::Seconds(60)).reason, "killed by SIGSEGV: (no output)");
+  CommandEnd hung;
+  hung.timed_out = true;
+  hung.output = "checking";
+  EXPECT_EQ(CommandVerdict(hung, absl::Milliseconds(1500)).reason,
+            "did not finish within 1.5 s (--health-check-timeout); killed: checking");
+}
+
+TEST(RoundVerdictTest, TheFirstFailureNamesItsCheck) {
+  EXPECT_EQ(RoundVerdict({}), std::nullopt);
+  EXPECT_EQ(RoundVerdict({{"shm", {true, ""}}, {"gpu-count", {true, "8 GPU(s)"}}}), std::nullopt);
+  EXPECT_EQ(RoundVerdict({{"shm", {true, ""}},
+                          {"check.sh", {false, "exited with code 1: bad"}},
+                          {"gpu-count", {false, "found 7"}}}),
+            "health check 'check.sh' failed: exited with code 1: bad");
+}
+
+TEST(HealthScheduleTest, RoundsEveryIntervalFromTheirStart) {
+  HealthSchedule s(absl::Seconds(10));
+  EXPECT_TRUE(s.periodic());
+  EXPECT_EQ(s.NextRun(), std::nullopt);  // Before the first round.
+  s.Started(kT0);
+  EXPECT_TRUE(s.running());
+  EXPECT_EQ(s.NextRun(), std::nullopt);  // Never two at once.
+  s.Finished(kT0 + absl::Seconds(2));
+  EXPECT_EQ(s.NextRun(), kT0 + absl::Seconds(10));
+  EXPECT_FALSE(s.Due(kT0 + absl::Seconds(9)));
+  EXPECT_TRUE(s.Due(kT0 + absl::Seconds(10)));
+}
+
+TEST(HealthScheduleTest, ARoundLongerThanTheIntervalIsFollowedAtItsEnd) {
+  HealthSchedule s(absl::Seconds(10));
+  s.Started(kT0);
+  s.Finished(kT0 + absl::Seconds(25));
+  EXPECT_EQ(s.NextRun(), kT0 + absl::Seconds(25));
+  EXPECT_TRUE(s.Due(kT0 + absl::Seconds(25)));
+}
+
+TEST(HealthScheduleTest, IntervalZeroHasNoRoundAfterTheFirst) {
+  HealthSchedule s(absl::ZeroDuration());
+  EXPECT_FALSE(s.periodic());
+  s.Started(kT0);
+  s.Finished(kT0 + absl::Seconds(1));
+  EXPECT_EQ(s.NextRun(), std::nullopt);
+  EXPECT_FALSE(s.Due(kT0 + absl::Hours(1)));
+}
+
+}  // namespace
+}  // namespace dgt::agent
