@@ -112,8 +112,11 @@ class Infiniband final : public HealthCheck {
   HealthResult Run(absl::Time) override {
     absl::StatusOr<std::vector<std::string>> devices = fs_->List(kInfinibandDir);
     if (!devices.ok() || devices->empty()) return {true, "no InfiniBand device"};
+    // A device fails when none of its ports is ACTIVE: a dual-port adapter with its second port
+    // unplugged is usable (network discovery exports only ACTIVE ports to NCCL), one with every
+    // port down is not.
     std::vector<std::string> down;
-    int ports = 0;
+    int active = 0;
     for (const std::string& dev : *devices) {
       const std::string ports_dir = absl::StrCat(kInfinibandDir, "/", dev, "/ports");
       absl::StatusOr<std::vector<std::string>> names = fs_->List(ports_dir);
@@ -121,18 +124,27 @@ class Infiniband final : public HealthCheck {
         down.push_back(absl::StrCat(dev, ": ", names.status().message()));
         continue;
       }
+      std::vector<std::string> states;
+      int device_active = 0;
       for (const std::string& port : *names) {
-        ++ports;
         // "4: ACTIVE" (the state's number, then its name).
         absl::StatusOr<std::string> state = fs_->Read(absl::StrCat(ports_dir, "/", port, "/state"));
         std::string text = state.ok() ? *state : std::string(state.status().message());
         absl::StripAsciiWhitespace(&text);
-        if (!state.ok() || !absl::EndsWith(text, "ACTIVE")) {
-          down.push_back(absl::StrCat(dev, " port ", port, " is ", text));
+        if (state.ok() && absl::EndsWith(text, "ACTIVE")) {
+          ++device_active;
+        } else {
+          states.push_back(absl::StrCat("port ", port, " is ", text));
         }
       }
+      active += device_active;
+      if (device_active == 0) {
+        down.push_back(states.empty() ? absl::StrCat(dev, " has no port")
+                                      : absl::StrCat(dev, " has no ACTIVE port (",
+                                                     absl::StrJoin(states, ", "), ")"));
+      }
     }
-    if (down.empty()) return {true, absl::StrCat(ports, " InfiniBand port(s) ACTIVE")};
+    if (down.empty()) return {true, absl::StrCat(active, " InfiniBand port(s) ACTIVE")};
     return {false, absl::StrJoin(down, "; ")};
   }
 

@@ -1,8 +1,9 @@
 // The built-in node health checks (docs/RECOVERY.md "Node health checks"), each a HealthCheck
 // over a small file-system seam (HealthFs) so that unit tests give them a fake /dev and /sys:
 //   gpu-count    --expected-gpus N: the /dev/nvidiaN device nodes number exactly N.
-//   infiniband   every port of every device under /sys/class/infiniband is ACTIVE; healthy with
-//                no such device (the node advertises none).
+//   infiniband   every device under /sys/class/infiniband has at least one ACTIVE port (an
+//                unplugged second port is fine: discovery exports only ACTIVE ports to NCCL);
+//                healthy with no such device (the node advertises none).
 //   disk:PATH    the file system holding PATH (the log dir, the work dir) has at least
 //                --min-free-disk bytes free.
 //   shm          /dev/shm takes a file (write, then remove) and holds at least --min-shm-size

@@ -88,7 +88,18 @@ TEST(InfinibandCheckTest, HealthyWithoutDevicesAndWithEveryPortActive) {
   EXPECT_EQ(ok.reason, "3 InfiniBand port(s) ACTIVE");
 }
 
-TEST(InfinibandCheckTest, APortDownIsNamed) {
+TEST(InfinibandCheckTest, AnUnpluggedSecondPortIsHealthy) {
+  FakeHealthFs fs;
+  fs.dirs["/sys/class/infiniband"] = {"mlx5_0"};
+  fs.dirs["/sys/class/infiniband/mlx5_0/ports"] = {"1", "2"};
+  fs.files["/sys/class/infiniband/mlx5_0/ports/1/state"] = "4: ACTIVE\n";
+  fs.files["/sys/class/infiniband/mlx5_0/ports/2/state"] = "1: DOWN\n";
+  const HealthResult r = InfinibandCheck(&fs)->Run(kFar);
+  EXPECT_TRUE(r.healthy);
+  EXPECT_EQ(r.reason, "1 InfiniBand port(s) ACTIVE");
+}
+
+TEST(InfinibandCheckTest, ADeviceWithEveryPortDownIsNamed) {
   FakeHealthFs fs;
   fs.dirs["/sys/class/infiniband"] = {"mlx5_0", "mlx5_1"};
   fs.dirs["/sys/class/infiniband/mlx5_0/ports"] = {"1"};
@@ -97,7 +108,7 @@ TEST(InfinibandCheckTest, APortDownIsNamed) {
   fs.files["/sys/class/infiniband/mlx5_1/ports/1/state"] = "1: DOWN\n";
   const HealthResult r = InfinibandCheck(&fs)->Run(kFar);
   EXPECT_FALSE(r.healthy);
-  EXPECT_EQ(r.reason, "mlx5_1 port 1 is 1: DOWN");
+  EXPECT_EQ(r.reason, "mlx5_1 has no ACTIVE port (port 1 is 1: DOWN)");
 }
 
 TEST(FreeDiskCheckTest, BelowTheMinimumNamesTheDirAndBothSizes) {
