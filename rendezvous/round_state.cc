@@ -326,7 +326,10 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
   };
   if (a.run_id != join.run_id || a.round < 0 || a.node_count < 1 || a.node_count > join.max_nodes ||
       a.node_rank < 0 || a.node_rank >= a.node_count || a.world_size < 1 || a.master_addr.empty() ||
-      a.master_port < 1 || a.master_port > 65535 || a.restart_count < 0) {
+      a.master_port < 1 || a.master_port > 65535 || a.restart_count < 0 ||
+      // Every node of a run has the run's nproc, so the layout follows from the node count.
+      int64_t{a.world_size} != int64_t{a.node_count} * join.nproc_per_node ||
+      int64_t{a.first_global_rank} != int64_t{a.node_rank} * join.nproc_per_node) {
     return refuse(kInvalidArgument,
                   absl::StrCat("the rejoin of node '", node_id,
                                "' carries an invalid assignment (run '", a.run_id, "', round ",
@@ -580,8 +583,11 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
     // rank and its global ranks, so the rank layout does not change. Gaps left without a spare
     // close up (the highest-ranked nodes move into the lowest gaps). Then the world grows by the
     // waiting nodes beyond spare_nodes (at least up to MIN), up to MAX.
+    // The last round's node count (a run re-created from rejoins knows only its world size);
+    // never above MAX.
     const int32_t last_count =
-        run.nproc_per_node > 0 ? std::max(run.world_size / run.nproc_per_node, k) : k;
+        std::min(run.nproc_per_node > 0 ? std::max(run.world_size / run.nproc_per_node, k) : k,
+                 std::max(run.max_nodes, k));
     std::vector<NodeRecord*> holder(std::max(last_count, k), nullptr);
     for (int32_t i = 0; i < k; ++i) {
       NodeRecord* n = survivors[i];
@@ -703,11 +709,11 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
       // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
       // A node waiting while a round ran was a hot spare; it says so, so that its exit (77, not
       // admitted) reads as the expected end of an unused spare.
-      out.push_back(ErrorFor(
-          n.session, kFailedPrecondition,
-          absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '", n.node_id,
-                       "' was admitted to it",
-                       was_running ? " (it waited as a spare and was not needed)" : "")));
+      out.push_back(
+          ErrorFor(n.session, kFailedPrecondition,
+                   absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '",
+                                n.node_id, "' was admitted to it",
+                                was_running ? " (it waited as a spare and was not needed)" : "")));
       continue;
     }
     out.push_back(Outgoing{n.session, run.finished, /*close=*/true});

@@ -100,7 +100,7 @@ TEST(RoundStateSparesTest, SpareTakesTheLostNodeRankAndItsGlobalRanks) {
   EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{1, 4, 3}));
   const Assignment& spare = h.last.at(4);
   EXPECT_EQ(spare.round, 1);
-  EXPECT_EQ(spare.node_rank, 1);  // n2's node rank...
+  EXPECT_EQ(spare.node_rank, 1);          // n2's node rank...
   EXPECT_EQ(spare.first_global_rank, 2);  // ...and its global ranks 2 and 3.
   EXPECT_EQ(spare.node_count, 3);
   EXPECT_EQ(spare.world_size, 6);
