@@ -293,6 +293,35 @@ TEST(RoundStateSparesTest, NegativeOrHugeSpareCountIsRefused) {
             absl::InvalidArgumentError("--spare-nodes must be 0..1000, got 1001"));
 }
 
+// A rejoin's layout must follow from its node count and the run's nproc: the next round's
+// places (which a spare takes) are computed from it.
+TEST(RoundStateSparesTest, RejoinWhoseWorldSizeDoesNotFollowFromItsNodesIsRefused) {
+  Harness h;
+  JoinRequest j = Join("n2", 3, 3);
+  Assignment& a = j.rejoin.emplace();
+  a.run_id = "job";
+  a.round = 0;
+  a.node_rank = 2;
+  a.node_count = 3;
+  a.world_size = 3;  // Three nodes of two workers make 6.
+  a.first_global_rank = 4;
+  a.master_addr = "10.0.0.1";
+  a.master_port = 29500;
+  auto out = h.Join(1, j);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status,
+            absl::InvalidArgumentError("the rejoin of node 'n2' carries an invalid assignment "
+                                       "(run 'job', round 0, node rank 2 of 3)"));
+  a.world_size = 6;
+  a.first_global_rank = 2;
+  out = h.Join(2, j);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status.code(), absl::StatusCode::kInvalidArgument);
+  a.first_global_rank = 4;
+  out = h.Join(3, j);
+  ASSERT_EQ(To<Assignment>(out), std::vector<SessionId>{3});
+  EXPECT_EQ(h.last.at(3).reason, "rejoined");
+}
+
 TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCount) {
   Harness h;
   h.Join(1, Join("n1", 1, 3, 0));
