@@ -188,7 +188,7 @@ std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s)
                                           "ADDRESS", "NPROC", "LAST CONTACT"));
     for (const v1::NodeStatus& n : r.nodes()) {
       // A node without a rank while a round runs is a hot spare (docs/RENDEZVOUS.md).
-      std::string rank = n.node_rank() >= 0        ? absl::StrCat(n.node_rank())
+      std::string rank = n.node_rank() >= 0       ? absl::StrCat(n.node_rank())
                          : r.state() == "running" ? "spare"
                                                   : "waiting";
       absl::StrAppend(&out, absl::StrFormat("  %-9s %-24s %-40s %5d %.1f s ago%s\n", rank,

@@ -582,9 +582,8 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
     // node count) go first to waiting nodes, in node-id order: a spare takes a lost node's node
     // rank and its global ranks, so the rank layout does not change. Gaps left without a spare
     // close up (the highest-ranked nodes move into the lowest gaps). Then the world grows by the
-    // waiting nodes beyond spare_nodes (at least up to MIN), up to MAX.
-    // The last round's node count (a run re-created from rejoins knows only its world size);
-    // never above MAX.
+    // waiting nodes beyond spare_nodes (at least up to MIN), up to MAX. The last round's node
+    // count follows from its world size (all a run re-created from rejoins knows), at most MAX.
     const int32_t last_count =
         std::min(run.nproc_per_node > 0 ? std::max(run.world_size / run.nproc_per_node, k) : k,
                  std::max(run.max_nodes, k));
