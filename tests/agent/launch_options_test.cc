@@ -1021,7 +1021,7 @@ TEST(LaunchOptionsTest, SpareNodes) {
   auto plain = Parse({kScript});
   ASSERT_TRUE(plain.options.has_value()) << plain.output;
   EXPECT_EQ(plain.options->spare_nodes, 0);
-  auto p = Parse({"--nnodes=1:4", "--spare_nodes", "2", kScript});
+  auto p = Parse({"--nnodes=1:4", "--rdzv-endpoint=10.0.0.1:29400", "--spare_nodes", "2", kScript});
   ASSERT_TRUE(p.options.has_value()) << p.output;
   EXPECT_EQ(p.options->spare_nodes, 2);
   const std::pair<std::vector<std::string>, std::string> bad[] = {
