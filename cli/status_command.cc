@@ -187,7 +187,10 @@ std::string FormatStatus(const v1::GetStatusResponse& status, double now_unix_s)
     absl::StrAppend(&out, absl::StrFormat("  %-9s %-24s %-40s %5s %s\n", "NODE RANK", "NODE ID",
                                           "ADDRESS", "NPROC", "LAST CONTACT"));
     for (const v1::NodeStatus& n : r.nodes()) {
-      std::string rank = n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "waiting";
+      // A node without a rank while a round runs is a hot spare (docs/RENDEZVOUS.md).
+      std::string rank = n.node_rank() >= 0       ? absl::StrCat(n.node_rank())
+                         : r.state() == "running" ? "spare"
+                                                  : "waiting";
       absl::StrAppend(&out, absl::StrFormat("  %-9s %-24s %-40s %5d %.1f s ago%s\n", rank,
                                             n.node_id(), n.address(), n.nproc_per_node(),
                                             now_unix_s - n.last_contact_unix_s(),

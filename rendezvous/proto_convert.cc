@@ -63,6 +63,7 @@ JoinRequest FromProto(const v1::JoinRequest& proto) {
   j.last_call_timeout = DurationFromSeconds(proto.last_call_timeout_s());
   j.max_restarts = proto.max_restarts();
   j.join_timeout = DurationFromSeconds(proto.join_timeout_s());
+  j.spare_nodes = proto.spare_nodes();
   if (proto.has_rejoin()) j.rejoin = FromProto(proto.rejoin());
   return j;
 }
@@ -79,6 +80,7 @@ v1::JoinRequest ToProto(const JoinRequest& join) {
   p.set_last_call_timeout_s(SecondsOf(join.last_call_timeout));
   p.set_max_restarts(join.max_restarts);
   p.set_join_timeout_s(SecondsOf(join.join_timeout));
+  p.set_spare_nodes(join.spare_nodes);
   if (join.rejoin) *p.mutable_rejoin() = ToProto(*join.rejoin);
   return p;
 }
@@ -132,7 +134,7 @@ v1::StoreReady ToProto(const StoreReady& ready) {
 }
 
 JoinProgress FromProto(const v1::JoinProgress& proto) {
-  return JoinProgress{proto.joined_nodes(), proto.min_nodes(), proto.max_nodes()};
+  return JoinProgress{proto.joined_nodes(), proto.min_nodes(), proto.max_nodes(), proto.spare()};
 }
 
 v1::JoinProgress ToProto(const JoinProgress& progress) {
@@ -140,6 +142,7 @@ v1::JoinProgress ToProto(const JoinProgress& progress) {
   p.set_joined_nodes(progress.joined_nodes);
   p.set_min_nodes(progress.min_nodes);
   p.set_max_nodes(progress.max_nodes);
+  p.set_spare(progress.spare);
   return p;
 }
 

@@ -222,6 +222,10 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
   if (join.max_restarts < 0) {
     return invalid(absl::StrCat("--max-restarts must be >= 0, got ", join.max_restarts));
   }
+  if (join.spare_nodes < 0 || join.spare_nodes > options_.max_waiting_nodes_per_run) {
+    return invalid(absl::StrCat("--spare-nodes must be 0..", options_.max_waiting_nodes_per_run,
+                                ", got ", join.spare_nodes));
+  }
 
   if (join.rejoin.has_value()) return RejoinImpl(session, join, now);
   if (const RunRecord* closed = backend_->Find(join.run_id);
@@ -239,6 +243,7 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
     run.max_nodes = join.max_nodes;
     run.nproc_per_node = join.nproc_per_node;
     run.max_restarts = join.max_restarts;
+    run.spare_nodes = join.spare_nodes;
     run.last_call_timeout = OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
     run.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
   } else {
@@ -321,7 +326,10 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
   };
   if (a.run_id != join.run_id || a.round < 0 || a.node_count < 1 || a.node_count > join.max_nodes ||
       a.node_rank < 0 || a.node_rank >= a.node_count || a.world_size < 1 || a.master_addr.empty() ||
-      a.master_port < 1 || a.master_port > 65535 || a.restart_count < 0) {
+      a.master_port < 1 || a.master_port > 65535 || a.restart_count < 0 ||
+      // Every node of a run has the run's nproc, so the layout follows from the node count.
+      int64_t{a.world_size} != int64_t{a.node_count} * join.nproc_per_node ||
+      int64_t{a.first_global_rank} != int64_t{a.node_rank} * join.nproc_per_node) {
     return refuse(kInvalidArgument,
                   absl::StrCat("the rejoin of node '", node_id,
                                "' carries an invalid assignment (run '", a.run_id, "', round ",
@@ -340,6 +348,7 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
       fresh.max_nodes = join.max_nodes;
       fresh.nproc_per_node = join.nproc_per_node;
       fresh.max_restarts = join.max_restarts;
+      fresh.spare_nodes = join.spare_nodes;
       fresh.last_call_timeout =
           OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
       fresh.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
@@ -480,7 +489,8 @@ void RoundStateMachine::SendProgress(const RunRecord& run, std::vector<Outgoing>
   auto progress_to = [&](const NodeRecord& n) {
     if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) return;
     out.push_back(
-        Outgoing{n.session, JoinProgress{ConnectedCount(run), run.min_nodes, run.max_nodes}});
+        Outgoing{n.session, JoinProgress{ConnectedCount(run), run.min_nodes, run.max_nodes,
+                                         run.state == RunState::kRunning}});
   };
   if (only != 0) {
     // One node: found through the session index, not a scan of the run.
@@ -520,10 +530,12 @@ void RoundStateMachine::Evaluate(RunRecord& run, absl::Time now, std::vector<Out
       return;
     }
     const int32_t members = MemberCount(run);
-    const int32_t waiting = connected - members;
+    // Up to spare_nodes waiting nodes are hot spares: they wait for a lost member's place
+    // instead of growing the world.
+    const int32_t growing = connected - members - run.spare_nodes;
     const bool any_succeeded = run.succeeded > 0;
-    if (waiting > 0 && members < run.max_nodes && !any_succeeded) {
-      if (connected >= run.max_nodes) {
+    if (growing > 0 && members < run.max_nodes && !any_succeeded) {
+      if (members + growing >= run.max_nodes) {
         StartRound(run, "scale-up", 0, now, out);
         return;
       }
@@ -566,28 +578,42 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
       ranks.emplace_back(n, r++);
     }
   } else {
-    // Survivors keep their ranks; the highest-ranked survivors move into the gaps.
-    std::vector<bool> used(k, false);
-    std::vector<NodeRecord*> movers;
+    // Survivors keep their ranks. The places of the last round's lost members (gaps below its
+    // node count) go first to waiting nodes, in node-id order: a spare takes a lost node's node
+    // rank and its global ranks, so the rank layout does not change. Gaps left without a spare
+    // close up (the highest-ranked nodes move into the lowest gaps). Then the world grows by the
+    // waiting nodes beyond spare_nodes (at least up to MIN), up to MAX. The last round's node
+    // count follows from its world size (all a run re-created from rejoins knows), at most MAX.
+    const int32_t last_count =
+        std::min(run.nproc_per_node > 0 ? std::max(run.world_size / run.nproc_per_node, k) : k,
+                 std::max(run.max_nodes, k));
+    std::vector<NodeRecord*> holder(std::max(last_count, k), nullptr);
     for (int32_t i = 0; i < k; ++i) {
       NodeRecord* n = survivors[i];
-      if (n->node_rank < k) {
-        used[n->node_rank] = true;
-        ranks.emplace_back(n, n->node_rank);
-      } else {
-        movers.push_back(n);
-      }
+      if (n->node_rank >= static_cast<int32_t>(holder.size())) holder.resize(n->node_rank + 1);
+      holder[n->node_rank] = n;
     }
-    std::sort(movers.begin(), movers.end(),
-              [](const NodeRecord* a, const NodeRecord* b) { return a->node_rank > b->node_rank; });
-    size_t m = 0;
-    for (int32_t gap = 0; gap < k && m < movers.size(); ++gap) {
-      if (!used[gap]) ranks.emplace_back(movers[m++], gap);
+    size_t next_new = 0;
+    for (int32_t gap = 0; gap < last_count && next_new < newcomers.size(); ++gap) {
+      if (holder[gap] == nullptr) holder[gap] = newcomers[next_new++];
     }
-    int32_t r = k;
-    for (NodeRecord* n : newcomers) {
-      if (r >= run.max_nodes) break;
-      ranks.emplace_back(n, r++);
+    const int32_t count = k + static_cast<int32_t>(next_new);
+    std::vector<int32_t> gaps;
+    std::vector<int32_t> movers;  // Ranks at or above `count`, highest first.
+    for (int32_t r = 0; r < static_cast<int32_t>(holder.size()); ++r) {
+      if (r < count && holder[r] == nullptr) gaps.push_back(r);
+      if (r >= count && holder[r] != nullptr) movers.insert(movers.begin(), r);
+    }
+    for (size_t i = 0; i < movers.size() && i < gaps.size(); ++i) {
+      holder[gaps[i]] = holder[movers[i]];
+      holder[movers[i]] = nullptr;
+    }
+    for (int32_t r = 0; r < count; ++r) ranks.emplace_back(holder[r], r);
+    const int32_t waiting = static_cast<int32_t>(newcomers.size() - next_new);
+    const int32_t grow =
+        std::min(std::max(waiting - run.spare_nodes, run.min_nodes - count), waiting);
+    for (int32_t r = count; r < count + grow && r < run.max_nodes; ++r) {
+      ranks.emplace_back(newcomers[next_new++], r);
     }
   }
   if (ranks.empty()) return;
@@ -671,6 +697,7 @@ bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
 void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
                                   const WorkerFailure* failure, absl::Time now,
                                   std::vector<Outgoing>& out) {
+  const bool was_running = run.state == RunState::kRunning;
   run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.finished =
       RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt};
@@ -679,9 +706,13 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
     if (n.node_rank < 0) {
       // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
       // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
-      out.push_back(ErrorFor(n.session, kFailedPrecondition,
-                             absl::StrCat("run '", run.run_id, "' ended (", run.outcome,
-                                          ") before node '", n.node_id, "' was admitted to it")));
+      // A node waiting while a round ran was a hot spare; it says so, so that its exit (77, not
+      // admitted) reads as the expected end of an unused spare.
+      out.push_back(
+          ErrorFor(n.session, kFailedPrecondition,
+                   absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '",
+                                n.node_id, "' was admitted to it",
+                                was_running ? " (it waited as a spare and was not needed)" : "")));
       continue;
     }
     out.push_back(Outgoing{n.session, run.finished, /*close=*/true});

@@ -10,17 +10,22 @@
 //
 // - The first round closes as soon as MAX nodes joined, or at MIN once the last-call timeout has
 //   passed since MIN was reached.
-// - A node arriving while a round runs waits; if there is room (fewer than MAX members) it causes
-//   a scale-up round after the last-call timeout (or at once at MAX). Not a restart.
+// - A node arriving while a round runs waits; if there is room (fewer than MAX members) and more
+//   nodes wait than spare_nodes, it causes a scale-up round after the last-call timeout (or at
+//   once at MAX). Not a restart.
 // - A lost member (session ended) starts a new round with the survivors at once if at least MIN
 //   remain (not a restart); otherwise the survivors stop their workers and the run waits up to
 //   the join timeout for nodes, then fails.
 // - A failure report starts a new round with restart_count + 1 while restarts remain, else it
 //   ends the run as failed. When every member reports success the run ends as succeeded.
+// - Hot spares: nodes waiting while a round runs. Up to spare_nodes of them (the run's first
+//   join sets it; --spare-nodes) never cause a scale-up; with MIN == MAX every waiting node is one.
 // - Node ranks: the first round sorts nodes by node id. Later rounds keep each surviving node's
-//   rank, except that the node with the highest rank moves into a gap a lost node left; new nodes
-//   follow in node-id order. MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port
-//   it has never served a round from, so every round starts on an empty store.
+//   rank; a lost member's place goes to a waiting node first (node-id order), which takes its
+//   node rank and global ranks, so WORLD_SIZE and the layout stay; a place no spare fills is
+//   taken by the node with the highest rank. Growth follows in node-id order.
+//   MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port it has never served a
+//   round from, so every round starts on an empty store (a spare taking node rank 0 hosts it).
 // - A rejoin (JoinRequest.rejoin: the agent's current assignment, sent after its session broke)
 //   re-attaches the node to its round when the service still has it. A service that does not
 //   know the run (it was restarted) re-creates it in kRunning from the rejoins. It decides

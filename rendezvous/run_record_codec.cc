@@ -63,6 +63,7 @@ json RunToJson(const RunRecord& r) {
       {"max_nodes", r.max_nodes},
       {"nproc_per_node", r.nproc_per_node},
       {"max_restarts", r.max_restarts},
+      {"spare_nodes", r.spare_nodes},
       {"last_call_timeout", DurationToJson(r.last_call_timeout)},
       {"join_timeout", DurationToJson(r.join_timeout)},
       {"state", RunStateName(r.state)},
@@ -252,6 +253,8 @@ class Reader {
     r.max_nodes = Get<int32_t>(j, "max_nodes");
     r.nproc_per_node = Get<int32_t>(j, "nproc_per_node");
     r.max_restarts = Get<int32_t>(j, "max_restarts");
+    // Absent in a record an older replica wrote: no spares.
+    r.spare_nodes = j.contains("spare_nodes") ? Get<int32_t>(j, "spare_nodes") : 0;
     r.last_call_timeout = Duration(j, "last_call_timeout");
     r.join_timeout = Duration(j, "join_timeout");
     r.state = State(j, "state");

@@ -73,6 +73,8 @@ struct RunRecord {
   int32_t max_nodes = 0;
   int32_t nproc_per_node = 0;
   int32_t max_restarts = 0;
+  // Waiting nodes held as hot spares: up to this many never cause a scale-up (--spare-nodes).
+  int32_t spare_nodes = 0;
   absl::Duration last_call_timeout;
   absl::Duration join_timeout;
   RunState state = RunState::kGathering;

@@ -63,6 +63,8 @@ struct JoinRequest {
   absl::Duration join_timeout = absl::ZeroDuration();
   // The agent's current assignment when it rejoins over a new session.
   std::optional<Assignment> rejoin;
+  // --spare-nodes: waiting nodes held as spares rather than scaling the run up (>= 0).
+  int32_t spare_nodes = 0;
 
   friend bool operator==(const JoinRequest&, const JoinRequest&) = default;
 };
@@ -103,6 +105,7 @@ struct JoinProgress {
   int32_t joined_nodes = 0;
   int32_t min_nodes = 0;
   int32_t max_nodes = 0;
+  bool spare = false;  // A round runs and this node waits as a hot spare.
 
   friend bool operator==(const JoinProgress&, const JoinProgress&) = default;
 };

@@ -155,6 +155,7 @@ rdzv_v1::AgentMessage RendezvousCoordinator::MakeJoin() const {
   // Group restarts are rounds decided by the rendezvous, for one node or many.
   join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
                                                                           : 0);
+  join->set_spare_nodes(options_.spare_nodes);
   if (auto rejoin = RejoinAssignment()) *join->mutable_rejoin() = *rejoin;
   return join_message;
 }

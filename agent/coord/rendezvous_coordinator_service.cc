@@ -98,9 +98,17 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
       lifecycle_->OnProgress(message.progress().joined_nodes());
-      spdlog::info("dgt-run: run '{}': {} node(s) joined (min {}, max {})", options_.run_id,
-                   message.progress().joined_nodes(), message.progress().min_nodes(),
-                   message.progress().max_nodes());
+      if (message.progress().spare()) {
+        spdlog::info(
+            "dgt-run: run '{}': this node waits as a hot spare; it takes the place of the next "
+            "node the run loses ({} node(s) connected, --nnodes {}:{})",
+            options_.run_id, message.progress().joined_nodes(), message.progress().min_nodes(),
+            message.progress().max_nodes());
+      } else {
+        spdlog::info("dgt-run: run '{}': {} node(s) joined (min {}, max {})", options_.run_id,
+                     message.progress().joined_nodes(), message.progress().min_nodes(),
+                     message.progress().max_nodes());
+      }
       return;
     case rdzv_v1::ServiceMessage::kAssignment:
       OnAssignment(message.assignment());

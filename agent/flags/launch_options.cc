@@ -233,6 +233,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "`import dgt.recovery`, that take a failed rank's place (default 0)",
       kSupervision)
       ->type_name("INT");
+  add("--spare-nodes,--spare_nodes", raw.spare_nodes,
+      "Waiting nodes the run holds as hot spares for lost nodes instead of growing the world "
+      "(--nnodes MIN:MAX; with MIN == MAX every extra node is a spare; default 0)",
+      kSupervision)
+      ->type_name("INT");
   CLI::Option* stop_timeout_opt =
       add("--stop-timeout,--stop_timeout", raw.stop_timeout,
           "Seconds between SIGTERM and SIGKILL when stopping workers", kSupervision)

@@ -76,6 +76,9 @@ struct LaunchOptions {
   // --standby-workers: warm standby processes per node that replace failed ranks (policy rank,
   // mode replace only; docs/RECOVERY.md "Warm standbys"). 0: none.
   int standby_workers = 0;
+  // --spare-nodes: waiting nodes the run holds as hot spares instead of growing the world
+  // (docs/RENDEZVOUS.md "Hot spare nodes"); sent in the JoinRequest, the run's first join sets it.
+  int spare_nodes = 0;
   bool no_python = false;
   bool module = false;     // -m: run the script as a Python module.
   bool run_path = false;   // --run-path: python -c "runpy.run_path(...)".

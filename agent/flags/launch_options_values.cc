@@ -227,6 +227,8 @@ absl::Status ParseNumbers(const RawFlags& raw, LaunchOptions* o) {
             "--max-restarts", raw.max_restarts, true, 0, kMaxCount, &o->max_restarts},
         // At most as many standbys as workers may run on a node (each is a worker's process).
         {"--standby-workers", raw.standby_workers, true, 0, kMaxNprocPerNode, &o->standby_workers},
+        // The service's own bound (RoundStateOptions::max_waiting_nodes_per_run's default).
+        {"--spare-nodes", raw.spare_nodes, true, 0, 1000, &o->spare_nodes},
         {"--node-rank", raw.node_rank, raw.node_rank_set, 0, kMaxCount - 1, &o->node_rank},
         {"--master-port", raw.master_port, raw.master_port_set, 1, 65535, &o->master_port},
         {"--worker-count", raw.worker_count, true, 0, kMaxCount, &o->worker_count},

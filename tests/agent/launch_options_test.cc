@@ -434,8 +434,8 @@ TEST(LaunchOptionsTest, BadInputNamesTheProblem) {
 // An empty value given as its own argument is refused as "--flag=" is (torchrun
 // 2.13's argparse: "invalid int value: ''"), not taken as "not given".
 TEST(LaunchOptionsTest, EmptyNumericValueIsRefused) {
-  for (const char* flag : {"--max-restarts", "--standby-workers", "--node-rank", "--master-port",
-                           "--worker-count", "--parameter-server-count"}) {
+  for (const char* flag : {"--max-restarts", "--standby-workers", "--spare-nodes", "--node-rank",
+                           "--master-port", "--worker-count", "--parameter-server-count"}) {
     auto p = Parse({"--standalone", flag, "", kScript});
     EXPECT_FALSE(p.options.has_value()) << flag;
     EXPECT_EQ(p.exit_code, 2) << flag;
@@ -1014,6 +1014,27 @@ TEST(LaunchOptionsTest, PythonExecAndPrefixTemplateFromTheEnvironment) {
   });
   ASSERT_TRUE(dgt.options.has_value()) << dgt.output;
   EXPECT_EQ(dgt.options->python, "/usr/bin/python3");
+}
+
+// --spare-nodes (docs/RENDEZVOUS.md "Hot spare nodes"): a count the JoinRequest carries.
+TEST(LaunchOptionsTest, SpareNodes) {
+  auto plain = Parse({kScript});
+  ASSERT_TRUE(plain.options.has_value()) << plain.output;
+  EXPECT_EQ(plain.options->spare_nodes, 0);
+  auto p = Parse({"--nnodes=1:4", "--rdzv-endpoint=10.0.0.1:29400", "--spare_nodes", "2", kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->spare_nodes, 2);
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--spare-nodes=-1", kScript},
+       "dgt-run: error: --spare-nodes must be an integer from 0 to 1000, got '-1'\n"},
+      {{"--spare-nodes=1001", kScript},
+       "dgt-run: error: --spare-nodes must be an integer from 0 to 1000, got '1001'\n"}};
+  for (const auto& [args, message] : bad) {
+    auto r = Parse(args);
+    EXPECT_FALSE(r.options.has_value()) << args[0];
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, message);
+  }
 }
 
 // --standby-workers (docs/RECOVERY.md "Warm standbys"): a count, for rank restarts only.

@@ -43,7 +43,8 @@ def test_agent_waiting_beyond_max_is_not_admitted(spawn, rendezvous):
     assert late.wait(timeout=20) == 77  # kExitNotAdmitted
     assert late.stderr.strip().splitlines()[-1] == (
         "dgt-run: error: the rendezvous service refused this node: run 'full' ended (succeeded: "
-        "all 1 nodes succeeded) before node 'node-b' was admitted to it")
+        "all 1 nodes succeeded) before node 'node-b' was admitted to it (it waited as a spare "
+        "and was not needed)")
     assert "rank 0 done" not in late.stdout
     assert "run 'full' succeeded" not in late.stderr
 

@@ -1,12 +1,16 @@
 // Stateful libFuzzer target over the rendezvous round state machine (rendezvous/round_state.h) on
-// a simulated clock. The input picks a run's MIN:MAX, nproc and restarts, then a sequence of
-// events by up to 6 agents: joins, rejoins with their assignment, a second agent with a node id
+// a simulated clock. The input picks a run's MIN:MAX, nproc, restarts and spares, then a sequence
+// of events by up to 6 agents: joins, rejoins with their assignment, a second agent with a node id
 // already connected, session ends, success and failure reports (also for a wrong round),
 // StoreReady, clock ticks, and service restarts (the runs adopted from the backend, or lost with
 // the service's memory). After every event the messages are checked:
 //   - a new round's assignments give node ranks 0..n-1, each once, with n within MIN:MAX, and
 //     world size and first global ranks that follow from them;
 //   - node rank 0 keeps rank 0 while its session lives;
+//   - a new round as large as the one before keeps the node rank of every member that stayed
+//     (same agent session, or its rejoin) in both: a spare takes a lost node's place, nobody
+//     moves;
+//   - a node told it waits as a spare holds no node rank;
 //   - round numbers only increase (within one run, until it finishes);
 //   - no node is in two rounds: one assignment per node per round, and a round's assignment sent
 //     again (a rejoin) is the same one;
@@ -81,6 +85,7 @@ class Harness {
     max_restarts_ = in_->ConsumeIntegralInRange<int>(0, 2);
     last_call_ = absl::Seconds(in_->ConsumeIntegralInRange<int>(0, 10));
     join_timeout_ = absl::Seconds(in_->ConsumeIntegralInRange<int>(5, 60));
+    spare_nodes_ = in_->ConsumeIntegralInRange<int>(0, 2);
     for (int i = 0; i < kAgents; ++i) {
       agents_[i].node_id = absl::StrCat("n", i);
       agents_[i].store_port = 20000 + i * 100;
@@ -95,7 +100,8 @@ class Harness {
     if (trace != nullptr) {
       absl::StrAppend(trace, "run ", min_, ":", max_, " nproc ", nproc_, " max_restarts ",
                       max_restarts_, " last call ", absl::FormatDuration(last_call_),
-                      " join timeout ", absl::FormatDuration(join_timeout_), "\n");
+                      " join timeout ", absl::FormatDuration(join_timeout_), " spares ",
+                      spare_nodes_, "\n");
     }
     for (int step = 0; step < kMaxSteps && in_->remaining_bytes() > 0; ++step) {
       Step();
@@ -122,6 +128,7 @@ class Harness {
     j.last_call_timeout = last_call_;
     j.max_restarts = max_restarts_;
     j.join_timeout = join_timeout_;
+    j.spare_nodes = spare_nodes_;
     return j;
   }
 
@@ -273,6 +280,7 @@ class Harness {
     }
     std::map<int64_t, std::vector<std::pair<int, Assignment>>> fresh;  // New rounds.
     std::vector<SessionId> closed;
+    std::vector<std::string> spares;  // Told they wait as spares.
     for (const Outgoing& o : out) {
       if (!open_.contains(o.session)) {
         Diverge(absl::StrCat("a message to session ", o.session, " that is not open"));
@@ -284,6 +292,7 @@ class Harness {
       Agent& a = agents_[i];
       if (const auto* as = std::get_if<Assignment>(&o.message)) {
         if (a.session != o.session) Diverge("an assignment to a second agent's session");
+        bool continue_membership = true;  // Not a new round: the member (re)attached here.
         if (as->run_id != kRunId) Diverge("an assignment for another run");
         auto before = before_restart_.find(as->round);
         if (as->reason == "rejoined" && before != before_restart_.end() &&
@@ -295,6 +304,7 @@ class Harness {
           max_round_ = std::max(max_round_, as->round);
         } else if (as->round > max_round_) {
           fresh[as->round].emplace_back(i, *as);
+          continue_membership = false;
         } else {
           auto r = rounds_.find(as->round);
           if (r == rounds_.end()) {
@@ -320,6 +330,7 @@ class Harness {
                                as->round));
         }
         a.held = *as;
+        if (continue_membership) member_session_[a.node_id] = o.session;
       } else if (const auto* f = std::get_if<RunFinished>(&o.message)) {
         (void)f;
         if (!o.close) Diverge("RunFinished without closing the session");
@@ -333,6 +344,7 @@ class Harness {
           Diverge(absl::StrCat("JoinProgress with MIN:MAX ", p->min_nodes, ":", p->max_nodes,
                                ", run has ", min_, ":", max_));
         }
+        if (p->spare) spares.push_back(a.node_id);
       } else if (std::get_if<StopWorkers>(&o.message) == nullptr) {
         Diverge("an unknown message");
       }
@@ -340,6 +352,7 @@ class Harness {
     }
     if (fresh.size() > 1) Diverge("two new rounds in one event");
     for (auto& [round, assigned] : fresh) CheckNewRound(round, assigned);
+    if (!spares.empty()) CheckSpares(spares);
     if (finished_run_) {
       // The run is closed; a later join with its id starts a new run from round 0.
       ForgetRun();
@@ -358,8 +371,36 @@ class Harness {
     }
   }
 
+  // Spares hold no node rank, and are told so only while a round runs.
+  void CheckSpares(const std::vector<std::string>& spares) {
+    const std::vector<dgt::rendezvous::RunStatus> status = machine_->Status(kRunId);
+    if (status.size() != 1 || status[0].state != dgt::rendezvous::RunState::kRunning) {
+      Diverge("a node told it is a spare of a run that is not running");
+    }
+    for (const auto& n : status[0].nodes) {
+      if (n.node_rank >= 0 && std::find(spares.begin(), spares.end(), n.node_id) != spares.end()) {
+        Diverge(absl::StrCat("spare ", n.node_id, " holds node rank ", n.node_rank));
+      }
+    }
+  }
+
   void CheckNewRound(int64_t round, const std::vector<std::pair<int, Assignment>>& assigned) {
     const int n = static_cast<int>(assigned.size());
+    if (auto last = rounds_.find(max_round_); last != rounds_.end()) {
+      for (const auto& [i, as] : assigned) {
+        const std::string& node = agents_[i].node_id;
+        auto before = last->second.find(node);
+        auto session = member_session_.find(node);
+        const bool stayed =
+            session != member_session_.end() && session->second == agents_[i].session;
+        if (stayed && before != last->second.end() && before->second.node_count == n &&
+            before->second.node_rank != as.node_rank) {
+          Diverge(absl::StrCat("node ", agents_[i].node_id, " moved from node rank ",
+                               before->second.node_rank, " to ", as.node_rank, " in round ", round,
+                               " of the same size ", n));
+        }
+      }
+    }
     std::set<int> ranks;
     std::set<std::string> nodes;
     std::string rank0;
@@ -397,7 +438,10 @@ class Harness {
       }
     }
     rank0_live_ = {rank0};
-    for (const auto& [i, as] : assigned) rounds_[round][agents_[i].node_id] = as;
+    for (const auto& [i, as] : assigned) {
+      rounds_[round][agents_[i].node_id] = as;
+      member_session_[agents_[i].node_id] = agents_[i].session;
+    }
     max_round_ = round;
   }
 
@@ -406,6 +450,9 @@ class Harness {
   int max_ = 1;
   int nproc_ = 1;
   int max_restarts_ = 0;
+  int spare_nodes_ = 0;
+  // The session each node's agent held when it was last assigned a round (or rejoined one).
+  std::map<std::string, SessionId> member_session_;
   absl::Duration last_call_;
   absl::Duration join_timeout_;
   absl::Time now_ = absl::FromUnixSeconds(1'000'000);

@@ -46,6 +46,7 @@ JoinRequest SampleJoin() {
   j.last_call_timeout = absl::Milliseconds(1500);
   j.max_restarts = 3;
   j.join_timeout = absl::Seconds(600);
+  j.spare_nodes = 2;
   j.rejoin = SampleAssignment();
   return j;
 }
@@ -78,6 +79,7 @@ TEST(ProtoConvertTest, JoinRequestEveryFieldWithAndWithoutRejoin) {
   EXPECT_EQ(p.last_call_timeout_s(), 1.5);
   EXPECT_EQ(p.max_restarts(), 3);
   EXPECT_EQ(p.join_timeout_s(), 600.0);
+  EXPECT_EQ(p.spare_nodes(), 2);
   ASSERT_TRUE(p.has_rejoin());
   EXPECT_TRUE(MessageDifferencer::Equals(p.rejoin(), ToProto(SampleAssignment())));
   EXPECT_EQ(FromProto(p), SampleJoin());
@@ -135,11 +137,12 @@ TEST(ProtoConvertTest, SmallMessagesEveryField) {
   EXPECT_EQ(ToProto(StoreReady{30001}).store_port(), 30001);
   EXPECT_EQ(FromProto(ToProto(StoreReady{30001})), StoreReady{30001});
 
-  v1::JoinProgress progress = ToProto(JoinProgress{3, 2, 5});
+  v1::JoinProgress progress = ToProto(JoinProgress{3, 2, 5, true});
+  EXPECT_TRUE(progress.spare());
   EXPECT_EQ(progress.joined_nodes(), 3);
   EXPECT_EQ(progress.min_nodes(), 2);
   EXPECT_EQ(progress.max_nodes(), 5);
-  EXPECT_EQ(FromProto(progress), (JoinProgress{3, 2, 5}));
+  EXPECT_EQ(FromProto(progress), (JoinProgress{3, 2, 5, true}));
 
   v1::StopWorkers stop = ToProto(StopWorkers{6, "node n3 was lost"});
   EXPECT_EQ(stop.round(), 6);

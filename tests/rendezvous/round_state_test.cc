@@ -610,7 +610,7 @@ TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunEnds) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::get<Refusal>(refused->message).status.message(),
             "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
-            "it");
+            "it (it waited as a spare and was not needed)");
   EXPECT_TRUE(refused->close);
   EXPECT_EQ(For<RunFinished>(out, 2), nullptr);
 }

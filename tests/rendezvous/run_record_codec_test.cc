@@ -20,6 +20,7 @@ TEST(RunRecordCodecTest, TheJsonValueIsVersionedAndRoundTrips) {
   RunRecord run;
   run.run_id = "job";
   run.round = 2;
+  run.spare_nodes = 3;
   run.last_call_deadline = absl::InfiniteFuture();
   run.closed_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
   run.finished.failure = WorkerFailure{1, 0, 0, 9, "n1", absl::FromUnixSeconds(5)};
@@ -63,6 +64,20 @@ TEST(RunRecordCodecTest, TheJsonValueIsVersionedAndRoundTrips) {
   EXPECT_EQ(
       DecodeRunRecord(R"({"version":2,"writer":"x","buckets":0,"run":{}})").status().message(),
       "run record: \"buckets\" 0 is not in 1..100");
+}
+
+TEST(RunRecordCodecTest, ARecordWrittenWithoutSpareNodesHasNone) {
+  RunRecord run;
+  run.run_id = "job";
+  run.spare_nodes = 3;
+  std::string value = EncodeRunRecord(run, "r:1");
+  const std::string field = "\"spare_nodes\":3,";
+  const size_t at = value.find(field);
+  ASSERT_NE(at, std::string::npos) << value;
+  value.erase(at, field.size());  // As a replica without spares wrote it.
+  absl::StatusOr<RunRecord> back = DecodeRunRecord(value);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->spare_nodes, 0);
 }
 
 TEST(RunRecordCodecTest, ValuesOfTheWrongShapeAreInvalidArgumentNamingTheField) {

@@ -10,11 +10,15 @@ the order of the all-reduce's sums: the test compares bit for bit.
 
 Prints one JSON line when it is done: {"rank", "world_size", "weight", "bias", "torch", "env"}
 (env: the launcher's variables it got).
+
+--hold-file PATH: after init_process_group, print "rank R held" and wait (at most 120 s, then
+exit 1) until PATH exists before training, so a test can kill a node while the job runs.
 """
 import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,6 +42,7 @@ def batch(rank):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--hold-file")
     args = ap.parse_args()
     torch.set_num_threads(1)
     env = {k: os.environ.get(k) for k in ENV_VARS}
@@ -48,6 +53,14 @@ def main() -> int:
         # Different on every rank: DDP's constructor must replace them with rank 0's.
         model.weight.copy_(torch.tensor([[rank + 0.25, -0.5, 0.125]], dtype=torch.float64))
         model.bias.fill_(0.5 - rank)
+    if args.hold_file:
+        print(f"rank {rank} held", flush=True)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(args.hold_file):
+            if time.monotonic() > deadline:
+                print(f"rank {rank}: {args.hold_file} did not appear within 120 s", flush=True)
+                return 1
+            time.sleep(0.05)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     x, y = (torch.tensor(v, dtype=torch.float64) for v in batch(rank))
