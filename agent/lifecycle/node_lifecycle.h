@@ -335,6 +335,9 @@ class NodeLifecycle {
   LifecycleActions AllWorkersExited(absl::Time now);
   LifecycleActions StartRound(int restart_count);
   LifecycleActions RunFinishedWhileAwaiting(const RunOutcome& outcome);
+  // Finish after an outside stop signal: 128+N, or the status of a cause that came before the
+  // signal (docs/EXIT_CODES.md: the first cause's).
+  LifecycleActions FinishSignalled();
   void Stop(LifecycleActions* out, int signal = 0);
   bool StoppingForSignal(LifecycleActions* out, const std::string& what,
                          const std::string& reason) const;
@@ -350,6 +353,9 @@ class NodeLifecycle {
   int next_restart_count_ = 0;  // A local group restart's attempt.
   int joined_nodes_ = 0;
   int stop_signal_ = 0;
+  // The stop signal came before any other cause of this node's end (a failed worker, the run's
+  // failure elsewhere, the service ending this node's part): its 128+N is the exit status.
+  bool signal_decides_ = false;
   int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
   bool spawning_ = false;
   bool drain_pending_ = false;
