@@ -39,9 +39,8 @@
 
 namespace {
 
-using dgt::agent::DebugString;
-using dgt::agent::RestartPolicy;
 using dgt::agent::Clock;
+using dgt::agent::DebugString;
 using dgt::agent::LifecycleAction;
 using dgt::agent::LifecycleActions;
 using dgt::agent::MarkedFailure;
@@ -49,6 +48,7 @@ using dgt::agent::MarksView;
 using dgt::agent::NodeLifecycle;
 using dgt::agent::NodeState;
 using dgt::agent::RestartBackend;
+using dgt::agent::RestartPolicy;
 using dgt::agent::RoundAssignment;
 using dgt::agent::RunOutcome;
 using dgt::agent::SessionEnd;
@@ -367,8 +367,8 @@ class Harness {
     if (lc_->OnFailurePublished(current)) {
       if (done()) Diverge("a replacement worker started after the Finish");
       if (in_->ConsumeBool()) {
-        workers_.push_back(Worker{p.exit.rank, p.exit.local_rank, p.restart_count + 1,
-                                  rounds_started_});
+        workers_.push_back(
+            Worker{p.exit.rank, p.exit.local_rank, p.restart_count + 1, rounds_started_});
       } else {
         Trace("  the replacement could not start");
         Carry(lc_->OnRankRestartFailed(p.exit));
@@ -399,13 +399,13 @@ class Harness {
       }
       view = m;
     }
-    Trace(absl::StrCat("marks read: ",
-                       view ? absl::StrCat("all_done=", view->all_done, " all_succeeded=",
-                                           view->all_succeeded, " failed node rank ",
-                                           view->first_worker_failure, " status ",
-                                           view->first_worker_failure_status)
-                            : "none",
-                       lost_ ? " (service lost)" : ""));
+    Trace(absl::StrCat(
+        "marks read: ",
+        view ? absl::StrCat("all_done=", view->all_done, " all_succeeded=", view->all_succeeded,
+                            " failed node rank ", view->first_worker_failure, " status ",
+                            view->first_worker_failure_status)
+             : "none",
+        lost_ ? " (service lost)" : ""));
     if (view && view->first_worker_failure >= 0 && view->first_worker_failure != node_rank_ &&
         lost_ && !done()) {
       // Another node's failure, first in time: its status is the run's.
@@ -527,8 +527,8 @@ class Harness {
     }
     o.message = "fuzzed outcome";
     Trace(absl::StrCat("run finished: ", o.succeeded ? "succeeded" : "failed",
-                       o.has_failure ? absl::StrCat(" on ", o.failed_node_id) : "",
-                       " code ", o.exit_code, " signal ", o.signal));
+                       o.has_failure ? absl::StrCat(" on ", o.failed_node_id) : "", " code ",
+                       o.exit_code, " signal ", o.signal));
     closed_ = true;
     Connected();
     if (!done() && !o.succeeded) {
@@ -552,8 +552,10 @@ class Harness {
         }
         causes_ = std::move(kept);
         if (placed) {
-          Trace(absl::StrCat("  cause: the run's root cause on another node, before this node's "
-                             "failure -> ", code));
+          Trace(
+              absl::StrCat("  cause: the run's root cause on another node, before this node's "
+                           "failure -> ",
+                           code));
         } else {
           AddCause("the run's root cause on another node", code);
         }
@@ -721,11 +723,11 @@ class Harness {
   int64_t last_round_ = -1;
   int restart_count_ = 0;
   bool applied_ = false;
-  bool assigned_ = false;   // A round came (or the static start succeeded).
-  bool closed_ = false;     // The service said its last word.
+  bool assigned_ = false;         // A round came (or the static start succeeded).
+  bool closed_ = false;           // The service said its last word.
   bool static_answered_ = false;  // The static coordinator answered this node's Report.
-  bool signalled_ = false;  // An outside stop signal came.
-  bool recorded_ = false;   // A failure is recorded since the last ClearFailures.
+  bool signalled_ = false;        // An outside stop signal came.
+  bool recorded_ = false;         // A failure is recorded since the last ClearFailures.
   bool success_seen_ = false;
   std::vector<Worker> workers_;
   int rounds_started_ = 0;
