@@ -342,10 +342,6 @@ class Harness {
     if (e.succeeded()) success_seen_ = true;
     Trace(absl::StrCat("worker rank ", e.rank, " attempt ", e.attempt, " exits: ", e.Describe(),
                        " (", alive(), " left)"));
-    if (!e.succeeded() && !closing && !stopping_ && !killed_ && !done() &&
-        lc_->state() == NodeState::kRunning && !lc_->has_remote_outcome()) {
-      failure_time_ = clock_.now;
-    }
     Carry(lc_->OnWorkerExit(e, alive(), clock_.now));
   }
 
@@ -747,7 +743,6 @@ class Harness {
   std::optional<actions::Report> report_;
   std::optional<absl::Time> join_deadline_;
   std::optional<absl::Time> round_wait_deadline_;
-  absl::Time failure_time_;
   std::vector<Cause> causes_;
   int finishes_ = 0;
 };
