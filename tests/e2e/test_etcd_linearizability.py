@@ -202,22 +202,26 @@ def run_chaos(spawn, tmp_path, cluster):
     history = History()
     until = time.monotonic() + SECONDS
     nemesis = Nemesis(random.Random(rng.random()), replicas, cluster)
-    threads = [threading.Thread(target=nemesis.run, args=(until,))]
-    for c in range(CLIENTS):
-        threads.append(threading.Thread(
-            target=client_loop,
-            args=(c, random.Random(rng.random()), replicas.endpoints, job_file, history, until)))
+    threads = [threading.Thread(
+        target=client_loop,
+        args=(c, random.Random(rng.random()), replicas.endpoints, job_file, history, until))
+        for c in range(CLIENTS)]
     for t in threads:
         t.start()
+    # The nemesis runs on this thread: the etcd members it starts again die with the thread that
+    # started them (PR_SET_PDEATHSIG), so not with a thread of their own.
+    nemesis.run(until)
     for t in threads:
-        t.join(timeout=SECONDS + 120)
-        assert not t.is_alive(), "a client or the nemesis did not end within its bound"
+        t.join(timeout=120)
+        assert not t.is_alive(), "a client did not end within its bound"
 
     # Healed (the nemesis ends each fault itself): every replica and member up, a leader.
     for i in range(2):
         if not replicas.running(i):
             replicas.start(i)
-    cluster.wait_healthy(30)
+    for i in range(3):
+        assert cluster.running(i), f"etcd member m{i} exited on its own: {cluster.log_tails()}"
+    cluster.wait_healthy(60)
     # Every acknowledged job read once more, by a client of its own, until an answer comes.
     for key in list(history.keys):
         deadline = time.monotonic() + 30
