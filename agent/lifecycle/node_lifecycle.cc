@@ -221,6 +221,7 @@ LifecycleActions NodeLifecycle::OnStop(const std::string& reason, int alive, abs
       Log(Level::kWarn, absl::StrCat("the rendezvous stopped this node's workers: ", reason)));
   first_failure_.reset();
   out.push_back(actions::ClearFailures{});
+  pending_.reset();  // A round assigned before the stop is not this node's any more.
   if (alive > 0 && state_ != NodeState::kRerounding) {
     state_ = NodeState::kRerounding;  // Stop; wait for the next assignment once they are gone.
     out.push_back(actions::StopWorkers{});
@@ -250,9 +251,17 @@ LifecycleActions NodeLifecycle::OnRefused(const std::string& message, bool rejoi
                   alive);
 }
 
-LifecycleActions NodeLifecycle::LeaveRun(int exit_status, const std::string& message, int alive) {
+LifecycleActions NodeLifecycle::LeaveRun(int leave_status, const std::string& leave_message,
+                                         int alive) {
   LifecycleActions out;
   if (state_ == NodeState::kDone) return out;
+  int exit_status = leave_status;
+  std::string message = leave_message;
+  if (first_failure_) {
+    // This node's failed worker came first: its status is the first cause's (docs/EXIT_CODES.md).
+    exit_status = first_failure_->ExitStatus();
+    message = absl::StrCat(DescribeFailure(*first_failure_), "; then ", leave_message);
+  }
   if (stop_signal_ != 0) {
     // An outside signal stops this node already; its status (128+N) is the one to report.
     out.push_back(
@@ -322,9 +331,7 @@ LifecycleActions NodeLifecycle::OnStaticRemoteFailure(int exit_status, const std
 }
 
 LifecycleActions NodeLifecycle::OnStaticOutcome(bool others_ok, const std::string& message) {
-  if (stop_signal_ != 0) {
-    return Finish(StoppedStatus(), StoppedText());
-  }
+  if (stop_signal_ != 0 && signal_decides_) return FinishSignalled();
   if (first_failure_) return Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
   if (remote_outcome_) return OnRunFinished(*remote_outcome_);
   if (!others_ok) return Finish(1, absl::StrCat("static rendezvous: ", message));
@@ -347,21 +354,29 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
                                  o.succeeded ? "succeeded" : "failed", ": ", o.message,
                                  ") before node '", options_.node_id, "' was admitted to it"));
     case NodeState::kWaitingForRound:
-      return Finish(o.succeeded ? 0 : 1,
-                    o.succeeded ? "" : absl::StrCat("run failed: ", o.message));
+      // This node's workers were stopped, none failed: the run's root cause gives the status,
+      // as for a node awaiting the outcome.
+      return RunFinishedWhileAwaiting(o);
     case NodeState::kRunning:
     case NodeState::kRestarting:
     case NodeState::kStopping:
     case NodeState::kRerounding:
       if (o.succeeded) return out;  // Cannot happen before this node reported.
       pending_.reset();
-      if (!remote_outcome_ && !first_failure_) {
+      if (!remote_outcome_) {
+        // The run has ended (the service says no more): its outcome decides once the workers
+        // are gone, with this node's own failure if it had one (RunFinishedWhileAwaiting).
         remote_outcome_ = o;
-        out.push_back(Log(Level::kError, absl::StrCat("run failed on another node: ", o.message,
-                                                      "; stopping this node's workers")));
+        if (!first_failure_) {
+          out.push_back(Log(Level::kError, absl::StrCat("run failed on another node: ", o.message,
+                                                        "; stopping this node's workers")));
+        }
       }
       if (state_ == NodeState::kRunning) Stop(&out);
-      if (state_ == NodeState::kRestarting) state_ = NodeState::kStopping;  // No restart now.
+      // No restart, no next round now: the outcome once the workers are gone.
+      if (state_ == NodeState::kRestarting || state_ == NodeState::kRerounding) {
+        state_ = NodeState::kStopping;
+      }
       return out;
     case NodeState::kAwaitingOutcome:
       return RunFinishedWhileAwaiting(o);
@@ -371,10 +386,32 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
   return out;
 }
 
-LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
-  if (stop_signal_ != 0) {
-    return Finish(StoppedStatus(), StoppedText());
+LifecycleActions NodeLifecycle::FinishSignalled() {
+  const std::string stopped = absl::StrCat("stopped by ", SignalName(stop_signal_));
+  if (!signal_decides_) {
+    // The signal only hurried a stop that an earlier cause had begun.
+    // (LeaveRun gave leave_ the status of this node's failed worker, if any.)
+    if (leave_) return Finish(leave_->first, absl::StrCat(leave_->second, "; then ", stopped));
+    if (remote_outcome_ && options_.backend == RestartBackend::kRendezvous) {
+      // The service's outcome, with this node's failure if it came first.
+      return RunFinishedWhileAwaiting(*remote_outcome_);
+    }
+    if (first_failure_) {
+      return Finish(first_failure_->ExitStatus(),
+                    absl::StrCat(DescribeFailure(*first_failure_), "; then ", stopped));
+    }
+    if (remote_outcome_) {
+      const RunOutcome& o = *remote_outcome_;
+      const int code = o.signal != 0 ? 128 + o.signal : o.exit_code;
+      return Finish(code != 0 ? code : 1,
+                    absl::StrCat("run failed: ", o.message, "; then ", stopped));
+    }
   }
+  return Finish(StoppedStatus(), StoppedText());
+}
+
+LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
+  if (stop_signal_ != 0 && signal_decides_) return FinishSignalled();
   if (o.succeeded) return Finish(0, "");
   if (first_failure_ && o.has_failure && o.failed_node_id != options_.node_id) {
     // Another node failed first: that is the run's root cause; this node's failure followed.

@@ -347,6 +347,9 @@ class NodeLifecycle {
   LifecycleActions AllWorkersExited(absl::Time now);
   LifecycleActions StartRound(int restart_count);
   LifecycleActions RunFinishedWhileAwaiting(const RunOutcome& outcome);
+  // Finish after an outside stop signal: 128+N, or the status of a cause that came before the
+  // signal (docs/EXIT_CODES.md: the first cause's).
+  LifecycleActions FinishSignalled();
   void Stop(LifecycleActions* out, int signal = 0);
   bool StoppingForSignal(LifecycleActions* out, const std::string& what,
                          const std::string& reason) const;
@@ -368,6 +371,9 @@ class NodeLifecycle {
   int stop_signal_ = 0;
   // A failed health check's message: this node leaves (stop_signal_ is SIGTERM then).
   std::optional<std::string> unhealthy_;
+  // The stop signal came before any other cause of this node's end (a failed worker, the run's
+  // failure elsewhere, the service ending this node's part): StoppedStatus() is the exit status.
+  bool signal_decides_ = false;
   int pending_restarts_ = 0;  // Replacements waiting for their failure to be published.
   bool spawning_ = false;
   bool drain_pending_ = false;

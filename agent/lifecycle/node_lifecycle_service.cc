@@ -49,6 +49,8 @@ LifecycleActions NodeLifecycle::OnSessionClosed(const SessionEnd& end, int alive
       return {Reconnect()};
     case NodeState::kAwaitingOutcome:
       if (end.lingering) return {};  // Decided; node rank 0 only keeps its store a while.
+      // The run's outcome came before the session ended (its output drains meanwhile).
+      if (remote_outcome_) return {};
       if (end.host_lost) {
         if (first_failure_) {
           return Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
@@ -66,6 +68,9 @@ LifecycleActions NodeLifecycle::OnSessionClosed(const SessionEnd& end, int alive
 LifecycleActions NodeLifecycle::OnReconnectWindowOver(bool lingering,
                                                       std::optional<MarkedFailure> marked,
                                                       int alive) {
+  // Stopping for an outside signal (it came first): its 128+N ends this node once the workers
+  // are gone and their output drained.
+  if (stop_signal_ != 0 && state_ != NodeState::kDone) return {};
   const std::string lost =
       absl::StrCat("lost the rendezvous service at ", options_.rdzv_endpoint,
                    " and could not reach it again within ", options_.reconnect_timeout_s,

@@ -170,7 +170,7 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // No service: report to the static coordinator; its answer is OnStaticOutcome. The others
     // fail naming this node and the signal, not as if they had been signalled.
     actions::Report report;
-    if (stop_signal_ != 0) {
+    if (stop_signal_ != 0 && signal_decides_) {
       // A health check's leave is a failure of this node, not a signal the others name.
       report.signal = unhealthy_ ? 0 : stop_signal_;
       report.exit_status = StoppedStatus();
@@ -188,7 +188,7 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // No report: the session ends with this agent, and the service treats the node as lost
     // (the others go on in a new round if enough nodes remain). A signal from outside decides
     // this node's status over whatever the service said while its workers stopped.
-    return Finish(StoppedStatus(), StoppedText());
+    return FinishSignalled();
   }
   if (leave_) {
     out.push_back(actions::MarkDone{leave_->first});
@@ -235,7 +235,15 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
   if (state_ == NodeState::kDone) return out;
   if (state_ == NodeState::kAwaitingOutcome) {
     // This node's workers are gone already; only the rest of the run was awaited. A scheduler's
-    // cancel (scancel, Azure ML) must not wait for other nodes or the finish timeout.
+    // cancel (scancel, Azure ML) must not wait for other nodes or the finish timeout. A status
+    // decided before the signal (node rank 0 keeping its store, this node's failed worker, the
+    // run's failure learned already, the first signal) stays.
+    if (linger_) return Finish(linger_->exit_status, linger_->message);
+    if (stop_signal_ == 0) {
+      stop_signal_ = sig;
+      signal_decides_ = !first_failure_ && !leave_ && !remote_outcome_;
+    }
+    if (!signal_decides_ || stop_signal_ != sig) return FinishSignalled();
     return Finish(128 + sig, absl::StrCat("stopped by ", name,
                                           " after this node's workers exited, before the run's "
                                           "outcome was known"));
@@ -247,6 +255,7 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
     return out;
   }
   stop_signal_ = sig;
+  signal_decides_ = !first_failure_ && !leave_ && !remote_outcome_;
   out.push_back(actions::InterruptCoordinator{});  // Node rank 0 stops waiting for the others.
   out.push_back(Log(Level::kWarn, absl::StrCat("received ", name,
                                                "; forwarding it to the workers and stopping "
@@ -276,6 +285,7 @@ LifecycleActions NodeLifecycle::OnHealthFailed(const std::string& message, bool 
   }
   unhealthy_ = message;
   stop_signal_ = SIGTERM;
+  signal_decides_ = true;  // The first cause: no other was there (checked above).
   pending_.reset();
   out.push_back(actions::InterruptCoordinator{});  // Node rank 0 stops waiting for the others.
   out.push_back(Log(Level::kError, absl::StrCat(message,

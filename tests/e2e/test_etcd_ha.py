@@ -109,7 +109,8 @@ class EtcdCluster:
         if r.returncode != 0:
             return None
         status = json.loads(r.stdout)[0]["Status"]
-        return status["header"]["member_id"], status["leader"]
+        # A member without a leader omits the field (protobuf's JSON leaves zero values out).
+        return status["header"]["member_id"], status.get("leader", 0)
 
     def leader(self, timeout):
         """Index of the member that every running member names as leader (etcdctl endpoint

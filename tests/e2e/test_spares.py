@@ -3,7 +3,8 @@ workers (workers/ddp_steps.py) whose parameters are compared bit for bit with th
 
 A run of --nnodes=2 holds every further agent as a spare. A kill -9 of a whole node (its agent
 and its workers) gives the lost node rank to one spare: WORLD_SIZE and the rank layout stay, and
-the job ends with the parameters of a run without the failure. Of two spares exactly one takes
+the job ends with the parameters of a run without the failure; so does a node that leaves after
+its health check fails mid-run (exit 71). Of two spares exactly one takes
 the place and the other stays a spare until the run ends (exit 77, saying it was not needed). A
 spare killed while it takes over is replaced by the next spare.
 """
@@ -19,10 +20,10 @@ from test_launch import ddp_reference
 STEPS = 4
 
 
-def agent(spawn, rendezvous, python2, node_id, hold, nproc, run_id="spares"):
+def agent(spawn, rendezvous, python2, node_id, hold, nproc, run_id="spares", extra=()):
     return spawn([BIN / "dgt-run", "--nnodes=2", f"--nproc-per-node={nproc}",
                   f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}",
-                  f"--node-id={node_id}", "--stop-timeout=5", WORKERS / "ddp_steps.py",
+                  f"--node-id={node_id}", "--stop-timeout=5", *extra, WORKERS / "ddp_steps.py",
                   f"--steps={STEPS}", f"--hold-file={hold}"],
                  name=node_id, env=dgt_env(DGT_PYTHON=python2))
 
@@ -179,3 +180,26 @@ def test_spare_killed_while_taking_over_is_replaced_by_the_next(spawn, rendezvou
     check_result(a, d, 1)
     assert "round 2 (node lost: node node-c (127.0.0.1) was lost): " + round_line(a, 0, 1) in (
         a.stderr)
+
+
+def test_node_failing_a_health_check_mid_run_is_replaced_by_the_spare(spawn, rendezvous, python2,
+                                                                      tmp_path):
+    hold, sick = tmp_path / "go", tmp_path / "sick"
+    check = f"if [ -e {sick} ]; then echo 'GPU 1: fallen off the bus'; exit 1; fi"
+    a = agent(spawn, rendezvous, python2, "node-a", hold, 2)
+    b = agent(spawn, rendezvous, python2, "node-b", hold, 2,
+              extra=["--health-check", check, "--health-interval=0.5"])
+    wait_for(lambda: held(a, (0, 1)) and held(b, (2, 3)), 120, "round 0's four ranks")
+    c = agent(spawn, rendezvous, python2, "node-c", hold, 2)
+    wait_for(lambda: "this node waits as a hot spare" in c.stderr, 30, "node-c to wait as a spare")
+    sick.touch()
+    assert b.wait(timeout=60) == 71, b.stderr  # docs/EXIT_CODES.md: a health check failed.
+    assert b.stderr.strip().splitlines()[-1] == (
+        f"dgt-run: error: health check '{check}' failed: exited with code 1: GPU 1: fallen off "
+        "the bus")
+    wait_for(lambda: round_line(c, 1, 2) in c.stderr, 60, "node-c to take node rank 1")
+    hold.touch()
+    assert a.wait(timeout=120) == 0, a.stderr
+    assert c.wait(timeout=60) == 0, c.stderr
+    check_result(a, c, 2)
+    assert records(b.stdout) == []  # node-b's workers were stopped before they finished.

@@ -34,6 +34,10 @@ case "$target" in
     libs=(-lyaml-cpp $(pkg-config --libs protobuf))
     sources=(jobs/scheduler.cc jobs/job_spec.cc jobs/job_state.cc run_status/run_status.cc
              common/read_file.cc) ;;
+  lifecycle_fuzzer)
+    sources=(agent/lifecycle/node_lifecycle.cc agent/lifecycle/node_lifecycle_marks.cc
+             agent/lifecycle/node_lifecycle_service.cc agent/lifecycle/node_lifecycle_workers.cc
+             agent/lifecycle/restart_policy.cc agent/workers/worker_exit.cc) ;;
   *)
     echo "build_fuzzer: unknown target '$target'" >&2
     exit 2 ;;

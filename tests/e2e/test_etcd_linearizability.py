@@ -1,0 +1,239 @@
+"""The job records of two dgt-rendezvous --backend=etcd replicas are linearizable registers under
+faults (docs/RELIABILITY.md, "Linearizability of the etcd backends").
+
+A real three-member etcd cluster (Debian's etcd, test_etcd_ha.EtcdCluster) and two replicas
+(2 s leader lease). Four clients run `dgt submit`, `dgt cancel` and `dgt job show --json` against
+both replicas (`--rdzv-endpoint A,B`) and record each call's invocation and answer with real
+times. Meanwhile a nemesis injects a random fault 2-5 s after the last one healed: kill -9 of a
+replica (started again 1-3 s later) or of an etcd member (restarted 1-3 s later), SIGSTOP of a
+replica or of an etcd member for 1-5 s (then SIGCONT). After DGT_CHAOS_SECONDS (default 120) every fault is healed and
+every acknowledged job is read once more. tests/e2e/linearizability.py then checks the history:
+each job record a linearizable register (Wing & Gong, one key at a time), no acknowledged job
+lost, no job id handed out twice. A deposed leader that wrote (no fence) would break the last
+two. No node runs jobs here: a job stays queued until cancelled.
+
+Skips without etcd/etcdctl except under CI=true (test_rendezvous_etcd.need_etcd).
+`bench/chaos/etcd.sh --minutes N` runs it longer.
+"""
+import json
+import math
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import BIN
+from jobs_helpers import dgt, logs
+from jobs_helpers import poll as wait_for
+from linearizability import Op, check
+from test_etcd_ha import EtcdCluster
+from test_rendezvous_etcd import free_port, need_etcd
+
+SECONDS = float(os.environ.get("DGT_CHAOS_SECONDS", "120"))
+CLIENTS = 4
+LEASE_S = 2
+CALL_TIMEOUT_S = 5  # dgt --timeout per call.
+SEED = int(os.environ.get("DGT_CHAOS_SEED", str(int(time.time()))))
+
+
+class Replicas:
+    """Two dgt-rendezvous --backend=etcd on fixed loopback ports, restartable."""
+
+    def __init__(self, spawn, etcd_endpoints):
+        self.spawn = spawn
+        self.etcd = ",".join(etcd_endpoints)
+        self.ports = [free_port(), free_port()]
+        self.endpoints = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        self.procs = [None, None]
+        self.starts = [0, 0]
+
+    def start(self, i):
+        self.starts[i] += 1
+        self.procs[i] = self.spawn(
+            [BIN / "dgt-rendezvous", "--listen", f"127.0.0.1:{self.ports[i]}", "--backend=etcd",
+             f"--etcd-endpoints={self.etcd}", f"--replica-id=r{i + 1}",
+             f"--leader-lease-s={LEASE_S}", "--allow-unauthenticated-submit"],
+            name=f"r{i + 1}.{self.starts[i]}")
+
+    def running(self, i):
+        return self.procs[i] is not None and self.procs[i].popen.poll() is None
+
+    def pid(self, i):
+        return self.procs[i].popen.pid
+
+    def logs(self):
+        return "\n".join(f"--- r{i + 1}: {logs(p)[-3000:]}" for i, p in enumerate(self.procs) if p)
+
+
+class History:
+    def __init__(self):
+        self.ops = []
+        self.lock = threading.Lock()
+        self.keys = []
+
+    def add(self, op):
+        with self.lock:
+            self.ops.append(op)
+            if op.kind == "submit" and op.status == "ok":
+                self.keys.append(op.key)
+
+    def some_key(self, rng):
+        with self.lock:
+            return rng.choice(self.keys) if self.keys else None
+
+
+def call(endpoints, *args):
+    """A `dgt` call with its real invocation and answer times; None for the answer when it did
+    not end within its bound."""
+    invoke = time.monotonic()
+    try:
+        out = dgt(endpoints, *args, f"--timeout={CALL_TIMEOUT_S}", timeout=3 * CALL_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 (subprocess.TimeoutExpired: the outcome is unknown)
+        return invoke, math.inf, None
+    return invoke, time.monotonic(), out
+
+
+def submit(client, endpoints, job_file, history):
+    invoke, complete, out = call(endpoints, "submit", job_file)
+    if out is not None and out.returncode == 0:
+        history.add(Op(client, "submit", out.stdout.strip(), invoke, complete, "ok"))
+    # Any other answer: the job may exist under an id nobody learnt; nothing to check.
+
+
+def cancel(client, endpoints, key, history):
+    invoke, complete, out = call(endpoints, "cancel", key)
+    if out is not None and out.returncode == 0:
+        history.add(Op(client, "cancel", key, invoke, complete, "ok"))
+    elif out is not None and out.returncode == 1 and "already finished" in out.stderr:
+        history.add(Op(client, "cancel", key, invoke, complete, "fail", "finished"))
+    elif out is not None and out.returncode == 1 and f"no job '{key}'" in out.stderr:
+        history.add(Op(client, "cancel", key, invoke, complete, "fail", "not_found"))
+    else:
+        history.add(Op(client, "cancel", key, invoke, math.inf, "info"))
+
+
+def read(client, endpoints, key, history):
+    invoke, complete, out = call(endpoints, "job", "show", key, "--json")
+    if out is not None and out.returncode == 0:
+        state = json.loads(out.stdout)["state"]
+        history.add(Op(client, "read", key, invoke, complete, "ok", state))
+    elif out is not None and out.returncode == 1 and f"no job '{key}'" in out.stderr:
+        history.add(Op(client, "read", key, invoke, complete, "ok", None))
+    # A read that failed otherwise changed nothing: not recorded.
+
+
+class Nemesis:
+    """A random fault on the replicas or the etcd members 2-5 s after the last one healed, each
+    healed in 1-5 s."""
+
+    def __init__(self, rng, replicas, cluster):
+        self.rng = rng
+        self.replicas = replicas
+        self.cluster = cluster
+        self.faults = {}
+        self.log = []
+
+    def run(self, until):
+        while time.monotonic() < until:
+            time.sleep(self.rng.uniform(2, 5))
+            if time.monotonic() >= until:
+                break
+            kind = self.rng.choice(["kill replica", "stop replica", "kill etcd", "stop etcd"])
+            target = self.rng.randrange(2 if "replica" in kind else 3)
+            hold = self.rng.uniform(1, 5) if kind.startswith("stop") else self.rng.uniform(1, 3)
+            self.faults[kind] = self.faults.get(kind, 0) + 1
+            self.log.append(f"{time.monotonic():.3f} {kind} {target} for {hold:.1f} s")
+            if kind == "kill replica":
+                self.replicas.procs[target].popen.kill()
+                self.replicas.procs[target].popen.wait(timeout=10)
+                time.sleep(hold)
+                self.replicas.start(target)
+            elif kind == "stop replica":
+                pid = self.replicas.pid(target)
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(hold)
+                os.kill(pid, signal.SIGCONT)
+            elif kind == "kill etcd":
+                self.cluster.kill(target)
+                time.sleep(hold)
+                self.cluster.start(target)
+            else:
+                pid = self.cluster.procs[target].pid
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(hold)
+                os.kill(pid, signal.SIGCONT)
+
+
+def client_loop(client, rng, endpoints, job_file, history, until):
+    while time.monotonic() < until:
+        r = rng.random()
+        key = history.some_key(rng)
+        if r < 0.3 or key is None:
+            submit(client, endpoints, job_file, history)
+        elif r < 0.55:
+            cancel(client, endpoints, key, history)
+        else:
+            read(client, endpoints, key, history)
+
+
+def test_job_records_are_linearizable_under_faults(spawn, tmp_path):
+    need_etcd()
+    cluster = EtcdCluster(3)
+    try:
+        run_chaos(spawn, tmp_path, cluster)
+    finally:
+        cluster.close()
+
+
+def run_chaos(spawn, tmp_path, cluster):
+    rng = random.Random(SEED)
+    print(f"seed {SEED} (DGT_CHAOS_SEED), {SECONDS:.0f} s")
+    replicas = Replicas(spawn, cluster.endpoints)
+    replicas.start(0)
+    assert wait_for(lambda: "r1 leads" in logs(replicas.procs[0]), 20), replicas.logs()
+    replicas.start(1)
+    assert wait_for(lambda: "standby" in logs(replicas.procs[1]), 20), replicas.logs()
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("command: sleep 1\ninstance_count: 1\n")
+
+    history = History()
+    until = time.monotonic() + SECONDS
+    nemesis = Nemesis(random.Random(rng.random()), replicas, cluster)
+    threads = [threading.Thread(
+        target=client_loop,
+        args=(c, random.Random(rng.random()), replicas.endpoints, job_file, history, until))
+        for c in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    # The nemesis runs on this thread: the etcd members it starts again die with the thread that
+    # started them (PR_SET_PDEATHSIG), so not with a thread of their own.
+    nemesis.run(until)
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a client did not end within its bound"
+
+    # Healed (the nemesis ends each fault itself): every replica and member up, a leader.
+    for i in range(2):
+        if not replicas.running(i):
+            replicas.start(i)
+    for i in range(3):
+        assert cluster.running(i), f"etcd member m{i} exited on its own: {cluster.log_tails()}"
+    cluster.wait_healthy(60)
+    # Every acknowledged job read once more, by a client of its own, until an answer comes.
+    for key in list(history.keys):
+        deadline = time.monotonic() + 30
+        before = len(history.ops)
+        while len(history.ops) == before:
+            assert time.monotonic() < deadline, f"no answer for {key} within 30 s after healing"
+            read(CLIENTS, replicas.endpoints, key, history)
+
+    violations, summary = check(history.ops)
+    print(summary)
+    print("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(nemesis.faults.items())))
+    assert sum(nemesis.faults.values()) >= SECONDS / 12, nemesis.log
+    assert len(history.keys) >= 10, (summary, replicas.logs())
+    assert not violations, ("\n\n".join(violations[:5]) + "\n\nfaults:\n" +
+                            "\n".join(nemesis.log) + "\n" + replicas.logs())
