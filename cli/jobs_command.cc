@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -254,8 +255,21 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   request.set_job_id(id);
   request.set_grace_s(absl::ToDoubleSeconds(*grace));
   v1::JobInfo job;
+  // A replica that answers UNAVAILABLE other than as a standby (it stopped leading, or its etcd
+  // write went unanswered) may have applied the cancel; the next replica then finds the job
+  // cancelled. That is this call's own cancel, not someone else's: reported as done.
+  bool maybe_applied = false;
   int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
-    return stub.Cancel(ctx, request, &job);
+    grpc::Status s = stub.Cancel(ctx, request, &job);
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !replica::StandbyAnswer(s)) {
+      maybe_applied = true;
+    } else if (maybe_applied && s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+               absl::EndsWith(s.error_message(), "already finished: cancelled")) {
+      job.set_job_id(id);
+      job.set_state(v1::JOB_STATE_CANCELLED);
+      return grpc::Status::OK;
+    }
+    return s;
   });
   if (rc == 0) {
     std::printf("%s: %s\n", job.job_id().c_str(),

@@ -364,12 +364,14 @@ bool JobsService::FencedLocked(const absl::Status& s) {
 
 bool JobsService::Persist() {
   Scheduler::Changes changes = scheduler_.TakeChanges();
+  unsaved_jobs_.clear();
   // A fenced write: another replica leads; nothing more is written or sent from here.
   for (const std::string& id : changes.jobs) {
     if (const v1::JobInfo* job = scheduler_.FindJob(id); job != nullptr) {
       if (absl::Status s = backend_->PutJob(*job); !s.ok()) {
         if (FencedLocked(s)) return false;
         spdlog::warn("jobs: job {} not saved: {}", id, s.message());
+        unsaved_jobs_[id] = std::string(s.message());
       }
     }
   }
@@ -468,6 +470,15 @@ grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* conte
   if (!PersistAndDispatch(std::move(actions))) {
     return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_));
   }
+  if (auto it = unsaved_jobs_.find(*id); it != unsaved_jobs_.end()) {
+    return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                      absl::StrCat("job ", *id,
+                                                   " was accepted but its record was not saved (",
+                                                   it->second,
+                                                   "): it may run, or be lost if this replica "
+                                                   "stops leading; check `dgt jobs` before "
+                                                   "submitting it again")));
+  }
   return Done(context, grpc::Status::OK);
 }
 
@@ -532,6 +543,12 @@ grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* conte
   *response = *std::move(job);
   if (!PersistAndDispatch(std::move(actions))) {
     return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_));
+  }
+  if (auto it = unsaved_jobs_.find(request->job_id()); it != unsaved_jobs_.end()) {
+    return Done(context, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                      absl::StrCat("the cancel of job ", request->job_id(),
+                                                   " was applied but not saved (", it->second,
+                                                   "); ask again")));
   }
   return Done(context, grpc::Status::OK);
 }

@@ -37,6 +37,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
@@ -164,6 +165,10 @@ class JobsService final : public v1::Jobs::CallbackService {
   bool leader_ ABSL_GUARDED_BY(mu_);
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
   std::string step_down_message_ ABSL_GUARDED_BY(mu_);  // The last StepDownLocked's.
+  // Jobs whose record the last Persist could not write (not fenced: etcd did not answer, so the
+  // write may or may not have been applied), with why. A Submit or Cancel of one of them is not
+  // acknowledged: its caller learns that the outcome is unknown.
+  absl::flat_hash_map<std::string, std::string> unsaved_jobs_ ABSL_GUARDED_BY(mu_);
   std::thread poller_;
 };
 

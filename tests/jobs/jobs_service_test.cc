@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
@@ -16,6 +17,25 @@
 
 namespace dgt::jobs {
 namespace {
+
+// An etcd that stops answering job writes when `fail_puts` is set (UNAVAILABLE, not fenced: the
+// write may or may not have been applied).
+class FlakyJobBackend final : public JobStateBackend {
+ public:
+  bool fail_puts = false;
+  absl::Status PutJob(const v1::JobInfo& job) override {
+    if (fail_puts) return absl::UnavailableError("etcd txn: no answer within 2s");
+    return inner_.PutJob(job);
+  }
+  absl::Status DeleteJob(absl::string_view job_id) override { return inner_.DeleteJob(job_id); }
+  absl::Status PutNode(const v1::NodeInfo& node) override { return inner_.PutNode(node); }
+  absl::Status DeleteNode(absl::string_view name) override { return inner_.DeleteNode(name); }
+  absl::StatusOr<std::vector<v1::JobInfo>> LoadJobs() override { return inner_.LoadJobs(); }
+  absl::StatusOr<std::vector<v1::NodeInfo>> LoadNodes() override { return inner_.LoadNodes(); }
+
+ private:
+  InMemoryJobStateBackend inner_;
+};
 
 class JobsServiceTest : public ::testing::Test {
  protected:
@@ -409,6 +429,45 @@ TEST_F(JobsServiceTest, ANodeLostMidJobFailsItAfterTheGrace) {
             "node b: its daemon was lost mid-job (no re-registration within 0.3 s); "
             "max_restarts 0");
   a->ctx.TryCancel();
+}
+
+TEST_F(JobsServiceTest, SubmitAndCancelWhoseRecordWasNotSavedAreNotAcknowledged) {
+  FlakyJobBackend backend;
+  JobsServiceOptions options = Open();
+  options.backend = &backend;
+  Start(std::move(options));
+  const std::string saved = SubmitJob(Spec());
+  ASSERT_EQ(saved, "job-1");
+
+  backend.fail_puts = true;
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SubmitRequest request;
+    *request.mutable_spec() = Spec();
+    v1::SubmitResponse response;
+    grpc::Status st = stub_->Submit(&ctx, request, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(st.error_message(),
+              "job job-2 was accepted but its record was not saved (etcd txn: no answer within "
+              "2s): it may run, or be lost if this replica stops leading; check `dgt jobs` before "
+              "submitting it again");
+  }
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::CancelRequest request;
+    request.set_job_id(saved);
+    v1::JobInfo job;
+    grpc::Status st = stub_->Cancel(&ctx, request, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(st.error_message(),
+              "the cancel of job job-1 was applied but not saved (etcd txn: no answer within 2s); "
+              "ask again");
+  }
+  // Once etcd answers again, a write of the same records is acknowledged.
+  backend.fail_puts = false;
+  EXPECT_EQ(SubmitJob(Spec()), "job-3");
 }
 
 }  // namespace
