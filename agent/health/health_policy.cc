@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "agent/lifecycle/node_lifecycle.h"
 #include "common/flag_parse.h"
 
@@ -31,8 +32,20 @@ void OutputTail::Append(std::string_view bytes) {
 }
 
 std::string OutputTail::Text() const {
-  std::string text = ring_.substr(start_) + ring_.substr(0, start_);
-  absl::StripTrailingAsciiWhitespace(&text);
+  std::string kept = ring_.substr(start_) + ring_.substr(0, start_);
+  absl::StripTrailingAsciiWhitespace(&kept);
+  // Control bytes (NUL included: it would end the printed reason) become \xNN, so that a check's
+  // output can neither cut its reason short nor drive the terminal; newlines and tabs stay.
+  std::string text;
+  text.reserve(kept.size());
+  for (const char c : kept) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) {
+      absl::StrAppendFormat(&text, "\\x%02x", byte);
+    } else {
+      text.push_back(c);
+    }
+  }
   if (!cut()) return text;
   return absl::StrCat("[output cut: the last ", ring_.size(), " of ", total_, " bytes] ", text);
 }

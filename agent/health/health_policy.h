@@ -32,8 +32,9 @@ class OutputTail {
   // Bytes appended so far.
   uint64_t total() const { return total_; }
   bool cut() const { return total_ > cap_; }
-  // The kept bytes, oldest first, trailing whitespace removed; when bytes were dropped, prefixed
-  // with "[output cut: the last 4096 of 1048576 bytes] ".
+  // The kept bytes, oldest first, trailing whitespace removed, control bytes other than newline
+  // and tab (NUL, ESC, DEL, ...) written as \xNN; when bytes were dropped, prefixed with
+  // "[output cut: the last 4096 of 1048576 bytes] ".
   std::string Text() const;
 
  private:

@@ -34,6 +34,12 @@ TEST(OutputTailTest, KeepsTheLastBytesAndSaysItCut) {
   EXPECT_EQ(tail.Text(), "[output cut: the last 8 of 26 bytes] ijklmnop");
 }
 
+TEST(OutputTailTest, ControlBytesAreEscapedNotCutOrPrinted) {
+  OutputTail tail;
+  tail.Append(std::string_view("a\0b\x01\xff\x1b[31mRED\tx\ny\x7f\n", 19));
+  EXPECT_EQ(tail.Text(), "a\\x00b\\x01\xff\\x1b[31mRED\tx\ny\\x7f");
+}
+
 TEST(OutputTailTest, OneMegabyteInSmallPiecesKeepsTheDefaultCap) {
   OutputTail tail;
   const std::string line = "0123456789abcde\n";  // 16 bytes.
