@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,9 +20,12 @@ std::string FormatFlagSeconds(absl::Duration d) {
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view flag, absl::string_view text,
                                              absl::Duration min, absl::Duration max) {
   double seconds = 0;
+  // A decimal number, as Python's float() in torchrun reads one: strtod's hexadecimal form
+  // ("0x10", "0x1p-3"), which SimpleAtod takes too, is refused.
+  const bool hex = absl::StrContains(text, 'x') || absl::StrContains(text, 'X');
   // Compared as doubles first: absl::Seconds() of a huge value saturates to infinity and of
   // nan is undefined, so only an in-range number becomes a Duration.
-  if (absl::SimpleAtod(text, &seconds) && std::isfinite(seconds) &&
+  if (!hex && absl::SimpleAtod(text, &seconds) && std::isfinite(seconds) &&
       seconds >= absl::ToDoubleSeconds(min) && seconds <= absl::ToDoubleSeconds(max)) {
     absl::Duration d = absl::Seconds(seconds);
     if (d >= min && d <= max) return d;

@@ -28,7 +28,7 @@ TEST(FlagParseTest, DurationAcceptsSecondsInRange) {
 TEST(FlagParseTest, DurationRefusesNanInfNegativeOverflowAndText) {
   const std::string bound = "from 0.001 to 31536000 (a year)";
   for (const char* bad : {"nan", "NaN", "inf", "-inf", "-1", "0", "0.0005", "1e18", "1e20", "1e300",
-                          "31536000.5", "", "5s", "abc", "1,5"}) {
+                          "31536000.5", "", "5s", "abc", "1,5", "0x10", "0x1p-3", "0X1"}) {
     auto d = ParseDuration("--timeout", bad, kMinPositiveFlagDuration, kMaxFlagDuration);
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
