@@ -116,6 +116,7 @@ std::optional<std::string> Agent::CheckHealthBeforeJoin() {
   HealthMonitor::Options ho;
   ho.interval = absl::Seconds(options_.health.interval_s);
   ho.check_timeout = absl::Seconds(options_.health.check_timeout_s);
+  ho.track_group = [this](pid_t pgid, bool running) { workers_.WatchGroup(pgid, running); };
   health_ = std::make_unique<HealthMonitor>(io_, ho, [this](const std::string& message) {
     if (lifecycle_) Execute(lifecycle_->OnHealthFailed(message, workers_.has_group()));
   });

@@ -38,24 +38,29 @@ int PollMillis(absl::Duration left) {
 
 class Command final : public HealthCheck {
  public:
-  Command(std::string command, absl::Duration timeout, const std::atomic<bool>* cancel)
-      : command_(std::move(command)), timeout_(timeout), cancel_(cancel) {}
+  Command(std::string command, absl::Duration timeout, const std::atomic<bool>* cancel,
+          GroupTracker track)
+      : command_(std::move(command)),
+        timeout_(timeout),
+        cancel_(cancel),
+        track_(std::move(track)) {}
   std::string name() const override { return command_; }
   HealthResult Run(absl::Time deadline) override {
     deadline = std::min(deadline, absl::Now() + timeout_);
-    return CommandVerdict(RunHealthCommand(command_, deadline, cancel_), timeout_);
+    return CommandVerdict(RunHealthCommand(command_, deadline, cancel_, track_), timeout_);
   }
 
  private:
   std::string command_;
   absl::Duration timeout_;
   const std::atomic<bool>* cancel_;
+  GroupTracker track_;
 };
 
 }  // namespace
 
 CommandEnd RunHealthCommand(const std::string& command, absl::Time deadline,
-                            const std::atomic<bool>* cancel) {
+                            const std::atomic<bool>* cancel, const GroupTracker& track) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return SpawnFailed("pipe", errno);
   posix_spawn_file_actions_t actions;
@@ -89,6 +94,7 @@ CommandEnd RunHealthCommand(const std::string& command, absl::Time deadline,
     close(fds[0]);
     return SpawnFailed("posix_spawn", err);
   }
+  if (track) track(pid, true);
 
   OutputTail tail;
   CommandEnd end;
@@ -136,6 +142,7 @@ CommandEnd RunHealthCommand(const std::string& command, absl::Time deadline,
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
   }
+  if (track) track(pid, false);
   end.output = tail.Text();
   if (!end.timed_out) {
     if (WIFEXITED(status)) end.exit_code = WEXITSTATUS(status);
@@ -145,8 +152,8 @@ CommandEnd RunHealthCommand(const std::string& command, absl::Time deadline,
 }
 
 std::unique_ptr<HealthCheck> CommandCheck(std::string command, absl::Duration timeout,
-                                          const std::atomic<bool>* cancel) {
-  return std::make_unique<Command>(std::move(command), timeout, cancel);
+                                          const std::atomic<bool>* cancel, GroupTracker track) {
+  return std::make_unique<Command>(std::move(command), timeout, cancel, std::move(track));
 }
 
 }  // namespace dgt::agent

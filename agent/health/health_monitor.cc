@@ -30,7 +30,7 @@ void HealthMonitor::AddChecksFor(const HealthFlags& flags, const std::string& lo
 void HealthMonitor::Add(std::unique_ptr<HealthCheck> check) { checks_.push_back(std::move(check)); }
 
 void HealthMonitor::AddCommand(const std::string& command) {
-  Add(CommandCheck(command, options_.check_timeout, &cancel_));
+  Add(CommandCheck(command, options_.check_timeout, &cancel_, options_.track_group));
 }
 
 std::optional<std::string> HealthMonitor::Round() {

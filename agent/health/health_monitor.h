@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "agent/flags/health_flags.h"
 #include "agent/health/builtin_checks.h"
+#include "agent/health/command_check.h"
 #include "agent/health/health_check.h"
 #include "boost/asio.hpp"
 
@@ -32,6 +33,8 @@ class HealthMonitor {
   struct Options {
     absl::Duration interval = absl::Seconds(60);       // 0: RunOnce only.
     absl::Duration check_timeout = absl::Seconds(60);  // Each check's deadline.
+    // Told each user check's process group (command_check.h); may be empty.
+    GroupTracker track_group;
   };
 
   // `on_failure` runs on `io`'s loop.

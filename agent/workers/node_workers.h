@@ -51,6 +51,15 @@ class NodeWorkers {
 
   // Forks the watchdog. Before any thread starts. Errors: what fork or its pipe reported.
   absl::Status StartWatchdog() { return watchdog_.Start(); }
+  // Registers (`watch`) or unregisters a process group the agent started besides its workers (a
+  // health check's), so that it does not outlive the agent. Any thread (one pipe write).
+  void WatchGroup(pid_t pgid, bool watch) {
+    if (watch) {
+      watchdog_.Register(pgid);
+    } else {
+      watchdog_.Unregister(pgid);
+    }
+  }
   // Creates this launch's log directory for the first round (--log-dir, else a temporary one).
   // Errors: FailedPrecondition with the message to finish with (exit 1).
   absl::Status SetUpLogs();

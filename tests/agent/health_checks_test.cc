@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -251,6 +252,18 @@ TEST(CommandCheckTest, CancelEndsARunEarly) {
   const CommandEnd end = RunHealthCommand("sleep 30", absl::Now() + absl::Seconds(30), &cancel);
   EXPECT_TRUE(end.timed_out);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(CommandCheckTest, TheGroupIsTrackedWhileTheCommandRuns) {
+  std::vector<std::pair<pid_t, bool>> calls;
+  const CommandEnd end =
+      RunHealthCommand("echo ok", absl::Now() + absl::Seconds(30), nullptr,
+                       [&](pid_t pgid, bool running) { calls.emplace_back(pgid, running); });
+  EXPECT_EQ(end.exit_code, 0);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_GT(calls[0].first, 0);
+  EXPECT_TRUE(calls[0].second);
+  EXPECT_EQ(calls[1], std::make_pair(calls[0].first, false));
 }
 
 // Healthy for its first `healthy_runs` runs, then unhealthy.
