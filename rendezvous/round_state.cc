@@ -486,11 +486,17 @@ void RoundStateMachine::EndRecovery(RunRecord& run) {
 
 void RoundStateMachine::SendProgress(const RunRecord& run, std::vector<Outgoing>& out,
                                      SessionId only) const {
+  // While a round runs, a waiting node is a hot spare unless the waiting nodes beyond
+  // --spare-nodes are about to grow the run (a scale-up after the last call; Evaluate's rule).
+  const bool running = run.state == RunState::kRunning;
+  const int32_t members = running ? MemberCount(run) : 0;
+  const bool scale_up = running && !run.recovering && run.succeeded == 0 &&
+                        members < run.max_nodes &&
+                        ConnectedCount(run) - members - run.spare_nodes > 0;
   auto progress_to = [&](const NodeRecord& n) {
-    if (n.session == 0 || (run.state == RunState::kRunning && n.node_rank >= 0)) return;
-    out.push_back(
-        Outgoing{n.session, JoinProgress{ConnectedCount(run), run.min_nodes, run.max_nodes,
-                                         run.state == RunState::kRunning}});
+    if (n.session == 0 || (running && n.node_rank >= 0)) return;
+    out.push_back(Outgoing{n.session, JoinProgress{ConnectedCount(run), run.min_nodes,
+                                                   run.max_nodes, running && !scale_up}});
   };
   if (only != 0) {
     // One node: found through the session index, not a scan of the run.

@@ -332,5 +332,35 @@ TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCount) {
   EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(61));
 }
 
+// JoinProgress.spare of the one message to session `s` in `out`.
+bool SpareFlag(const std::vector<Outgoing>& out, SessionId s) {
+  for (const Outgoing& o : out) {
+    if (const auto* p = std::get_if<JoinProgress>(&o.message); p != nullptr && o.session == s) {
+      return p->spare;
+    }
+  }
+  ADD_FAILURE() << "no JoinProgress to session " << s;
+  return false;
+}
+
+TEST(RoundStateSparesTest, ANodeWaitingForAScaleUpIsNotCalledASpare) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 3));
+  h.Tick(kT0 + absl::Seconds(31));  // Round 0 with n1 after the last call.
+  ASSERT_EQ(h.last.at(1).node_rank, 0);
+  h.StoreReady(1, 30001);
+  // No --spare-nodes: n2 grows the run after the last call, so it is no spare.
+  EXPECT_FALSE(SpareFlag(h.Join(2, Join("n2", 1, 3)), 2));
+}
+
+TEST(RoundStateSparesTest, AnElasticRunsSpareWithinSpareNodesIsCalledASpare) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 3, 1));
+  h.Tick(kT0 + absl::Seconds(31));
+  ASSERT_EQ(h.last.at(1).node_rank, 0);
+  h.StoreReady(1, 30001);
+  EXPECT_TRUE(SpareFlag(h.Join(2, Join("n2", 1, 3, 1)), 2));
+}
+
 }  // namespace
 }  // namespace dgt::rendezvous
