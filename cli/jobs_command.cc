@@ -256,21 +256,29 @@ int CancelJob(const CommonFlags& f, const std::string& id, const std::string& gr
   request.set_grace_s(absl::ToDoubleSeconds(*grace));
   v1::JobInfo job;
   // A replica that answers UNAVAILABLE other than as a standby (it stopped leading, or its etcd
-  // write went unanswered) may have applied the cancel; the next replica then finds the job
-  // cancelled. That is this call's own cancel, not someone else's: reported as done.
+  // write went unanswered) may have applied the cancel; when the next replica then finds the job
+  // cancelled, nobody can tell whether this request or another one did it. Neither "done" nor
+  // "already finished" is known to be true: the outcome is unknown (exit 69), as for a call that
+  // got no answer at all.
   bool maybe_applied = false;
-  int rc = c.Run([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
+  std::string unanswered;
+  const grpc::Status st = c.Try([&](v1::Jobs::Stub& stub, grpc::ClientContext* ctx) {
     grpc::Status s = stub.Cancel(ctx, request, &job);
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !replica::StandbyAnswer(s)) {
       maybe_applied = true;
-    } else if (maybe_applied && s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-               absl::EndsWith(s.error_message(), "already finished: cancelled")) {
-      job.set_job_id(id);
-      job.set_state(v1::JOB_STATE_CANCELLED);
-      return grpc::Status::OK;
+      unanswered = s.error_message();
     }
     return s;
   });
+  if (maybe_applied && st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      absl::EndsWith(st.error_message(), "already finished: cancelled")) {
+    c.Error(absl::StrCat("job ", id,
+                         " is cancelled, but perhaps not by this request: an earlier attempt's "
+                         "replica may have applied it without answering (",
+                         unanswered, ")"));
+    return replica::kExitRendezvousUnavailable;
+  }
+  const int rc = c.ExitFor(st);
   if (rc == 0) {
     std::printf("%s: %s\n", job.job_id().c_str(),
                 std::string(dgt::jobs::JobStateName(job.state())).c_str());
