@@ -16,6 +16,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from worker_exit import exit_now
 
 ENV_VARS = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK",
@@ -76,4 +77,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

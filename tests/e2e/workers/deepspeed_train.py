@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+from worker_exit import exit_now
 
 IN, OUT, MICRO = 6, 2, 4
 ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -142,4 +143,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

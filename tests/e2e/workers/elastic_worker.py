@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from worker_exit import exit_now
 
 
 def main():
@@ -64,4 +65,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    exit_now(main())

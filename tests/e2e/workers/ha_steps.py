@@ -16,6 +16,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from worker_exit import exit_now
 
 
 def emit(**fields):
@@ -63,4 +64,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

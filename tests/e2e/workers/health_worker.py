@@ -12,6 +12,7 @@ import time
 import ddp_steps
 import torch
 import torch.distributed as dist
+from worker_exit import exit_now
 
 
 def main() -> int:
@@ -34,4 +35,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

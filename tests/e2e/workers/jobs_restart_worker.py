@@ -11,6 +11,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from worker_exit import exit_now
 
 pid_dir, steps = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ["RANK"])
@@ -27,3 +28,4 @@ for step in range(steps):
     time.sleep(1)
 print(f"rank {rank} pid {os.getpid()} steps {steps} sum {total}", flush=True)
 dist.destroy_process_group()
+exit_now(0)

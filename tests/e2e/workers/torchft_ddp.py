@@ -33,6 +33,7 @@ from datetime import timedelta
 
 import torch
 from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+from worker_exit import exit_now
 
 LR = 1 / 32
 ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID",
@@ -129,4 +130,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
