@@ -77,8 +77,8 @@ void AddHealthFlags(CLI::App& app, RawHealthFlags* raw) {
       ->group(kGroup)
       ->type_name("INT");
   app.add_option("--min-free-disk,--min_free_disk", raw->min_free_disk,
-                 "Free space the log dir and the work dir need, bytes or K/M/G/T (default 1G; "
-                 "0: not checked)")
+                 "Free space the log dir and the work dir need, bytes or K/M/G/T (default 0: "
+                 "not checked)")
       ->group(kGroup)
       ->type_name("SIZE");
   app.add_option("--min-shm-size,--min_shm_size", raw->min_shm_size,

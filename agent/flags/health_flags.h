@@ -29,8 +29,10 @@ struct HealthFlags {
   double check_timeout_s = 60;
   // --expected-gpus: the /dev/nvidiaN nodes this node must have; -1: not checked.
   int expected_gpus = -1;
-  // --min-free-disk: bytes free in the log dir and the work dir; 0: not checked.
-  uint64_t min_free_disk = uint64_t{1} << 30;
+  // --min-free-disk: bytes free in the log dir and the work dir; 0 (the default): not checked.
+  // Off unless asked for: a job's own checkpoints fill its disk, and a fixed bound would stop
+  // runs that torchrun runs.
+  uint64_t min_free_disk = 0;
   // --min-shm-size: the least size of /dev/shm, bytes (it must be writable whatever this is).
   uint64_t min_shm_size = uint64_t{64} << 20;
 };
@@ -41,7 +43,7 @@ struct RawHealthFlags {
   std::string interval = "60";
   std::string check_timeout = "60";
   std::string expected_gpus;  // Empty: not given.
-  std::string min_free_disk = "1G";
+  std::string min_free_disk = "0";
   std::string min_shm_size = "64M";
 };
 

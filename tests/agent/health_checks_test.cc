@@ -356,7 +356,7 @@ TEST(HealthFlagsTest, DefaultsAndValues) {
   EXPECT_EQ(h.interval_s, 60);
   EXPECT_EQ(h.check_timeout_s, 60);
   EXPECT_EQ(h.expected_gpus, -1);
-  EXPECT_EQ(h.min_free_disk, uint64_t{1} << 30);
+  EXPECT_EQ(h.min_free_disk, 0u);  // Off unless asked for.
   EXPECT_EQ(h.min_shm_size, uint64_t{64} << 20);
   ParsedCommandLine p =
       Parse({"--health-check", "a.sh --x", "--health_check=b.sh", "--health-check", "c.sh",
