@@ -61,10 +61,10 @@ void HealthMonitor::Loop() {
   schedule.Finished(absl::Now());
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      dgt::MutexLock lock(&mu_);
       const absl::Time next = *schedule.NextRun();
       // Until the next round is due, or Stop.
-      mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
+      while (!stopping_ && absl::Now() < next) stop_cv_.WaitWithDeadline(&mu_, next);
       if (stopping_) return;
     }
     schedule.Started(absl::Now());
@@ -83,9 +83,10 @@ void HealthMonitor::Loop() {
 void HealthMonitor::Stop() {
   cancel_.store(true);
   {
-    absl::MutexLock lock(&mu_);
+    dgt::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  stop_cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -18,13 +18,13 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/flags/health_flags.h"
 #include "agent/health/builtin_checks.h"
 #include "agent/health/command_check.h"
 #include "agent/health/health_check.h"
 #include "boost/asio.hpp"
+#include "common/mutex.h"
 
 namespace dgt::agent {
 
@@ -70,7 +70,9 @@ class HealthMonitor {
   std::function<void(const std::string&)> on_failure_;
   std::vector<std::unique_ptr<HealthCheck>> checks_;
   std::atomic<bool> cancel_{false};
-  absl::Mutex mu_;
+  // dgt's Mutex (std::mutex underneath), which ThreadSanitizer sees, unlike Debian's Abseil.
+  dgt::Mutex mu_;
+  dgt::CondVar stop_cv_;  // Signalled by Stop.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   // Expires with the monitor: posted failures check it.
