@@ -11,7 +11,7 @@ namespace dgt::agent {
 
 HealthMonitor::HealthMonitor(boost::asio::io_context& io, Options options,
                              std::function<void(const std::string&)> on_failure)
-    : io_(io), options_(options), on_failure_(std::move(on_failure)) {}
+    : io_(io), options_(std::move(options)), on_failure_(std::move(on_failure)) {}
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
