@@ -16,6 +16,20 @@
 namespace dgt::rendezvous {
 namespace {
 
+// About the bytes of an etcd TxnRequest with these parts: their keys and values, and 16 bytes
+// of framing per part.
+int64_t TxnBytes(const std::vector<etcd::Compare>& compares, const std::vector<etcd::Op>& then,
+                 const std::vector<etcd::Op>& otherwise) {
+  int64_t bytes = 0;
+  for (const etcd::Compare& c : compares)
+    bytes += 16 + static_cast<int64_t>(c.key.size() + c.value.size());
+  for (const std::vector<etcd::Op>* ops : {&then, &otherwise}) {
+    for (const etcd::Op& op : *ops)
+      bytes += 16 + static_cast<int64_t>(op.key.size() + op.value.size());
+  }
+  return bytes;
+}
+
 // Whether two records differ in one node, by bucket: marks the bucket of every node added,
 // removed or changed between `before` and `after` (both sorted by node id). O(nodes).
 void MarkChangedBuckets(const std::map<std::string, NodeRecord>& before,
@@ -99,6 +113,11 @@ RunRecord* EtcdRunStateBackend::Mutable(absl::string_view run_id) {
   stage.buckets = entry.buckets;
   stage.base = std::move(entry.run);
   return &stage.run;
+}
+
+absl::Status EtcdRunStateBackend::CheckRunFits(int64_t nodes, absl::string_view node_id,
+                                               absl::string_view address) const {
+  return CheckRunFitsRequest(nodes, node_id, address, options_.max_request_bytes);
 }
 
 absl::StatusOr<Revision> EtcdRunStateBackend::Commit(absl::string_view run_id) {
@@ -260,6 +279,13 @@ absl::StatusOr<Revision> EtcdRunStateBackend::GuardedWriteTxn(
     return absl::Status(s.code(), absl::StrCat("etcd backend: ", what, " of run '", run_id,
                                                "' (key ", key, "): ", s.message()));
   };
+  // etcd answers a larger request with "request is too large": say so before sending it.
+  if (const int64_t bytes = TxnBytes(compares, then, otherwise);
+      bytes > options_.max_request_bytes) {
+    return fail(absl::ResourceExhaustedError(absl::StrCat(
+        "the write needs ", bytes, " bytes in one etcd Txn, more than --etcd-max-request-bytes (",
+        options_.max_request_bytes, ", as etcd's --max-request-bytes)")));
+  }
   const int64_t fence = fence_.term();
   if (absl::Status fenced = fence_.Guard(fence, compares, otherwise); !fenced.ok()) {
     return fail(fenced);

@@ -101,6 +101,11 @@ class EtcdRunStateBackend final : public RunStateBackend {
     // so that a replica deposed since it won can never commit; until SetLeaderFence gives a
     // revision every write is refused.
     std::string leader_key;
+    // The most bytes one Txn may send: etcd's --max-request-bytes (its default, 1.5 MiB), which
+    // etcd's members must be started with too. A run that would need more is refused at its
+    // first join (CheckRunFits), and a write over it fails with ResourceExhausted before it is
+    // sent.
+    int64_t max_request_bytes = kEtcdDefaultMaxRequestBytes;
     // Tests only: called after each put's Txn answered and before the view takes the write, so
     // that a test can let the watch deliver the write first (own_writes_from_watch).
     std::function<void()> after_put_txn_for_test;
@@ -141,6 +146,9 @@ class EtcdRunStateBackend final : public RunStateBackend {
   // Re-reads the prefix (Range), tells the watchers of what changed, and watches again from
   // after that read.
   absl::Status Reload() override;
+  // As CheckRunFitsRequest (run_record_codec.h) with max_request_bytes.
+  absl::Status CheckRunFits(int64_t nodes, absl::string_view node_id,
+                            absl::string_view address) const override;
 
   // The create_revision of the leader key this replica holds (its term), or 0 when it holds none
   // (every write is then refused with FAILED_PRECONDITION). Thread-safe: the election's thread

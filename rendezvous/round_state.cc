@@ -228,6 +228,12 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
   }
 
   if (join.rejoin.has_value()) return RejoinImpl(session, join, now);
+  // Nodes beyond MAX wait in the record too (spares): a round start rewrites them all.
+  if (absl::Status fits = backend_->CheckRunFits(int64_t{join.max_nodes} + join.spare_nodes,
+                                                 join.node_id, join.address);
+      !fits.ok()) {
+    return invalid(fits.message());
+  }
   if (const RunRecord* closed = backend_->Find(join.run_id);
       closed != nullptr && closed->state == RunState::kClosed && closed->connected == 0) {
     // Every agent of the finished run has left: the id is free for a new run (two jobs in a row

@@ -323,6 +323,49 @@ std::string EncodeRunRecord(const RunRecord& run, absl::string_view writer, int 
       .dump();
 }
 
+namespace {
+
+// The bytes of `text` as a JSON string, quotes included, as nlohmann::json's dump writes it
+// (control bytes escaped, other bytes as they are).
+int64_t JsonStringBytes(absl::string_view text) {
+  int64_t bytes = 2;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
+      bytes += 2;
+    } else if (u < 0x20) {
+      bytes += 6;
+    } else {
+      bytes += 1;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t NodeEntryBytesBound(absl::string_view node_id, absl::string_view address) {
+  // [id,session,address,nproc,store_port,node_rank,succeeded,failed,last_contact] and the comma
+  // before the next entry: 2 brackets + 9 separators, a uint64 (20), three int32 (11 each), two
+  // "false" (5 each) and an int64 of nanoseconds (20).
+  constexpr int64_t kRest = 2 + 9 + 20 + 3 * 11 + 2 * 5 + 20;
+  return JsonStringBytes(node_id) + JsonStringBytes(address) + kRest;
+}
+
+absl::Status CheckRunFitsRequest(int64_t nodes, absl::string_view node_id,
+                                 absl::string_view address, int64_t max_request_bytes) {
+  const int64_t per_node = NodeEntryBytesBound(node_id, address);
+  const int64_t room = max_request_bytes - kRunWriteReserveBytes;
+  const int64_t fit = room > 0 ? room / per_node : 0;
+  if (nodes <= fit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--nnodes MAX with --spare-nodes: ", nodes, " nodes need up to ",
+                   nodes * per_node + kRunWriteReserveBytes,
+                   " bytes in one etcd write; this dgt-rendezvous allows ", max_request_bytes,
+                   " (--etcd-max-request-bytes, as etcd's --max-request-bytes), enough for ", fit,
+                   " nodes like this one"));
+}
+
 std::string EncodeNodeBucket(const std::vector<const NodeRecord*>& nodes) {
   json list = json::array();
   for (const NodeRecord* n : nodes) list.push_back(NodeToJson(*n));

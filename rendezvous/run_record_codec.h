@@ -30,6 +30,26 @@ inline constexpr char kNodeBucketSeparator = '\x1f';
 // default --max-txn-ops (128).
 inline constexpr int kMaxNodeBuckets = 100;
 
+// etcd's default --max-request-bytes: 1.5 MiB.
+inline constexpr int64_t kEtcdDefaultMaxRequestBytes = int64_t{3} << 19;
+// Bytes of one etcd write a run needs besides its nodes' own, at most: the run key's value (its
+// failures' messages included, as RunRecord keeps them) and the keys and framing of 100 buckets.
+inline constexpr int64_t kRunWriteReserveBytes = int64_t{256} << 10;
+
+// The most bytes `node`'s entry takes in its bucket's value, whatever its session, ranks, flags
+// and last contact become: the JSON of its id and address (escaped) plus 94 bytes for the rest
+// (numbers at their widest, the separators). A round start rewrites every node, so a run of N
+// such nodes needs about N times this in one etcd Txn.
+int64_t NodeEntryBytesBound(absl::string_view node_id, absl::string_view address);
+
+// Whether a run of `nodes` nodes like this one fits one etcd write of at most
+// `max_request_bytes`: `nodes` entries of NodeEntryBytesBound and kRunWriteReserveBytes.
+// Errors: InvalidArgument, "--nnodes MAX with --spare-nodes: N nodes need up to B bytes in one
+// etcd write; this dgt-rendezvous allows L (--etcd-max-request-bytes, as etcd's
+// --max-request-bytes), enough for M nodes like this one".
+absl::Status CheckRunFitsRequest(int64_t nodes, absl::string_view node_id,
+                                 absl::string_view address, int64_t max_request_bytes);
+
 // How many node buckets a run of at most `max_nodes` nodes gets: one per 32 nodes, 1..100.
 int NodeBuckets(int32_t max_nodes);
 // The bucket of a node: FNV-1a (64 bits) of its id, modulo `buckets` (< 1 counts as 1).

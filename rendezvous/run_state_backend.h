@@ -204,6 +204,19 @@ class RunStateBackend {
   virtual WatchId Watch(std::function<void(const RunEvent&)> fn) = 0;
   virtual void CancelWatch(WatchId id) = 0;
 
+  // --- Limits.
+
+  // Whether a run of `nodes` nodes whose ids and addresses are as long as these fits one write
+  // of this backend: a round start rewrites every node in one commit. OkStatus when it does
+  // (always, in memory). Errors: InvalidArgument naming the limit and the most nodes that fit.
+  virtual absl::Status CheckRunFits(int64_t nodes, absl::string_view node_id,
+                                    absl::string_view address) const {
+    (void)nodes;
+    (void)node_id;
+    (void)address;
+    return absl::OkStatus();
+  }
+
   // --- Replicas taking over (docs/ETCD.md, "Replicas").
 
   // Drops every stage not committed (an event whose commit failed: nothing of it may be written

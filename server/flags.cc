@@ -156,6 +156,7 @@ ParsedFlags ParseFlags(int argc, char** argv) {
   std::string replica_id;
   std::string advertise_address;
   std::string leader_lease_s = "2";
+  std::string etcd_max_request_bytes = "1572864";
   // The jobs service (jobs/jobs_service.h, docs/JOBS.md).
   std::string submit_token_file;
   std::string etcd_jobs_prefix = "/dgt/jobs/";
@@ -222,6 +223,12 @@ ParsedFlags ParseFlags(int argc, char** argv) {
   app.add_option("--advertise-endpoint", server.jobs.scheduler.rdzv_endpoint,
                  "HOST:PORT node daemons pass to dgt-run for a job (default: the bound --listen "
                  "address; the host name for 0.0.0.0 / [::])");
+  app.add_option("--etcd-max-request-bytes", etcd_max_request_bytes,
+                 "The most bytes of one etcd write: etcd's --max-request-bytes, as the members "
+                 "run with (a run too large for one round's write is refused at its first join; "
+                 "--backend=etcd)")
+      ->type_name("BYTES")
+      ->capture_default_str();
   app.add_option("--etcd-jobs-prefix", etcd_jobs_prefix,
                  "etcd key prefix of the jobs and nodes (--backend=etcd)")
       ->capture_default_str();
@@ -268,6 +275,10 @@ ParsedFlags ParseFlags(int argc, char** argv) {
           &options.rounds.max_waiting_nodes_per_run);
   int64_t lease_ttl_s = 2;
   integer("--leader-lease-s", leader_lease_s, 1, 3600, &lease_ttl_s);
+  // etcd's own bound is 2 GiB; below 512 KiB a run's key and its buckets' framing may not fit.
+  int64_t max_request_bytes = 0;
+  integer("--etcd-max-request-bytes", etcd_max_request_bytes, int64_t{512} << 10, int64_t{1} << 31,
+          &max_request_bytes);
   std::vector<std::string> endpoints;
   if (bad.ok() && backend_name != "memory" && backend_name != "etcd") {
     bad = absl::InvalidArgumentError(
@@ -329,6 +340,7 @@ ParsedFlags ParseFlags(int argc, char** argv) {
          {std::pair<const char*, const std::string&>{"--replica-id", replica_id},
           {"--advertise-address", advertise_address},
           {"--leader-lease-s", leader_lease_s},
+          {"--etcd-max-request-bytes", etcd_max_request_bytes},
           {"--etcd-prefix", etcd_prefix}}) {
       if (bad.ok() && app.count(flag) > 0) {
         bad = absl::InvalidArgumentError(absl::StrCat(flag, " '", text,
@@ -399,6 +411,7 @@ ParsedFlags ParseFlags(int argc, char** argv) {
     etcd.jobs_prefix = etcd_jobs_prefix;
     etcd.advertise_address = advertise_address;
     etcd.lease_ttl_s = lease_ttl_s;
+    etcd.max_request_bytes = max_request_bytes;
   }
   return parsed;
 }

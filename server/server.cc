@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     runs.client = client;
     runs.prefix = e.prefix;
     runs.leader_key = etcd::LeaderKeyFor(e.prefix);
+    runs.max_request_bytes = e.max_request_bytes;
     auto opened = rendezvous::EtcdRunStateBackend::Open(runs);
     if (!opened.ok()) return opened.status();
     server->etcd_runs_ = opened->get();

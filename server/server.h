@@ -52,6 +52,9 @@ struct EtcdOptions {
   std::string advertise_address;
   // TTL of the leader's lease, in seconds (--leader-lease-s, >= 1).
   int64_t lease_ttl_s = 2;
+  // The most bytes of one etcd Txn (--etcd-max-request-bytes): etcd's --max-request-bytes, whose
+  // default is 1.5 MiB.
+  int64_t max_request_bytes = int64_t{3} << 19;
 };
 
 struct ServerOptions {

@@ -282,6 +282,53 @@ TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) 
 // the record written (recognised by its writer id) rather than decoding every bucket back and
 // merging it under the view's mutex. Forced here: each put's answer is held until the watch
 // delivered it. Another replica, following by the watch, merges the changed buckets.
+TEST(EtcdBackendScaleTest, AWriteOverTheRequestLimitFailsBeforeItIsSent) {
+  SkipWithoutEtcd();
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+  EtcdCluster* cluster = SharedCluster();
+  ASSERT_NE(cluster, nullptr);
+  EtcdRunStateBackend::Options options;
+  options.client.endpoints = cluster->endpoints();
+  options.prefix = "/dgt-test/limit/runs/";
+  options.max_request_bytes = 100'000;
+  auto a = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  // The backend's own check: 100,000 bytes leave no room beside the 256 KiB reserve.
+  EXPECT_EQ((*a)->CheckRunFits(1, "n1", "10.0.0.1").code(), absl::StatusCode::kInvalidArgument);
+
+  RunRecord* run = (*a)->Create("wide").value();
+  run->min_nodes = 2000;
+  run->max_nodes = 2000;
+  for (int i = 0; i < 2000; ++i) {
+    NodeRecord n;
+    n.node_id = absl::StrCat("node-", 100000 + i);
+    n.address = "10.0.0.1";
+    run->nodes.emplace(n.node_id, n);
+  }
+  absl::StatusOr<Revision> written = (*a)->Commit("wide");
+  ASSERT_EQ(written.status().code(), absl::StatusCode::kResourceExhausted) << written.status();
+  EXPECT_THAT(std::string(written.status().message()),
+              ::testing::MatchesRegex("etcd backend: commit of run 'wide' \\(key "
+                                      "/dgt-test/limit/runs/wide\\): the write needs [0-9]+ bytes "
+                                      "in one etcd Txn, more than --etcd-max-request-bytes "
+                                      "\\(100000, as etcd's --max-request-bytes\\)"));
+  EXPECT_EQ((*a)->Find("wide"), nullptr);  // Nothing written.
+  // The same run at the limit etcd runs with here (its default, 1.5 MiB) is written.
+  options.max_request_bytes = kEtcdDefaultMaxRequestBytes;
+  auto b = EtcdRunStateBackend::Open(options);
+  ASSERT_TRUE(b.ok()) << b.status();
+  RunRecord* again = (*b)->Create("wide").value();
+  again->min_nodes = 2000;
+  again->max_nodes = 2000;
+  for (int i = 0; i < 2000; ++i) {
+    NodeRecord n;
+    n.node_id = absl::StrCat("node-", 100000 + i);
+    n.address = "10.0.0.1";
+    again->nodes.emplace(n.node_id, n);
+  }
+  EXPECT_TRUE((*b)->Commit("wide").ok());
+}
+
 TEST(EtcdBackendScaleTest, AnOwnPutTheWatchDeliversFirstIsTakenAsWritten) {
   SkipWithoutEtcd();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;

@@ -521,5 +521,45 @@ TEST(GroupCommitTest, AFailedBatchCommitFailsOnceAndHandlesNothingMore) {
   EXPECT_EQ(m.counters().failed_commits, 1u);
 }
 
+// A backend that holds at most 2 nodes per run in one write (as etcd's request limit).
+class SmallWriteBackend final : public ForwardingRunStateBackend {
+ public:
+  absl::Status CheckRunFits(int64_t nodes, absl::string_view node_id,
+                            absl::string_view address) const override {
+    asked.push_back(absl::StrCat(nodes, " ", node_id, " ", address));
+    if (nodes <= 2) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(nodes, " nodes do not fit"));
+  }
+  mutable std::vector<std::string> asked;
+};
+
+TEST(RoundStateBackendLimitTest, ARunTheBackendCannotWriteInOneRoundIsRefusedAtItsFirstJoin) {
+  SmallWriteBackend backend;
+  RoundStateOptions options;
+  options.backend = &backend;
+  RoundStateMachine m(options);
+  JoinRequest big = Join("n1", 1, 3);
+  std::vector<Outgoing> out = m.OnJoin(1, big, kT0);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<Refusal>(out[0].message));
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status.message(), "3 nodes do not fit");
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(backend.Find("job"), nullptr);  // Nothing stored.
+  // Spares count: MAX 2 with one spare is 3 nodes in the record.
+  JoinRequest spare = Join("n1", 1, 2);
+  spare.spare_nodes = 1;
+  out = m.OnJoin(2, spare, kT0);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status.message(), "3 nodes do not fit");
+  // A run that fits joins as before.
+  out = m.OnJoin(3, Join("n1", 1, 2), kT0);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(std::holds_alternative<Refusal>(out[0].message));
+  EXPECT_NE(backend.Find("job"), nullptr);
+  EXPECT_EQ(backend.asked,
+            (std::vector<std::string>{"3 n1 10.0.0.1", "3 n1 10.0.0.1", "2 n1 10.0.0.1"}));
+}
+
 }  // namespace
 }  // namespace dgt::rendezvous

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -105,6 +107,46 @@ TEST(RunRecordCodecTest, ValuesOfTheWrongShapeAreInvalidArgumentNamingTheField) 
             "node bucket: \"nodes\" is not an array");
   EXPECT_EQ(DecodeNodeBucket(R"({"version":1,"nodes":[]})").status().code(),
             absl::StatusCode::kUnimplemented);
+}
+
+// The widest entry a node can have: every number at its most digits, control bytes in its id.
+TEST(RunRecordCodecTest, TheNodeEntryBoundIsTheWidestEntryItsIdAndAddressAllow) {
+  NodeRecord n;
+  n.node_id = std::string("node\x01\"a", 7);
+  n.session = std::numeric_limits<SessionId>::max();
+  n.address = "10.0.0.1";
+  n.nproc = std::numeric_limits<int32_t>::min();
+  n.store_port = std::numeric_limits<int32_t>::min();
+  n.node_rank = std::numeric_limits<int32_t>::min();
+  n.last_contact = absl::FromUnixNanos(std::numeric_limits<int64_t>::min());
+  const std::string empty_bucket = EncodeNodeBucket({});
+  const std::string one = EncodeNodeBucket({&n});
+  const std::string two = EncodeNodeBucket({&n, &n});
+  // One entry and the comma before the next one.
+  const int64_t entry = static_cast<int64_t>(two.size() - one.size());
+  EXPECT_EQ(entry, static_cast<int64_t>(one.size() - empty_bucket.size()) + 1);
+  EXPECT_EQ(NodeEntryBytesBound(n.node_id, n.address), entry);
+  // "node" 4 + \u0001 6 + \" 2 + "a" 1 + quotes 2 = 15; "10.0.0.1" 10; the rest 94.
+  EXPECT_EQ(entry, 15 + 10 + 94);
+}
+
+TEST(RunRecordCodecTest, ARunTooLargeForOneEtcdWriteIsRefusedNamingTheLimit) {
+  // node-110000 and 127.0.0.1: 13 + 11 + 94 = 118 bytes per node.
+  ASSERT_EQ(NodeEntryBytesBound("node-110000", "127.0.0.1"), 118);
+  const int64_t limit = kEtcdDefaultMaxRequestBytes;          // 1,572,864
+  const int64_t fit = (limit - kRunWriteReserveBytes) / 118;  // 11,107
+  ASSERT_EQ(fit, 11107);
+  EXPECT_TRUE(CheckRunFitsRequest(fit, "node-110000", "127.0.0.1", limit).ok());
+  absl::Status refused = CheckRunFitsRequest(25000, "node-110000", "127.0.0.1", limit);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "--nnodes MAX with --spare-nodes: 25000 nodes need up to 3212144 bytes in one etcd "
+            "write; this dgt-rendezvous allows 1572864 (--etcd-max-request-bytes, as etcd's "
+            "--max-request-bytes), enough for 11107 nodes like this one");
+  EXPECT_EQ(CheckRunFitsRequest(fit + 1, "node-110000", "127.0.0.1", limit).code(),
+            absl::StatusCode::kInvalidArgument);
+  // 8 MiB holds 25,000 of them.
+  EXPECT_TRUE(CheckRunFitsRequest(25000, "node-110000", "127.0.0.1", int64_t{8} << 20).ok());
 }
 
 }  // namespace

@@ -35,10 +35,10 @@ TEST(ServerFlagsTest, DefaultsServeJobsInMemory) {
 }
 
 TEST(ServerFlagsTest, EtcdOptionsWithPrefixesEndingInASlash) {
-  ParsedFlags parsed =
-      Parse({"--listen=127.0.0.1:0", "--backend=etcd", "--etcd-endpoints=10.0.0.1:2379,e2:2379",
-             "--etcd-prefix=/qa/runs", "--etcd-jobs-prefix=/qa/jobs", "--replica-id=r1",
-             "--advertise-address=h1:29400", "--leader-lease-s=3"});
+  ParsedFlags parsed = Parse(
+      {"--listen=127.0.0.1:0", "--backend=etcd", "--etcd-endpoints=10.0.0.1:2379,e2:2379",
+       "--etcd-prefix=/qa/runs", "--etcd-jobs-prefix=/qa/jobs", "--replica-id=r1",
+       "--advertise-address=h1:29400", "--leader-lease-s=3", "--etcd-max-request-bytes=8388608"});
   ASSERT_FALSE(parsed.exit_code.has_value());
   const ServerOptions& o = parsed.options;
   ASSERT_TRUE(o.etcd.has_value());
@@ -47,6 +47,7 @@ TEST(ServerFlagsTest, EtcdOptionsWithPrefixesEndingInASlash) {
   EXPECT_EQ(o.etcd->jobs_prefix, "/qa/jobs/");
   EXPECT_EQ(o.etcd->advertise_address, "h1:29400");
   EXPECT_EQ(o.etcd->lease_ttl_s, 3);
+  EXPECT_EQ(o.etcd->max_request_bytes, 8388608);
   EXPECT_EQ(o.rendezvous.replica_id, "r1");
 }
 
@@ -66,6 +67,12 @@ TEST(ServerFlagsTest, UsageErrorsExitWith2) {
           .exit_code,
       2);
   EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--join-timeout=0"}).exit_code, 2);
+  // Below 512 KiB, and only with etcd.
+  EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--backend=etcd", "--etcd-endpoints=e:2379",
+                   "--etcd-max-request-bytes=524287"})
+                .exit_code,
+            2);
+  EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--etcd-max-request-bytes=1572864"}).exit_code, 2);
   EXPECT_EQ(Parse({"--no-such-flag"}).exit_code, 2);
   EXPECT_EQ(Parse({"--listen=127.0.0.1:0", "--token-file=/nonexistent/token"}).exit_code, 2);
 }
