@@ -11,7 +11,19 @@ namespace dgt::agent {
 
 HealthMonitor::HealthMonitor(boost::asio::io_context& io, Options options,
                              std::function<void(const std::string&)> on_failure)
-    : io_(io), options_(std::move(options)), on_failure_(std::move(on_failure)) {}
+    : options_(std::move(options)) {
+  std::weak_ptr<int> life = life_;
+  report_ = [&io, life,
+             on_failure = std::move(on_failure)](const std::optional<std::string>& failure) {
+    if (!failure) return;
+    boost::asio::post(io, [life, on_failure, message = *failure] {
+      if (!life.expired()) on_failure(message);
+    });
+  };
+}
+
+HealthMonitor::HealthMonitor(Options options, RoundReport report)
+    : options_(std::move(options)), report_(std::move(report)) {}
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
@@ -34,6 +46,12 @@ void HealthMonitor::AddCommand(const std::string& command) {
 }
 
 std::optional<std::string> HealthMonitor::Round() {
+  if (options_.round_mu == nullptr) return RoundUnlocked();
+  dgt::MutexLock lock(options_.round_mu);
+  return RoundUnlocked();
+}
+
+std::optional<std::string> HealthMonitor::RoundUnlocked() {
   std::vector<NamedResult> results;
   for (const std::unique_ptr<HealthCheck>& c : checks_) {
     if (cancel_.load()) return std::nullopt;
@@ -70,13 +88,9 @@ void HealthMonitor::Loop() {
     schedule.Started(absl::Now());
     std::optional<std::string> failure = Round();
     schedule.Finished(absl::Now());
-    if (failure) {
-      std::weak_ptr<int> life = life_;
-      boost::asio::post(io_, [this, life, message = *failure] {
-        if (!life.expired()) on_failure_(message);
-      });
-      return;
-    }
+    if (cancel_.load()) return;  // Stopped mid-round: the verdict means nothing.
+    report_(failure);
+    if (failure && options_.stop_at_failure) return;
   }
 }
 
