@@ -405,7 +405,7 @@ std::string CutToWidth(const std::string& text, size_t max) {
     const absl::string_view ch(text.data() + i, len);
     const size_t w = DisplayWidth(ch);
     if (width + w + 3 > max) break;
-    out.append(ch);
+    out.append(ch.data(), ch.size());
     width += w;
     i += len;
   }

@@ -101,8 +101,8 @@ bool Daemon::WaitEvent(Event* out, absl::Time deadline) {
   return true;
 }
 
-void Daemon::RequestStop() { Push(Event{Event::kStop, 0, {}}); }
-void Daemon::RequestReload() { Push(Event{Event::kReload, 0, {}}); }
+void Daemon::RequestStop() { Push(Event{Event::kStop, 0, {}, {}}); }
+void Daemon::RequestReload() { Push(Event{Event::kReload, 0, {}, {}}); }
 
 void Daemon::Notify(const std::string& state) {
   if (env_.notify) env_.notify(state);
@@ -166,9 +166,7 @@ void Daemon::StartHealthChecks() {
   options.round_mu = &reap_mu_;
   health_ = std::make_unique<agent::HealthMonitor>(
       std::move(options), [this](const std::optional<std::string>& failure) {
-        Event e{Event::kHealth, 0, {}};
-        e.health_failure = failure;
-        Push(std::move(e));
+        Push(Event{Event::kHealth, 0, {}, failure});
       });
   // The work dir holds the jobs' logs and dgt-run's: the disk check (min_free_disk) reads it.
   health_->AddChecksFor(config_.health, "", config_.work_dir, fs);
@@ -244,8 +242,8 @@ bool Daemon::Connect(const std::string& endpoint) {
   const uint64_t id = s->id;
   s->reader = std::thread([this, rw, id] {
     v1::ControlMessage m;
-    while (rw->Read(&m)) Push(Event{Event::kControl, id, m});
-    Push(Event{Event::kStreamEnded, id, {}});
+    while (rw->Read(&m)) Push(Event{Event::kControl, id, m, {}});
+    Push(Event{Event::kStreamEnded, id, {}, {}});
   });
   stream_ = std::move(s);
   // After a failure at this endpoint, the next tries are news only when they end differently.
