@@ -122,6 +122,8 @@ void Daemon::UpdateStatus() {
     status = absl::StrCat("registered with ", stream_->endpoint, "; ",
                           ids.empty() ? "idle" : "running " + absl::StrJoin(ids, ", "),
                           unhealthy_ ? "; unhealthy" : "");
+  } else if (!health_known_) {
+    status = "running the health checks";
   } else {
     status = absl::StrCat("connecting to ", rotation_.current());
   }
@@ -170,12 +172,16 @@ void Daemon::StartHealthChecks() {
       });
   // The work dir holds the jobs' logs and dgt-run's: the disk check (min_free_disk) reads it.
   health_->AddChecksFor(config_.health, "", config_.work_dir, fs);
-  OnHealth(health_->RunOnce());
-  if (!unhealthy_) spdlog::info("health checks passed ({} check(s))", health_->size());
-  health_->Start();
+  // The first round on the monitor's thread too: the loop goes on (watchdog, SIGTERM) while a
+  // check runs, and registers once the verdict is in.
+  health_->Start(/*round_now=*/true);
 }
 
 void Daemon::OnHealth(const std::optional<std::string>& failure) {
+  if (!health_known_) {
+    health_known_ = true;
+    if (!failure) spdlog::info("health checks passed ({} check(s))", health_->size());
+  }
   if (failure == unhealthy_) return;
   if (failure) {
     spdlog::warn("node unhealthy, it takes no new job: {}", *failure);
@@ -527,7 +533,8 @@ int Daemon::Run() {
       CloseStream();
       return 0;
     }
-    if (stream_ == nullptr && !stopping_ && now >= next_connect_) {
+    // The first NodeHello carries the first health verdict.
+    if (stream_ == nullptr && !stopping_ && health_known_ && now >= next_connect_) {
       if (!Connect(rotation_.current())) next_connect_ = absl::Now() + rotation_.OnAttemptFailed();
       now = absl::Now();
     }
@@ -546,7 +553,9 @@ int Daemon::Run() {
 
     absl::Time deadline = now + kPollInterval;
     if (watchdog) deadline = std::min(deadline, next_watchdog);
-    if (stream_ == nullptr && !stopping_) deadline = std::min(deadline, next_connect_);
+    if (stream_ == nullptr && !stopping_ && health_known_) {
+      deadline = std::min(deadline, next_connect_);
+    }
     if (auto kill_at = runner_.NextDeadline()) deadline = std::min(deadline, *kill_at);
     Event event;
     if (WaitEvent(&event, deadline)) OnEvent(event);

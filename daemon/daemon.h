@@ -16,12 +16,13 @@
 //   CancelJob: SIGTERM, SIGKILL after grace_s (0: stop_grace_s). ReadLog: a LogChunk
 //   (job_logs.h).
 // - systemd (through DaemonEnv::notify): READY=1 at the first Registered, STATUS= on every
-//   change ("registered with H:P; idle", "registered with H:P; running job-3", "connecting to
-//   H:P", "draining"), WATCHDOG=1 every watchdog_interval.
+//   change ("running the health checks", "registered with H:P; idle", "registered with H:P;
+//   running job-3", "connecting to H:P", "draining"; "; unhealthy" after a registered one while
+//   the checks fail), WATCHDOG=1 every watchdog_interval.
 // - RequestStop (SIGTERM) drains: Draining to the service, every job cancelled with stop_grace_s,
 //   their "exited" updates sent, then the stream half-closed (deregistration); Run returns 0.
 // - Health: the node's health checks (agent/health, with agent.yaml's health keys) run once
-//   before the first registration and every health_interval_s on a thread of their own. The
+//   before the first registration and every health_interval_s, on a thread of their own. The
 //   verdict goes in every NodeHello (unhealthy, health_reason) and each change as NodeHealth. An
 //   unhealthy node stays registered; the service places no job on it.
 // - RequestReload (SIGHUP): DaemonEnv::reload; a new config's labels and endpoints are applied
@@ -114,7 +115,7 @@ class Daemon {
   void OnStop();
   void OnReload();
   void OnJobExit(const JobRunner::Exit& exit);
-  // Runs the first round of health checks (on this thread) and starts the periodic ones.
+  // Starts the rounds of health checks: the first at once, then every health_interval_s.
   void StartHealthChecks();
   // A round's verdict: nullopt healthy, else the failure message.
   void OnHealth(const std::optional<std::string>& failure);
@@ -153,6 +154,8 @@ class Daemon {
 
   // The last health round's failure; nullopt while healthy.
   std::optional<std::string> unhealthy_;
+  // The first round's verdict is in: the node may register.
+  bool health_known_ = false;
   std::unique_ptr<agent::HealthFs> system_health_fs_;
 
   dgt::Mutex mu_;

@@ -66,23 +66,26 @@ std::optional<std::string> HealthMonitor::RoundUnlocked() {
 
 std::optional<std::string> HealthMonitor::RunOnce() { return Round(); }
 
-void HealthMonitor::Start() {
+void HealthMonitor::Start(bool round_now) {
   HealthSchedule probe(options_.interval);
-  if (!probe.periodic() || thread_.joinable() || cancel_.load()) return;
-  thread_ = std::thread([this] { Loop(); });
+  if ((!probe.periodic() && !round_now) || thread_.joinable() || cancel_.load()) return;
+  thread_ = std::thread([this, round_now] { Loop(round_now); });
 }
 
-void HealthMonitor::Loop() {
+void HealthMonitor::Loop(bool round_now) {
   HealthSchedule schedule(options_.interval);
-  // The round before the join counts as the first.
-  schedule.Started(absl::Now());
-  schedule.Finished(absl::Now());
-  while (true) {
-    {
+  if (!round_now) {
+    // The round before the join counts as the first.
+    schedule.Started(absl::Now());
+    schedule.Finished(absl::Now());
+  }
+  for (bool first = round_now;; first = false) {
+    if (!first) {
+      const std::optional<absl::Time> next = schedule.NextRun();
+      if (!next) return;  // Interval 0: the one round is done.
       dgt::MutexLock lock(&mu_);
-      const absl::Time next = *schedule.NextRun();
       // Until the next round is due, or Stop.
-      while (!stopping_ && absl::Now() < next) stop_cv_.WaitWithDeadline(&mu_, next);
+      while (!stopping_ && absl::Now() < *next) stop_cv_.WaitWithDeadline(&mu_, *next);
       if (stopping_) return;
     }
     schedule.Started(absl::Now());

@@ -69,14 +69,16 @@ class HealthMonitor {
 
   // One round now, on the caller's thread. Returns the failure message, nullopt when healthy.
   std::optional<std::string> RunOnce();
-  // Rounds every interval from now (a no-op with interval 0 or after Stop).
-  void Start();
+  // Rounds every interval from now (a no-op with interval 0 or after Stop). `round_now`: the
+  // first one at once, reported as the others are (dgt-agent's before it registers, so that its
+  // loop never waits for a check), and with interval 0 that one only.
+  void Start(bool round_now = false);
   // Ends the round thread (a running user check is killed within 50 ms); nothing is posted or
   // reported after it returns.
   void Stop();
 
  private:
-  void Loop();
+  void Loop(bool round_now);
   // One round; nullopt when healthy or cancelled (cancel_).
   std::optional<std::string> Round();
   std::optional<std::string> RoundUnlocked();

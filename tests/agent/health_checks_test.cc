@@ -367,6 +367,35 @@ TEST(HealthMonitorTest, RoundsGoOnAfterAFailureWithoutStopAtFailure) {
   EXPECT_FALSE(unlocked.load());
 }
 
+// Start(round_now) with interval 0: one round, at once, reported; then none.
+TEST(HealthMonitorTest, RoundNowWithIntervalZeroRunsOneRound) {
+  std::atomic<int> runs{0};
+  dgt::Mutex mu;
+  dgt::CondVar cv;
+  std::vector<std::string> verdicts;
+  HealthMonitor::Options o;
+  o.interval = absl::ZeroDuration();
+  o.stop_at_failure = false;
+  HealthMonitor m(std::move(o), [&](const std::optional<std::string>& failure) {
+    dgt::MutexLock lock(&mu);
+    verdicts.push_back(failure.value_or("healthy"));
+    cv.SignalAll();
+  });
+  m.Add(std::make_unique<CountingCheck>(0, &runs));
+  m.Start(/*round_now=*/true);
+  {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    dgt::MutexLock lock(&mu);
+    while (verdicts.empty() && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+  }
+  usleep(300000);  // Time for a second round, were there one.
+  m.Stop();
+  dgt::MutexLock lock(&mu);
+  EXPECT_EQ(verdicts, std::vector<std::string>{"health check 'counting' failed: run 1"});
+  EXPECT_EQ(runs.load(), 1);
+}
+
 TEST(HealthMonitorTest, StopEndsAHangingCheckAndPostsNothing) {
   boost::asio::io_context io;
   std::vector<std::string> failures;

@@ -556,6 +556,24 @@ TEST_F(DaemonTest, ReportsHealthInTheHelloAndEachChange) {
   EXPECT_EQ(StopDaemon(), 0);
 }
 
+// The first round runs off the main loop: a check that hangs holds back the registration, not
+// the loop, and SIGTERM ends the daemon (the check killed) at once.
+TEST_F(DaemonTest, AHangingFirstCheckHoldsBackTheRegistrationNotTheLoop) {
+  config_.health.commands = {"sleep 300"};
+  config_.health.check_timeout_s = 300;
+  StartDaemon();
+  for (int i = 0; i < 200 && !Has(Notes(), "STATUS=running the health checks"); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(Has(Notes(), "STATUS=running the health checks"));
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time stop = absl::Now();
+  EXPECT_EQ(StopDaemon(), 0);
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(2));
+  EXPECT_TRUE(service_.received().empty());
+  EXPECT_FALSE(Has(Notes(), "READY=1"));
+}
+
 TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
   config_.dgt_run = dir_ + "/no-dgt-run";
   StartDaemon();
