@@ -389,6 +389,39 @@ int ListNodes(const CommonFlags& f) {
   return rc;
 }
 
+// The most columns `dgt nodes` gives an unhealthy node's reason (ListNodes has all of it).
+constexpr size_t kNodeReasonColumns = 100;
+
+// `text` (valid UTF-8, as TerminalText writes it) in at most `max` columns: cut before a
+// character, "..." after a cut.
+std::string CutToWidth(const std::string& text, size_t max) {
+  if (DisplayWidth(text) <= max) return text;
+  std::string out;
+  size_t width = 0;
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    len = std::min(len, text.size() - i);
+    const absl::string_view ch(text.data() + i, len);
+    const size_t w = DisplayWidth(ch);
+    if (width + w + 3 > max) break;
+    out.append(ch.data(), ch.size());
+    width += w;
+    i += len;
+  }
+  return out + "...";
+}
+
+// A node's health for `dgt nodes`: "ok", or "unhealthy " and its reason on one line (line breaks
+// and tabs read as blanks, other control characters escaped), cut to kNodeReasonColumns.
+std::string HealthText(const v1::NodeInfo& n) {
+  if (!n.unhealthy()) return "ok";
+  std::string reason = n.health_reason();
+  std::replace_if(
+      reason.begin(), reason.end(), [](char c) { return c == '\n' || c == '\t'; }, ' ');
+  return absl::StrCat("unhealthy ", CutToWidth(TerminalText(reason), kNodeReasonColumns));
+}
+
 std::string Labels(const google::protobuf::Map<std::string, std::string>& labels) {
   std::map<std::string, std::string> sorted(labels.begin(), labels.end());
   return sorted.empty() ? "-" : absl::StrJoin(sorted, ",", absl::PairFormatter("="));
@@ -461,14 +494,14 @@ std::string FormatJobJson(v1::JobInfo job) {
 
 std::string FormatNodes(const v1::ListNodesResponse& nodes, double now) {
   if (nodes.nodes_size() == 0) return "no nodes registered\n";
-  std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %s\n", "NODE", "STATE", "JOB",
-                                    "GPUS", "LABELS", "REGISTERED");
+  std::string out = absl::StrFormat("%-24s %-9s %-12s %-4s %-20s %-12s %s\n", "NODE", "STATE",
+                                    "JOB", "GPUS", "LABELS", "REGISTERED", "HEALTH");
   for (const v1::NodeInfo& n : nodes.nodes()) {
-    absl::StrAppend(&out, absl::StrFormat("%s %-9s %-12s %-4d %s %s\n",
+    absl::StrAppend(&out, absl::StrFormat("%s %-9s %-12s %-4d %s %-12s %s\n",
                                           PadRight(TerminalText(n.node_name()), 24), n.state(),
                                           n.job_id().empty() ? "-" : n.job_id(), n.gpu_count(),
                                           PadRight(TerminalText(Labels(n.labels())), 20),
-                                          Ago(n.registered_unix_s(), now)));
+                                          Ago(n.registered_unix_s(), now), HealthText(n)));
   }
   return out;
 }

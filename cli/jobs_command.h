@@ -25,6 +25,8 @@ void AddJobsCommands(CLI::App& app, std::function<int()>* run);
 // (names, labels) are padded by their width on a terminal (cli/display_width.h), not bytes.
 std::string FormatJobs(const dgt::jobs::v1::ListJobsResponse& jobs);
 std::string FormatJob(const dgt::jobs::v1::JobInfo& job, double now_unix_s);
+// `dgt nodes`' last column, HEALTH, is "ok", or "unhealthy " and the node's health reason on one
+// line (line breaks and tabs as blanks, control characters escaped), cut to 100 columns.
 std::string FormatNodes(const dgt::jobs::v1::ListNodesResponse& nodes, double now_unix_s);
 // `dgt job show --json`: every field (dgt.jobs.v1.JobInfo), with the spec's empty restart_policy
 // and distribution.type given as what they stand for ("group", "pytorch").

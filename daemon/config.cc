@@ -23,6 +23,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/flag_parse.h"
 #include "common/host_port.h"
 #include "common/read_file.h"
 #include "replica/endpoint_list.h"
@@ -339,10 +340,62 @@ absl::Status ParseKey(const Errors& e, const std::string& key, const YAML::Node&
     c->stop_grace_s = d;
     return absl::OkStatus();
   }
+  if (key == "health_checks") {
+    if (!v.IsSequence()) return e.Got(key, "must be a list of shell commands", FlowText(v));
+    std::vector<std::string> commands;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string item_key = absl::StrCat(key, "[", i, "]");
+      auto s = Scalar(e, item_key, v[i]);
+      if (!s.ok()) return s.status();
+      if (absl::StripAsciiWhitespace(*s).empty()) {
+        return e.Got(item_key, "must be a command (run with /bin/sh -c)", *s);
+      }
+      commands.push_back(*s);
+    }
+    c->health.commands = std::move(commands);
+    return absl::OkStatus();
+  }
+  if (key == "health_interval_s" || key == "health_check_timeout_s") {
+    const bool interval = key == "health_interval_s";
+    const double min_s = absl::ToDoubleSeconds(agent::kMinHealthPeriod);
+    const double max_s = absl::ToDoubleSeconds(kMaxFlagDuration);
+    double d = 0;
+    if (!v.IsScalar() || !YAML::convert<double>::decode(v, d) || !std::isfinite(d) || d > max_s ||
+        (d < min_s && !(interval && d == 0))) {
+      return e.Got(
+          key,
+          absl::StrCat("must be ", interval ? "0 (a round only at start) or " : "",
+                       "a number of seconds from ", FormatFlagSeconds(agent::kMinHealthPeriod),
+                       " to ", FormatFlagSeconds(kMaxFlagDuration)),
+          FlowText(v));
+    }
+    (interval ? c->health.interval_s : c->health.check_timeout_s) = d;
+    return absl::OkStatus();
+  }
+  if (key == "expected_gpus") {
+    int n = 0;
+    if (!v.IsScalar() || !YAML::convert<int>::decode(v, n) || n < 0 || n > agent::kMaxGpus) {
+      return e.Got(key, absl::StrCat("must be an integer from 0 to ", agent::kMaxGpus),
+                   FlowText(v));
+    }
+    c->health.expected_gpus = n;
+    return absl::OkStatus();
+  }
+  if (key == "min_free_disk" || key == "min_shm_size") {
+    auto text = Scalar(e, key, v);
+    if (!text.ok()) return text.status();
+    auto bytes = agent::ParseByteSize(key, *text);
+    if (!bytes.ok()) {
+      return e.Got(key, "must be a size (bytes, or with K, M, G, T), at most 1048576T", *text);
+    }
+    (key == "min_free_disk" ? c->health.min_free_disk : c->health.min_shm_size) = *bytes;
+    return absl::OkStatus();
+  }
   return e.Bad(key,
                "unknown key (known: rendezvous_endpoints, node_name, advertise_address, labels, "
                "run_as_user, allow_root, work_dir, tls, token_file, dgt_run, stop_grace_s, "
-               "watchdog)");
+               "watchdog, health_checks, health_interval_s, health_check_timeout_s, "
+               "expected_gpus, min_free_disk, min_shm_size)");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "agent/flags/health_flags.h"
 #include "rendezvous/credentials.h"
 
 namespace dgt::daemon {
@@ -41,6 +42,10 @@ struct AgentConfig {
   double stop_grace_s = 30;
   // WATCHDOG=1 pings; unset: on when systemd asks for them (WATCHDOG_USEC).
   std::optional<bool> watchdog;
+  // The node's health checks, as dgt-run's flags give them (agent/flags/health_flags.h):
+  // health_checks (commands), health_interval_s, health_check_timeout_s, expected_gpus,
+  // min_free_disk (of work_dir) and min_shm_size, with dgt-run's defaults.
+  agent::HealthFlags health;
 };
 
 // What the defaults depend on (the machine, the binary's location).
@@ -61,6 +66,9 @@ struct ConfigDefaults {
 // - TLS and token files are readable and well-formed.
 // - dgt_run is an executable regular file.
 // - 0 < stop_grace_s <= 3600.
+// - health_checks is a list of non-blank commands; health_interval_s is 0 or 0.1 s to a year,
+//   health_check_timeout_s 0.1 s to a year; 0 <= expected_gpus <= 4096; min_free_disk and
+//   min_shm_size are sizes as dgt-run's flags take them (64M, 1.5G; agent::ParseByteSize).
 // Errors: InvalidArgument, "<file_name>: <key path>: <what>, got <value>". For a YAML syntax
 // error or a key that is not a string: "<file_name>:<line>:<column>: <message>". An unknown key
 // names it.

@@ -77,6 +77,7 @@ Daemon::Daemon(AgentConfig config, DaemonEnv env)
 }
 
 Daemon::~Daemon() {
+  if (health_ != nullptr) health_->Stop();
   if (stream_ != nullptr) {
     stream_->context->TryCancel();
     if (stream_->reader.joinable()) stream_->reader.join();
@@ -100,8 +101,8 @@ bool Daemon::WaitEvent(Event* out, absl::Time deadline) {
   return true;
 }
 
-void Daemon::RequestStop() { Push(Event{Event::kStop, 0, {}}); }
-void Daemon::RequestReload() { Push(Event{Event::kReload, 0, {}}); }
+void Daemon::RequestStop() { Push(Event{Event::kStop, 0, {}, {}}); }
+void Daemon::RequestReload() { Push(Event{Event::kReload, 0, {}, {}}); }
 
 void Daemon::Notify(const std::string& state) {
   if (env_.notify) env_.notify(state);
@@ -119,7 +120,10 @@ void Daemon::UpdateStatus() {
   } else if (stream_ != nullptr && stream_->registered) {
     const auto ids = runner_.RunningIds();
     status = absl::StrCat("registered with ", stream_->endpoint, "; ",
-                          ids.empty() ? "idle" : "running " + absl::StrJoin(ids, ", "));
+                          ids.empty() ? "idle" : "running " + absl::StrJoin(ids, ", "),
+                          unhealthy_ ? "; unhealthy" : "");
+  } else if (!health_known_) {
+    status = "running the health checks";
   } else {
     status = absl::StrCat("connecting to ", rotation_.current());
   }
@@ -144,7 +148,52 @@ v1::NodeMessage Daemon::MakeHello() const {
     if (auto it = starts_.find(id); it != starts_.end()) *h->add_running_jobs() = it->second;
   }
   h->set_version(kVersion);
+  if (unhealthy_) {
+    h->set_unhealthy(true);
+    h->set_health_reason(*unhealthy_);
+  }
   return m;
+}
+
+void Daemon::StartHealthChecks() {
+  agent::HealthFs* fs = env_.health_fs;
+  if (fs == nullptr) {
+    system_health_fs_ = agent::SystemHealthFs();
+    fs = system_health_fs_.get();
+  }
+  agent::HealthMonitor::Options options;
+  options.interval = absl::Seconds(config_.health.interval_s);
+  options.check_timeout = absl::Seconds(config_.health.check_timeout_s);
+  options.stop_at_failure = false;  // A node that recovers takes jobs again.
+  options.round_mu = &reap_mu_;
+  health_ = std::make_unique<agent::HealthMonitor>(
+      std::move(options), [this](const std::optional<std::string>& failure) {
+        Push(Event{Event::kHealth, 0, {}, failure});
+      });
+  // The work dir holds the jobs' logs and dgt-run's: the disk check (min_free_disk) reads it.
+  health_->AddChecksFor(config_.health, "", config_.work_dir, fs);
+  // The first round on the monitor's thread too: the loop goes on (watchdog, SIGTERM) while a
+  // check runs, and registers once the verdict is in.
+  health_->Start(/*round_now=*/true);
+}
+
+void Daemon::OnHealth(const std::optional<std::string>& failure) {
+  if (!health_known_) {
+    health_known_ = true;
+    if (!failure) spdlog::info("health checks passed ({} check(s))", health_->size());
+  }
+  if (failure == unhealthy_) return;
+  if (failure) {
+    spdlog::warn("node unhealthy, it takes no new job: {}", *failure);
+  } else {
+    spdlog::info("node healthy again (its health checks passed)");
+  }
+  unhealthy_ = failure;
+  v1::NodeMessage m;
+  m.mutable_health()->set_unhealthy(unhealthy_.has_value());
+  m.mutable_health()->set_health_reason(unhealthy_.value_or(""));
+  // Not registered: the next NodeHello carries it.
+  Send(m);
 }
 
 namespace {
@@ -199,8 +248,8 @@ bool Daemon::Connect(const std::string& endpoint) {
   const uint64_t id = s->id;
   s->reader = std::thread([this, rw, id] {
     v1::ControlMessage m;
-    while (rw->Read(&m)) Push(Event{Event::kControl, id, m});
-    Push(Event{Event::kStreamEnded, id, {}});
+    while (rw->Read(&m)) Push(Event{Event::kControl, id, m, {}});
+    Push(Event{Event::kStreamEnded, id, {}, {}});
   });
   stream_ = std::move(s);
   // After a failure at this endpoint, the next tries are news only when they end differently.
@@ -453,15 +502,27 @@ void Daemon::OnEvent(Event& event) {
     case Event::kStreamEnded:
       if (stream_ != nullptr && event.stream_id == stream_->id) OnStreamEnded();
       break;
+    case Event::kHealth:
+      OnHealth(event.health_failure);
+      break;
   }
 }
 
 int Daemon::Run() {
+  StartHealthChecks();
   absl::Time next_watchdog = absl::Now();
   const bool watchdog = env_.watchdog_interval > absl::ZeroDuration();
   for (;;) {
     absl::Time now = absl::Now();
-    for (const auto& exit : runner_.Poll(now)) OnJobExit(exit);
+    std::vector<JobRunner::Exit> exits;
+    // Orphans (waitpid(-1)) only between health rounds: a round's check is a child too.
+    if (reap_mu_.TryLock()) {
+      exits = runner_.Poll(now, /*reap_any=*/true);
+      reap_mu_.Unlock();
+    } else {
+      exits = runner_.Poll(now, /*reap_any=*/false);
+    }
+    for (const auto& exit : exits) OnJobExit(exit);
     if (stopping_ && runner_.size() == 0) {
       CloseStream();
       spdlog::info("drained; exiting");
@@ -472,7 +533,8 @@ int Daemon::Run() {
       CloseStream();
       return 0;
     }
-    if (stream_ == nullptr && !stopping_ && now >= next_connect_) {
+    // The first NodeHello carries the first health verdict.
+    if (stream_ == nullptr && !stopping_ && health_known_ && now >= next_connect_) {
       if (!Connect(rotation_.current())) next_connect_ = absl::Now() + rotation_.OnAttemptFailed();
       now = absl::Now();
     }
@@ -491,7 +553,9 @@ int Daemon::Run() {
 
     absl::Time deadline = now + kPollInterval;
     if (watchdog) deadline = std::min(deadline, next_watchdog);
-    if (stream_ == nullptr && !stopping_) deadline = std::min(deadline, next_connect_);
+    if (stream_ == nullptr && !stopping_ && health_known_) {
+      deadline = std::min(deadline, next_connect_);
+    }
     if (auto kill_at = runner_.NextDeadline()) deadline = std::min(deadline, *kill_at);
     Event event;
     if (WaitEvent(&event, deadline)) OnEvent(event);

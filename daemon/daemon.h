@@ -16,10 +16,15 @@
 //   CancelJob: SIGTERM, SIGKILL after grace_s (0: stop_grace_s). ReadLog: a LogChunk
 //   (job_logs.h).
 // - systemd (through DaemonEnv::notify): READY=1 at the first Registered, STATUS= on every
-//   change ("registered with H:P; idle", "registered with H:P; running job-3", "connecting to
-//   H:P", "draining"), WATCHDOG=1 every watchdog_interval.
+//   change ("running the health checks", "registered with H:P; idle", "registered with H:P;
+//   running job-3", "connecting to H:P", "draining"; "; unhealthy" after a registered one while
+//   the checks fail), WATCHDOG=1 every watchdog_interval.
 // - RequestStop (SIGTERM) drains: Draining to the service, every job cancelled with stop_grace_s,
 //   their "exited" updates sent, then the stream half-closed (deregistration); Run returns 0.
+// - Health: the node's health checks (agent/health, with agent.yaml's health keys) run once
+//   before the first registration and every health_interval_s, on a thread of their own. The
+//   verdict goes in every NodeHello (unhealthy, health_reason) and each change as NodeHealth. An
+//   unhealthy node stays registered; the service places no job on it.
 // - RequestReload (SIGHUP): DaemonEnv::reload; a new config's labels and endpoints are applied
 //   (the node registers again with them); a failed reload is logged and the old config kept.
 //
@@ -33,12 +38,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/health/builtin_checks.h"
+#include "agent/health/health_monitor.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "daemon/config.h"
@@ -58,6 +66,9 @@ struct DaemonEnv {
   absl::Duration watchdog_interval = absl::ZeroDuration();
   // Where GPUs are counted (node_facts.h CountGpus).
   std::string dev_dir = "/dev";
+  // What the built-in health checks read (agent/health/builtin_checks.h); null: the real file
+  // system. Not owned.
+  agent::HealthFs* health_fs = nullptr;
   // RDMA device table; null: none reported.
   worker::VerbsApi* verbs = nullptr;
   std::string hostname;
@@ -86,9 +97,11 @@ class Daemon {
  private:
   struct Stream;
   struct Event {
-    enum Kind { kControl, kStreamEnded, kStop, kReload } kind = kControl;
+    enum Kind { kControl, kStreamEnded, kStop, kReload, kHealth } kind = kControl;
     uint64_t stream_id = 0;
     dgt::jobs::v1::ControlMessage message;
+    // kHealth: a round's verdict (HealthMonitor::RoundReport).
+    std::optional<std::string> health_failure;
   };
 
   void Push(Event event);
@@ -102,6 +115,10 @@ class Daemon {
   void OnStop();
   void OnReload();
   void OnJobExit(const JobRunner::Exit& exit);
+  // Starts the rounds of health checks: the first at once, then every health_interval_s.
+  void StartHealthChecks();
+  // A round's verdict: nullopt healthy, else the failure message.
+  void OnHealth(const std::optional<std::string>& failure);
   void SendUpdate(const std::string& job_id, dgt::jobs::v1::JobEvent event, int exit_code,
                   const std::string& message);
   bool Send(const dgt::jobs::v1::NodeMessage& message);
@@ -135,9 +152,20 @@ class Daemon {
   // The last line LogEndpoint logged about each endpoint ("registered" after a Registered).
   replica::EndpointLog endpoint_log_;
 
+  // The last health round's failure; nullopt while healthy.
+  std::optional<std::string> unhealthy_;
+  // The first round's verdict is in: the node may register.
+  bool health_known_ = false;
+  std::unique_ptr<agent::HealthFs> system_health_fs_;
+
   dgt::Mutex mu_;
   dgt::CondVar cv_;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  // Held by every health round and by runner_'s reaping of any child (waitpid(-1)), so that the
+  // daemon never reaps a health check's process (HealthMonitor::Options::round_mu).
+  dgt::Mutex reap_mu_;
+  // Last: its round thread reports into events_ until it is stopped.
+  std::unique_ptr<agent::HealthMonitor> health_;
 };
 
 }  // namespace dgt::daemon

@@ -309,7 +309,7 @@ void JobRunner::Kill(Job& job) {
   job.killed = true;
 }
 
-std::vector<JobRunner::Exit> JobRunner::Poll(absl::Time now) {
+std::vector<JobRunner::Exit> JobRunner::Poll(absl::Time now, bool reap_any) {
   for (auto& [id, job] : jobs_) {
     if (job.kill_at.has_value() && !job.killed && now >= *job.kill_at) {
       spdlog::warn("job {}: still running after the grace period; SIGKILL", id);
@@ -317,10 +317,19 @@ std::vector<JobRunner::Exit> JobRunner::Poll(absl::Time now) {
     }
   }
   std::vector<Exit> out;
-  for (int i = 0; i < 4096; ++i) {
+  std::vector<pid_t> own;
+  if (!reap_any) {
+    for (const auto& [id, job] : jobs_) own.push_back(job.pid);
+  }
+  // With reap_any, up to 4096 children; else each job's dgt-run once.
+  const size_t rounds = reap_any ? 4096 : own.size();
+  for (size_t i = 0; i < rounds; ++i) {
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) break;
+    const pid_t pid = ::waitpid(reap_any ? -1 : own[i], &status, WNOHANG);
+    if (pid <= 0) {
+      if (reap_any) break;
+      continue;
+    }
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
       if (it->second.pid != pid) continue;
       Job& job = it->second;

@@ -88,9 +88,10 @@ class JobRunner {
   bool Cancel(const std::string& job_id, absl::Duration grace, absl::Time now);
   void CancelAll(absl::Duration grace, absl::Time now);
 
-  // Sends due SIGKILLs and reaps: returns the jobs whose dgt-run ended (also reaps orphans handed
-  // to this process as a child subreaper).
-  std::vector<Exit> Poll(absl::Time now);
+  // Sends due SIGKILLs and reaps: returns the jobs whose dgt-run ended. With `reap_any` it reaps
+  // any child (waitpid(-1)), also orphans handed to this process as a child subreaper; without,
+  // only each job's dgt-run (while another thread waits for a child of its own: a health check).
+  std::vector<Exit> Poll(absl::Time now, bool reap_any = true);
 
   // The earliest pending SIGKILL, if any.
   std::optional<absl::Time> NextDeadline() const;

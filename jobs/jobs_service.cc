@@ -236,8 +236,10 @@ grpc::Status JobsService::OnHello(NodeReactor* reactor, const v1::NodeHello& hel
   if (!s.ok()) return ToGrpc(s);
   reactor->set_node(hello.node_name());
   nodes_[hello.node_name()] = reactor;
-  spdlog::info("jobs: node '{}' registered from {} ({} GPU(s), {} running job(s))",
-               hello.node_name(), reactor->peer(), hello.gpu_count(), hello.running_job_ids_size());
+  spdlog::info("jobs: node '{}' registered from {} ({} GPU(s), {} running job(s){}{})",
+               hello.node_name(), reactor->peer(), hello.gpu_count(), hello.running_job_ids_size(),
+               hello.unhealthy() ? "; unhealthy: " : "",
+               hello.unhealthy() ? hello.health_reason() : "");
   v1::ControlMessage registered;
   registered.mutable_registered()->set_node_name(hello.node_name());
   if (!Persist()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, step_down_message_);
@@ -304,6 +306,17 @@ void JobsService::OnNodeMessage(NodeReactor* reactor, const v1::NodeMessage& mes
       spdlog::info("jobs: node '{}' is draining", node);
       scheduler_.Drain(node, now, &actions);
       break;
+    case v1::NodeMessage::kHealth: {
+      const v1::NodeHealth& h = message.health();
+      if (h.unhealthy()) {
+        spdlog::warn("jobs: node '{}' is unhealthy, it takes no new job: {}", node,
+                     h.health_reason());
+      } else {
+        spdlog::info("jobs: node '{}' is healthy again", node);
+      }
+      scheduler_.SetHealth(node, h.unhealthy(), h.health_reason(), now, &actions);
+      break;
+    }
     case v1::NodeMessage::kHello:
       spdlog::warn("jobs: node '{}' sent a second NodeHello; ignored", node);
       break;

@@ -31,6 +31,18 @@ std::string NewUid() {
   return uid;
 }
 
+// The most unhealthy nodes a pending reason names, and the most bytes of each one's reason.
+constexpr size_t kMaxUnhealthyNamed = 3;
+constexpr size_t kMaxHealthReasonBytes = 200;
+
+// `text` cut to `max` bytes at a UTF-8 character's start, "..." after a cut.
+std::string Cut(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return absl::StrCat(text.substr(0, end), "...");
+}
+
 // A job whose nodes run (or start) it: its run's status and its nodes' losses matter.
 bool StartingOrRunning(v1::JobState state) {
   return state == v1::JOB_STATE_STARTING || state == v1::JOB_STATE_RUNNING;
@@ -107,6 +119,43 @@ bool Scheduler::Matches(const v1::JobSpec& spec, const Node& node) const {
   return true;
 }
 
+bool Scheduler::Usable(const v1::JobSpec& spec, const Node& node) const {
+  return !node.draining && !node.info.unhealthy() && node.info.job_id().empty() &&
+         Matches(spec, node);
+}
+
+std::string Scheduler::PendingReason(const v1::JobSpec& spec) const {
+  int usable = 0;
+  int with_labels = 0;
+  std::vector<const Node*> unhealthy;
+  for (const auto& [name, node] : nodes_) {
+    if (!Matches(spec, node)) continue;
+    ++with_labels;
+    if (node.info.unhealthy()) unhealthy.push_back(&node);
+    if (Usable(spec, node)) ++usable;
+  }
+  const int32_t needs = spec.instance_count();
+  std::string reason = absl::StrCat(
+      "needs ", needs, " idle node", needs == 1 ? "" : "s",
+      spec.node_labels().empty() ? ""
+                                 : absl::StrCat(" with labels ", LabelText(spec.node_labels())),
+      "; ", usable, usable == 1 ? " matches" : " match");
+  if (unhealthy.empty()) return reason;
+  std::vector<std::string> named;
+  for (size_t i = 0; i < unhealthy.size() && i < kMaxUnhealthyNamed; ++i) {
+    named.push_back(absl::StrCat(unhealthy[i]->info.node_name(), ": ",
+                                 Cut(unhealthy[i]->info.health_reason(), kMaxHealthReasonBytes)));
+  }
+  if (unhealthy.size() > kMaxUnhealthyNamed) {
+    named.push_back(absl::StrCat("and ", unhealthy.size() - kMaxUnhealthyNamed, " more"));
+  }
+  absl::StrAppend(
+      &reason, "; ", unhealthy.size(), " of ", with_labels, " registered node",
+      with_labels == 1 ? "" : "s", spec.node_labels().empty() ? "" : " with those labels",
+      unhealthy.size() == 1 ? " is" : " are", " unhealthy (", absl::StrJoin(named, "; "), ")");
+  return reason;
+}
+
 void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
   // Lost nodes waiting for a replacement come before queued jobs (their job already runs).
   for (const std::string& id : order_) {
@@ -132,18 +181,12 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
     }
     const v1::JobSpec& spec = job.info.spec();
     std::vector<std::string> chosen;
-    int matches = 0;
     for (const auto& [name, node] : nodes_) {
-      if (node.draining || !node.info.job_id().empty() || !Matches(spec, node)) continue;
-      ++matches;
+      if (!Usable(spec, node)) continue;
       if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) chosen.push_back(name);
     }
     if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) {
-      std::string reason = absl::StrCat(
-          "needs ", spec.instance_count(), " idle node", spec.instance_count() == 1 ? "" : "s",
-          spec.node_labels().empty() ? ""
-                                     : absl::StrCat(" with labels ", LabelText(spec.node_labels())),
-          "; ", matches, matches == 1 ? " matches" : " match");
+      std::string reason = PendingReason(spec);
       if (job.info.reason() != reason) MutableJob(id)->info.set_reason(reason);
       blocker = id;
       continue;
@@ -248,6 +291,8 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
   *node.info.mutable_rdma_devices() = hello.rdma_devices();
   *node.info.mutable_labels() = hello.labels();
   node.info.set_registered_unix_s(UnixSeconds(now));
+  node.info.set_unhealthy(hello.unhealthy());
+  node.info.set_health_reason(hello.unhealthy() ? hello.health_reason() : "");
   std::set<std::string> running(hello.running_job_ids().begin(), hello.running_job_ids().end());
   std::map<std::string, const v1::StartJob*> starts;
   for (const v1::StartJob& start : hello.running_jobs()) {
@@ -352,6 +397,20 @@ void Scheduler::Drain(const std::string& name, absl::Time now, std::vector<Actio
   if (node == nullptr) return;
   node->draining = true;
   SetNodeState(*node);
+  Place(now, out);
+}
+
+void Scheduler::SetHealth(const std::string& name, bool unhealthy, const std::string& reason,
+                          absl::Time now, std::vector<Action>* out) {
+  auto it = nodes_.find(name);
+  const std::string kept = unhealthy ? reason : "";
+  if (it == nodes_.end() ||
+      (it->second.info.unhealthy() == unhealthy && it->second.info.health_reason() == kept)) {
+    return;
+  }
+  Node& node = *MutableNode(name);
+  node.info.set_unhealthy(unhealthy);
+  node.info.set_health_reason(kept);
   Place(now, out);
 }
 
@@ -541,9 +600,7 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& w
 }
 
 bool Scheduler::Replace(Job& job, const std::string& lost, std::vector<Action>* out) {
-  auto usable = [&](const Node& n) {
-    return !n.draining && n.info.job_id().empty() && Matches(job.info.spec(), n);
-  };
+  auto usable = [&](const Node& n) { return Usable(job.info.spec(), n); };
   std::string chosen;
   if (auto it = nodes_.find(lost); it != nodes_.end() && usable(it->second)) {
     chosen = lost;

@@ -64,6 +64,11 @@ class Scheduler {
   void Deregister(const std::string& node, absl::Time now, std::vector<Action>* out);
   // The daemon is draining: it takes no new job.
   void Drain(const std::string& node, absl::Time now, std::vector<Action>* out);
+  // The node's health, from its daemon's NodeHealth (NodeHello carries it too, for Register). An
+  // unhealthy node takes no new job and no replacement part; a job it runs goes on (docs/JOBS.md).
+  // `reason`: "health check 'NAME' failed: REASON". An unknown node: nothing.
+  void SetHealth(const std::string& node, bool unhealthy, const std::string& reason, absl::Time now,
+                 std::vector<Action>* out);
   // A JobUpdate from `node`. Errors: NotFound for a job that is unknown or not on that node;
   // InvalidArgument for an event other than JOB_EVENT_STARTED or JOB_EVENT_EXITED.
   absl::Status OnUpdate(const std::string& node, const v1::JobUpdate& update, absl::Time now,
@@ -135,6 +140,11 @@ class Scheduler {
   // Places queued jobs in order until one cannot be placed.
   void Place(absl::Time now, std::vector<Action>* out);
   bool Matches(const v1::JobSpec& spec, const Node& node) const;
+  // Whether `node` may take a new job or part of one: idle, not draining, healthy, labels match.
+  bool Usable(const v1::JobSpec& spec, const Node& node) const;
+  // Why `spec` cannot be placed now: "needs 2 idle nodes; 1 matches", and the unhealthy nodes
+  // with its labels when there are any.
+  std::string PendingReason(const v1::JobSpec& spec) const;
   // Ends the job when each of its nodes exited or is gone.
   void MaybeFinish(Job& job, absl::Time now);
   void Finish(Job& job, v1::JobState state, const std::string& reason, absl::Time now);

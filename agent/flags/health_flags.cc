@@ -11,10 +11,7 @@
 namespace dgt::agent {
 namespace {
 
-// The shortest --health-interval (other than 0) and --health-check-timeout.
-constexpr absl::Duration kMinHealthPeriod = absl::Milliseconds(100);
 constexpr uint64_t kMaxByteSize = uint64_t{1} << 60;
-constexpr int kMaxGpus = 4096;
 
 absl::Status Bad(absl::string_view message) { return absl::InvalidArgumentError(message); }
 

@@ -13,12 +13,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace CLI {
 class App;
 }  // namespace CLI
 
 namespace dgt::agent {
+
+// The shortest health interval (other than 0) and check timeout.
+inline constexpr absl::Duration kMinHealthPeriod = absl::Milliseconds(100);
+// The most GPUs --expected-gpus takes.
+inline constexpr int kMaxGpus = 4096;
 
 struct HealthFlags {
   // --health-check CMD, repeatable: run with /bin/sh -c; exit 0 is healthy.

@@ -11,7 +11,19 @@ namespace dgt::agent {
 
 HealthMonitor::HealthMonitor(boost::asio::io_context& io, Options options,
                              std::function<void(const std::string&)> on_failure)
-    : io_(io), options_(std::move(options)), on_failure_(std::move(on_failure)) {}
+    : options_(std::move(options)) {
+  std::weak_ptr<int> life = life_;
+  report_ = [&io, life,
+             on_failure = std::move(on_failure)](const std::optional<std::string>& failure) {
+    if (!failure) return;
+    boost::asio::post(io, [life, on_failure, message = *failure] {
+      if (!life.expired()) on_failure(message);
+    });
+  };
+}
+
+HealthMonitor::HealthMonitor(Options options, RoundReport report)
+    : options_(std::move(options)), report_(std::move(report)) {}
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
@@ -34,6 +46,12 @@ void HealthMonitor::AddCommand(const std::string& command) {
 }
 
 std::optional<std::string> HealthMonitor::Round() {
+  if (options_.round_mu == nullptr) return RoundUnlocked();
+  dgt::MutexLock lock(options_.round_mu);
+  return RoundUnlocked();
+}
+
+std::optional<std::string> HealthMonitor::RoundUnlocked() {
   std::vector<NamedResult> results;
   for (const std::unique_ptr<HealthCheck>& c : checks_) {
     if (cancel_.load()) return std::nullopt;
@@ -48,35 +66,34 @@ std::optional<std::string> HealthMonitor::Round() {
 
 std::optional<std::string> HealthMonitor::RunOnce() { return Round(); }
 
-void HealthMonitor::Start() {
+void HealthMonitor::Start(bool round_now) {
   HealthSchedule probe(options_.interval);
-  if (!probe.periodic() || thread_.joinable() || cancel_.load()) return;
-  thread_ = std::thread([this] { Loop(); });
+  if ((!probe.periodic() && !round_now) || thread_.joinable() || cancel_.load()) return;
+  thread_ = std::thread([this, round_now] { Loop(round_now); });
 }
 
-void HealthMonitor::Loop() {
+void HealthMonitor::Loop(bool round_now) {
   HealthSchedule schedule(options_.interval);
-  // The round before the join counts as the first.
-  schedule.Started(absl::Now());
-  schedule.Finished(absl::Now());
-  while (true) {
-    {
+  if (!round_now) {
+    // The round before the join counts as the first.
+    schedule.Started(absl::Now());
+    schedule.Finished(absl::Now());
+  }
+  for (bool first = round_now;; first = false) {
+    if (!first) {
+      const std::optional<absl::Time> next = schedule.NextRun();
+      if (!next) return;  // Interval 0: the one round is done.
       dgt::MutexLock lock(&mu_);
-      const absl::Time next = *schedule.NextRun();
       // Until the next round is due, or Stop.
-      while (!stopping_ && absl::Now() < next) stop_cv_.WaitWithDeadline(&mu_, next);
+      while (!stopping_ && absl::Now() < *next) stop_cv_.WaitWithDeadline(&mu_, *next);
       if (stopping_) return;
     }
     schedule.Started(absl::Now());
     std::optional<std::string> failure = Round();
     schedule.Finished(absl::Now());
-    if (failure) {
-      std::weak_ptr<int> life = life_;
-      boost::asio::post(io_, [this, life, message = *failure] {
-        if (!life.expired()) on_failure_(message);
-      });
-      return;
-    }
+    if (cancel_.load()) return;  // Stopped mid-round: the verdict means nothing.
+    report_(failure);
+    if (failure && options_.stop_at_failure) return;
   }
 }
 

@@ -5,8 +5,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "agent/lifecycle/node_lifecycle.h"
 #include "common/flag_parse.h"
+#include "common/signal_name.h"
 
 namespace dgt::agent {
 

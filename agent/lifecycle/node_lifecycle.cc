@@ -83,11 +83,6 @@ struct Describe {
 
 }  // namespace
 
-std::string SignalName(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return name != nullptr ? absl::StrCat("SIG", name) : absl::StrCat("signal ", sig);
-}
-
 std::string DebugString(const LifecycleAction& action) { return std::visit(Describe{}, action); }
 
 NodeLifecycle::NodeLifecycle(Options options, const Clock* clock)

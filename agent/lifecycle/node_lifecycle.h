@@ -36,6 +36,7 @@
 #include "agent/flags/launch_options.h"
 #include "agent/lifecycle/restart_policy.h"
 #include "agent/workers/worker_exit.h"
+#include "common/signal_name.h"
 
 namespace dgt::agent {
 
@@ -199,8 +200,8 @@ std::string DebugString(const LifecycleAction& action);
 
 using LifecycleActions = std::vector<LifecycleAction>;
 
-// "SIGTERM" for 15; "signal N" for a number without a name.
-std::string SignalName(int sig);
+// "SIGTERM" for 15; "signal N" for a number without a name (common/signal_name.h).
+using ::dgt::SignalName;
 
 class NodeLifecycle {
  public:

@@ -304,6 +304,98 @@ TEST(HealthMonitorTest, RoundsOffTheLoopUntilTheFirstFailure) {
   EXPECT_EQ(runs.load(), 4);
 }
 
+// Unhealthy on the runs in `failing`, else healthy; records a run on the round thread that found
+// `round_mu` free.
+class ScriptedCheck final : public HealthCheck {
+ public:
+  ScriptedCheck(std::set<int> failing, dgt::Mutex* round_mu, std::atomic<int>* runs,
+                std::atomic<bool>* unlocked)
+      : failing_(std::move(failing)), round_mu_(round_mu), runs_(runs), unlocked_(unlocked) {}
+  std::string name() const override { return "scripted"; }
+  HealthResult Run(absl::Time) override {
+    const int n = ++*runs_;
+    // Run 1 is RunOnce's, on the thread that holds round_mu: a try there would be undefined.
+    if (n > 1 && round_mu_->TryLock()) {
+      unlocked_->store(true);
+      round_mu_->Unlock();
+    }
+    if (failing_.contains(n)) return {false, absl::StrCat("run ", n)};
+    return {true, ""};
+  }
+
+ private:
+  std::set<int> failing_;
+  dgt::Mutex* round_mu_;
+  std::atomic<int>* runs_;
+  std::atomic<bool>* unlocked_;
+};
+
+// dgt-agent's way: rounds go on after a failure, each verdict is reported on the round thread,
+// and every round holds round_mu.
+TEST(HealthMonitorTest, RoundsGoOnAfterAFailureWithoutStopAtFailure) {
+  dgt::Mutex round_mu;
+  std::atomic<int> runs{0};
+  std::atomic<bool> unlocked{false};
+  dgt::Mutex mu;
+  dgt::CondVar cv;
+  std::vector<std::string> verdicts;
+  HealthMonitor::Options o;
+  o.interval = absl::Milliseconds(100);
+  o.stop_at_failure = false;
+  o.round_mu = &round_mu;
+  HealthMonitor m(std::move(o), [&](const std::optional<std::string>& failure) {
+    dgt::MutexLock lock(&mu);
+    verdicts.push_back(failure.value_or("healthy"));
+    cv.SignalAll();
+  });
+  m.Add(std::make_unique<ScriptedCheck>(std::set<int>{2, 3}, &round_mu, &runs, &unlocked));
+  EXPECT_EQ(m.RunOnce(), std::nullopt);  // Run 1, on this thread: not reported.
+  m.Start();
+  {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    dgt::MutexLock lock(&mu);
+    while (verdicts.size() < 4 && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+  }
+  m.Stop();
+  dgt::MutexLock lock(&mu);
+  ASSERT_GE(verdicts.size(), 4u);
+  verdicts.resize(4);
+  EXPECT_EQ(verdicts, (std::vector<std::string>{"health check 'scripted' failed: run 2",
+                                                "health check 'scripted' failed: run 3", "healthy",
+                                                "healthy"}));
+  EXPECT_FALSE(unlocked.load());
+}
+
+// Start(round_now) with interval 0: one round, at once, reported; then none.
+TEST(HealthMonitorTest, RoundNowWithIntervalZeroRunsOneRound) {
+  std::atomic<int> runs{0};
+  dgt::Mutex mu;
+  dgt::CondVar cv;
+  std::vector<std::string> verdicts;
+  HealthMonitor::Options o;
+  o.interval = absl::ZeroDuration();
+  o.stop_at_failure = false;
+  HealthMonitor m(std::move(o), [&](const std::optional<std::string>& failure) {
+    dgt::MutexLock lock(&mu);
+    verdicts.push_back(failure.value_or("healthy"));
+    cv.SignalAll();
+  });
+  m.Add(std::make_unique<CountingCheck>(0, &runs));
+  m.Start(/*round_now=*/true);
+  {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    dgt::MutexLock lock(&mu);
+    while (verdicts.empty() && !cv.WaitWithDeadline(&mu, deadline)) {
+    }
+  }
+  usleep(300000);  // Time for a second round, were there one.
+  m.Stop();
+  dgt::MutexLock lock(&mu);
+  EXPECT_EQ(verdicts, std::vector<std::string>{"health check 'counting' failed: run 1"});
+  EXPECT_EQ(runs.load(), 1);
+}
+
 TEST(HealthMonitorTest, StopEndsAHangingCheckAndPostsNothing) {
   boost::asio::io_context io;
   std::vector<std::string> failures;

@@ -102,9 +102,41 @@ TEST(FormatNodes, PadsNodeNamesAndLabelsByTheirWidth) {
   (*n->mutable_labels())["zone"] = "\xE5\x8C\x97";  // "北"
   const std::vector<std::string> lines = absl::StrSplit(FormatNodes(nodes, 100), '\n');
   ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(
+      lines[0],
+      "NODE                     STATE     JOB          GPUS LABELS               REGISTERED   "
+      "HEALTH");
   EXPECT_EQ(lines[1],
             "\xE8\x8A\x82\xE7\x82\xB9-1                   idle      -            8    "
-            "zone=\xE5\x8C\x97              -");
+            "zone=\xE5\x8C\x97              -            ok");
+}
+
+// An unhealthy node's reason is one line: line breaks and tabs as blanks, control characters
+// escaped, cut to 100 columns.
+TEST(FormatNodes, ShowsAnUnhealthyNodesReasonOnOneLine) {
+  v1::ListNodesResponse nodes;
+  v1::NodeInfo* a = nodes.add_nodes();
+  a->set_node_name("a");
+  a->set_state("idle");
+  a->set_unhealthy(true);
+  a->set_health_reason("health check 'check' failed: exited with code 1: GPU 2\n\x1b[31mgone\tnow");
+  v1::NodeInfo* b = nodes.add_nodes();
+  b->set_node_name("b");
+  b->set_state("busy");
+  b->set_job_id("job-1");
+  b->set_unhealthy(true);
+  b->set_health_reason("health check 'long' failed: exited with code 2: " + std::string(200, 'x'));
+  const std::vector<std::string> lines = absl::StrSplit(FormatNodes(nodes, 100), '\n');
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(
+      lines[1],
+      "a                        idle      -            0    -                    -            "
+      "unhealthy health check 'check' failed: exited with code 1: GPU 2 \\x1b[31mgone now");
+  EXPECT_EQ(
+      lines[2],
+      "b                        busy      job-1        0    -                    -            "
+      "unhealthy health check 'long' failed: exited with code 2: " +
+          std::string(97 - 48, 'x') + "...");
 }
 
 // An empty restart_policy and distribution.type print as what they stand for, not "".

@@ -98,7 +98,8 @@ TEST_F(ConfigTest, EveryError) {
   EXPECT_EQ(Error(root + "colour: blue\n"),
             "agent.yaml: colour: unknown key (known: rendezvous_endpoints, node_name, "
             "advertise_address, labels, run_as_user, allow_root, work_dir, tls, token_file, "
-            "dgt_run, stop_grace_s, watchdog)");
+            "dgt_run, stop_grace_s, watchdog, health_checks, health_interval_s, "
+            "health_check_timeout_s, expected_gpus, min_free_disk, min_shm_size)");
   EXPECT_EQ(Error(root + "node_name: a b\n"),
             "agent.yaml: node_name: may hold only letters, digits, '-', '_' and '.', got 'a b'");
   EXPECT_EQ(Error(root + "node_name: [x]\n"), "agent.yaml: node_name: must be a string, got '[x]'");
@@ -142,6 +143,66 @@ TEST_F(ConfigTest, EveryError) {
 }
 
 // Values that would fail at run time: each refused, naming the file, the key and the value.
+// The health keys take what dgt-run's health flags take, with dgt-run's defaults.
+TEST_F(ConfigTest, HealthKeys) {
+  const std::string root = "run_as_user: root\nallow_root: true\n";
+  auto c = ParseAgentConfig("rendezvous_endpoints: [\"h:1\"]\n" + root, "agent.yaml", defaults_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->health.commands.empty());
+  EXPECT_EQ(c->health.interval_s, 60);
+  EXPECT_EQ(c->health.check_timeout_s, 60);
+  EXPECT_EQ(c->health.expected_gpus, -1);
+  EXPECT_EQ(c->health.min_free_disk, 0u);
+  EXPECT_EQ(c->health.min_shm_size, uint64_t{64} << 20);
+
+  auto full = ParseAgentConfig("rendezvous_endpoints: [\"h:1\"]\n" + root +
+                                   "health_checks: [\"test -e /run/ok\", \"nvidia-smi -L\"]\n"
+                                   "health_interval_s: 0.5\nhealth_check_timeout_s: 20\n"
+                                   "expected_gpus: 8\nmin_free_disk: 1.5G\nmin_shm_size: 1024\n",
+                               "agent.yaml", defaults_);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->health.commands, (std::vector<std::string>{"test -e /run/ok", "nvidia-smi -L"}));
+  EXPECT_EQ(full->health.interval_s, 0.5);
+  EXPECT_EQ(full->health.check_timeout_s, 20);
+  EXPECT_EQ(full->health.expected_gpus, 8);
+  EXPECT_EQ(full->health.min_free_disk, uint64_t{3} << 29);
+  EXPECT_EQ(full->health.min_shm_size, 1024u);
+  auto at_start = ParseAgentConfig(
+      "rendezvous_endpoints: [\"h:1\"]\n" + root + "health_interval_s: 0\nexpected_gpus: 0\n",
+      "agent.yaml", defaults_);
+  ASSERT_TRUE(at_start.ok()) << at_start.status();
+  EXPECT_EQ(at_start->health.interval_s, 0);
+  EXPECT_EQ(at_start->health.expected_gpus, 0);
+
+  EXPECT_EQ(Error(root + "health_checks: true\n"),
+            "agent.yaml: health_checks: must be a list of shell commands, got 'true'");
+  EXPECT_EQ(Error(root + "health_checks: [\"true\", \" \"]\n"),
+            "agent.yaml: health_checks[1]: must be a command (run with /bin/sh -c), got ' '");
+  EXPECT_EQ(Error(root + "health_checks: [[a]]\n"),
+            "agent.yaml: health_checks[0]: must be a string, got '[a]'");
+  EXPECT_EQ(Error(root + "health_interval_s: 0.05\n"),
+            "agent.yaml: health_interval_s: must be 0 (a round only at start) or a number of "
+            "seconds from 0.1 to 31536000 (a year), got '0.05'");
+  EXPECT_EQ(Error(root + "health_interval_s: -1\n"),
+            "agent.yaml: health_interval_s: must be 0 (a round only at start) or a number of "
+            "seconds from 0.1 to 31536000 (a year), got '-1'");
+  EXPECT_EQ(Error(root + "health_check_timeout_s: 0\n"),
+            "agent.yaml: health_check_timeout_s: must be a number of seconds from 0.1 to 31536000 "
+            "(a year), got '0'");
+  EXPECT_EQ(Error(root + "health_check_timeout_s: .nan\n"),
+            "agent.yaml: health_check_timeout_s: must be a number of seconds from 0.1 to 31536000 "
+            "(a year), got '.nan'");
+  EXPECT_EQ(Error(root + "expected_gpus: 1.5\n"),
+            "agent.yaml: expected_gpus: must be an integer from 0 to 4096, got '1.5'");
+  EXPECT_EQ(Error(root + "expected_gpus: 4097\n"),
+            "agent.yaml: expected_gpus: must be an integer from 0 to 4096, got '4097'");
+  EXPECT_EQ(Error(root + "min_free_disk: 1X\n"),
+            "agent.yaml: min_free_disk: must be a size (bytes, or with K, M, G, T), at most "
+            "1048576T, got '1X'");
+  EXPECT_EQ(Error(root + "min_shm_size: [64M]\n"),
+            "agent.yaml: min_shm_size: must be a string, got '[64M]'");
+}
+
 TEST_F(ConfigTest, RefusesWhatFailsAtRunTime) {
   const std::string root = "run_as_user: root\nallow_root: true\n";
   EXPECT_EQ(Error("rendezvous_endpoints: [\"a:1\", \"b:2\", \"A:1\"]\n", true),

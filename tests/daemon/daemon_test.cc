@@ -97,6 +97,11 @@ class DaemonTest : public ::testing::Test {
     for (const char* f : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) {
       std::ofstream(env_.dev_dir + "/" + f);
     }
+    // The built-in health checks read a tree of the test's: no InfiniBand, a writable /dev/shm.
+    fs::create_directories(dir_ + "/root/dev/shm");
+    health_fs_ = agent::SystemHealthFs(dir_ + "/root");
+    env_.health_fs = health_fs_.get();
+    config_.health.min_shm_size = 1024;
     env_.connect_timeout = absl::Milliseconds(300);
     env_.max_backoff = absl::Milliseconds(400);
     env_.notify = [this](const std::string& s) {
@@ -150,6 +155,7 @@ class DaemonTest : public ::testing::Test {
 
   FakeJobsService service_;
   std::string dir_;
+  std::unique_ptr<agent::HealthFs> health_fs_;
   AgentConfig config_;
   DaemonEnv env_;
   std::unique_ptr<Daemon> daemon_;
@@ -515,6 +521,59 @@ TEST_F(DaemonTest, GoesToTheLeaderAStandbyNames) {
 
 // dgt-run gone after the config was checked (a package upgrade): the job ends with 127 and says
 // why; the daemon keeps serving.
+// The health checks run before the first NodeHello, which carries their verdict, then every
+// health_interval_s: each change goes to the service as NodeHealth. Jobs run meanwhile, and their
+// reaping takes no check's process (a check that lost its exit status would time out).
+TEST_F(DaemonTest, ReportsHealthInTheHelloAndEachChange) {
+  const std::string flag = dir_ + "/healthy";
+  config_.health.commands = {"test -e " + flag};
+  config_.health.interval_s = 0.1;
+  const std::string failed =
+      "health check 'test -e " + flag + "' failed: exited with code 1: (no output)";
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  const dgt::jobs::v1::NodeHello hello = service_.received().front().hello();
+  EXPECT_TRUE(hello.unhealthy());
+  EXPECT_EQ(hello.health_reason(), failed);
+  const std::string status = "STATUS=registered with " + service_.endpoint() + "; idle; unhealthy";
+  for (int i = 0; i < 200 && !Has(Notes(), status); ++i) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(Has(Notes(), status));
+  std::ofstream(flag) << "";
+  ASSERT_TRUE(WaitFor("health ok"));
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = "job-q" + std::to_string(i);
+    service_.Send(StartJob(id, "quick"));
+    ASSERT_TRUE(WaitFor("update " + id + " exited 7"));
+  }
+  fs::remove(flag);
+  ASSERT_TRUE(WaitFor("health unhealthy: " + failed));
+  std::vector<std::string> health;
+  for (const std::string& d : DescribeAll(service_.received())) {
+    if (absl::StartsWith(d, "health")) health.push_back(d);
+  }
+  // Healthy through the jobs: no round failed while they were reaped.
+  EXPECT_THAT(health, ElementsAre("health ok", "health unhealthy: " + failed));
+  EXPECT_EQ(StopDaemon(), 0);
+}
+
+// The first round runs off the main loop: a check that hangs holds back the registration, not
+// the loop, and SIGTERM ends the daemon (the check killed) at once.
+TEST_F(DaemonTest, AHangingFirstCheckHoldsBackTheRegistrationNotTheLoop) {
+  config_.health.commands = {"sleep 300"};
+  config_.health.check_timeout_s = 300;
+  StartDaemon();
+  for (int i = 0; i < 200 && !Has(Notes(), "STATUS=running the health checks"); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(Has(Notes(), "STATUS=running the health checks"));
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time stop = absl::Now();
+  EXPECT_EQ(StopDaemon(), 0);
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(2));
+  EXPECT_TRUE(service_.received().empty());
+  EXPECT_FALSE(Has(Notes(), "READY=1"));
+}
+
 TEST_F(DaemonTest, AMissingDgtRunEndsTheJobWith127) {
   config_.dgt_run = dir_ + "/no-dgt-run";
   StartDaemon();

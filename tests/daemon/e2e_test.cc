@@ -400,7 +400,8 @@ TEST_F(DaemonE2eTest, RunsAJobServesItsLogsCancelsAndDrains) {
       states.push_back(n);
     }
   }
-  EXPECT_EQ(states, (std::vector<std::string>{"READY=1", "STATUS=registered with " + ep + "; idle",
+  EXPECT_EQ(states, (std::vector<std::string>{"STATUS=running the health checks", "READY=1",
+                                              "STATUS=registered with " + ep + "; idle",
                                               "STATUS=registered with " + ep + "; running job-1",
                                               "STATUS=registered with " + ep + "; idle",
                                               "STATUS=registered with " + ep + "; running job-2",

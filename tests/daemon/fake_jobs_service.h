@@ -141,10 +141,13 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
 };
 
 // One line per message, for exact comparisons: "hello node-a", "update job-1 started 0",
-// "log 7 0 <data>", "draining", "<end>".
+// "log 7 0 <data>", "draining", "health ok", "health unhealthy: <reason>", "<end>".
 inline std::string Describe(const dgt::jobs::v1::NodeMessage& m) {
   if (m.has_hello()) return "hello " + m.hello().node_name();
   if (m.has_draining()) return "draining";
+  if (m.has_health()) {
+    return m.health().unhealthy() ? "health unhealthy: " + m.health().health_reason() : "health ok";
+  }
   if (m.has_log()) {
     return "log " + std::to_string(m.log().request_id()) + " " + std::to_string(m.log().code());
   }

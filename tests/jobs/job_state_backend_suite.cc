@@ -76,6 +76,9 @@ void CheckNodesRoundTripAndDelete(JobStateBackend& backend) {
   v1::NodeInfo b;
   b.set_node_name("b");
   b.set_state("idle");
+  // Its health, as dgt-agent reported it, goes with the record.
+  b.set_unhealthy(true);
+  b.set_health_reason("health check 'false' failed: exited with code 1: (no output)");
   ASSERT_TRUE(backend.PutNode(b).ok());
   ASSERT_TRUE(backend.PutNode(a).ok());
   auto nodes = backend.LoadNodes();
@@ -89,6 +92,9 @@ void CheckNodesRoundTripAndDelete(JobStateBackend& backend) {
   ASSERT_TRUE(nodes.ok());
   ASSERT_EQ(nodes->size(), 1u);
   EXPECT_EQ((*nodes)[0].node_name(), "b");
+  EXPECT_TRUE((*nodes)[0].unhealthy());
+  EXPECT_EQ((*nodes)[0].health_reason(),
+            "health check 'false' failed: exited with code 1: (no output)");
   // Nodes and jobs do not mix.
   auto jobs = backend.LoadJobs();
   ASSERT_TRUE(jobs.ok());

@@ -94,11 +94,17 @@ class JobsServiceTest : public ::testing::Test {
     std::unique_ptr<grpc::ClientReaderWriter<v1::NodeMessage, v1::ControlMessage>> stream;
   };
   std::unique_ptr<FakeNode> Node(const std::string& name) {
+    v1::NodeHello hello;
+    hello.set_node_name(name);
+    return Node(hello);
+  }
+  std::unique_ptr<FakeNode> Node(const v1::NodeHello& node_hello) {
+    const std::string& name = node_hello.node_name();
     auto node = std::make_unique<FakeNode>();
     Deadline(&node->ctx);
     node->stream = stub_->Register(&node->ctx);
     v1::NodeMessage hello;
-    hello.mutable_hello()->set_node_name(name);
+    *hello.mutable_hello() = node_hello;
     EXPECT_TRUE(node->stream->Write(hello));
     v1::ControlMessage m;
     EXPECT_TRUE(node->stream->Read(&m));
@@ -394,6 +400,70 @@ TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
   ASSERT_EQ(job.nodes_size(), 1);
   EXPECT_EQ(job.nodes(0).node_rank(), 0);
   EXPECT_EQ(job.nodes(0).first_rank(), 0);
+  a->ctx.TryCancel();
+}
+
+// A daemon's health: from its NodeHello, then each NodeHealth on the stream; shown by ListNodes,
+// persisted with the node, and honoured by the queue.
+TEST_F(JobsServiceTest, TheStreamSetsTheNodesHealth) {
+  InMemoryJobStateBackend backend;
+  JobsServiceOptions options = Open();
+  options.backend = &backend;
+  Start(std::move(options));
+  const std::string reason =
+      "health check 'test -e /tmp/ok' failed: exited with code 1: (no output)";
+  v1::NodeHello hello;
+  hello.set_node_name("a");
+  hello.set_unhealthy(true);
+  hello.set_health_reason(reason);
+  auto a = Node(hello);
+  const std::string id = SubmitJob(Spec());
+  v1::JobInfo job = GetJob(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.reason(),
+            "needs 1 idle node; 0 match; 1 of 1 registered node is unhealthy (a: " + reason + ")");
+  auto list = [&] {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ListNodesResponse nodes;
+    EXPECT_TRUE(stub_->ListNodes(&ctx, v1::ListNodesRequest(), &nodes).ok());
+    return nodes;
+  };
+  v1::ListNodesResponse nodes = list();
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_TRUE(nodes.nodes(0).unhealthy());
+  EXPECT_EQ(nodes.nodes(0).health_reason(), reason);
+  auto stored = backend.LoadNodes();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].health_reason(), reason);
+
+  // Healthy again: the job starts there.
+  v1::NodeMessage healthy;
+  healthy.mutable_health()->set_unhealthy(false);
+  ASSERT_TRUE(a->stream->Write(healthy));
+  v1::ControlMessage m;
+  ASSERT_TRUE(a->stream->Read(&m));
+  EXPECT_EQ(m.start().job_id(), id);
+  nodes = list();
+  ASSERT_EQ(nodes.nodes_size(), 1);
+  EXPECT_FALSE(nodes.nodes(0).unhealthy());
+  EXPECT_EQ(nodes.nodes(0).health_reason(), "");
+  EXPECT_EQ(nodes.nodes(0).state(), "busy");
+
+  // Unhealthy under its job: the job goes on.
+  v1::NodeMessage sick;
+  sick.mutable_health()->set_unhealthy(true);
+  sick.mutable_health()->set_health_reason(reason);
+  ASSERT_TRUE(a->stream->Write(sick));
+  for (int i = 0; i < 100 && !list().nodes(0).unhealthy(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  nodes = list();
+  EXPECT_TRUE(nodes.nodes(0).unhealthy());
+  EXPECT_EQ(nodes.nodes(0).health_reason(), reason);
+  EXPECT_EQ(nodes.nodes(0).state(), "busy");
+  EXPECT_EQ(GetJob(id).state(), v1::JOB_STATE_STARTING);
   a->ctx.TryCancel();
 }
 

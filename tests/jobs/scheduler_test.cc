@@ -89,6 +89,12 @@ class SchedulerTest : public ::testing::Test {
     s_.Deregister(node, now_, &out);
     return Describe(out);
   }
+  std::vector<std::string> SetHealth(const std::string& node, bool unhealthy,
+                                     const std::string& reason = "") {
+    std::vector<Action> out;
+    s_.SetHealth(node, unhealthy, reason, now_, &out);
+    return Describe(out);
+  }
   std::vector<std::string> Tick() {
     std::vector<Action> out;
     s_.Tick(now_, &out);
@@ -861,6 +867,101 @@ TEST_F(SchedulerTest, NodeBackWithAReplacedPartStaysBusyUntilItExits) {
   EXPECT_EQ(JobNodes(first), (std::vector<std::string>{"b rank -1 first -1 exit -1"}));
 }
 
+v1::NodeHello Unhealthy(v1::NodeHello hello, const std::string& reason) {
+  hello.set_unhealthy(true);
+  hello.set_health_reason(reason);
+  return hello;
+}
+
+constexpr char kFalseFailed[] = "health check 'false' failed: exited with code 1: (no output)";
+
+TEST_F(SchedulerTest, AnUnhealthyNodeTakesNoJobAndThePendingReasonNamesIt) {
+  Register(Hello("a"));
+  EXPECT_THAT(Register(Unhealthy(Hello("b"), kFalseFailed)), IsEmpty());
+  Register(Hello("c"));
+  const std::vector<v1::NodeInfo> nodes = s_.Nodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_FALSE(nodes[0].unhealthy());
+  EXPECT_TRUE(nodes[1].unhealthy());
+  EXPECT_EQ(nodes[1].health_reason(), kFalseFailed);
+  EXPECT_EQ(nodes[1].state(), "idle");
+  std::string id;
+  EXPECT_THAT(Submit(Spec(3, 1), &id), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Job(id).reason(),
+            "needs 3 idle nodes; 2 match; 1 of 3 registered nodes is unhealthy (b: health check "
+            "'false' failed: exited with code 1: (no output))");
+  // The same verdict again changes nothing; healthy again, b takes the job.
+  EXPECT_THAT(SetHealth("b", true, kFalseFailed), IsEmpty());
+  EXPECT_THAT(SetHealth("b", false),
+              ElementsAre("a start job-1 rdzv:29400", "b start job-1 rdzv:29400",
+                          "c start job-1 rdzv:29400"));
+  EXPECT_FALSE(s_.Nodes()[1].unhealthy());
+  EXPECT_EQ(s_.Nodes()[1].health_reason(), "");
+  EXPECT_THAT(SetHealth("nobody", true, kFalseFailed), IsEmpty());
+}
+
+TEST_F(SchedulerTest, ThePendingReasonCountsUnhealthyNodesWithTheJobsLabels) {
+  Register(Unhealthy(Hello("a", {{"pool", "x"}}), kFalseFailed));
+  Register(Unhealthy(Hello("b", {{"pool", "y"}}), kFalseFailed));
+  std::string id;
+  EXPECT_THAT(Submit(Spec(1, 1, {{"pool", "x"}}), &id), IsEmpty());
+  EXPECT_EQ(Job(id).reason(),
+            "needs 1 idle node with labels {pool=x}; 0 match; 1 of 1 registered node with those "
+            "labels is unhealthy (a: health check 'false' failed: exited with code 1: (no "
+            "output))");
+  // The job behind it waits behind it, as for any blocker.
+  std::string behind;
+  Submit(Spec(1, 1), &behind);
+  EXPECT_EQ(Job(behind).reason(), "waiting behind job-1 (first in, first out)");
+}
+
+TEST_F(SchedulerTest, ThePendingReasonNamesThreeUnhealthyNodesAndCutsTheirReasons) {
+  const std::string long_reason =
+      "health check 'x' failed: exited with code 1: " + std::string(154, 'y') + "\xC3\xA9" +
+      std::string(50, 'z');
+  for (const char* name : {"a", "b", "c", "d", "e"}) {
+    Register(Unhealthy(Hello(name), long_reason));
+  }
+  std::string id;
+  Submit(Spec(2, 1), &id);
+  // At most 200 bytes: 45 of text, 154 y's, and not the first half of the 2-byte character.
+  const std::string cut =
+      "health check 'x' failed: exited with code 1: " + std::string(154, 'y') + "...";
+  EXPECT_EQ(Job(id).reason(), absl::StrCat("needs 2 idle nodes; 0 match; 5 of 5 registered nodes "
+                                           "are unhealthy (a: ",
+                                           cut, "; b: ", cut, "; c: ", cut, "; and 2 more)"));
+}
+
+// A node that turns unhealthy under a running job: the job goes on (its dgt-run has health
+// checks of its own); the node takes nothing new, not even the job's replacement part.
+TEST_F(SchedulerTest, ARunningJobGoesOnOnANodeTurnedUnhealthyWhichTakesNothingNew) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  std::string id = RunningOnAB(spec);
+  EXPECT_THAT(SetHealth("a", true, kFalseFailed), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  // b is lost and comes back unhealthy without the job: its part waits for a healthy node.
+  Deregister("b");
+  now_ += absl::Seconds(3);
+  EXPECT_THAT(Register(Unhealthy(Hello("b"), kFalseFailed)), IsEmpty());
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (it registered again without the job); "
+            "replacing it (restart 1 of 2)");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
+  EXPECT_THAT(Register(Hello("c")), ElementsAre("c start job-1 rdzv:29400"));
+  // a's part ends: a is idle but unhealthy, so the next job waits.
+  Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  std::string next;
+  EXPECT_THAT(Submit(Spec(1, 1), &next), IsEmpty());
+  EXPECT_EQ(Job(next).reason(),
+            "needs 1 idle node; 0 match; 2 of 3 registered nodes are unhealthy (a: health check "
+            "'false' failed: exited with code 1: (no output); b: health check 'false' failed: "
+            "exited with code 1: (no output))");
+  EXPECT_THAT(SetHealth("b", false), ElementsAre("b start job-2 rdzv:29400"));
+}
+
 TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Register(Hello("a"));
   s_.TakeChanges();
@@ -869,6 +970,11 @@ TEST_F(SchedulerTest, ChangesNameWhatToPersist) {
   Scheduler::Changes c = s_.TakeChanges();
   EXPECT_THAT(c.jobs, ElementsAre("job-1"));
   EXPECT_THAT(c.nodes, ElementsAre("a"));
+  // A change of health is the node's; the same verdict again is none.
+  SetHealth("a", true, kFalseFailed);
+  EXPECT_THAT(s_.TakeChanges().nodes, ElementsAre("a"));
+  SetHealth("a", true, kFalseFailed);
+  EXPECT_THAT(s_.TakeChanges().nodes, IsEmpty());
   Deregister("a");
   c = s_.TakeChanges();
   EXPECT_THAT(c.removed_nodes, ElementsAre("a"));
