@@ -59,7 +59,8 @@ void RendezvousCoordinator::Report(const actions::Report& a) {
     f->set_local_rank(e.local_rank);
     f->set_exit_code(e.exit_code);
     f->set_signal(e.signal);
-    f->set_time_unix_s(absl::ToDoubleSeconds(e.time - absl::UnixEpoch()));
+    // The earliest failure across nodes is the run's root cause (a hung rank's: when declared).
+    f->set_time_unix_s(absl::ToDoubleSeconds(e.FailedAt() - absl::UnixEpoch()));
   } else {
     report->set_succeeded(true);
   }

@@ -41,7 +41,8 @@ struct Describe {
     return absl::StrCat("ForwardSignal(", Signal(a.signal), ")");
   }
   std::string operator()(const actions::RecordFailure& a) const {
-    return absl::StrCat("RecordFailure(rank ", a.exit.rank, a.recovered ? ", recovered" : "", ")");
+    return absl::StrCat("RecordFailure(rank ", a.exit.rank, a.recovered ? ", recovered" : "",
+                        a.root_cause ? ", root cause" : "", ")");
   }
   std::string operator()(const actions::ClearFailures&) const { return "ClearFailures"; }
   std::string operator()(const actions::PublishFailure& a) const {

@@ -125,10 +125,13 @@ struct KillWorkers {};
 struct ForwardSignal {
   int signal = 0;
 };
-// A failure for the summary; `recovered`: its rank was restarted in place.
+// A failure for the summary; `recovered`: its rank was restarted in place. `root_cause`: it
+// takes the first place from the failures recorded before it (a rank declared hung before the
+// one reaped first).
 struct RecordFailure {
   WorkerExit exit;
   bool recovered = false;
+  bool root_cause = false;
 };
 // The failures recorded so far belong to no outcome (a new round, or another node's failure was
 // the root cause).

@@ -5,6 +5,7 @@
 // ------------------------------------------  ------------------------------------------------
 // StandaloneRunSucceeds test_launch.py::test_standalone_digits_reaches_accuracy
 // WorkerFailureIsReportedWithItsCode          test_launch.py::test_worker_exit_code_is_reported
+// HungRankDeclaredFirstIsTheRootCause        (unit only: the reap order of ranks killed together)
 // FailureOnAnotherNodeStopsThisOne test_launch.py::test_failure_on_one_node_stops_the_other
 // RootCauseOnAnotherNodeWins                  test_recovery_dgt_run.py::
 //                                               test_rank_policy_two_failures_on_two_nodes_converge
@@ -333,6 +334,49 @@ TEST(NodeLifecycleTest, WorkerFailureIsReportedWithItsCode) {
   EXPECT_THAT(h.Drained(), ElementsAre("Report(3, rank 1)"));
   EXPECT_THAT(h.Do(h.lc().OnRunFinished(Failed("n0", 3))),
               ElementsAre(absl::StrCat("Finish(3, ", Who(1, 1001), ")")));
+}
+
+// Ranks declared hung in one reading are killed together and reaped in any order: the rank
+// declared first (HangMonitor's blame order) is the root cause, reported and first in the
+// summary, and the peer reaped before it stays named.
+TEST(NodeLifecycleTest, HungRankDeclaredFirstIsTheRootCause) {
+  Harness h;
+  h.Start();
+  auto hung = [](Harness& harness, int local_rank, int order) {
+    WorkerExit e;
+    e.local_rank = local_rank;
+    e.rank = local_rank;
+    e.pid = harness.pid(local_rank);
+    e.signal = SIGKILL;
+    e.hang_order = order;
+    e.hung_at = harness.clock().Now() - absl::Seconds(order);
+    e.time = harness.clock().Now();
+    return e;
+  };
+  EXPECT_THAT(h.Do(h.lc().OnWorkerExit(hung(h, 0, 2), 1, h.clock().Now())),
+              ElementsAre("RecordFailure(rank 0)",
+                          "Log(error): rank 0 (local rank 0) was killed by signal 9 (SIGKILL); "
+                          "stopping the other workers and reporting to the rendezvous",
+                          "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(h.Do(h.lc().OnWorkerExit(hung(h, 1, 1), 0, h.clock().Now())),
+              ElementsAre("RecordFailure(rank 1, root cause)", "KillWorkers", "WatchDrain"));
+  EXPECT_EQ(h.lc().first_failure()->rank, 1);
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(137, rank 1)"));
+  // Across nodes the earliest failure is the root cause: a hung rank's is its declaration, not
+  // its kill after the stack dump.
+  EXPECT_EQ(h.last_report().failure->FailedAt(), h.clock().Now() - absl::Seconds(1));
+
+  // Declared later than the first failure: named, not the root cause.
+  Harness later;
+  later.Start();
+  EXPECT_THAT(later.Do(later.lc().OnWorkerExit(hung(later, 0, 1), 1, later.clock().Now())),
+              ElementsAre("RecordFailure(rank 0)",
+                          "Log(error): rank 0 (local rank 0) was killed by signal 9 (SIGKILL); "
+                          "stopping the other workers and reporting to the rendezvous",
+                          "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(later.Do(later.lc().OnWorkerExit(hung(later, 1, 2), 0, later.clock().Now())),
+              ElementsAre("RecordFailure(rank 1)", "KillWorkers", "WatchDrain"));
+  EXPECT_EQ(later.lc().first_failure()->rank, 0);
 }
 
 TEST(NodeLifecycleTest, FailureOnAnotherNodeStopsThisOne) {
