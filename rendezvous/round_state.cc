@@ -702,18 +702,20 @@ bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
 
 void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
                                   const WorkerFailure* failure, absl::Time now,
-                                  std::vector<Outgoing>& out) {
+                                  std::vector<Outgoing>& out, bool too_few_nodes) {
   const bool was_running = run.state == RunState::kRunning;
   run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.finished =
-      RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt};
+      RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt,
+                  too_few_nodes};
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
-    if (n.node_rank < 0) {
+    if (n.node_rank < 0 && !too_few_nodes) {
       // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
       // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
       // A node waiting while a round ran was a hot spare; it says so, so that its exit (77, not
-      // admitted) reads as the expected end of an unused spare.
+      // admitted) reads as the expected end of an unused spare. Too few nodes after losing
+      // nodes is theirs too: a join timeout.
       out.push_back(
           ErrorFor(n.session, kFailedPrecondition,
                    absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '",
@@ -961,7 +963,7 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
                   absl::StrCat("run '", run.run_id, "' had only ", connected, " of at least ",
                                run.min_nodes, " nodes for ", absl::FormatDuration(run.join_timeout),
                                " after losing nodes"),
-                  nullptr, now, out);
+                  nullptr, now, out, /*too_few_nodes=*/true);
       } else if (run.last_call_deadline && *run.last_call_deadline <= now) {
         if (connected >= run.min_nodes) {
           StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);

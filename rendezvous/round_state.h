@@ -200,8 +200,10 @@ class RoundStateMachine {
   void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
                        std::vector<Outgoing>& out);
   void EndRecovery(Run& run);
+  // Ends the run: RunFinished to its members (and, for `too_few_nodes`, a failure for want of MIN
+  // nodes after losing nodes, to the waiting nodes too: a join timeout for them all).
   void FinishRun(Run& run, bool succeeded, const std::string& message, const WorkerFailure* failure,
-                 absl::Time now, std::vector<Outgoing>& out);
+                 absl::Time now, std::vector<Outgoing>& out, bool too_few_nodes = false);
   // JoinProgress to every waiting node, or only to session `only` when it is not 0.
   void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
   // Ends the run with the earliest of its reported failures.

@@ -123,6 +123,7 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
       outcome.failed_node_id = f.failure().node_id();
       outcome.exit_code = f.failure().exit_code();
       outcome.signal = f.failure().signal();
+      outcome.too_few_nodes = f.too_few_nodes();
       sink_(lifecycle_->OnRunFinished(outcome));
       return;
     }

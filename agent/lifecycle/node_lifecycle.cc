@@ -348,6 +348,10 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
   LifecycleActions out;
   switch (state_) {
     case NodeState::kJoining:
+      if (o.too_few_nodes) {
+        // It waited with the others for MIN nodes that did not come: a join timeout.
+        return Finish(kExitJoinTimeout, absl::StrCat("run failed: ", o.message));
+      }
       // This node never ran a worker of the run: whatever its outcome, it is not this node's
       // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
       return Finish(kExitNotAdmitted,
@@ -369,8 +373,10 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
         // are gone, with this node's own failure if it had one (RunFinishedWhileAwaiting).
         remote_outcome_ = o;
         if (!first_failure_) {
-          out.push_back(Log(Level::kError, absl::StrCat("run failed on another node: ", o.message,
-                                                        "; stopping this node's workers")));
+          out.push_back(
+              Log(Level::kError,
+                  absl::StrCat(o.too_few_nodes ? "run failed: " : "run failed on another node: ",
+                               o.message, "; stopping this node's workers")));
         }
       }
       if (state_ == NodeState::kRunning) Stop(&out);
@@ -426,6 +432,11 @@ LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
     return out;
   }
   if (first_failure_) return Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+  if (o.too_few_nodes) {
+    // Too few nodes were left after losing nodes, for the join timeout: retried as a join timeout
+    // (docs/EXIT_CODES.md), not a failure of the job's code.
+    return Finish(kExitJoinTimeout, absl::StrCat("run failed: ", o.message));
+  }
   const int code = o.signal != 0 ? 128 + o.signal : o.exit_code;
   return Finish(code != 0 ? code : 1, absl::StrCat("run failed: ", o.message));
 }

@@ -94,6 +94,8 @@ struct RunOutcome {
   std::string failed_node_id;
   int exit_code = 0;
   int signal = 0;
+  // Failed for want of MIN nodes after losing nodes, for the join timeout: kExitJoinTimeout.
+  bool too_few_nodes = false;
 };
 
 // The actions NodeLifecycle returns, one struct per kind: what the runtime must carry out.

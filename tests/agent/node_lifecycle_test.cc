@@ -39,6 +39,7 @@
 // RunEndedBeforeAdmission                     test_rendezvous_faults.py::
 //                                               test_agent_waiting_beyond_max_is_not_admitted
 // StopFromTheServiceThenNoRound               (unit only: the service stops the workers)
+// TooFewNodesAfterALossIsAJoinTimeout         (unit only: RunFinished.too_few_nodes)
 // ServiceLostForGoodLeavesWith69              test_rendezvous_faults.py::
 //                                               test_service_lost_for_good_stops_both_nodes_with_69
 // RejoinRefusedLeavesWith69                   (unit only: a rejoin refused, an Error while running)
@@ -645,6 +646,37 @@ TEST(NodeLifecycleTest, StopFromTheServiceThenNoRound) {
   h.clock().Advance(absl::Seconds(600));
   EXPECT_THAT(h.Tick(), ElementsAre("Finish(75, run 'job' got no new round within 600 s after "
                                     "its workers were stopped)"));
+}
+
+// The service ends the run for want of MIN nodes after losing nodes: a join timeout (75, which
+// schedulers retry) for the survivor, whether its workers are gone or still stopping, and for a
+// node that waited to join, not a failure of the job's code (1).
+TEST(NodeLifecycleTest, TooFewNodesAfterALossIsAJoinTimeout) {
+  RunOutcome too_few;
+  too_few.message = "run 'job' had only 1 of at least 2 nodes for 10s after losing nodes";
+  too_few.too_few_nodes = true;
+  const std::string finish =
+      "Finish(75, run failed: run 'job' had only 1 of at least 2 nodes for 10s after losing "
+      "nodes)";
+  Harness h;
+  h.Start();
+  h.Do(h.lc().OnStop("node 'n1' was lost", h.alive(), h.clock().Now()));
+  EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers"));
+  ASSERT_EQ(h.lc().state(), NodeState::kWaitingForRound);
+  EXPECT_THAT(h.Do(h.lc().OnRunFinished(too_few)), ElementsAre(finish));
+
+  Harness stopping;
+  stopping.Start();
+  stopping.Do(stopping.lc().OnStop("node 'n1' was lost", stopping.alive(), stopping.clock().Now()));
+  EXPECT_THAT(stopping.Do(stopping.lc().OnRunFinished(too_few)),
+              ElementsAre("Log(error): run failed: run 'job' had only 1 of at least 2 nodes for "
+                          "10s after losing nodes; stopping this node's workers"));
+  EXPECT_THAT(stopping.DeliverExits(), ElementsAre("KillWorkers", "WatchDrain"));
+  EXPECT_THAT(stopping.Drained(), ElementsAre(finish));
+
+  Harness joining;
+  joining.lc().OnJoinSent(joining.clock().Now());
+  EXPECT_THAT(joining.Do(joining.lc().OnRunFinished(too_few)), ElementsAre(finish));
 }
 
 // SIGTERM to every agent at once (scancel): a node whose workers the service stopped, because

@@ -372,6 +372,8 @@ TEST(RoundStateTest, LossBelowMinStopsWorkersThenFailsAfterJoinTimeout) {
   ASSERT_EQ(Count<RunFinished>(end), 1);
   EXPECT_EQ(std::get<RunFinished>(end[0].message).message,
             "run 'job' had only 1 of at least 2 nodes for 10m after losing nodes");
+  // A join timeout for the agents (exit 75), not a failure of the job's code.
+  EXPECT_TRUE(std::get<RunFinished>(end[0].message).too_few_nodes);
 }
 
 TEST(RoundStateTest, LossBelowMinRecoversWhenANodeRejoins) {
