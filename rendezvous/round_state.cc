@@ -710,12 +710,15 @@ void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::str
                   too_few_nodes};
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
-    if (n.node_rank < 0 && !too_few_nodes) {
-      // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
-      // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
-      // A node waiting while a round ran was a hot spare; it says so, so that its exit (77, not
-      // admitted) reads as the expected end of an unused spare. Too few nodes after losing
-      // nodes is theirs too: a join timeout.
+    // A node waiting while a round ran was a hot spare (or about to grow the run): the run it
+    // waited on is its job, and its success ends the spare's part well (a scheduler counts a
+    // step or an Indexed Job's pod with any other code as failed). Too few nodes after losing
+    // nodes is theirs too: a join timeout.
+    const bool theirs = too_few_nodes || (was_running && succeeded);
+    if (n.node_rank < 0 && !theirs) {
+      // Waiting nodes never ran a worker of this run: its failure is not theirs (torchrun:
+      // RendezvousClosedError), so they are told they were not admitted. A spare says so, so
+      // that its exit (77, not admitted) reads as the expected end of an unused spare.
       out.push_back(
           ErrorFor(n.session, kFailedPrecondition,
                    absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '",

@@ -352,8 +352,15 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
         // It waited with the others for MIN nodes that did not come: a join timeout.
         return Finish(kExitJoinTimeout, absl::StrCat("run failed: ", o.message));
       }
-      // This node never ran a worker of the run: whatever its outcome, it is not this node's
-      // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
+      if (o.succeeded) {
+        // A hot spare (the service tells waiting nodes a success only while a round ran): the
+        // run it stood by for succeeded without it.
+        return Finish(kExitSuccess, absl::StrCat("run '", options_.run_id, "' succeeded (",
+                                                 o.message, ") without node '", options_.node_id,
+                                                 "': it waited as a spare and was not needed"));
+      }
+      // This node never ran a worker of the run: its failure is not this node's (torchrun:
+      // RendezvousClosedError). Services that tell waiting nodes so send an Error.
       return Finish(kExitNotAdmitted,
                     absl::StrCat("run '", options_.run_id, "' ended (",
                                  o.succeeded ? "succeeded" : "failed", ": ", o.message,

@@ -38,6 +38,8 @@
 //                                               test_second_agent_with_the_same_node_id_is_refused
 // RunEndedBeforeAdmission                     test_rendezvous_faults.py::
 //                                               test_agent_waiting_beyond_max_is_not_admitted
+// UnusedSpareOfASucceededRunExitsZero         test_spares.py::
+//                                               test_two_spares_racing_for_one_lost_node
 // StopFromTheServiceThenNoRound               (unit only: the service stops the workers)
 // TooFewNodesAfterALossIsAJoinTimeout         (unit only: RunFinished.too_few_nodes)
 // ServiceLostForGoodLeavesWith69              test_rendezvous_faults.py::
@@ -631,6 +633,18 @@ TEST(NodeLifecycleTest, RunEndedBeforeAdmission) {
   EXPECT_THAT(h.Do(h.lc().OnRunFinished(Failed("n1", 1, "x"))),
               ElementsAre("Finish(77, run 'job' ended (failed: x) before node 'n0' was admitted "
                           "to it)"));
+}
+
+// A hot spare the run never needed: the service tells it the run's success, and it exits 0.
+TEST(NodeLifecycleTest, UnusedSpareOfASucceededRunExitsZero) {
+  Harness h;
+  h.lc().OnJoinSent(h.clock().Now());
+  RunOutcome ok;
+  ok.succeeded = true;
+  ok.message = "all 2 nodes succeeded";
+  EXPECT_THAT(h.Do(h.lc().OnRunFinished(ok)),
+              ElementsAre("Finish(0, run 'job' succeeded (all 2 nodes succeeded) without node "
+                          "'n0': it waited as a spare and was not needed)"));
 }
 
 TEST(NodeLifecycleTest, StopFromTheServiceThenNoRound) {

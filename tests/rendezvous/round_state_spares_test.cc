@@ -254,18 +254,32 @@ TEST(RoundStateSparesTest, LostNodesWithoutSparesCloseUpAsBefore) {
   EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}, {"n3", 2}, {"n4", 1}}));
 }
 
-TEST(RoundStateSparesTest, UnusedSpareIsToldItWasNotNeeded) {
+// An unused spare of a run that succeeded is told the success (its agent exits 0: a Slurm step
+// or an Indexed Job counts any other code as a failure); of a run that failed, that it was not
+// admitted (77).
+TEST(RoundStateSparesTest, UnusedSpareIsToldTheSuccessOrThatItWasNotNeeded) {
   Harness h;
   h.Join(1, Join("n1", 1, 1));
   h.Join(2, Join("n2", 1, 1));
   auto out = h.Report(1, true, 0);
   ASSERT_EQ(out.size(), 2u);
-  ASSERT_EQ(out[1].session, 2u);
+  EXPECT_EQ(To<RunFinished>(out), (std::vector<SessionId>{1, 2}));
+  EXPECT_EQ(std::get<RunFinished>(out[1].message),
+            (RunFinished{true, "all 1 nodes succeeded", std::nullopt}));
+  EXPECT_TRUE(out[1].close);
+
+  Harness failed;
+  failed.Join(1, Join("n1", 1, 1));
+  failed.Join(2, Join("n2", 1, 1));
+  out = failed.Report(1, false, 0);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(To<Refusal>(out), std::vector<SessionId>{2});
   const auto& refusal = std::get<Refusal>(out[1].message);
   EXPECT_EQ(refusal.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(refusal.status.message(),
-            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
-            "it (it waited as a spare and was not needed)");
+            "run 'job' ended (failed: node n1 (node rank 0): rank 1 (local rank 1) exited with "
+            "code 3) before node 'n2' was admitted to it (it waited as a spare and was not "
+            "needed)");
   EXPECT_TRUE(out[1].close);
 }
 

@@ -596,25 +596,41 @@ TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected)
   EXPECT_EQ(h.last_assignment[8].reason, "nodes rejoined");
 }
 
-TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunEnds) {
+TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunFails) {
   Harness h;
   h.Join(1, Join("n1", 1, 1));
   auto waiting = h.Join(2, Join("n2", 1, 1));
   ASSERT_EQ(Count<JoinProgress>(waiting), 1);
-  auto out = h.Report(1, true, 0);
+  auto out = h.Report(1, false, 0);  // Every member failed: the run ends at once.
   ASSERT_EQ(out.size(), 2u);
   const Outgoing* done = For<RunFinished>(out, 1);
   ASSERT_NE(done, nullptr);
-  EXPECT_TRUE(std::get<RunFinished>(done->message).succeeded);
+  EXPECT_FALSE(std::get<RunFinished>(done->message).succeeded);
   const Outgoing* refused = For<Refusal>(out, 2);
   ASSERT_NE(refused, nullptr);
   EXPECT_EQ(std::get<Refusal>(refused->message).status.code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::get<Refusal>(refused->message).status.message(),
-            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
-            "it (it waited as a spare and was not needed)");
+            "run 'job' ended (failed: node n1 (node rank 0): rank 3 (local rank 1) exited with "
+            "code 3) before node 'n2' was admitted to it (it waited as a spare and was not "
+            "needed)");
   EXPECT_TRUE(refused->close);
   EXPECT_EQ(For<RunFinished>(out, 2), nullptr);
+}
+
+TEST(RoundStateTest, WaitingNodeIsToldTheRunsSuccess) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 1));
+  h.Join(2, Join("n2", 1, 1));
+  auto out = h.Report(1, true, 0);
+  ASSERT_EQ(out.size(), 2u);
+  for (SessionId s : {1, 2}) {
+    const Outgoing* done = For<RunFinished>(out, s);
+    ASSERT_NE(done, nullptr) << s;
+    EXPECT_EQ(std::get<RunFinished>(done->message),
+              (RunFinished{true, "all 1 nodes succeeded", std::nullopt}));
+    EXPECT_TRUE(done->close);
+  }
 }
 
 TEST(RoundStateTest, FinishedRunIdIsFreeOnceEveryAgentLeft) {
@@ -847,7 +863,8 @@ TEST(RoundStateTest, RejoinedNodeLostWhileRecoveringMayRejoinAgain) {
   EXPECT_NE(For<Assignment>(h.Join(8, Rejoin("n2", 1)), 8), nullptr);
   h.Join(6, Rejoin("n1", 0));
   h.Report(8, true, 3);
-  EXPECT_EQ(Count<RunFinished>(h.Report(6, true, 3)), 2);
+  // The members and n3, which waited while the round ran: a spare is told the success too.
+  EXPECT_EQ(Count<RunFinished>(h.Report(6, true, 3)), 3);
 }
 
 TEST(RoundStateTest, MembersRejoinWinsOverAFreshAgentWithTheSameNodeId) {
