@@ -306,7 +306,11 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
 std::string RoundStateMachine::Mismatch(const RunRecord& run, const JoinRequest& join) {
   if (run.min_nodes == join.min_nodes && run.max_nodes == join.max_nodes &&
       run.nproc_per_node == join.nproc_per_node) {
-    return "";
+    if (run.spare_nodes == join.spare_nodes) return "";
+    // Which waiting nodes are spares follows from the run's count: another count would be
+    // silently ignored.
+    return absl::StrCat("run '", run.run_id, "' uses --spare-nodes=", run.spare_nodes,
+                        "; this node asked for --spare-nodes=", join.spare_nodes);
   }
   return absl::StrCat("run '", run.run_id,
                       "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),

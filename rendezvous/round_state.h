@@ -177,7 +177,7 @@ class RoundStateMachine {
   // A join carrying the agent's current assignment (JoinRequest.rejoin), already validated as a
   // join.
   std::vector<Outgoing> RejoinImpl(SessionId session, const JoinRequest& join, absl::Time now);
-  // Why `join` does not fit `run` (--nnodes, --nproc-per-node), or empty.
+  // Why `join` does not fit `run` (--nnodes, --nproc-per-node, --spare-nodes), or empty.
   static std::string Mismatch(const Run& run, const JoinRequest& join);
   Node* NodeOf(SessionId session, Run** run);
   // Removes a node from its run and from the run's counts.

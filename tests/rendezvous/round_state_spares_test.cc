@@ -340,14 +340,24 @@ TEST(RoundStateSparesTest, RejoinWhoseWorldSizeDoesNotFollowFromItsNodesIsRefuse
   EXPECT_EQ(h.last.at(3).reason, "rejoined");
 }
 
-TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCount) {
+TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCountAndAnotherIsRefused) {
   Harness h;
   h.Join(1, Join("n1", 1, 3, 0));
   h.Tick(kT0 + absl::Seconds(30));
   h.StoreReady(1, 30001);
-  // A later join asking for a spare does not change the run: it scales it up.
-  h.Join(2, Join("n2", 1, 3, 1), kT0 + absl::Seconds(31));
-  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(61));
+  // A later join asking for another count is refused, as a differing --nnodes is: the run's
+  // count decides which waiting nodes are spares.
+  auto out = h.Join(2, Join("n2", 1, 3, 1), kT0 + absl::Seconds(31));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status,
+            absl::InvalidArgumentError(
+                "run 'job' uses --spare-nodes=0; this node asked for --spare-nodes=1"));
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.m.NextDeadline(), std::nullopt);  // No scale-up: n2 is not in the run.
+  EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}}));
+  // The same count is let in.
+  EXPECT_EQ(To<Refusal>(h.Join(3, Join("n3", 1, 3, 0), kT0 + absl::Seconds(32))),
+            std::vector<SessionId>{});
 }
 
 // JoinProgress.spare of the one message to session `s` in `out`.
