@@ -58,7 +58,7 @@ struct Describe {
     return absl::StrCat("Report(", a.exit_status,
                         a.failure ? absl::StrCat(", rank ", a.failure->rank) : "",
                         a.signal != 0 ? absl::StrCat(", ", SignalName(a.signal)) : "",
-                        a.text.empty() ? "" : ", ", a.text, ")");
+                        a.unhealthy ? ", unhealthy" : "", a.text.empty() ? "" : ", ", a.text, ")");
   }
   std::string operator()(const actions::MarkDone& a) const {
     return absl::StrCat("MarkDone(", a.exit_status, ")");

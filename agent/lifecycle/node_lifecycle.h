@@ -154,12 +154,14 @@ struct LeaveSession {};
 // Call OnDrained once the workers' output is drained.
 struct WatchDrain {};
 // This node's workers are done: report to the coordinator. `failure`: the first failed worker;
-// `signal`: the outside signal that stopped them (0: none).
+// `signal`: the outside signal that stopped them (0: none); `unhealthy`: a failed health check
+// made this node leave (static backend: the others fail naming it, with kExitLauncherError).
 struct Report {
   int exit_status = 0;
   std::string text;
   std::optional<WorkerExit> failure;
   int signal = 0;
+  bool unhealthy = false;
 };
 // This node's done mark in the round's store.
 struct MarkDone {

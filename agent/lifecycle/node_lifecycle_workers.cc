@@ -183,8 +183,9 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // fail naming this node and the signal, not as if they had been signalled.
     actions::Report report;
     if (stop_signal_ != 0 && signal_decides_) {
-      // A health check's leave is a failure of this node, not a signal the others name.
+      // A health check's leave is this node's own failure, not a signal the others name.
       report.signal = unhealthy_ ? 0 : stop_signal_;
+      report.unhealthy = unhealthy_.has_value();
       report.exit_status = StoppedStatus();
       report.text = StoppedText();
     } else {

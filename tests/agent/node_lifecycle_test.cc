@@ -939,7 +939,8 @@ TEST(NodeLifecycleTest, StaticHealthFailureReportsTheNode) {
   h.Do(h.lc().OnStaticStarted(true, false, ""));
   h.Do(h.lc().OnHealthFailed("health check 'x' failed: y", true));
   h.DeliverExits();
-  EXPECT_THAT(h.Drained(), ElementsAre("Report(71, health check 'x' failed: y)"));
+  // Reported as unhealthy: the others fail naming this node with 1, not with its 71.
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(71, unhealthy, health check 'x' failed: y)"));
   EXPECT_THAT(h.Do(h.lc().OnStaticOutcome(true, "")),
               ElementsAre("Finish(71, health check 'x' failed: y)"));
 }
