@@ -933,6 +933,7 @@ std::vector<Outgoing> RoundStateMachine::SessionClosedImpl(SessionId session, ab
   RunRecord& run = *r;
   auto n = run.nodes.find(ref.node_id);
   if (n == run.nodes.end() || n->second.session != session) return out;
+  n->second.last_contact = now;  // Its stream was alive (keepalive) until now.
   if (run.state == RunState::kClosed) {
     DetachSession(run, n->second);
     return out;
@@ -1048,7 +1049,7 @@ std::optional<RoundStateMachine::RunState> RoundStateMachine::StateOf(
   return run->state;
 }
 
-std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id) const {
+std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id, absl::Time now) const {
   std::vector<RunStatus> response;
   auto add = [&](const RunRecord& run) {
     RunStatus& rs = response.emplace_back();
@@ -1071,8 +1072,8 @@ std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id) cons
     });
     rs.nodes.reserve(nodes.size());
     for (const NodeRecord* n : nodes) {
-      rs.nodes.push_back(NodeStatus{n->node_id, n->address, n->node_rank, n->nproc, n->last_contact,
-                                    n->succeeded});
+      rs.nodes.push_back(NodeStatus{n->node_id, n->address, n->node_rank, n->nproc,
+                                    n->session != 0 ? now : n->last_contact, n->succeeded});
     }
   };
   if (run_id.empty()) {

@@ -145,8 +145,11 @@ class RoundStateMachine {
   using RunState = ::dgt::rendezvous::RunState;
   std::optional<RunState> StateOf(const std::string& run_id) const;
 
-  // Operators' view of every run (or of `run_id` only, when not empty), in run-id order.
-  std::vector<RunStatus> Status(const std::string& run_id) const;
+  // Operators' view of every run (or of `run_id` only, when not empty), in run-id order, at
+  // `now`. A node whose session is open was in contact at `now`: its connection answers the
+  // service's keepalive pings, or the stream would have ended (rendezvous/keepalive.h), and no
+  // ping reaches this class; a node without one, at its last message or its session's end.
+  std::vector<RunStatus> Status(const std::string& run_id, absl::Time now) const;
 
   size_t run_count() const { return backend_->size(); }
 

@@ -65,7 +65,7 @@ class Harness {
   // The node ranks of the run by node id (-1: waiting), as dgt status shows them.
   std::map<std::string, int32_t> Ranks() const {
     std::map<std::string, int32_t> ranks;
-    for (const RunStatus& run : m.Status("job")) {
+    for (const RunStatus& run : m.Status("job", kT0)) {
       for (const NodeStatus& n : run.nodes) ranks[n.node_id] = n.node_rank;
     }
     return ranks;

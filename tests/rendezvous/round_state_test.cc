@@ -585,7 +585,7 @@ TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected)
             "second agent with the same --node-id is refused");
   EXPECT_TRUE(out[0].close);
   EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
-  EXPECT_EQ(h.m.Status("job")[0].round, 0);
+  EXPECT_EQ(h.m.Status("job", kT0)[0].round, 0);
   // Once the first agent is gone (its stream ended), a restarted agent with that id gets in.
   auto lost = h.Close(2);
   EXPECT_EQ(Count<StopWorkers>(lost), 1);
@@ -914,7 +914,7 @@ TEST(RoundStateTest, StatusListsNodesByRank) {
   h.Join(2, Join("n1", 2, 3), kT0);
   h.Tick(kT0 + absl::Seconds(30));
   h.Join(3, Join("n3", 2, 3), kT0 + absl::Seconds(31));
-  std::vector<RunStatus> s = h.m.Status("");
+  std::vector<RunStatus> s = h.m.Status("", kT0 + absl::Seconds(45));
   ASSERT_EQ(s.size(), 1u);
   const RunStatus& r = s[0];
   EXPECT_EQ(r.run_id, "job");
@@ -928,8 +928,32 @@ TEST(RoundStateTest, StatusListsNodesByRank) {
   EXPECT_EQ(r.nodes[1].node_id, "n2");
   EXPECT_EQ(r.nodes[2].node_id, "n3");
   EXPECT_EQ(r.nodes[2].node_rank, -1);
-  EXPECT_EQ(r.nodes[2].last_contact, absl::FromUnixSeconds(1'000'031));
-  EXPECT_TRUE(h.m.Status("other").empty());
+  // Connected: in contact at the status call (keepalive), not only at the join.
+  EXPECT_EQ(r.nodes[2].last_contact, absl::FromUnixSeconds(1'000'045));
+  EXPECT_TRUE(h.m.Status("other", kT0).empty());
+}
+
+// LAST CONTACT follows a node for as long as its session is open (its connection answers the
+// keepalive pings), and stays at the session's end once it is gone.
+TEST(RoundStateTest, LastContactIsTheStatusTimeWhileConnectedThenTheSessionsEnd) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2), kT0);
+  h.Join(2, Join("n2", 2, 2), kT0);
+  h.StoreReady(1, 30001);
+  auto contact = [&h](absl::Time at) {
+    std::map<std::string, absl::Time> by_node;
+    const std::vector<RunStatus> runs = h.m.Status("job", at);
+    if (runs.size() != 1) return by_node;
+    for (const NodeStatus& n : runs[0].nodes) by_node[n.node_id] = n.last_contact;
+    return by_node;
+  };
+  const absl::Time t1 = kT0 + absl::Seconds(300);
+  EXPECT_EQ(contact(t1), (std::map<std::string, absl::Time>{{"n1", t1}, {"n2", t1}}));
+  h.Report(1, true, 0, kT0 + absl::Seconds(310));
+  h.Close(1, kT0 + absl::Seconds(311));  // n1's part is done; its agent left.
+  const absl::Time t2 = kT0 + absl::Seconds(400);
+  EXPECT_EQ(contact(t2),
+            (std::map<std::string, absl::Time>{{"n1", kT0 + absl::Seconds(311)}, {"n2", t2}}));
 }
 
 }  // namespace
