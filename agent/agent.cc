@@ -212,7 +212,7 @@ void Agent::CarryOne(const A& a) {
   } else if constexpr (std::is_same_v<A, actions::ForwardSignal>) {
     workers_.Signal(a.signal);
   } else if constexpr (std::is_same_v<A, actions::RecordFailure>) {
-    workers_.RecordFailure(a.exit, a.recovered);
+    workers_.RecordFailure(a.exit, a.recovered, a.root_cause);
   } else if constexpr (std::is_same_v<A, actions::ClearFailures>) {
     workers_.ClearFailures();
   } else if constexpr (std::is_same_v<A, actions::PublishFailure>) {

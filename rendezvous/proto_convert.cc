@@ -162,6 +162,7 @@ RunFinished FromProto(const v1::RunFinished& proto) {
   f.succeeded = proto.succeeded();
   f.message = proto.message();
   if (proto.has_failure()) f.failure = FromProto(proto.failure());
+  f.too_few_nodes = proto.too_few_nodes();
   return f;
 }
 
@@ -170,6 +171,7 @@ v1::RunFinished ToProto(const RunFinished& finished) {
   p.set_succeeded(finished.succeeded);
   p.set_message(finished.message);
   if (finished.failure) *p.mutable_failure() = ToProto(*finished.failure);
+  p.set_too_few_nodes(finished.too_few_nodes);
   return p;
 }
 

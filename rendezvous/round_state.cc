@@ -312,7 +312,11 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
 std::string RoundStateMachine::Mismatch(const RunRecord& run, const JoinRequest& join) {
   if (run.min_nodes == join.min_nodes && run.max_nodes == join.max_nodes &&
       run.nproc_per_node == join.nproc_per_node) {
-    return "";
+    if (run.spare_nodes == join.spare_nodes) return "";
+    // Which waiting nodes are spares follows from the run's count: another count would be
+    // silently ignored.
+    return absl::StrCat("run '", run.run_id, "' uses --spare-nodes=", run.spare_nodes,
+                        "; this node asked for --spare-nodes=", join.spare_nodes);
   }
   return absl::StrCat("run '", run.run_id,
                       "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
@@ -708,18 +712,23 @@ bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
 
 void RoundStateMachine::FinishRun(RunRecord& run, bool succeeded, const std::string& message,
                                   const WorkerFailure* failure, absl::Time now,
-                                  std::vector<Outgoing>& out) {
+                                  std::vector<Outgoing>& out, bool too_few_nodes) {
   const bool was_running = run.state == RunState::kRunning;
   run.outcome = absl::StrCat(succeeded ? "succeeded: " : "failed: ", message);
   run.finished =
-      RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt};
+      RunFinished{succeeded, message, failure != nullptr ? std::optional(*failure) : std::nullopt,
+                  too_few_nodes};
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0) continue;
-    if (n.node_rank < 0) {
-      // Waiting nodes never ran a worker of this run: its outcome is not theirs (torchrun:
-      // RendezvousClosedError), so they are told they were not admitted rather than "succeeded".
-      // A node waiting while a round ran was a hot spare; it says so, so that its exit (77, not
-      // admitted) reads as the expected end of an unused spare.
+    // A node waiting while a round ran was a hot spare (or about to grow the run): the run it
+    // waited on is its job, and its success ends the spare's part well (a scheduler counts a
+    // step or an Indexed Job's pod with any other code as failed). Too few nodes after losing
+    // nodes is theirs too: a join timeout.
+    const bool theirs = too_few_nodes || (was_running && succeeded);
+    if (n.node_rank < 0 && !theirs) {
+      // Waiting nodes never ran a worker of this run: its failure is not theirs (torchrun:
+      // RendezvousClosedError), so they are told they were not admitted. A spare says so, so
+      // that its exit (77, not admitted) reads as the expected end of an unused spare.
       out.push_back(
           ErrorFor(n.session, kFailedPrecondition,
                    absl::StrCat("run '", run.run_id, "' ended (", run.outcome, ") before node '",
@@ -930,6 +939,7 @@ std::vector<Outgoing> RoundStateMachine::SessionClosedImpl(SessionId session, ab
   RunRecord& run = *r;
   auto n = run.nodes.find(ref.node_id);
   if (n == run.nodes.end() || n->second.session != session) return out;
+  n->second.last_contact = now;  // Its stream was alive (keepalive) until now.
   if (run.state == RunState::kClosed) {
     DetachSession(run, n->second);
     return out;
@@ -967,7 +977,7 @@ std::vector<Outgoing> RoundStateMachine::TickImpl(absl::Time now) {
                   absl::StrCat("run '", run.run_id, "' had only ", connected, " of at least ",
                                run.min_nodes, " nodes for ", absl::FormatDuration(run.join_timeout),
                                " after losing nodes"),
-                  nullptr, now, out);
+                  nullptr, now, out, /*too_few_nodes=*/true);
       } else if (run.last_call_deadline && *run.last_call_deadline <= now) {
         if (connected >= run.min_nodes) {
           StartRound(run, run.round < 0 ? "initial" : "nodes rejoined", 0, now, out);
@@ -1045,7 +1055,7 @@ std::optional<RoundStateMachine::RunState> RoundStateMachine::StateOf(
   return run->state;
 }
 
-std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id) const {
+std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id, absl::Time now) const {
   std::vector<RunStatus> response;
   auto add = [&](const RunRecord& run) {
     RunStatus& rs = response.emplace_back();
@@ -1068,8 +1078,8 @@ std::vector<RunStatus> RoundStateMachine::Status(const std::string& run_id) cons
     });
     rs.nodes.reserve(nodes.size());
     for (const NodeRecord* n : nodes) {
-      rs.nodes.push_back(NodeStatus{n->node_id, n->address, n->node_rank, n->nproc, n->last_contact,
-                                    n->succeeded});
+      rs.nodes.push_back(NodeStatus{n->node_id, n->address, n->node_rank, n->nproc,
+                                    n->session != 0 ? now : n->last_contact, n->succeeded});
     }
   };
   if (run_id.empty()) {

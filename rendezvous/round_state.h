@@ -145,8 +145,11 @@ class RoundStateMachine {
   using RunState = ::dgt::rendezvous::RunState;
   std::optional<RunState> StateOf(const std::string& run_id) const;
 
-  // Operators' view of every run (or of `run_id` only, when not empty), in run-id order.
-  std::vector<RunStatus> Status(const std::string& run_id) const;
+  // Operators' view of every run (or of `run_id` only, when not empty), in run-id order, at
+  // `now`. A node whose session is open was in contact at `now`: its connection answers the
+  // service's keepalive pings, or the stream would have ended (rendezvous/keepalive.h), and no
+  // ping reaches this class; a node without one, at its last message or its session's end.
+  std::vector<RunStatus> Status(const std::string& run_id, absl::Time now) const;
 
   size_t run_count() const { return backend_->size(); }
 
@@ -177,7 +180,7 @@ class RoundStateMachine {
   // A join carrying the agent's current assignment (JoinRequest.rejoin), already validated as a
   // join.
   std::vector<Outgoing> RejoinImpl(SessionId session, const JoinRequest& join, absl::Time now);
-  // Why `join` does not fit `run` (--nnodes, --nproc-per-node), or empty.
+  // Why `join` does not fit `run` (--nnodes, --nproc-per-node, --spare-nodes), or empty.
   static std::string Mismatch(const Run& run, const JoinRequest& join);
   Node* NodeOf(SessionId session, Run** run);
   // Removes a node from its run and from the run's counts.
@@ -200,8 +203,10 @@ class RoundStateMachine {
   void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
                        std::vector<Outgoing>& out);
   void EndRecovery(Run& run);
+  // Ends the run: RunFinished to its members (and, for `too_few_nodes`, a failure for want of MIN
+  // nodes after losing nodes, to the waiting nodes too: a join timeout for them all).
   void FinishRun(Run& run, bool succeeded, const std::string& message, const WorkerFailure* failure,
-                 absl::Time now, std::vector<Outgoing>& out);
+                 absl::Time now, std::vector<Outgoing>& out, bool too_few_nodes = false);
   // JoinProgress to every waiting node, or only to session `only` when it is not 0.
   void SendProgress(const Run& run, std::vector<Outgoing>& out, SessionId only = 0) const;
   // Ends the run with the earliest of its reported failures.

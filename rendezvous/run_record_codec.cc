@@ -91,7 +91,8 @@ json RunToJson(const RunRecord& r) {
       {"outcome", r.outcome},
       {"finished", json{{"succeeded", r.finished.succeeded},
                         {"message", r.finished.message},
-                        {"failure", OptionalFailure(r.finished.failure)}}},
+                        {"failure", OptionalFailure(r.finished.failure)},
+                        {"too_few_nodes", r.finished.too_few_nodes}}},
       {"closed_at", TimeToJson(r.closed_at)},
   };
 }
@@ -290,6 +291,8 @@ class Reader {
       r.finished.succeeded = Get<bool>(*finished, "succeeded");
       r.finished.message = Get<std::string>(*finished, "message");
       r.finished.failure = OptionalFailure(*finished, "failure");
+      r.finished.too_few_nodes =
+          finished->contains("too_few_nodes") && Get<bool>(*finished, "too_few_nodes");
     }
     r.closed_at = Time(j, "closed_at");
     return r;

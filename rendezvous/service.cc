@@ -380,7 +380,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
   }
   {
     dgt::MutexLock lock(&mu_);
-    *response = ToProto(machine_.Status(request->run_id()));
+    *response = ToProto(machine_.Status(request->run_id(), absl::Now()));
     dgt::MutexLock registry(&reg_mu_);
     if (elected_) {
       response->set_replica(replica_id_);
@@ -394,7 +394,7 @@ grpc::ServerUnaryReactor* RendezvousService::GetStatus(grpc::CallbackServerConte
 
 std::optional<RunStatus> RendezvousService::RunStatusOf(const std::string& run_id) {
   dgt::MutexLock lock(&mu_);
-  std::vector<RunStatus> runs = machine_.Status(run_id);
+  std::vector<RunStatus> runs = machine_.Status(run_id, absl::Now());
   for (RunStatus& run : runs) {
     if (run.run_id == run_id) return std::move(run);
   }

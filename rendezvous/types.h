@@ -123,6 +123,8 @@ struct RunFinished {
   bool succeeded = false;
   std::string message;
   std::optional<WorkerFailure> failure;  // For a failed run whose cause was a worker.
+  // Failed below MIN nodes after losing nodes, for the join timeout (v1.RunFinished).
+  bool too_few_nodes = false;
 
   friend bool operator==(const RunFinished&, const RunFinished&) = default;
 };

@@ -27,6 +27,9 @@ void StaticBackend::Report(const actions::Report& report) {
   if (report.signal != 0) {
     // The others fail naming this node and the signal, not as if they had been signalled.
     coordinator_.ReportStopped(SignalName(report.signal), std::move(outcome));
+  } else if (report.unhealthy) {
+    // The others fail naming this node and its check, not as if they were unhealthy.
+    coordinator_.ReportUnhealthy(report.text, std::move(outcome));
   } else {
     coordinator_.Report(report.exit_status, report.text, std::move(outcome));
   }

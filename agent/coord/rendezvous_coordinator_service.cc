@@ -59,7 +59,8 @@ void RendezvousCoordinator::Report(const actions::Report& a) {
     f->set_local_rank(e.local_rank);
     f->set_exit_code(e.exit_code);
     f->set_signal(e.signal);
-    f->set_time_unix_s(absl::ToDoubleSeconds(e.time - absl::UnixEpoch()));
+    // The earliest failure across nodes is the run's root cause (a hung rank's: when declared).
+    f->set_time_unix_s(absl::ToDoubleSeconds(e.FailedAt() - absl::UnixEpoch()));
   } else {
     report->set_succeeded(true);
   }
@@ -122,6 +123,7 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
       outcome.failed_node_id = f.failure().node_id();
       outcome.exit_code = f.failure().exit_code();
       outcome.signal = f.failure().signal();
+      outcome.too_few_nodes = f.too_few_nodes();
       sink_(lifecycle_->OnRunFinished(outcome));
       return;
     }

@@ -83,6 +83,12 @@ class StaticCoordinator {
   // fail with kExitLauncherError and "node rank <R> was stopped by <signal>".
   void ReportStopped(const std::string& signal_name, std::function<void(absl::Status)> done);
 
+  // As Report, for this node leaving the run after its health check failed (`message` names the
+  // check and its reason): the others were healthy, so they fail as for another node's failure
+  // without a worker code, with kExitLauncherError and "node rank <R> left the run: <message>",
+  // not with kExitNodeUnhealthy.
+  void ReportUnhealthy(const std::string& message, std::function<void(absl::Status)> done);
+
   // A stop signal: node rank 0 stops waiting for the other nodes (a pending Report's `done`
   // runs once this node's writes went out), and later Reports do not wait either.
   void Interrupt();

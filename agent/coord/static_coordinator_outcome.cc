@@ -38,6 +38,13 @@ void StaticCoordinator::ReportStopped(const std::string& signal_name,
           absl::StrCat(kExitLauncherError), std::move(done));
 }
 
+void StaticCoordinator::ReportUnhealthy(const std::string& message,
+                                        std::function<void(absl::Status)> done) {
+  Publish(absl::StrCat(kExitLauncherError, " node rank ", options_.node_rank,
+                       " left the run: ", message),
+          absl::StrCat(kExitLauncherError), std::move(done));
+}
+
 void StaticCoordinator::Publish(const std::string& failed, const std::string& done_value,
                                 std::function<void(absl::Status)> done) {
   if (!failed.empty())

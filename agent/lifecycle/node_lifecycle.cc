@@ -41,7 +41,8 @@ struct Describe {
     return absl::StrCat("ForwardSignal(", Signal(a.signal), ")");
   }
   std::string operator()(const actions::RecordFailure& a) const {
-    return absl::StrCat("RecordFailure(rank ", a.exit.rank, a.recovered ? ", recovered" : "", ")");
+    return absl::StrCat("RecordFailure(rank ", a.exit.rank, a.recovered ? ", recovered" : "",
+                        a.root_cause ? ", root cause" : "", ")");
   }
   std::string operator()(const actions::ClearFailures&) const { return "ClearFailures"; }
   std::string operator()(const actions::PublishFailure& a) const {
@@ -57,7 +58,7 @@ struct Describe {
     return absl::StrCat("Report(", a.exit_status,
                         a.failure ? absl::StrCat(", rank ", a.failure->rank) : "",
                         a.signal != 0 ? absl::StrCat(", ", SignalName(a.signal)) : "",
-                        a.text.empty() ? "" : ", ", a.text, ")");
+                        a.unhealthy ? ", unhealthy" : "", a.text.empty() ? "" : ", ", a.text, ")");
   }
   std::string operator()(const actions::MarkDone& a) const {
     return absl::StrCat("MarkDone(", a.exit_status, ")");
@@ -342,8 +343,19 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
   LifecycleActions out;
   switch (state_) {
     case NodeState::kJoining:
-      // This node never ran a worker of the run: whatever its outcome, it is not this node's
-      // (torchrun: RendezvousClosedError). Services that tell waiting nodes so send an Error.
+      if (o.too_few_nodes) {
+        // It waited with the others for MIN nodes that did not come: a join timeout.
+        return Finish(kExitJoinTimeout, absl::StrCat("run failed: ", o.message));
+      }
+      if (o.succeeded) {
+        // A hot spare (the service tells waiting nodes a success only while a round ran): the
+        // run it stood by for succeeded without it.
+        return Finish(kExitSuccess, absl::StrCat("run '", options_.run_id, "' succeeded (",
+                                                 o.message, ") without node '", options_.node_id,
+                                                 "': it waited as a spare and was not needed"));
+      }
+      // This node never ran a worker of the run: its failure is not this node's (torchrun:
+      // RendezvousClosedError). Services that tell waiting nodes so send an Error.
       return Finish(kExitNotAdmitted,
                     absl::StrCat("run '", options_.run_id, "' ended (",
                                  o.succeeded ? "succeeded" : "failed", ": ", o.message,
@@ -363,8 +375,10 @@ LifecycleActions NodeLifecycle::OnRunFinished(const RunOutcome& o) {
         // are gone, with this node's own failure if it had one (RunFinishedWhileAwaiting).
         remote_outcome_ = o;
         if (!first_failure_) {
-          out.push_back(Log(Level::kError, absl::StrCat("run failed on another node: ", o.message,
-                                                        "; stopping this node's workers")));
+          out.push_back(
+              Log(Level::kError,
+                  absl::StrCat(o.too_few_nodes ? "run failed: " : "run failed on another node: ",
+                               o.message, "; stopping this node's workers")));
         }
       }
       if (state_ == NodeState::kRunning) Stop(&out);
@@ -420,6 +434,11 @@ LifecycleActions NodeLifecycle::RunFinishedWhileAwaiting(const RunOutcome& o) {
     return out;
   }
   if (first_failure_) return Finish(first_failure_->ExitStatus(), DescribeFailure(*first_failure_));
+  if (o.too_few_nodes) {
+    // Too few nodes were left after losing nodes, for the join timeout: retried as a join timeout
+    // (docs/EXIT_CODES.md), not a failure of the job's code.
+    return Finish(kExitJoinTimeout, absl::StrCat("run failed: ", o.message));
+  }
   const int code = o.signal != 0 ? 128 + o.signal : o.exit_code;
   return Finish(code != 0 ? code : 1, absl::StrCat("run failed: ", o.message));
 }

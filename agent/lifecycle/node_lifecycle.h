@@ -95,6 +95,8 @@ struct RunOutcome {
   std::string failed_node_id;
   int exit_code = 0;
   int signal = 0;
+  // Failed for want of MIN nodes after losing nodes, for the join timeout: kExitJoinTimeout.
+  bool too_few_nodes = false;
 };
 
 // The actions NodeLifecycle returns, one struct per kind: what the runtime must carry out.
@@ -126,10 +128,13 @@ struct KillWorkers {};
 struct ForwardSignal {
   int signal = 0;
 };
-// A failure for the summary; `recovered`: its rank was restarted in place.
+// A failure for the summary; `recovered`: its rank was restarted in place. `root_cause`: it
+// takes the first place from the failures recorded before it (a rank declared hung before the
+// one reaped first).
 struct RecordFailure {
   WorkerExit exit;
   bool recovered = false;
+  bool root_cause = false;
 };
 // The failures recorded so far belong to no outcome (a new round, or another node's failure was
 // the root cause).
@@ -150,12 +155,14 @@ struct LeaveSession {};
 // Call OnDrained once the workers' output is drained.
 struct WatchDrain {};
 // This node's workers are done: report to the coordinator. `failure`: the first failed worker;
-// `signal`: the outside signal that stopped them (0: none).
+// `signal`: the outside signal that stopped them (0: none); `unhealthy`: a failed health check
+// made this node leave (static backend: the others fail naming it, with kExitLauncherError).
 struct Report {
   int exit_status = 0;
   std::string text;
   std::optional<WorkerExit> failure;
   int signal = 0;
+  bool unhealthy = false;
 };
 // This node's done mark in the round's store.
 struct MarkDone {

@@ -23,6 +23,11 @@ LifecycleAction Publish(const WorkerExit& e, bool restart, int restart_count) {
   return actions::PublishFailure{e, restart, restart_count};
 }
 
+// Whether `e` was declared hung before `first`, itself killed as hung.
+bool DeclaredHungBefore(const WorkerExit& e, const WorkerExit& first) {
+  return e.hang_order > 0 && first.hang_order > 0 && e.hang_order < first.hang_order;
+}
+
 // Signals that are forwarded without stopping the job (schedulers use them to announce a
 // preemption; the workers decide what to do).
 bool IsNotifySignal(int sig) { return sig == SIGUSR1 || sig == SIGUSR2; }
@@ -90,8 +95,15 @@ LifecycleActions NodeLifecycle::OnWorkerExit(const WorkerExit& e, int alive, abs
           break;
       }
     } else {
-      if (first_failure_ && e.signal != SIGTERM && e.signal != SIGKILL) {
-        out.push_back(Record(e, /*recovered=*/false));  // Failed on its own while others stopped.
+      if (first_failure_ && DeclaredHungBefore(e, *first_failure_)) {
+        // Ranks declared hung together are killed together and reaped in any order: the one
+        // declared first is the root cause (HangMonitor's order), and the others stay named.
+        first_failure_ = e;
+        out.push_back(actions::RecordFailure{e, /*recovered=*/false, /*root_cause=*/true});
+      } else if (first_failure_ &&
+                 (e.hang_order > 0 || (e.signal != SIGTERM && e.signal != SIGKILL))) {
+        // Failed on its own (or was declared hung) while the others stopped.
+        out.push_back(Record(e, /*recovered=*/false));
       }
       if (state_ == NodeState::kRunning) Stop(&out);
     }
@@ -171,8 +183,9 @@ LifecycleActions NodeLifecycle::OnDrained() {
     // fail naming this node and the signal, not as if they had been signalled.
     actions::Report report;
     if (stop_signal_ != 0 && signal_decides_) {
-      // A health check's leave is a failure of this node, not a signal the others name.
+      // A health check's leave is this node's own failure, not a signal the others name.
       report.signal = unhealthy_ ? 0 : stop_signal_;
+      report.unhealthy = unhealthy_.has_value();
       report.exit_status = StoppedStatus();
       report.text = StoppedText();
     } else {

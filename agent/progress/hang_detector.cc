@@ -25,6 +25,12 @@ std::string Hang::Describe() const {
                       reports == 1 ? " report" : " reports");
 }
 
+bool BlameBefore(const Hang& a, const Hang& b) {
+  if (a.silent != b.silent) return a.silent > b.silent;
+  if (a.waiting != b.waiting) return !a.waiting;
+  return a.local_rank < b.local_rank;
+}
+
 bool HangDetector::enabled() const {
   return options_.first_progress_timeout > absl::ZeroDuration() ||
          options_.hang_timeout > absl::ZeroDuration();
@@ -66,6 +72,7 @@ std::optional<Hang> HangDetector::Check(int local_rank, const ProgressSample& sa
   h.silent = now - r.quiet_since;
   h.timeout = timeout;
   h.reports = r.counter;
+  h.waiting = sample.waiting;
   ranks_.erase(it);
   return h;
 }

@@ -40,10 +40,17 @@ struct Hang {
   absl::Duration silent;   // How long it has been silent.
   absl::Duration timeout;  // The timeout it ran past.
   uint64_t reports = 0;    // Reports it made.
+  bool waiting = false;    // Its slot said it waits on its peers (so it is stopped).
   // "no progress report for 2.1 s (--hang-timeout=2), after 41 reports" or
   // "no progress report since its start, silent for 30.1 s (--first-progress-timeout=30)".
   std::string Describe() const;
 };
+
+// Whether `a` is blamed before `b` when one reading of the slots declares both hung: its peers
+// blocked in a collective on a hung rank fall silent with it, and only one of them is the cause.
+// The longest silent first, then one that does not say it waits on its peers, then the lower
+// local rank. The first is the failure summary's root cause (agent/workers/node_workers.h).
+bool BlameBefore(const Hang& a, const Hang& b);
 
 class HangDetector {
  public:

@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -105,6 +107,7 @@ void HangMonitor::Started(int local_rank, int rank, pid_t pid) {
 }
 
 void HangMonitor::Exited(int local_rank, pid_t pid) {
+  declared_.erase(pid);  // A later process may get its pid.
   auto it = watched_.find(local_rank);
   if (it == watched_.end() || it->second.pid != pid) return;
   watched_.erase(it);
@@ -119,6 +122,16 @@ void HangMonitor::ForgetAll() {
 const HangReport* HangMonitor::ReportFor(pid_t pid) const {
   auto it = reports_.find(pid);
   return it == reports_.end() ? nullptr : &it->second;
+}
+
+int HangMonitor::DeclaredOrder(pid_t pid) const {
+  auto it = declared_.find(pid);
+  return it == declared_.end() ? 0 : it->second.order;
+}
+
+absl::Time HangMonitor::DeclaredAt(pid_t pid) const {
+  auto it = declared_.find(pid);
+  return it == declared_.end() ? absl::InfinitePast() : it->second.at;
 }
 
 void HangMonitor::Stop() {
@@ -141,6 +154,7 @@ void HangMonitor::ArmPoll() {
 
 void HangMonitor::Poll() {
   const absl::Time now = clock_->Now();
+  std::vector<std::pair<Hang, Watched>> hung;
   for (auto it = watched_.begin(); it != watched_.end();) {
     const int local_rank = it->first;
     const pid_t pid = it->second.pid;
@@ -154,10 +168,13 @@ void HangMonitor::Poll() {
       ++it;
       continue;
     }
-    Watched w = std::move(it->second);
+    hung.emplace_back(*hang, std::move(it->second));
     it = watched_.erase(it);
-    OnHang(*hang, w);
   }
+  // Peers blocked on a hung rank may fall silent with it: the likeliest cause is declared first.
+  std::sort(hung.begin(), hung.end(),
+            [](const auto& a, const auto& b) { return BlameBefore(a.first, b.first); });
+  for (const auto& [hang, w] : hung) OnHang(hang, w);
 }
 
 void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
@@ -174,13 +191,19 @@ void HangMonitor::OnHang(const Hang& hang, const Watched& w) {
         "no stacks: the worker did not register dgt's stack dump (a non-Python worker, or one "
         "that does not import dgt)";
   }
+  const absl::Time declared_at = absl::Now();
+  declared_[w.pid] = Declared{++declared_count_, declared_at};
+  // Known before the kill: a stop of every worker may reap this one before its dump is written.
+  HangReport declared = report;
+  if (dump) declared.note = "no stacks: it ended before its stack dump was written";
+  reports_[w.pid] = std::move(declared);
   // Wall-clock nanoseconds, to line up with the workers' own timestamps.
   spdlog::warn("dgt-run: rank {} (local rank {}, pid {}) hung: {}; {} (detected_ns={})", w.rank,
                hang.local_rank, w.pid, report.reason,
                stopped ? "it is stopped, no stacks; SIGKILL"
                        : (dump ? "writing its stacks, then SIGKILL"
                                : "it registered no stack dump; SIGKILL"),
-               absl::ToUnixNanos(absl::Now()));
+               absl::ToUnixNanos(declared_at));
   if (!dump) {
     Kill(w, std::move(report));
     return;

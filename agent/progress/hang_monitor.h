@@ -4,7 +4,8 @@
 // dgt package's faulthandler dump on the stacks signal, waited for at most `dump_wait`; a stopped
 // process cannot run it and gets a note instead), then its process group gets SIGKILL: its exit
 // is an ordinary worker failure, so the restart policy applies unchanged. The report (reason and
-// stacks) stays for the failure summary (ReportFor).
+// stacks) stays for the failure summary (ReportFor), and the order in which workers were declared
+// hung for its root cause (DeclaredOrder): workers killed together are not reaped in that order.
 //
 // Thread-compatible: used from the agent's event loop only.
 #ifndef DGT_AGENT_PROGRESS_HANG_MONITOR_H_
@@ -67,13 +68,21 @@ class HangMonitor {
   void Prepare(int local_rank, const std::string& stacks_file, EnvMap* env);
   // `local_rank`'s process `pid` (global rank `rank`) started: it is watched from now on.
   void Started(int local_rank, int rank, pid_t pid);
-  // Process `pid` of `local_rank` exited: no longer watched.
+  // Process `pid` of `local_rank` exited: no longer watched, and its DeclaredOrder is 0 again.
   void Exited(int local_rank, pid_t pid);
   // Every worker's process is being stopped (a group stop, the agent's end): none is watched
   // until the next Started.
   void ForgetAll();
-  // The report of `pid` when it was killed as hung; null otherwise.
+  // The report of `pid` when it was declared hung (its stacks once it was killed); null
+  // otherwise.
   const HangReport* ReportFor(pid_t pid) const;
+  // In which order `pid` was declared hung: 1 for the first worker this monitor declared, 2 for
+  // the next, ...; ranks declared by the same reading in BlameBefore's order. 0 when it was not,
+  // or once it exited (Exited).
+  int DeclaredOrder(pid_t pid) const;
+  // When (wall clock) `pid` was declared hung; InfinitePast when DeclaredOrder is 0. Its kill
+  // follows the stack dump, up to `dump_wait` later.
+  absl::Time DeclaredAt(pid_t pid) const;
   // Stops polling (the agent is ending).
   void Stop();
 
@@ -100,6 +109,12 @@ class HangMonitor {
   std::map<int, Watched> watched_;           // By local rank.
   std::map<int, std::string> stacks_files_;  // Prepared, by local rank.
   std::map<pid_t, HangReport> reports_;
+  struct Declared {
+    int order = 0;
+    absl::Time at;  // Wall clock.
+  };
+  std::map<pid_t, Declared> declared_;  // By pid.
+  int declared_count_ = 0;
   boost::asio::steady_timer poll_timer_;
   bool polling_ = false;
   bool stopped_ = false;

@@ -179,8 +179,11 @@ void NodeWorkers::Signal(int signal) {
 
 void NodeWorkers::OnDrained(std::function<void()> done) { group_->OnDrained(std::move(done)); }
 
-void NodeWorkers::OnWorkerExit(const WorkerExit& e) {
-  hang_.Exited(e.local_rank, e.pid);
+void NodeWorkers::OnWorkerExit(const WorkerExit& exit) {
+  WorkerExit e = exit;
+  e.hang_order = hang_.DeclaredOrder(exit.pid);
+  e.hung_at = hang_.DeclaredAt(exit.pid);
+  hang_.Exited(exit.local_rank, exit.pid);
   if (state() == NodeState::kDone) return;  // Killed while the last done mark goes out.
   sink_(lifecycle_->OnWorkerExit(e, group_->alive(), env_.clock->Now()));
 }

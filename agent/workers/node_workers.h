@@ -80,8 +80,8 @@ class NodeWorkers {
   void Signal(int signal);
   // actions::WatchDrain: `done` once every worker of the group is gone.
   void OnDrained(std::function<void()> done);
-  // actions::RecordFailure and ClearFailures.
-  void RecordFailure(const WorkerExit& exit, bool recovered);
+  // actions::RecordFailure and ClearFailures. `root_cause`: first in the summary.
+  void RecordFailure(const WorkerExit& exit, bool recovered, bool root_cause);
   void ClearFailures() { failures_.clear(); }
   bool has_failures() const { return !failures_.empty(); }
   // actions::PublishFailure: publishes the failure of `exit`'s rank into the job's store

@@ -166,8 +166,9 @@ std::string NodeWorkers::Summary(const std::string& host) const {
   return text;
 }
 
-void NodeWorkers::RecordFailure(const WorkerExit& exit, bool recovered) {
-  (recovered ? recovered_failures_ : failures_).push_back(MakeFailure(exit));
+void NodeWorkers::RecordFailure(const WorkerExit& exit, bool recovered, bool root_cause) {
+  std::vector<Failure>& list = recovered ? recovered_failures_ : failures_;
+  list.insert(root_cause ? list.begin() : list.end(), MakeFailure(exit));
 }
 
 std::string NodeWorkers::TakeSummary(const std::string& host) {

@@ -23,6 +23,13 @@ struct WorkerExit {
   absl::Time time;
   // Last lines the worker wrote to stderr (at most kStderrTailLines).
   std::deque<std::string> stderr_tail;
+  // When the agent killed it as hung: the order in which it was declared (1 for the first,
+  // HangMonitor::DeclaredOrder) and when; 0 and InfinitePast otherwise.
+  int hang_order = 0;
+  absl::Time hung_at = absl::InfinitePast();
+  // When it failed, for the run's root cause across nodes: a hung rank failed when it was
+  // declared hung (its kill waits for its stacks), any other when it exited.
+  absl::Time FailedAt() const { return hang_order > 0 ? hung_at : time; }
 
   bool succeeded() const { return signal == 0 && exit_code == 0; }
   // "exited with code 3" or "was killed by signal 9 (SIGKILL)".

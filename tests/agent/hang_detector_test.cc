@@ -1,6 +1,8 @@
 #include "agent/progress/hang_detector.h"
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -127,6 +129,47 @@ TEST(HangDetectorTest, WaitingOnPeersIsNotSilenceUnlessTheProcessIsStopped) {
   std::optional<Hang> hang = s.At(1, 3.05, 7, true);
   ASSERT_TRUE(hang);
   EXPECT_EQ(hang->silent, absl::Milliseconds(2050));
+  EXPECT_TRUE(hang->waiting);
+}
+
+// One reading declares a hung rank and the peers blocked on it, silent since the same report:
+// the blame goes to the longest silent, then to one not waiting on its peers, then by local rank.
+TEST(HangDetectorTest, BlameGoesToTheLongestSilentThenToOneNotWaiting) {
+  Harness h(Timeouts(0, 2));
+  for (int rank = 0; rank < 4; ++rank) h.d().Watch(rank, At(0));
+  // Every rank reports its step at 1; rank 2's report of that step is seen one reading later.
+  for (int rank = 0; rank < 4; ++rank) ASSERT_FALSE(h.At(rank, 1, rank == 2 ? 4 : 5));
+  ASSERT_FALSE(h.At(2, 1.05, 5));
+  // Rank 0 is stopped inside the collective that the others are blocked in without saying so (a
+  // trainer that marks no waits).
+  h.stopped_ = true;
+  std::vector<Hang> hung;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::optional<Hang> hang = h.At(rank, 3.1, 5, /*waiting=*/rank == 0);
+    if (hang) hung.push_back(*hang);
+  }
+  ASSERT_EQ(hung.size(), 4u);
+  std::sort(hung.begin(), hung.end(), BlameBefore);
+  std::vector<int> order;
+  for (const Hang& hang : hung) order.push_back(hang.local_rank);
+  EXPECT_EQ(order, (std::vector<int>{1, 3, 0, 2}));
+  EXPECT_EQ(hung[3].silent, absl::Milliseconds(2050));
+  EXPECT_EQ(hung[2].silent, hung[0].silent);
+  EXPECT_TRUE(hung[2].waiting);
+  EXPECT_FALSE(hung[0].waiting);
+
+  Hang longer;
+  longer.local_rank = 3;
+  longer.silent = absl::Seconds(3);
+  Hang shorter;
+  shorter.local_rank = 0;
+  shorter.silent = absl::Seconds(2);
+  EXPECT_TRUE(BlameBefore(longer, shorter));
+  EXPECT_FALSE(BlameBefore(shorter, longer));
+  shorter.silent = absl::Seconds(3);
+  shorter.waiting = true;
+  EXPECT_TRUE(BlameBefore(longer, shorter));
+  EXPECT_FALSE(BlameBefore(longer, longer));
 }
 
 TEST(HangDetectorTest, WatchRestartsARankAndForgetEndsIt) {

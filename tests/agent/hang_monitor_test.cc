@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "agent/progress/progress_file.h"
@@ -180,6 +181,50 @@ TEST_F(MonitorTest, StoppedWorkerIsKilledWithoutWaitingForStacks) {
   ASSERT_NE(report, nullptr);
   EXPECT_NE(report->reason.find("(stopped: SIGSTOP)"), std::string::npos) << report->reason;
   EXPECT_EQ(report->note, "stopped (SIGSTOP), no stacks");
+}
+
+// Two workers silent since their starts: the one started first is silent longer and is declared
+// first, whichever local rank it has (the slots are read in local-rank order). An exit forgets it.
+TEST_F(MonitorTest, TheLongestSilentIsDeclaredFirst) {
+  boost::asio::io_context io;
+  HangMonitor::Options o;
+  o.detector.first_progress_timeout = absl::Milliseconds(200);
+  HangMonitor monitor(io, o, &clock_, DefaultProcessLauncher());
+  ASSERT_TRUE(monitor.Open(dir_, 2).ok());
+  EnvMap env;
+  monitor.Prepare(0, "", &env);
+  monitor.Prepare(1, "", &env);
+  const pid_t first = SleepingChild();
+  monitor.Started(1, 1, first);
+  const pid_t second = SleepingChild();
+  monitor.Started(0, 0, second);
+  EXPECT_EQ(monitor.DeclaredOrder(first), 0);
+  std::map<pid_t, int> status;
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (status.size() < 2 && absl::Now() < end) {
+    io.run_for(std::chrono::milliseconds(10));
+    io.restart();
+    for (pid_t pid : {first, second}) {
+      int s = 0;
+      if (status.count(pid) == 0 && ::waitpid(pid, &s, WNOHANG) == pid) status[pid] = s;
+    }
+  }
+  for (pid_t pid : {first, second}) {
+    if (status.count(pid) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  ASSERT_EQ(status.size(), 2u);
+  EXPECT_EQ(monitor.DeclaredOrder(first), 1);
+  EXPECT_EQ(monitor.DeclaredOrder(second), 2);
+  EXPECT_GT(monitor.DeclaredAt(first), absl::InfinitePast());
+  EXPECT_LE(monitor.DeclaredAt(first), monitor.DeclaredAt(second));
+  ASSERT_NE(monitor.ReportFor(second), nullptr);
+  monitor.Exited(1, first);
+  EXPECT_EQ(monitor.DeclaredOrder(first), 0);
+  EXPECT_EQ(monitor.DeclaredAt(first), absl::InfinitePast());
+  EXPECT_EQ(monitor.DeclaredOrder(second), 2);
 }
 
 }  // namespace

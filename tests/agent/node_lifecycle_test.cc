@@ -5,6 +5,7 @@
 // ------------------------------------------  ------------------------------------------------
 // StandaloneRunSucceeds test_launch.py::test_standalone_digits_reaches_accuracy
 // WorkerFailureIsReportedWithItsCode          test_launch.py::test_worker_exit_code_is_reported
+// HungRankDeclaredFirstIsTheRootCause        (unit only: the reap order of ranks killed together)
 // FailureOnAnotherNodeStopsThisOne test_launch.py::test_failure_on_one_node_stops_the_other
 // RootCauseOnAnotherNodeWins                  test_recovery_dgt_run.py::
 //                                               test_rank_policy_two_failures_on_two_nodes_converge
@@ -37,7 +38,10 @@
 //                                               test_second_agent_with_the_same_node_id_is_refused
 // RunEndedBeforeAdmission                     test_rendezvous_faults.py::
 //                                               test_agent_waiting_beyond_max_is_not_admitted
+// UnusedSpareOfASucceededRunExitsZero         test_spares.py::
+//                                               test_two_spares_racing_for_one_lost_node
 // StopFromTheServiceThenNoRound               (unit only: the service stops the workers)
+// TooFewNodesAfterALossIsAJoinTimeout         (unit only: RunFinished.too_few_nodes)
 // ServiceLostForGoodLeavesWith69              test_rendezvous_faults.py::
 //                                               test_service_lost_for_good_stops_both_nodes_with_69
 // RejoinRefusedLeavesWith69                   (unit only: a rejoin refused, an Error while running)
@@ -335,6 +339,49 @@ TEST(NodeLifecycleTest, WorkerFailureIsReportedWithItsCode) {
               ElementsAre(absl::StrCat("Finish(3, ", Who(1, 1001), ")")));
 }
 
+// Ranks declared hung in one reading are killed together and reaped in any order: the rank
+// declared first (HangMonitor's blame order) is the root cause, reported and first in the
+// summary, and the peer reaped before it stays named.
+TEST(NodeLifecycleTest, HungRankDeclaredFirstIsTheRootCause) {
+  Harness h;
+  h.Start();
+  auto hung = [](Harness& harness, int local_rank, int order) {
+    WorkerExit e;
+    e.local_rank = local_rank;
+    e.rank = local_rank;
+    e.pid = harness.pid(local_rank);
+    e.signal = SIGKILL;
+    e.hang_order = order;
+    e.hung_at = harness.clock().Now() - absl::Seconds(order);
+    e.time = harness.clock().Now();
+    return e;
+  };
+  EXPECT_THAT(h.Do(h.lc().OnWorkerExit(hung(h, 0, 2), 1, h.clock().Now())),
+              ElementsAre("RecordFailure(rank 0)",
+                          "Log(error): rank 0 (local rank 0) was killed by signal 9 (SIGKILL); "
+                          "stopping the other workers and reporting to the rendezvous",
+                          "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(h.Do(h.lc().OnWorkerExit(hung(h, 1, 1), 0, h.clock().Now())),
+              ElementsAre("RecordFailure(rank 1, root cause)", "KillWorkers", "WatchDrain"));
+  EXPECT_EQ(h.lc().first_failure()->rank, 1);
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(137, rank 1)"));
+  // Across nodes the earliest failure is the root cause: a hung rank's is its declaration, not
+  // its kill after the stack dump.
+  EXPECT_EQ(h.last_report().failure->FailedAt(), h.clock().Now() - absl::Seconds(1));
+
+  // Declared later than the first failure: named, not the root cause.
+  Harness later;
+  later.Start();
+  EXPECT_THAT(later.Do(later.lc().OnWorkerExit(hung(later, 0, 1), 1, later.clock().Now())),
+              ElementsAre("RecordFailure(rank 0)",
+                          "Log(error): rank 0 (local rank 0) was killed by signal 9 (SIGKILL); "
+                          "stopping the other workers and reporting to the rendezvous",
+                          "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(later.Do(later.lc().OnWorkerExit(hung(later, 1, 2), 0, later.clock().Now())),
+              ElementsAre("RecordFailure(rank 1)", "KillWorkers", "WatchDrain"));
+  EXPECT_EQ(later.lc().first_failure()->rank, 0);
+}
+
 TEST(NodeLifecycleTest, FailureOnAnotherNodeStopsThisOne) {
   Harness h;
   h.Start(Round(0, 0, /*node_rank=*/1, /*node_count=*/2));
@@ -588,6 +635,18 @@ TEST(NodeLifecycleTest, RunEndedBeforeAdmission) {
                           "to it)"));
 }
 
+// A hot spare the run never needed: the service tells it the run's success, and it exits 0.
+TEST(NodeLifecycleTest, UnusedSpareOfASucceededRunExitsZero) {
+  Harness h;
+  h.lc().OnJoinSent(h.clock().Now());
+  RunOutcome ok;
+  ok.succeeded = true;
+  ok.message = "all 2 nodes succeeded";
+  EXPECT_THAT(h.Do(h.lc().OnRunFinished(ok)),
+              ElementsAre("Finish(0, run 'job' succeeded (all 2 nodes succeeded) without node "
+                          "'n0': it waited as a spare and was not needed)"));
+}
+
 TEST(NodeLifecycleTest, StopFromTheServiceThenNoRound) {
   Harness h;
   h.Start();
@@ -601,6 +660,37 @@ TEST(NodeLifecycleTest, StopFromTheServiceThenNoRound) {
   h.clock().Advance(absl::Seconds(600));
   EXPECT_THAT(h.Tick(), ElementsAre("Finish(75, run 'job' got no new round within 600 s after "
                                     "its workers were stopped)"));
+}
+
+// The service ends the run for want of MIN nodes after losing nodes: a join timeout (75, which
+// schedulers retry) for the survivor, whether its workers are gone or still stopping, and for a
+// node that waited to join, not a failure of the job's code (1).
+TEST(NodeLifecycleTest, TooFewNodesAfterALossIsAJoinTimeout) {
+  RunOutcome too_few;
+  too_few.message = "run 'job' had only 1 of at least 2 nodes for 10s after losing nodes";
+  too_few.too_few_nodes = true;
+  const std::string finish =
+      "Finish(75, run failed: run 'job' had only 1 of at least 2 nodes for 10s after losing "
+      "nodes)";
+  Harness h;
+  h.Start();
+  h.Do(h.lc().OnStop("node 'n1' was lost", h.alive(), h.clock().Now()));
+  EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers"));
+  ASSERT_EQ(h.lc().state(), NodeState::kWaitingForRound);
+  EXPECT_THAT(h.Do(h.lc().OnRunFinished(too_few)), ElementsAre(finish));
+
+  Harness stopping;
+  stopping.Start();
+  stopping.Do(stopping.lc().OnStop("node 'n1' was lost", stopping.alive(), stopping.clock().Now()));
+  EXPECT_THAT(stopping.Do(stopping.lc().OnRunFinished(too_few)),
+              ElementsAre("Log(error): run failed: run 'job' had only 1 of at least 2 nodes for "
+                          "10s after losing nodes; stopping this node's workers"));
+  EXPECT_THAT(stopping.DeliverExits(), ElementsAre("KillWorkers", "WatchDrain"));
+  EXPECT_THAT(stopping.Drained(), ElementsAre(finish));
+
+  Harness joining;
+  joining.lc().OnJoinSent(joining.clock().Now());
+  EXPECT_THAT(joining.Do(joining.lc().OnRunFinished(too_few)), ElementsAre(finish));
 }
 
 // SIGTERM to every agent at once (scancel): a node whose workers the service stopped, because
@@ -849,7 +939,8 @@ TEST(NodeLifecycleTest, StaticHealthFailureReportsTheNode) {
   h.Do(h.lc().OnStaticStarted(true, false, ""));
   h.Do(h.lc().OnHealthFailed("health check 'x' failed: y", true));
   h.DeliverExits();
-  EXPECT_THAT(h.Drained(), ElementsAre("Report(71, health check 'x' failed: y)"));
+  // Reported as unhealthy: the others fail naming this node with 1, not with its 71.
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(71, unhealthy, health check 'x' failed: y)"));
   EXPECT_THAT(h.Do(h.lc().OnStaticOutcome(true, "")),
               ElementsAre("Finish(71, health check 'x' failed: y)"));
 }

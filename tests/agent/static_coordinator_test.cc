@@ -330,6 +330,52 @@ TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatu
                                           "failure: node rank 1 was stopped by SIGTERM")));
 }
 
+// A node that leaves after its health check failed: the others were healthy, so they fail as for
+// another node's failure without a worker code (exit status 1), naming that node rank and its
+// check, not with its own 71. While node rank 0 runs, and while it waits for the others.
+TEST_F(StaticCoordinatorTest, AnUnhealthyNodeIsNamedAndItsCodeIsNotTheOthers) {
+  {
+    StaticCoordinator node0(io_, NodeOptions(0, 2));
+    StaticCoordinator node1(io_, NodeOptions(1, 2));
+    std::vector<std::pair<int, std::string>> failures0;
+    Connect(node0, &failures0);
+    Connect(node1);
+    std::optional<absl::Status> left;
+    node1.ReportUnhealthy("health check 'gpu-count' failed: 7 GPUs, expected 8",
+                          [&](absl::Status s) { left = s; });
+    RunUntil(left);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (failures0.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
+    io_.restart();
+    ASSERT_EQ(failures0.size(), 1u);
+    EXPECT_EQ(failures0[0],
+              std::make_pair(1, std::string("node rank 1 left the run: health check 'gpu-count' "
+                                            "failed: 7 GPUs, expected 8")));
+  }
+  auto options0 = NodeOptions(0, 2);
+  options0.run_id = "job2";
+  options0.finish_timeout = absl::Seconds(600);
+  auto options1 = NodeOptions(1, 2);
+  options1.run_id = "job2";
+  StaticCoordinator node0(io_, options0);
+  StaticCoordinator node1(io_, options1);
+  std::vector<std::pair<int, std::string>> failures0;
+  Connect(node0, &failures0);
+  Connect(node1);
+  std::optional<absl::Status> outcome;
+  node0.Report(0, "", [&](absl::Status s) { outcome = s; });
+  std::optional<absl::Status> node1_done;
+  node1.ReportUnhealthy("health check 'shm' failed: full", [&](absl::Status s) { node1_done = s; });
+  RunUntil(outcome);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_TRUE(outcome->ok()) << *outcome;
+  ASSERT_EQ(failures0.size(), 1u);
+  EXPECT_EQ(failures0[0],
+            std::make_pair(1, std::string("node rank 1 did not succeed (exit status 1); reported "
+                                          "failure: node rank 1 left the run: health check 'shm' "
+                                          "failed: full")));
+}
+
 // A second agent given the same --node-rank (or one restarted while the run goes on) is refused:
 // it would run the same ranks twice (both ran RANK 1 and node rank 0 reported success).
 TEST_F(StaticCoordinatorTest, SecondAgentWithTheSameNodeRankIsRefused) {

@@ -2,7 +2,8 @@
 
 A kill -9 of one agent of a --nnodes=2:3 job gives the survivors a new round of two nodes in
 which node rank 0 keeps rank 0 and the job completes; a worker failure with --max-restarts
-restarts every node's workers in a new round; a late node scales a running job up.
+restarts every node's workers in a new round; a late node scales a running job up. A survivor
+left below MIN after a loss exits 75 (join timeout) once the join timeout passes.
 """
 import signal
 import time
@@ -53,6 +54,28 @@ def test_kill9_of_one_agent_gives_survivors_a_new_round(spawn, rendezvous, torch
     assert done["node-a"][0]["env"]["MASTER_ADDR"] == first["node-a"]["MASTER_ADDR"]
     assert "round 1 (node lost: node node-b" in agents["node-a"].stderr
     assert elapsed < 60
+
+
+def test_survivor_left_below_min_after_a_loss_exits_75(spawn, rendezvous):
+    # --nnodes=2: a kill -9 of one agent leaves the other below MIN. After the join timeout the
+    # run ends as a join timeout (75, which schedulers retry), not as a failure of the job (1).
+    sleeper = WORKERS / "sleep_by_rank.py"
+    agents = [spawn([BIN / "dgt-run", "--nnodes=2", "--nproc-per-node=1",
+                     f"--rdzv-endpoint={rendezvous}", "--rdzv-id=below-min",
+                     f"--node-id=node-{i}", "--rdzv-conf=last_call_timeout=1,join_timeout=3",
+                     "--stop-timeout=5", sleeper, "60,60"], name=f"node-{i}")
+              for i in range(2)]
+    wait_for(lambda: all("run 'below-min' round 0 (initial)" in a.stderr for a in agents), 60,
+             "round 0 on both nodes")
+    agents[1].popen.send_signal(signal.SIGKILL)
+    assert agents[0].wait(timeout=60) == 75, agents[0].stderr  # kExitJoinTimeout
+    # The service's end of the run, or the agent's own wait for a new round: both 3 s after the
+    # loss, both a join timeout.
+    assert agents[0].stderr.strip().splitlines()[-1] in (
+        "dgt-run: error: run failed: run 'below-min' had only 1 of at least 2 nodes for 3s after "
+        "losing nodes",
+        "dgt-run: error: run 'below-min' got no new round within 3 s after its workers were "
+        "stopped")
 
 
 def test_worker_failure_restarts_every_node_in_a_new_round(spawn, rendezvous, torch_family):

@@ -12,9 +12,10 @@
 //   - at most one Finish, and after the closing events exactly one;
 //   - no worker is started after the Finish;
 //   - the Finish's exit status is the one docs/EXIT_CODES.md gives for the first cause: an
-//     outside signal N (128+N), a refusal before admission (77), the join timeout (75), the
-//     service lost (69), this node's first failed worker (its code, or 128 + its signal), the
-//     run's root cause on another node (its code), and 0 only for a run that succeeded.
+//     outside signal N (128+N), a refusal before admission (77), the join timeout (75; also the
+//     run's end for too few nodes after losing nodes), the service lost (69), this node's first
+//     failed worker (its code, or 128 + its signal), the run's root cause on another node (its
+//     code), and 0 only for a run that succeeded.
 // A divergence aborts with what broke on stderr (DGT_FUZZ_TRACE=1: with the input's events).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <signal.h>
@@ -520,16 +521,22 @@ class Harness {
       } else {
         o.exit_code = in_->ConsumeIntegralInRange<int>(1, 127);
       }
+    } else {
+      // Too few nodes after losing nodes, for the join timeout.
+      o.too_few_nodes = in_->ConsumeBool();
     }
     o.message = "fuzzed outcome";
     Trace(absl::StrCat("run finished: ", o.succeeded ? "succeeded" : "failed",
                        o.has_failure ? absl::StrCat(" on ", o.failed_node_id) : "", " code ",
-                       o.exit_code, " signal ", o.signal));
+                       o.exit_code, " signal ", o.signal,
+                       o.too_few_nodes ? " (too few nodes)" : ""));
     closed_ = true;
     Connected();
     if (!done() && !o.succeeded) {
       const int code = o.signal != 0 ? 128 + o.signal : (o.exit_code != 0 ? o.exit_code : 1);
-      if (!assigned_) {
+      if (o.too_few_nodes) {
+        AddCause("too few nodes for the join timeout", 75);
+      } else if (!assigned_) {
         AddCause("the run ended before admission", 77);
       } else if (!o.has_failure) {
         AddCause("the run failed without a root cause", 1);

@@ -373,7 +373,7 @@ class Harness {
 
   // Spares hold no node rank, and are told so only while a round runs.
   void CheckSpares(const std::vector<std::string>& spares) {
-    const std::vector<dgt::rendezvous::RunStatus> status = machine_->Status(kRunId);
+    const std::vector<dgt::rendezvous::RunStatus> status = machine_->Status(kRunId, now_);
     if (status.size() != 1 || status[0].state != dgt::rendezvous::RunState::kRunning) {
       Diverge("a node told it is a spare of a run that is not running");
     }

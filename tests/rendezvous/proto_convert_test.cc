@@ -160,7 +160,11 @@ TEST(ProtoConvertTest, RunFinishedEveryFieldWithAndWithoutFailure) {
   EXPECT_EQ(FromProto(p), failed);
   RunFinished succeeded{true, "all 2 nodes succeeded", std::nullopt};
   EXPECT_FALSE(ToProto(succeeded).has_failure());
+  EXPECT_FALSE(ToProto(succeeded).too_few_nodes());
   EXPECT_EQ(FromProto(ToProto(succeeded)), succeeded);
+  RunFinished too_few{false, "run 'job' had only 1 of at least 2 nodes", std::nullopt, true};
+  EXPECT_TRUE(ToProto(too_few).too_few_nodes());
+  EXPECT_EQ(FromProto(ToProto(too_few)), too_few);
 }
 
 TEST(ProtoConvertTest, RefusalCarriesTheGoogleRpcCodeNumbers) {

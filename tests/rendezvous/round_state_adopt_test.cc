@@ -111,7 +111,7 @@ TEST(AdoptRunsTest, RunningRunWaitsForItsMembersToRejoinWithTheirAssignments) {
   ASSERT_EQ(stale.size(), 1u);
   EXPECT_EQ(std::get<Refusal>(stale[0].message).status.message(), "report before join");
   // No member left in the stored run until they rejoin.
-  EXPECT_TRUE(m.Status("job")[0].nodes.empty());
+  EXPECT_TRUE(m.Status("job", kT0)[0].nodes.empty());
 
   auto first = m.OnJoin(11, RejoinWith("n2", held["n2"]), kT0 + absl::Seconds(7));
   ASSERT_EQ(first.size(), 1u);
@@ -160,9 +160,9 @@ TEST(AdoptRunsTest, GatheringRunKeepsItsNodesWhichReattachWithAPlainJoin) {
   RoundStateMachine m;
   ASSERT_TRUE(m.OnJoin(1, Join("n1", 2, 2), kT0).size() == 1);  // JoinProgress.
   ASSERT_TRUE(m.AdoptRuns(kT0 + absl::Seconds(1)).ok());
-  ASSERT_EQ(m.Status("job").size(), 1u);
-  ASSERT_EQ(m.Status("job")[0].nodes.size(), 1u);
-  EXPECT_EQ(m.Status("job")[0].nodes[0].node_id, "n1");
+  ASSERT_EQ(m.Status("job", kT0).size(), 1u);
+  ASSERT_EQ(m.Status("job", kT0)[0].nodes.size(), 1u);
+  EXPECT_EQ(m.Status("job", kT0)[0].nodes[0].node_id, "n1");
   // The same node id again (its agent reconnected to the new leader): not a second agent.
   auto again = m.OnJoin(7, Join("n1", 2, 2), kT0 + absl::Seconds(2));
   EXPECT_EQ(Find<Refusal>(again, 7), nullptr);

@@ -65,7 +65,7 @@ class Harness {
   // The node ranks of the run by node id (-1: waiting), as dgt status shows them.
   std::map<std::string, int32_t> Ranks() const {
     std::map<std::string, int32_t> ranks;
-    for (const RunStatus& run : m.Status("job")) {
+    for (const RunStatus& run : m.Status("job", kT0)) {
       for (const NodeStatus& n : run.nodes) ranks[n.node_id] = n.node_rank;
     }
     return ranks;
@@ -254,18 +254,32 @@ TEST(RoundStateSparesTest, LostNodesWithoutSparesCloseUpAsBefore) {
   EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}, {"n3", 2}, {"n4", 1}}));
 }
 
-TEST(RoundStateSparesTest, UnusedSpareIsToldItWasNotNeeded) {
+// An unused spare of a run that succeeded is told the success (its agent exits 0: a Slurm step
+// or an Indexed Job counts any other code as a failure); of a run that failed, that it was not
+// admitted (77).
+TEST(RoundStateSparesTest, UnusedSpareIsToldTheSuccessOrThatItWasNotNeeded) {
   Harness h;
   h.Join(1, Join("n1", 1, 1));
   h.Join(2, Join("n2", 1, 1));
   auto out = h.Report(1, true, 0);
   ASSERT_EQ(out.size(), 2u);
-  ASSERT_EQ(out[1].session, 2u);
+  EXPECT_EQ(To<RunFinished>(out), (std::vector<SessionId>{1, 2}));
+  EXPECT_EQ(std::get<RunFinished>(out[1].message),
+            (RunFinished{true, "all 1 nodes succeeded", std::nullopt}));
+  EXPECT_TRUE(out[1].close);
+
+  Harness failed;
+  failed.Join(1, Join("n1", 1, 1));
+  failed.Join(2, Join("n2", 1, 1));
+  out = failed.Report(1, false, 0);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(To<Refusal>(out), std::vector<SessionId>{2});
   const auto& refusal = std::get<Refusal>(out[1].message);
   EXPECT_EQ(refusal.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(refusal.status.message(),
-            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
-            "it (it waited as a spare and was not needed)");
+            "run 'job' ended (failed: node n1 (node rank 0): rank 1 (local rank 1) exited with "
+            "code 3) before node 'n2' was admitted to it (it waited as a spare and was not "
+            "needed)");
   EXPECT_TRUE(out[1].close);
 }
 
@@ -276,10 +290,14 @@ TEST(RoundStateSparesTest, NodeWaitingForAGatheringRunIsNotCalledASpare) {
   h.Close(3);  // Below MIN: the run gathers again, n1 waits for nodes.
   h.Join(4, Join("n4", 3, 3), kT0 + absl::Seconds(1));
   auto out = h.Tick(kT0 + absl::Seconds(600));
-  ASSERT_EQ(To<Refusal>(out), std::vector<SessionId>{4});
-  EXPECT_EQ(std::get<Refusal>(out[1].message).status.message(),
-            "run 'job' ended (failed: run 'job' had only 2 of at least 3 nodes for 10m after "
-            "losing nodes) before node 'n4' was admitted to it");
+  // A join timeout for n4 as for n1 (both exit 75), not a spare's end.
+  EXPECT_EQ(To<Refusal>(out), std::vector<SessionId>{});
+  ASSERT_EQ(To<RunFinished>(out), (std::vector<SessionId>{1, 4}));
+  EXPECT_EQ(
+      std::get<RunFinished>(out[1].message),
+      (RunFinished{false, "run 'job' had only 2 of at least 3 nodes for 10m after losing nodes",
+                   std::nullopt, /*too_few_nodes=*/true}));
+  EXPECT_TRUE(out[1].close);
 }
 
 TEST(RoundStateSparesTest, NegativeOrHugeSpareCountIsRefused) {
@@ -322,14 +340,24 @@ TEST(RoundStateSparesTest, RejoinWhoseWorldSizeDoesNotFollowFromItsNodesIsRefuse
   EXPECT_EQ(h.last.at(3).reason, "rejoined");
 }
 
-TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCount) {
+TEST(RoundStateSparesTest, TheRunsFirstJoinSetsTheSpareCountAndAnotherIsRefused) {
   Harness h;
   h.Join(1, Join("n1", 1, 3, 0));
   h.Tick(kT0 + absl::Seconds(30));
   h.StoreReady(1, 30001);
-  // A later join asking for a spare does not change the run: it scales it up.
-  h.Join(2, Join("n2", 1, 3, 1), kT0 + absl::Seconds(31));
-  EXPECT_EQ(h.m.NextDeadline(), kT0 + absl::Seconds(61));
+  // A later join asking for another count is refused, as a differing --nnodes is: the run's
+  // count decides which waiting nodes are spares.
+  auto out = h.Join(2, Join("n2", 1, 3, 1), kT0 + absl::Seconds(31));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status,
+            absl::InvalidArgumentError(
+                "run 'job' uses --spare-nodes=0; this node asked for --spare-nodes=1"));
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.m.NextDeadline(), std::nullopt);  // No scale-up: n2 is not in the run.
+  EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}}));
+  // The same count is let in.
+  EXPECT_EQ(To<Refusal>(h.Join(3, Join("n3", 1, 3, 0), kT0 + absl::Seconds(32))),
+            std::vector<SessionId>{});
 }
 
 // JoinProgress.spare of the one message to session `s` in `out`.

@@ -372,6 +372,8 @@ TEST(RoundStateTest, LossBelowMinStopsWorkersThenFailsAfterJoinTimeout) {
   ASSERT_EQ(Count<RunFinished>(end), 1);
   EXPECT_EQ(std::get<RunFinished>(end[0].message).message,
             "run 'job' had only 1 of at least 2 nodes for 10m after losing nodes");
+  // A join timeout for the agents (exit 75), not a failure of the job's code.
+  EXPECT_TRUE(std::get<RunFinished>(end[0].message).too_few_nodes);
 }
 
 TEST(RoundStateTest, LossBelowMinRecoversWhenANodeRejoins) {
@@ -583,7 +585,7 @@ TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected)
             "second agent with the same --node-id is refused");
   EXPECT_TRUE(out[0].close);
   EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
-  EXPECT_EQ(h.m.Status("job")[0].round, 0);
+  EXPECT_EQ(h.m.Status("job", kT0)[0].round, 0);
   // Once the first agent is gone (its stream ended), a restarted agent with that id gets in.
   auto lost = h.Close(2);
   EXPECT_EQ(Count<StopWorkers>(lost), 1);
@@ -594,25 +596,41 @@ TEST(RoundStateTest, SecondAgentWithSameNodeIdIsRefusedWhileTheFirstIsConnected)
   EXPECT_EQ(h.last_assignment[8].reason, "nodes rejoined");
 }
 
-TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunEnds) {
+TEST(RoundStateTest, WaitingNodeIsToldItWasNotAdmittedWhenTheRunFails) {
   Harness h;
   h.Join(1, Join("n1", 1, 1));
   auto waiting = h.Join(2, Join("n2", 1, 1));
   ASSERT_EQ(Count<JoinProgress>(waiting), 1);
-  auto out = h.Report(1, true, 0);
+  auto out = h.Report(1, false, 0);  // Every member failed: the run ends at once.
   ASSERT_EQ(out.size(), 2u);
   const Outgoing* done = For<RunFinished>(out, 1);
   ASSERT_NE(done, nullptr);
-  EXPECT_TRUE(std::get<RunFinished>(done->message).succeeded);
+  EXPECT_FALSE(std::get<RunFinished>(done->message).succeeded);
   const Outgoing* refused = For<Refusal>(out, 2);
   ASSERT_NE(refused, nullptr);
   EXPECT_EQ(std::get<Refusal>(refused->message).status.code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::get<Refusal>(refused->message).status.message(),
-            "run 'job' ended (succeeded: all 1 nodes succeeded) before node 'n2' was admitted to "
-            "it (it waited as a spare and was not needed)");
+            "run 'job' ended (failed: node n1 (node rank 0): rank 3 (local rank 1) exited with "
+            "code 3) before node 'n2' was admitted to it (it waited as a spare and was not "
+            "needed)");
   EXPECT_TRUE(refused->close);
   EXPECT_EQ(For<RunFinished>(out, 2), nullptr);
+}
+
+TEST(RoundStateTest, WaitingNodeIsToldTheRunsSuccess) {
+  Harness h;
+  h.Join(1, Join("n1", 1, 1));
+  h.Join(2, Join("n2", 1, 1));
+  auto out = h.Report(1, true, 0);
+  ASSERT_EQ(out.size(), 2u);
+  for (SessionId s : {1, 2}) {
+    const Outgoing* done = For<RunFinished>(out, s);
+    ASSERT_NE(done, nullptr) << s;
+    EXPECT_EQ(std::get<RunFinished>(done->message),
+              (RunFinished{true, "all 1 nodes succeeded", std::nullopt}));
+    EXPECT_TRUE(done->close);
+  }
 }
 
 TEST(RoundStateTest, FinishedRunIdIsFreeOnceEveryAgentLeft) {
@@ -845,7 +863,8 @@ TEST(RoundStateTest, RejoinedNodeLostWhileRecoveringMayRejoinAgain) {
   EXPECT_NE(For<Assignment>(h.Join(8, Rejoin("n2", 1)), 8), nullptr);
   h.Join(6, Rejoin("n1", 0));
   h.Report(8, true, 3);
-  EXPECT_EQ(Count<RunFinished>(h.Report(6, true, 3)), 2);
+  // The members and n3, which waited while the round ran: a spare is told the success too.
+  EXPECT_EQ(Count<RunFinished>(h.Report(6, true, 3)), 3);
 }
 
 TEST(RoundStateTest, MembersRejoinWinsOverAFreshAgentWithTheSameNodeId) {
@@ -895,7 +914,7 @@ TEST(RoundStateTest, StatusListsNodesByRank) {
   h.Join(2, Join("n1", 2, 3), kT0);
   h.Tick(kT0 + absl::Seconds(30));
   h.Join(3, Join("n3", 2, 3), kT0 + absl::Seconds(31));
-  std::vector<RunStatus> s = h.m.Status("");
+  std::vector<RunStatus> s = h.m.Status("", kT0 + absl::Seconds(45));
   ASSERT_EQ(s.size(), 1u);
   const RunStatus& r = s[0];
   EXPECT_EQ(r.run_id, "job");
@@ -909,8 +928,32 @@ TEST(RoundStateTest, StatusListsNodesByRank) {
   EXPECT_EQ(r.nodes[1].node_id, "n2");
   EXPECT_EQ(r.nodes[2].node_id, "n3");
   EXPECT_EQ(r.nodes[2].node_rank, -1);
-  EXPECT_EQ(r.nodes[2].last_contact, absl::FromUnixSeconds(1'000'031));
-  EXPECT_TRUE(h.m.Status("other").empty());
+  // Connected: in contact at the status call (keepalive), not only at the join.
+  EXPECT_EQ(r.nodes[2].last_contact, absl::FromUnixSeconds(1'000'045));
+  EXPECT_TRUE(h.m.Status("other", kT0).empty());
+}
+
+// LAST CONTACT follows a node for as long as its session is open (its connection answers the
+// keepalive pings), and stays at the session's end once it is gone.
+TEST(RoundStateTest, LastContactIsTheStatusTimeWhileConnectedThenTheSessionsEnd) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2), kT0);
+  h.Join(2, Join("n2", 2, 2), kT0);
+  h.StoreReady(1, 30001);
+  auto contact = [&h](absl::Time at) {
+    std::map<std::string, absl::Time> by_node;
+    const std::vector<RunStatus> runs = h.m.Status("job", at);
+    if (runs.size() != 1) return by_node;
+    for (const NodeStatus& n : runs[0].nodes) by_node[n.node_id] = n.last_contact;
+    return by_node;
+  };
+  const absl::Time t1 = kT0 + absl::Seconds(300);
+  EXPECT_EQ(contact(t1), (std::map<std::string, absl::Time>{{"n1", t1}, {"n2", t1}}));
+  h.Report(1, true, 0, kT0 + absl::Seconds(310));
+  h.Close(1, kT0 + absl::Seconds(311));  // n1's part is done; its agent left.
+  const absl::Time t2 = kT0 + absl::Seconds(400);
+  EXPECT_EQ(contact(t2),
+            (std::map<std::string, absl::Time>{{"n1", kT0 + absl::Seconds(311)}, {"n2", t2}}));
 }
 
 }  // namespace

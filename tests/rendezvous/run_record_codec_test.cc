@@ -26,6 +26,7 @@ TEST(RunRecordCodecTest, TheJsonValueIsVersionedAndRoundTrips) {
   run.last_call_deadline = absl::InfiniteFuture();
   run.closed_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
   run.finished.failure = WorkerFailure{1, 0, 0, 9, "n1", absl::FromUnixSeconds(5)};
+  run.finished.too_few_nodes = true;
   std::string writer;
   int buckets = 0;
   absl::StatusOr<RunRecord> back =
@@ -66,6 +67,20 @@ TEST(RunRecordCodecTest, TheJsonValueIsVersionedAndRoundTrips) {
   EXPECT_EQ(
       DecodeRunRecord(R"({"version":2,"writer":"x","buckets":0,"run":{}})").status().message(),
       "run record: \"buckets\" 0 is not in 1..100");
+}
+
+TEST(RunRecordCodecTest, ARecordWrittenWithoutTooFewNodesIsNotTooFew) {
+  RunRecord run;
+  run.run_id = "job";
+  run.finished.too_few_nodes = true;
+  std::string value = EncodeRunRecord(run, "r:1");
+  const std::string field = ",\"too_few_nodes\":true";
+  const size_t at = value.find(field);
+  ASSERT_NE(at, std::string::npos) << value;
+  value.erase(at, field.size());  // As a replica of an earlier version wrote it.
+  absl::StatusOr<RunRecord> back = DecodeRunRecord(value);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->finished.too_few_nodes);
 }
 
 TEST(RunRecordCodecTest, ARecordWrittenWithoutSpareNodesHasNone) {
