@@ -150,7 +150,7 @@ v1::NodeMessage Daemon::MakeHello() const {
   h->set_version(kVersion);
   if (unhealthy_) {
     h->set_unhealthy(true);
-    h->set_health_reason(*unhealthy_);
+    h->set_health_reason(agent::OneLineReason(*unhealthy_));
   }
   return m;
 }
@@ -184,14 +184,14 @@ void Daemon::OnHealth(const std::optional<std::string>& failure) {
   }
   if (failure == unhealthy_) return;
   if (failure) {
-    spdlog::warn("node unhealthy, it takes no new job: {}", *failure);
+    spdlog::warn("node unhealthy, it takes no new job: {}", agent::OneLineReason(*failure));
   } else {
     spdlog::info("node healthy again (its health checks passed)");
   }
   unhealthy_ = failure;
   v1::NodeMessage m;
   m.mutable_health()->set_unhealthy(unhealthy_.has_value());
-  m.mutable_health()->set_health_reason(unhealthy_.value_or(""));
+  m.mutable_health()->set_health_reason(agent::OneLineReason(unhealthy_.value_or("")));
   // Not registered: the next NodeHello carries it.
   Send(m);
 }

@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "agent/health/builtin_checks.h"
 #include "agent/health/health_monitor.h"
+#include "agent/health/health_policy.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "daemon/config.h"

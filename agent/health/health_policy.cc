@@ -31,21 +31,71 @@ void OutputTail::Append(std::string_view bytes) {
   }
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 character at the start of `text` (RFC 3629: no overlong
+// form, no surrogate, at most U+10FFFF); 0 when its first byte starts none.
+size_t Utf8CharLength(std::string_view text) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const auto tail = [&](size_t i, unsigned char lo, unsigned char hi) {
+    return i < text.size() && b(i) >= lo && b(i) <= hi;
+  };
+  const unsigned char lead = b(0);
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return tail(1, 0x80, 0xBF) ? 2 : 0;
+  if (lead >= 0xE0 && lead <= 0xEF) {
+    const unsigned char lo = lead == 0xE0 ? 0xA0 : 0x80;
+    const unsigned char hi = lead == 0xED ? 0x9F : 0xBF;
+    return tail(1, lo, hi) && tail(2, 0x80, 0xBF) ? 3 : 0;
+  }
+  if (lead >= 0xF0 && lead <= 0xF4) {
+    const unsigned char lo = lead == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = lead == 0xF4 ? 0x8F : 0xBF;
+    return tail(1, lo, hi) && tail(2, 0x80, 0xBF) && tail(3, 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+// `text` with control bytes (but those `keep` allows) and bytes outside well-formed UTF-8 as
+// \xNN, cut after `max_bytes` at a character's start ("..." then added).
+template <typename Keep>
+std::string EscapeText(std::string_view text, size_t max_bytes, Keep keep) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  while (!text.empty()) {
+    const size_t n = Utf8CharLength(text);
+    const auto byte = static_cast<unsigned char>(text[0]);
+    const bool escape = n == 0 || (n == 1 && (byte < 0x20 || byte == 0x7F) && !keep(text[0]));
+    const size_t width = escape ? 4 : n;
+    if (out.size() + width > max_bytes) {
+      out += "...";
+      break;
+    }
+    if (escape) {
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+      text.remove_prefix(1);
+    } else {
+      out.append(text.substr(0, n));
+      text.remove_prefix(n);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string OneLineReason(std::string_view text, size_t max_bytes) {
+  return EscapeText(text, max_bytes, [](char) { return false; });
+}
+
 std::string OutputTail::Text() const {
   std::string kept = ring_.substr(start_) + ring_.substr(0, start_);
   absl::StripTrailingAsciiWhitespace(&kept);
-  // Control bytes (NUL included: it would end the printed reason) become \xNN, so that a check's
-  // output can neither cut its reason short nor drive the terminal; newlines and tabs stay.
-  std::string text;
-  text.reserve(kept.size());
-  for (const char c : kept) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) {
-      absl::StrAppendFormat(&text, "\\x%02x", byte);
-    } else {
-      text.push_back(c);
-    }
-  }
+  // Control bytes (NUL included: it would end the printed reason) and bytes that are not
+  // UTF-8 become \xNN, so that a check's output can neither cut its reason short, nor drive the
+  // terminal, nor make a protobuf string that cannot be sent; newlines and tabs stay.
+  const std::string text =
+      EscapeText(kept, std::string::npos, [](char c) { return c == '\n' || c == '\t'; });
   if (!cut()) return text;
   return absl::StrCat("[output cut: the last ", ring_.size(), " of ", total_, " bytes] ", text);
 }

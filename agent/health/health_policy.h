@@ -33,7 +33,8 @@ class OutputTail {
   uint64_t total() const { return total_; }
   bool cut() const { return total_ > cap_; }
   // The kept bytes, oldest first, trailing whitespace removed, control bytes other than newline
-  // and tab (NUL, ESC, DEL, ...) written as \xNN; when bytes were dropped, prefixed with
+  // and tab (NUL, ESC, DEL, ...) and bytes that are not well-formed UTF-8 (a character the cut
+  // split, Latin-1 text) written as \xNN; when bytes were dropped, prefixed with
   // "[output cut: the last 4096 of 1048576 bytes] ".
   std::string Text() const;
 
@@ -43,6 +44,14 @@ class OutputTail {
   std::string ring_;  // At most cap_ bytes; once full, `start_` is the oldest.
   size_t start_ = 0;
 };
+
+// The most bytes of a health reason a node sends to the jobs service (OneLineReason).
+inline constexpr size_t kHealthReasonCap = 1024;
+
+// `text` as one line of valid UTF-8 for a log line or a protobuf string field: control bytes
+// (newline and tab included), DEL and every byte that is not part of a well-formed UTF-8
+// character become \xNN; cut to at most `max_bytes` at a character's start, then "..." added.
+std::string OneLineReason(std::string_view text, size_t max_bytes = kHealthReasonCap);
 
 // How a user check's process ended.
 struct CommandEnd {

@@ -37,7 +37,30 @@ TEST(OutputTailTest, KeepsTheLastBytesAndSaysItCut) {
 TEST(OutputTailTest, ControlBytesAreEscapedNotCutOrPrinted) {
   OutputTail tail;
   tail.Append(std::string_view("a\0b\x01\xff\x1b[31mRED\tx\ny\x7f\n", 19));
-  EXPECT_EQ(tail.Text(), "a\\x00b\\x01\xff\\x1b[31mRED\tx\ny\\x7f");
+  EXPECT_EQ(tail.Text(), "a\\x00b\\x01\\xff\\x1b[31mRED\tx\ny\\x7f");
+}
+
+// A protobuf string field must be UTF-8: a reason that is not cannot be sent to the service.
+TEST(OutputTailTest, BytesThatAreNotUtf8AreEscapedAndCharactersKept) {
+  OutputTail tail(5);
+  // "€€" is E2 82 AC E2 82 AC: the last 5 bytes begin inside the first euro sign.
+  tail.Append("\xe2\x82\xac\xe2\x82\xac");
+  EXPECT_EQ(tail.Text(), "[output cut: the last 5 of 6 bytes] \\x82\\xac\xe2\x82\xac");
+  OutputTail latin1;
+  // Latin-1 "café", an overlong '/', a UTF-16 surrogate, then a 4-byte emoji.
+  latin1.Append("caf\xe9 \xc0\xaf \xed\xa0\x80 \xf0\x9f\x98\x80");
+  EXPECT_EQ(latin1.Text(), "caf\\xe9 \\xc0\\xaf \\xed\\xa0\\x80 \xf0\x9f\x98\x80");
+}
+
+TEST(OneLineReasonTest, OneLineOfUtf8CutAtACharacter) {
+  EXPECT_EQ(OneLineReason("check 'x' failed:\nn9 FORGED\tline"),
+            "check 'x' failed:\\x0an9 FORGED\\x09line");
+  EXPECT_EQ(OneLineReason("caf\xe9"), "caf\\xe9");
+  // 10 bytes at most: "ab" then a euro sign (3) fits in 5, a second in 8, the third not.
+  EXPECT_EQ(OneLineReason("ab\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac", 10),
+            "ab\xe2\x82\xac\xe2\x82\xac...");
+  EXPECT_EQ(OneLineReason(std::string(5000, 'a')).size(), kHealthReasonCap + 3);
+  EXPECT_EQ(OneLineReason(""), "");
 }
 
 TEST(OutputTailTest, OneMegabyteInSmallPiecesKeepsTheDefaultCap) {
