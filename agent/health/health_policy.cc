@@ -94,7 +94,7 @@ std::string OutputTail::Text() const {
   // Control bytes (NUL included: it would end the printed reason) and bytes that are not
   // UTF-8 become \xNN, so that a check's output can neither cut its reason short, nor drive the
   // terminal, nor make a protobuf string that cannot be sent; newlines and tabs stay.
-  const std::string text =
+  std::string text =
       EscapeText(kept, std::string::npos, [](char c) { return c == '\n' || c == '\t'; });
   if (!cut()) return text;
   return absl::StrCat("[output cut: the last ", ring_.size(), " of ", total_, " bytes] ", text);
