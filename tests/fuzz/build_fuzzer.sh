@@ -37,7 +37,8 @@ case "$target" in
   lifecycle_fuzzer)
     sources=(agent/lifecycle/node_lifecycle.cc agent/lifecycle/node_lifecycle_marks.cc
              agent/lifecycle/node_lifecycle_service.cc agent/lifecycle/node_lifecycle_workers.cc
-             agent/lifecycle/restart_policy.cc agent/workers/worker_exit.cc) ;;
+             agent/lifecycle/restart_policy.cc agent/workers/worker_exit.cc
+             common/signal_name.cc) ;;
   *)
     echo "build_fuzzer: unknown target '$target'" >&2
     exit 2 ;;
