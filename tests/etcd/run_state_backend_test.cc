@@ -282,6 +282,18 @@ TEST(EtcdBackendScaleTest, ATenThousandNodeRunCommitsOnlyTheBucketsThatChanged) 
 // the record written (recognised by its writer id) rather than decoding every bucket back and
 // merging it under the view's mutex. Forced here: each put's answer is held until the watch
 // delivered it. Another replica, following by the watch, merges the changed buckets.
+// 2,000 nodes: about 120 KB of buckets, over a 100,000-byte limit and under etcd's 1.5 MiB.
+void FillWideRun(RunRecord* run) {
+  run->min_nodes = 2000;
+  run->max_nodes = 2000;
+  for (int i = 0; i < 2000; ++i) {
+    NodeRecord n;
+    n.node_id = absl::StrCat("node-", 100000 + i);
+    n.address = "10.0.0.1";
+    run->nodes.emplace(n.node_id, n);
+  }
+}
+
 TEST(EtcdBackendScaleTest, AWriteOverTheRequestLimitFailsBeforeItIsSent) {
   SkipWithoutEtcd();
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
@@ -296,15 +308,7 @@ TEST(EtcdBackendScaleTest, AWriteOverTheRequestLimitFailsBeforeItIsSent) {
   // The backend's own check: 100,000 bytes leave no room beside the 256 KiB reserve.
   EXPECT_EQ((*a)->CheckRunFits(1, "n1", "10.0.0.1").code(), absl::StatusCode::kInvalidArgument);
 
-  RunRecord* run = (*a)->Create("wide").value();
-  run->min_nodes = 2000;
-  run->max_nodes = 2000;
-  for (int i = 0; i < 2000; ++i) {
-    NodeRecord n;
-    n.node_id = absl::StrCat("node-", 100000 + i);
-    n.address = "10.0.0.1";
-    run->nodes.emplace(n.node_id, n);
-  }
+  FillWideRun((*a)->Create("wide").value());
   absl::StatusOr<Revision> written = (*a)->Commit("wide");
   ASSERT_EQ(written.status().code(), absl::StatusCode::kResourceExhausted) << written.status();
   EXPECT_THAT(std::string(written.status().message()),
@@ -317,15 +321,7 @@ TEST(EtcdBackendScaleTest, AWriteOverTheRequestLimitFailsBeforeItIsSent) {
   options.max_request_bytes = kEtcdDefaultMaxRequestBytes;
   auto b = EtcdRunStateBackend::Open(options);
   ASSERT_TRUE(b.ok()) << b.status();
-  RunRecord* again = (*b)->Create("wide").value();
-  again->min_nodes = 2000;
-  again->max_nodes = 2000;
-  for (int i = 0; i < 2000; ++i) {
-    NodeRecord n;
-    n.node_id = absl::StrCat("node-", 100000 + i);
-    n.address = "10.0.0.1";
-    again->nodes.emplace(n.node_id, n);
-  }
+  FillWideRun((*b)->Create("wide").value());
   EXPECT_TRUE((*b)->Commit("wide").ok());
 }
 
