@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace dgt::daemon {
 namespace {
@@ -20,6 +21,28 @@ bool ValidEnvName(absl::string_view name) {
     if (!absl::ascii_isalnum(ch) && ch != '_') return false;
   }
   return true;
+}
+
+// The node's health thresholds of agent.yaml as dgt-run's health flags, each only where it
+// differs from dgt-run's default, so that a job's dgt-run checks the node as its daemon does:
+// before the join and, every health_interval_s while the job runs, with a failure taking the
+// node out of the run (docs/JOBS.md "Health"). health_checks' commands are not passed: they run
+// as the daemon's user (root), and the job's dgt-run runs as run_as_user. Seconds are written
+// without an exponent ("%.9g" over 0.1 s to a year).
+void AppendHealthFlags(const agent::HealthFlags& health, std::vector<std::string>* argv) {
+  const agent::HealthFlags defaults;
+  if (health.interval_s != defaults.interval_s) {
+    argv->push_back(absl::StrFormat("--health-interval=%.9g", health.interval_s));
+  }
+  if (health.expected_gpus != defaults.expected_gpus) {
+    argv->push_back(absl::StrCat("--expected-gpus=", health.expected_gpus));
+  }
+  if (health.min_free_disk != defaults.min_free_disk) {
+    argv->push_back(absl::StrCat("--min-free-disk=", health.min_free_disk));
+  }
+  if (health.min_shm_size != defaults.min_shm_size) {
+    argv->push_back(absl::StrCat("--min-shm-size=", health.min_shm_size));
+  }
 }
 
 }  // namespace
@@ -133,6 +156,7 @@ absl::StatusOr<JobLaunch> BuildJobLaunch(const AgentConfig& config,
   if (!config.tls.cert_file.empty()) a.push_back("--rdzv-tls-cert=" + config.tls.cert_file);
   if (!config.tls.key_file.empty()) a.push_back("--rdzv-tls-key=" + config.tls.key_file);
   if (!config.token_file.empty()) a.push_back("--rdzv-token-file=" + config.token_file);
+  AppendHealthFlags(config.health, &a);
   if (type == "tensorflow") {
     a.insert(a.end(),
              {"--distribution", "tensorflow", "--worker-count", absl::StrCat(dist.worker_count()),

@@ -1,5 +1,6 @@
 #include "daemon/job_command.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,49 @@ TEST(JobCommandTest, TensorflowTlsTokenAddressCodeDirAndJobEnvironment) {
             (std::vector<std::string>{"EPOCHS=5", "HOME=/var/lib/dgt", "LOGNAME=dgt",
                                       "PATH=/job/bin", "SHELL=/usr/sbin/nologin", "USER=dgt"}));
   EXPECT_EQ(l->cwd, "/srv/code");
+}
+
+// agent.yaml's health thresholds reach the job's dgt-run as its flags, so that it checks the node
+// as the daemon does; the commands stay with the daemon (they run as root).
+TEST(JobCommandTest, HealthThresholdsBecomeDgtRunFlags) {
+  AgentConfig c = Config();
+  c.health.commands = {"test -e /run/ok"};
+  c.health.interval_s = 0.5;
+  c.health.check_timeout_s = 5;
+  c.health.expected_gpus = 8;
+  c.health.min_free_disk = uint64_t{10} << 30;
+  c.health.min_shm_size = uint64_t{1} << 20;
+  auto l = BuildJobLaunch(c, Start(), User(), {});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->argv, (std::vector<std::string>{"/usr/bin/dgt-run",
+                                               "--nnodes=2",
+                                               "--nproc-per-node=4",
+                                               "--rdzv-backend=dgt",
+                                               "--rdzv-endpoint=10.0.0.9:29400",
+                                               "--rdzv-id=job-3",
+                                               "--node-id=node-a",
+                                               "--max-restarts=3",
+                                               "--restart-policy=group",
+                                               "--log-dir",
+                                               "/var/lib/dgt/jobs/job-3/logs",
+                                               "--redirects",
+                                               "3",
+                                               "--health-interval=0.5",
+                                               "--expected-gpus=8",
+                                               "--min-free-disk=10737418240",
+                                               "--min-shm-size=1048576",
+                                               "--no-python",
+                                               "--",
+                                               "/bin/sh",
+                                               "-c",
+                                               "python train.py --epochs 2"}));
+
+  c.health.interval_s = 31536000;
+  c.health.expected_gpus = 0;
+  l = BuildJobLaunch(c, Start(), User(), {});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->argv[13], "--health-interval=31536000");
+  EXPECT_EQ(l->argv[14], "--expected-gpus=0");
 }
 
 TEST(JobCommandTest, RefusesBadStarts) {
