@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/read_file.h"
+#include "common/utf8.h"
 #include "yaml-cpp/yaml.h"
 
 namespace dgt::jobs {
@@ -157,45 +158,6 @@ absl::Status ReadDistribution(const YAML::Node& node, v1::Distribution* d) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
-}
-
-// The length of the UTF-8 sequence at the start of `s` (1 to 4 bytes), or 0 when it is not one
-// (RFC 3629: no overlong form, no UTF-16 surrogate, nothing above U+10FFFF; as protobuf checks a
-// string field). `s` is not empty.
-size_t Utf8SequenceLength(absl::string_view s) {
-  const auto byte = [s](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char lead = byte(0);
-  if (lead < 0x80) return 1;
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;  // The range of the second byte.
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;   // Overlong below U+0800.
-    if (lead == 0xED) high = 0x9F;  // Surrogates U+D800..U+DFFF.
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;   // Overlong below U+10000.
-    if (lead == 0xF4) high = 0x8F;  // Above U+10FFFF.
-  } else {
-    return 0;  // A continuation byte, an overlong 2-byte lead (C0, C1), or F5..FF.
-  }
-  if (s.size() < length || byte(1) < low || byte(1) > high) return 0;
-  for (size_t i = 2; i < length; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
-  }
-  return length;
-}
-
-// The offset of the first byte of `s` that does not start a valid UTF-8 sequence, or npos.
-size_t FirstInvalidUtf8(absl::string_view s) {
-  for (size_t at = 0; at < s.size();) {
-    const size_t length = Utf8SequenceLength(s.substr(at));
-    if (length == 0) return at;
-    at += length;
-  }
-  return absl::string_view::npos;
 }
 
 // A job file is UTF-8 text. Checked before YAML, by line and column (in characters, 1-based):

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,6 +21,7 @@
 #include "agent/workers/log_dir.h"
 #include "common/flag_parse.h"
 #include "common/host_port.h"
+#include "common/utf8.h"
 #include "rendezvous/credentials.h"
 #include "replica/endpoint_list.h"
 
@@ -297,6 +299,23 @@ absl::Status CheckTensorflowRoles(const RawFlags& raw, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
+// --node-id is sent to the rendezvous service in a protobuf string field: text protobuf refuses
+// (invalid UTF-8) would fail every join attempt until the join timeout, and a control character
+// would split log lines. Empty: the default (hostname:pid) is chosen later.
+absl::Status ValidateNodeId(absl::string_view node_id) {
+  for (char c : node_id) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Bad(absl::StrCat("--node-id must not contain control characters, got '",
+                              absl::CHexEscape(node_id), "'"));
+    }
+  }
+  if (const size_t at = FirstInvalidUtf8(node_id); at != absl::string_view::npos) {
+    return Bad(absl::StrCat("--node-id must be UTF-8 text (byte ", at + 1, " is not), got '",
+                            absl::CHexEscape(node_id), "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Flags given that have no effect with the others, as warnings (torchrun 2.13 run.py warns of
@@ -340,6 +359,7 @@ absl::Status Validate(const RawFlags& raw, const std::vector<std::string>& rest,
   if (auto s = ParseNumbers(raw, o); !s.ok()) return s;
   if (auto s = ResolveStopTimeout(raw, getenv_fn, o); !s.ok()) return s;
   if (auto s = ValidateRunId(o->run_id); !s.ok()) return s;
+  if (auto s = ValidateNodeId(o->node_id); !s.ok()) return s;
   if (auto s = ParseStreamFlags(raw, o); !s.ok()) return s;
   if (auto s = ParseChoices(raw, o); !s.ok()) return s;
   if (auto s = CheckRendezvous(raw, o); !s.ok()) return s;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flag_parse.h"
 #include "common/signal_name.h"
+#include "common/utf8.h"
 
 namespace dgt::agent {
 
@@ -33,29 +34,6 @@ void OutputTail::Append(std::string_view bytes) {
 
 namespace {
 
-// The length of the well-formed UTF-8 character at the start of `text` (RFC 3629: no overlong
-// form, no surrogate, at most U+10FFFF); 0 when its first byte starts none.
-size_t Utf8CharLength(std::string_view text) {
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const auto tail = [&](size_t i, unsigned char lo, unsigned char hi) {
-    return i < text.size() && b(i) >= lo && b(i) <= hi;
-  };
-  const unsigned char lead = b(0);
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) return tail(1, 0x80, 0xBF) ? 2 : 0;
-  if (lead >= 0xE0 && lead <= 0xEF) {
-    const unsigned char lo = lead == 0xE0 ? 0xA0 : 0x80;
-    const unsigned char hi = lead == 0xED ? 0x9F : 0xBF;
-    return tail(1, lo, hi) && tail(2, 0x80, 0xBF) ? 3 : 0;
-  }
-  if (lead >= 0xF0 && lead <= 0xF4) {
-    const unsigned char lo = lead == 0xF0 ? 0x90 : 0x80;
-    const unsigned char hi = lead == 0xF4 ? 0x8F : 0xBF;
-    return tail(1, lo, hi) && tail(2, 0x80, 0xBF) && tail(3, 0x80, 0xBF) ? 4 : 0;
-  }
-  return 0;
-}
-
 // `text` with control bytes (but those `keep` allows) and bytes outside well-formed UTF-8 as
 // \xNN, cut after `max_bytes` at a character's start ("..." then added).
 template <typename Keep>
@@ -63,7 +41,7 @@ std::string EscapeText(std::string_view text, size_t max_bytes, Keep keep) {
   std::string out;
   out.reserve(std::min(text.size(), max_bytes));
   while (!text.empty()) {
-    const size_t n = Utf8CharLength(text);
+    const size_t n = Utf8SequenceLength(absl::string_view(text.data(), text.size()));
     const auto byte = static_cast<unsigned char>(text[0]);
     const bool escape = n == 0 || (n == 1 && (byte < 0x20 || byte == 0x7F) && !keep(text[0]));
     const size_t width = escape ? 4 : n;

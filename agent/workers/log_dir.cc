@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/utf8.h"
 
 namespace dgt::agent {
 namespace {
@@ -48,6 +49,11 @@ absl::Status ValidateRunId(absl::string_view run_id) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--rdzv-id must not contain control characters, got '", absl::CHexEscape(run_id), "'"));
     }
+  }
+  if (const size_t at = FirstInvalidUtf8(run_id); at != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv-id must be UTF-8 text (byte ", at + 1,
+                                                   " is not), got '", absl::CHexEscape(run_id),
+                                                   "'"));
   }
   return absl::OkStatus();
 }

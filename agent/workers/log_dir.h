@@ -21,7 +21,8 @@ inline constexpr size_t kMaxRunIdBytes = 128;
 
 // Whether `run_id` (--rdzv-id) can name a directory under --log-dir without leaving it, and the
 // run in the rendezvous service and log lines: not empty, no '/', no "..", at most
-// kMaxRunIdBytes, no control characters (a newline would split log lines). Refused rather than
+// kMaxRunIdBytes, no control characters (a newline would split log lines), valid UTF-8 (protobuf
+// refuses to send anything else). Refused rather than
 // rewritten: the id is also the rendezvous key every node must agree on.
 // Errors: InvalidArgument naming --rdzv-id and the value (control characters escaped).
 absl::Status ValidateRunId(absl::string_view run_id);

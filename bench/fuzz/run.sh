@@ -4,7 +4,9 @@
 # fuzzer's model aborts like a crash, so a run that reaches its count had 0 of both.
 # Usage: run.sh TARGET EXECUTIONS [MAX_SECONDS]
 #   e.g. nice -n 19 bench/fuzz/run.sh store_fuzzer 10000000 3600
-# Env: DGT_FUZZ_WORK keeps the binary, corpus and log there (default: a temporary directory).
+# Env: DGT_FUZZ_WORK keeps the binary, corpus and log there (default: a temporary directory);
+# DGT_FUZZ_SANITIZE and DGT_FUZZ_OPT choose the build (tests/fuzz/build_fuzzer.sh), e.g.
+# DGT_FUZZ_SANITIZE=undefined DGT_FUZZ_OPT=-O2 for the long runs docs/RELIABILITY.md records.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -36,7 +38,8 @@ executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail
 exec_s=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -n 1)
 tail -n 3 "$work/log"
 echo "run.sh: $target executions=${executions:-?} seconds=$((end - start)) exec/s=${exec_s:-?}" \
-  "exit=$rc corpus=$(ls "$work/corpus" | wc -l)"
+  "exit=$rc corpus=$(ls "$work/corpus" | wc -l) sanitize=${DGT_FUZZ_SANITIZE:-address,undefined}" \
+  "opt=${DGT_FUZZ_OPT:--O1}"
 if grep -q -a 'libFuzzer: run interrupted' "$work/log"; then
   echo "run.sh: $target interrupted after $executions of $runs executions, none failed" >&2
   exit 3

@@ -131,6 +131,32 @@ TEST(LaunchOptionsTest, LongOrControlCharacterRunIdIsRefused) {
       Parse({"--standalone", "--rdzv-id=" + std::string(128, 'x'), kScript}).options.has_value());
 }
 
+// Ids that are not UTF-8 text were taken, and protobuf then refused every join's request: the
+// agent retried until its join timeout and exited 69. Now usage errors naming flag and byte.
+TEST(LaunchOptionsTest, RunAndNodeIdsMustBeUtf8Text) {
+  auto p = Parse({"--standalone", "--rdzv-id=job-\xff", kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --rdzv-id must be UTF-8 text (byte 5 is not), got 'job-\\xff'\n");
+  p = Parse({"--standalone", "--node-id=n\xc3(", kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --node-id must be UTF-8 text (byte 2 is not), got 'n\\xc3('\n");
+  p = Parse({"--standalone", "--node-id=a\tb", kScript});
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --node-id must not contain control characters, got 'a\\tb'\n");
+  p = Parse({"--standalone", "--rdzv-id=j\xc3\xa9",
+             "--node-id=n\xc5\x91"
+             "de",
+             kScript});
+  ASSERT_TRUE(p.options.has_value()) << p.output;
+  EXPECT_EQ(p.options->run_id, "j\xc3\xa9");
+  EXPECT_EQ(p.options->node_id,
+            "n\xc5\x91"
+            "de");
+}
+
 // A --rdzv-tls-* file that is not PEM failed every handshake: "cannot reach the rendezvous
 // service" after the whole connect timeout (exit 69). Now a usage error naming flag and path.
 TEST(LaunchOptionsTest, TlsFilesThatAreNotPemAreRefused) {

@@ -208,7 +208,9 @@ TEST_F(DaemonTest, DrainStopsJobsThenDeregisters) {
             "args: --nnodes=1 --nproc-per-node=2 --rdzv-backend=dgt "
             "--rdzv-endpoint=127.0.0.1:1 --rdzv-id=job-1 --node-id=node-t --local-addr=10.9.8.7 "
             "--max-restarts=0 --restart-policy=group --log-dir " +
-                dir_ + "/jobs/job-1/logs --redirects 3 --no-python -- /bin/sh -c sleep 30");
+                dir_ +
+                "/jobs/job-1/logs --redirects 3 --min-shm-size=1024 --no-python -- "
+                "/bin/sh -c sleep 30");
 
   const auto notes = Notes();
   const std::string ep = service_.endpoint();

@@ -5,7 +5,8 @@
 # Usage: build_fuzzer.sh TARGET OUTPUT
 #   TARGET: wire_parser_fuzzer | store_fuzzer | round_state_fuzzer | scheduler_fuzzer |
 #           lifecycle_fuzzer
-# Env: DGT_FUZZ_CXX (default clang++), DGT_FUZZ_OPT (default -O1).
+# Env: DGT_FUZZ_CXX (default clang++), DGT_FUZZ_OPT (default -O1), DGT_FUZZ_SANITIZE (default
+# address,undefined; "undefined" builds without ASan for long throughput runs, bench/fuzz/run.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
@@ -33,7 +34,7 @@ case "$target" in
     extra=(-I"$gen" "$gen/dgt/jobs/v1/jobs.pb.cc")
     libs=(-lyaml-cpp $(pkg-config --libs protobuf))
     sources=(jobs/scheduler.cc jobs/job_spec.cc jobs/job_state.cc run_status/run_status.cc
-             common/read_file.cc) ;;
+             common/read_file.cc common/utf8.cc) ;;
   lifecycle_fuzzer)
     sources=(agent/lifecycle/node_lifecycle.cc agent/lifecycle/node_lifecycle_marks.cc
              agent/lifecycle/node_lifecycle_service.cc agent/lifecycle/node_lifecycle_workers.cc
@@ -45,6 +46,6 @@ case "$target" in
 esac
 sources=("${sources[@]/#/$src/}")
 # shellcheck disable=SC2046
-"$cxx" -std=c++20 ${DGT_FUZZ_OPT:--O1} -g -fsanitize=fuzzer,address,undefined \
+"$cxx" -std=c++20 ${DGT_FUZZ_OPT:--O1} -g -fsanitize=fuzzer,"${DGT_FUZZ_SANITIZE:-address,undefined}" \
   -fno-sanitize-recover=undefined -I"$src" "${extra[@]}" "$here/$target.cc" "${sources[@]}" \
   -o "$output" "${libs[@]}" $(pkg-config --libs "${absl[@]}")
