@@ -190,6 +190,11 @@ void JobsService::SetLeader(const std::string& address) {
   if (!leader_) leader_address_ = address;
 }
 
+void JobsService::SetReplicaId(std::string replica_id) {
+  dgt::MutexLock lock(&mu_);
+  options_.replica_id = std::move(replica_id);
+}
+
 bool JobsService::is_leader() {
   dgt::MutexLock lock(&mu_);
   return leader_;

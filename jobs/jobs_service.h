@@ -99,6 +99,9 @@ class JobsService final : public v1::Jobs::CallbackService {
   // As a standby: the leader's address (empty: none now), for the refusal's message.
   void SetLeader(const std::string& address);
   bool is_leader();
+  // This replica's name in messages (dgt-rendezvous sets its default, HOSTNAME:PORT, once the
+  // port is bound, before the election starts), as RendezvousService::SetReplicaId.
+  void SetReplicaId(std::string replica_id);
 
   grpc::ServerBidiReactor<v1::NodeMessage, v1::ControlMessage>* Register(
       grpc::CallbackServerContext* context) override;

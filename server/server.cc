@@ -162,6 +162,7 @@ absl::Status Server::StartElection(const ServerOptions& options) {
   if (replica_id_.empty()) {
     replica_id_ = absl::StrCat(host_name, ":", port_);
     rendezvous_->SetReplicaId(replica_id_);
+    if (jobs_ != nullptr) jobs_->SetReplicaId(replica_id_);
   }
   advertise_address_ = e.advertise_address;
   if (advertise_address_.empty()) {

@@ -135,6 +135,8 @@ def test_prefix_defaults_standby_log_and_status_of_a_list(spawn, etcd):  # noqa:
     r1, port1 = start(spawn, etcd, "r1", "--etcd-prefix=/qa/runs")
     r1_id = f"{socket.gethostname()}:{port1}"
     assert wait_for(lambda: f"replica {r1_id} leads" in r1.stderr, 10), r1.stderr
+    # The jobs service names the replica by the same default (it said "replica  leads").
+    assert wait_for(lambda: f"jobs: replica {r1_id} leads:" in r1.stderr, 10), r1.stderr
     read = etcdctl(etcd, "get", "/qa/runs.leader", "--print-value-only")
     assert json.loads(read.stdout) == {"replica": r1_id, "address": f"127.0.0.1:{port1}"}
     r2, port2 = start(spawn, etcd, "r2", "--etcd-prefix=/qa/runs/", "--replica-id=r2")
