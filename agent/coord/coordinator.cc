@@ -15,8 +15,8 @@ void StaticBackend::Start() {
         sink_(lifecycle_->OnStaticStarted(s.ok(), s.code() == absl::StatusCode::kAlreadyExists,
                                           std::string(s.message())));
       },
-      [this](int exit_status, const std::string& message) {
-        sink_(lifecycle_->OnStaticRemoteFailure(exit_status, message));
+      [this](int exit_status, const std::string& message, bool stopped_by_signal) {
+        sink_(lifecycle_->OnStaticRemoteFailure(exit_status, message, stopped_by_signal));
       });
 }
 

@@ -21,6 +21,8 @@ namespace {
 namespace asio = boost::asio;
 using static_coordinator_internal::kReconnectBackstop;
 using static_coordinator_internal::kRequestTimeout;
+using static_coordinator_internal::kStoppedPeerGrace;
+using static_coordinator_internal::StoppedBySignal;
 
 }  // namespace
 
@@ -29,7 +31,8 @@ StaticCoordinator::StaticCoordinator(asio::io_context& io, Options options)
       options_(std::move(options)),
       finish_timer_(io),
       reconnect_timer_(io),
-      heartbeat_timer_(io) {}
+      heartbeat_timer_(io),
+      stopped_peer_timer_(io) {}
 
 StaticCoordinator::~StaticCoordinator() {
   // Closing the clients runs their pending callbacks (Cancelled): none may reach the owner.
@@ -37,6 +40,7 @@ StaticCoordinator::~StaticCoordinator() {
   pending_done_ = nullptr;
   reconnect_timer_.cancel();
   heartbeat_timer_.cancel();
+  stopped_peer_timer_.cancel();
   if (monitor_) monitor_->Close();
   if (watch_) watch_->Close();
   if (control_) control_->Close();
@@ -190,7 +194,7 @@ void StaticCoordinator::PeerLost(int rank) {
   // WAIT outstanding.
   monitor_->Set(keys::StaticFailedKey(options_.run_id),
                 absl::StrCat(kExitRendezvousUnavailable, " ", message), kRequestTimeout);
-  on_failure_(kExitRendezvousUnavailable, message);
+  on_failure_(kExitRendezvousUnavailable, message, false);
   // A pending Report no longer waits for the others: the run has failed.
   monitor_->Flush(kRequestTimeout, [this](const absl::Status&) {
     if (!closing_) Complete(absl::OkStatus());
@@ -199,31 +203,44 @@ void StaticCoordinator::PeerLost(int rank) {
 
 void StaticCoordinator::Watch(store::AsyncClient* conn) {
   // For as long as the run lasts: the connection's end or this coordinator's ends it.
-  conn->Wait({keys::StaticFailedKey(options_.run_id)}, absl::InfiniteDuration(),
-             [this, conn](const absl::Status& ws) {
-               if (closing_) return;
-               if (!ws.ok()) {
-                 OnWatchLost(std::string(ws.message()));
-                 return;
-               }
-               // Node rank 0 waiting for the others reads every node's status itself (naming the
-               // node).
-               if (options_.node_rank == 0 && (pending_done_ || peer_lost_)) return;
-               conn->Get(keys::StaticFailedKey(options_.run_id), kRequestTimeout,
-                         [this](absl::StatusOr<std::string> v) {
-                           if (closing_) return;
-                           int status = 1;
-                           std::string message = "a worker failed on another node";
-                           if (v.ok()) {
-                             size_t space = v->find(' ');
-                             if (absl::SimpleAtoi(v->substr(0, space), &status) &&
-                                 space != std::string::npos) {
-                               message = v->substr(space + 1);
-                             }
-                           }
-                           on_failure_(status, message);
-                         });
-             });
+  conn->Wait(
+      {keys::StaticFailedKey(options_.run_id)}, absl::InfiniteDuration(),
+      [this, conn](const absl::Status& ws) {
+        if (closing_) return;
+        if (!ws.ok()) {
+          OnWatchLost(std::string(ws.message()));
+          return;
+        }
+        // Node rank 0 waiting for the others reads every node's status itself (naming the
+        // node).
+        if (options_.node_rank == 0 && (pending_done_ || peer_lost_)) return;
+        conn->Get(
+            keys::StaticFailedKey(options_.run_id), kRequestTimeout,
+            [this](absl::StatusOr<std::string> v) {
+              if (closing_) return;
+              int status = 1;
+              std::string message = "a worker failed on another node";
+              if (v.ok()) {
+                size_t space = v->find(' ');
+                if (absl::SimpleAtoi(v->substr(0, space), &status) && space != std::string::npos) {
+                  message = v->substr(space + 1);
+                }
+              }
+              if (!StoppedBySignal(message)) {
+                on_failure_(status, message, false);
+                return;
+              }
+              // Another node was stopped by an outside signal: a scheduler's cancel (scancel, a
+              // pod deletion) reaches this node within moments too, and its own signal, heard
+              // first, decides its status (143, not 1).
+              stopped_peer_timer_.expires_after(absl::ToChronoMilliseconds(kStoppedPeerGrace));
+              stopped_peer_timer_.async_wait(
+                  Guarded([this, status, message](boost::system::error_code ec) {
+                    if (ec || closing_) return;
+                    on_failure_(status, message, true);
+                  }));
+            });
+      });
 }
 
 void StaticCoordinator::OnWatchLost(const std::string& why) {
@@ -294,7 +311,8 @@ void StaticCoordinator::Lost(const std::string& detail) {
   lost_ = true;
   on_failure_(kExitRendezvousUnavailable,
               absl::StrCat("lost node rank 0 (store host ", options_.master_addr, ":",
-                           options_.master_port, "): ", detail));
+                           options_.master_port, "): ", detail),
+              false);
 }
 
 }  // namespace dgt::agent

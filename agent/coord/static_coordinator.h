@@ -61,7 +61,10 @@ class StaticCoordinator {
     absl::Duration heartbeat_period = absl::Seconds(1);
     absl::Duration peer_lost_after = absl::Seconds(5);
   };
-  using FailureCallback = std::function<void(int exit_status, const std::string& message)>;
+  // `stopped_by_signal`: the failed node's agent was stopped by an outside signal
+  // (ReportStopped), not by a failure.
+  using FailureCallback =
+      std::function<void(int exit_status, const std::string& message, bool stopped_by_signal)>;
 
   StaticCoordinator(boost::asio::io_context& io, Options options);
   ~StaticCoordinator();
@@ -141,6 +144,8 @@ class StaticCoordinator {
   boost::asio::steady_timer finish_timer_;
   boost::asio::steady_timer reconnect_timer_;
   boost::asio::steady_timer heartbeat_timer_;
+  // Holds another node's stop by a signal for kStoppedPeerGrace (Watch).
+  boost::asio::steady_timer stopped_peer_timer_;
   // Expires with this coordinator: a timer handler whose wait completed before the destructor's
   // cancel() is already queued on the io_context and runs afterwards, so every timer handler is
   // wrapped by Guarded() and does nothing once this is gone (ASan: heap-use-after-free in

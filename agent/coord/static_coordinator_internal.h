@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace dgt::agent::static_coordinator_internal {
@@ -21,6 +23,16 @@ inline constexpr absl::Duration kProbeTimeout = absl::Seconds(5);
 
 // Beyond reconnect_timeout: how long a reconnect to node rank 0's store may hang.
 inline constexpr absl::Duration kReconnectBackstop = absl::Seconds(2);
+// How long a node holds another node's stop by an outside signal before it stops its own workers
+// for it: its own signal, if the stop was a cancel of every node, comes first.
+inline constexpr absl::Duration kStoppedPeerGrace = absl::Milliseconds(500);
+// ReportStopped's failure text is "node rank N" then this, then the signal's name: how the other
+// nodes tell a stop by an outside signal from a failure (StoppedBySignal).
+inline constexpr char kStoppedByText[] = " was stopped by SIG";
+// Whether a failure text (the failed key's value after its exit status) is ReportStopped's.
+inline bool StoppedBySignal(absl::string_view message) {
+  return absl::StartsWith(message, "node rank ") && absl::StrContains(message, kStoppedByText);
+}
 
 // "node rank 1" / "node ranks 1, 2".
 inline std::string NodeRanks(const std::vector<int>& ranks) {

@@ -22,6 +22,7 @@ namespace {
 using static_coordinator_internal::kProbeTimeout;
 using static_coordinator_internal::kRequestTimeout;
 using static_coordinator_internal::NodeRanks;
+using static_coordinator_internal::StoppedBySignal;
 
 }  // namespace
 
@@ -33,6 +34,7 @@ void StaticCoordinator::Report(int exit_status, const std::string& message,
 
 void StaticCoordinator::ReportStopped(const std::string& signal_name,
                                       std::function<void(absl::Status)> done) {
+  // signal_name is SignalName's ("SIGTERM"): StoppedBySignal finds it.
   Publish(absl::StrCat(kExitLauncherError, " node rank ", options_.node_rank, " was stopped by ",
                        signal_name),
           absl::StrCat(kExitLauncherError), std::move(done));
@@ -108,7 +110,7 @@ void StaticCoordinator::CheckOthersSucceeded(int next) {
                                   [this, status, what](absl::StatusOr<bool> has) {
                                     if (!pending_done_) return;
                                     if (!has.ok() || !*has) {
-                                      on_failure_(status, what);
+                                      on_failure_(status, what, false);
                                       Complete(absl::OkStatus());
                                       return;
                                     }
@@ -117,14 +119,16 @@ void StaticCoordinator::CheckOthersSucceeded(int next) {
                                         [this, status, what](absl::StatusOr<std::string> f) {
                                           if (!pending_done_) return;
                                           std::string message = what;
+                                          bool stopped = false;
                                           if (f.ok()) {
                                             size_t space = f->find(' ');
                                             if (space != std::string::npos) {
                                               absl::StrAppend(&message, "; reported failure: ",
                                                               f->substr(space + 1));
+                                              stopped = StoppedBySignal(f->substr(space + 1));
                                             }
                                           }
-                                          on_failure_(status, message);
+                                          on_failure_(status, message, stopped);
                                           Complete(absl::OkStatus());
                                         });
                                   });

@@ -311,12 +311,14 @@ LifecycleActions NodeLifecycle::OnStaticStarted(bool ok, bool already_exists,
   return {actions::ApplyAssignment{}};
 }
 
-LifecycleActions NodeLifecycle::OnStaticRemoteFailure(int exit_status, const std::string& message) {
+LifecycleActions NodeLifecycle::OnStaticRemoteFailure(int exit_status, const std::string& message,
+                                                      bool stopped_by_signal) {
   if (state_ == NodeState::kDone) return {};
   RunOutcome outcome;
   outcome.message = message;
   outcome.has_failure = true;
   outcome.exit_code = exit_status;
+  outcome.stopped_by_signal = stopped_by_signal;
   if (state_ == NodeState::kAwaitingOutcome) {
     // This node's workers are done and its report is pending: its answer ends the run (node
     // rank 0 learns there that another node did not succeed).

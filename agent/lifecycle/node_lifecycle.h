@@ -97,6 +97,10 @@ struct RunOutcome {
   int signal = 0;
   // Failed for want of MIN nodes after losing nodes, for the join timeout: kExitJoinTimeout.
   bool too_few_nodes = false;
+  // The root cause is an outside signal that stopped another node's agent (a scheduler's cancel
+  // reaching the nodes one by one), not a failure: an outside signal to this node before it
+  // finishes still decides its status (128 + N).
+  bool stopped_by_signal = false;
 };
 
 // The actions NodeLifecycle returns, one struct per kind: what the runtime must carry out.
@@ -245,6 +249,11 @@ class NodeLifecycle {
   int stop_signal() const { return stop_signal_; }
   const std::optional<WorkerExit>& first_failure() const { return first_failure_; }
   bool has_remote_outcome() const { return remote_outcome_.has_value(); }
+  // A remote outcome that an outside signal to this node does not override: any but another
+  // node's own stop by a signal.
+  bool RemoteFailureCameFirst() const {
+    return remote_outcome_.has_value() && !remote_outcome_->stopped_by_signal;
+  }
   int64_t round() const { return round_; }
   int node_rank() const { return node_rank_; }
   int restart_count() const { return restart_count_; }
@@ -279,8 +288,10 @@ class NodeLifecycle {
   // The static backend's answer to Report: `others_ok` false with its message when the other
   // nodes could not be heard.
   LifecycleActions OnStaticOutcome(bool others_ok, const std::string& message);
-  // The static backend learned that another node failed (before or after this node reported).
-  LifecycleActions OnStaticRemoteFailure(int exit_status, const std::string& message);
+  // The static backend learned that another node failed (before or after this node reported);
+  // `stopped_by_signal`: that node's agent was stopped by an outside signal (RunOutcome).
+  LifecycleActions OnStaticRemoteFailure(int exit_status, const std::string& message,
+                                         bool stopped_by_signal = false);
 
   // --- The service lost ----------------------------------------------------------------------
   // This node must leave the run (service lost for good, a rejoin refused): stop the workers,

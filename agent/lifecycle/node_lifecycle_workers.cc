@@ -254,7 +254,7 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
     if (linger_) return Finish(linger_->exit_status, linger_->message);
     if (stop_signal_ == 0) {
       stop_signal_ = sig;
-      signal_decides_ = !first_failure_ && !leave_ && !remote_outcome_;
+      signal_decides_ = !first_failure_ && !leave_ && !RemoteFailureCameFirst();
     }
     if (!signal_decides_ || stop_signal_ != sig) return FinishSignalled();
     return Finish(128 + sig, absl::StrCat("stopped by ", name,
@@ -268,7 +268,7 @@ LifecycleActions NodeLifecycle::OnSignal(int sig, bool workers_started) {
     return out;
   }
   stop_signal_ = sig;
-  signal_decides_ = !first_failure_ && !leave_ && !remote_outcome_;
+  signal_decides_ = !first_failure_ && !leave_ && !RemoteFailureCameFirst();
   out.push_back(actions::InterruptCoordinator{});  // Node rank 0 stops waiting for the others.
   out.push_back(Log(Level::kWarn, absl::StrCat("received ", name,
                                                "; forwarding it to the workers and stopping "

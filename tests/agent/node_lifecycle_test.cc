@@ -861,6 +861,37 @@ TEST(NodeLifecycleTest, StaticSignalWhileWaitingForTheOthers) {
               ElementsAre("Finish(143, stopped by SIGTERM)"));
 }
 
+// A scheduler's cancel reaches the nodes one by one: another node's stop by its signal, heard
+// just before this node's own signal, is no failure of the run; the signal decides (143, not 1).
+// Another node's failure heard first still decides.
+TEST(NodeLifecycleTest, StaticStopOfAnotherNodeThenThisNodesSignal) {
+  for (bool stopped : {true, false}) {
+    const std::string cause =
+        stopped ? "node rank 0 was stopped by SIGTERM" : "node rank 0 failed with exit code 1";
+    Harness h(StaticOptions(), Round(0, 0, 1, 2));
+    h.Do(h.lc().OnStaticStarted(true, false, ""));
+    EXPECT_THAT(h.Do(h.lc().OnStaticRemoteFailure(1, cause, stopped)),
+                ElementsAre("Log(error): run failed on another node: " + cause +
+                                "; stopping this node's workers",
+                            "StopWorkers(SIGTERM)"));
+    EXPECT_THAT(h.Do(h.lc().OnSignal(SIGTERM, true)),
+                ElementsAre("InterruptCoordinator",
+                            "Log(warn): received SIGTERM; forwarding it to the workers and "
+                            "stopping (SIGKILL after 30 s)",
+                            "StopWorkers(SIGTERM)"));
+    EXPECT_THAT(h.DeliverExits(), ElementsAre("KillWorkers", "WatchDrain"));
+    if (stopped) {
+      EXPECT_THAT(h.Drained(), ElementsAre("Report(143, SIGTERM, stopped by SIGTERM)"));
+      EXPECT_THAT(h.Do(h.lc().OnStaticOutcome(true, "")),
+                  ElementsAre("Finish(143, stopped by SIGTERM)"));
+    } else {
+      EXPECT_THAT(h.Drained(), ElementsAre("Report(0)"));
+      EXPECT_THAT(h.Do(h.lc().OnStaticOutcome(true, "")),
+                  ElementsAre("Finish(1, run failed: " + cause + ")"));
+    }
+  }
+}
+
 TEST(NodeLifecycleTest, StaticStartRefusedOrUnreachable) {
   Harness refused(StaticOptions());
   EXPECT_THAT(refused.Do(refused.lc().OnStaticStarted(false, true, "node rank 1 is taken")),

@@ -47,12 +47,15 @@ class StaticCoordinatorTest : public ::testing::Test {
     io_.restart();
   }
 
-  // Starts `c` and waits until it is connected; failure callbacks go to `failures`.
+  // Starts `c` and waits until it is connected; failure callbacks go to `failures`, the message
+  // of a stop by a signal (the callback's flag) with " [stopped by a signal]" after it.
   void Connect(StaticCoordinator& c, std::vector<std::pair<int, std::string>>* failures = nullptr) {
     std::optional<absl::Status> connected;
     c.Start([&](absl::Status s) { connected = s; },
-            [failures](int status, const std::string& message) {
-              if (failures != nullptr) failures->emplace_back(status, message);
+            [failures](int status, const std::string& message, bool stopped_by_signal) {
+              if (failures == nullptr) return;
+              failures->emplace_back(
+                  status, stopped_by_signal ? message + " [stopped by a signal]" : message);
             });
     RunUntil(connected);
     ASSERT_TRUE(connected.has_value());
@@ -308,7 +311,8 @@ TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatu
     while (failures1.empty() && absl::Now() < deadline) io_.run_for(std::chrono::milliseconds(10));
     io_.restart();
     ASSERT_EQ(failures1.size(), 1u);
-    EXPECT_EQ(failures1[0], std::make_pair(1, std::string("node rank 0 was stopped by SIGTERM")));
+    EXPECT_EQ(failures1[0], std::make_pair(1, std::string("node rank 0 was stopped by SIGTERM "
+                                                          "[stopped by a signal]")));
   }
   options0.run_id = "job2";
   auto options1 = NodeOptions(1, 2);
@@ -327,7 +331,8 @@ TEST_F(StaticCoordinatorTest, AStoppedNodeIsNamedAndItsSignalIsNotTheOthersStatu
   ASSERT_EQ(failures0.size(), 1u);
   EXPECT_EQ(failures0[0],
             std::make_pair(1, std::string("node rank 1 did not succeed (exit status 1); reported "
-                                          "failure: node rank 1 was stopped by SIGTERM")));
+                                          "failure: node rank 1 was stopped by SIGTERM [stopped "
+                                          "by a signal]")));
 }
 
 // A node that leaves after its health check failed: the others were healthy, so they fail as for
@@ -385,7 +390,7 @@ TEST_F(StaticCoordinatorTest, SecondAgentWithTheSameNodeRankIsRefused) {
   Connect(node1);
   StaticCoordinator again(io_, NodeOptions(1, 2));
   std::optional<absl::Status> connected;
-  again.Start([&](absl::Status s) { connected = s; }, [](int, const std::string&) {});
+  again.Start([&](absl::Status s) { connected = s; }, [](int, const std::string&, bool) {});
   RunUntil(connected);
   ASSERT_TRUE(connected.has_value());
   EXPECT_EQ(connected->code(), absl::StatusCode::kAlreadyExists) << *connected;

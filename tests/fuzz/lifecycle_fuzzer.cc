@@ -81,6 +81,8 @@ class SimClock final : public Clock {
 struct Cause {
   std::string what;
   int code = 0;
+  // Another node's stop by an outside signal: an outside signal to this node later still decides.
+  bool yields_to_signal = false;
 };
 
 class Harness {
@@ -136,9 +138,9 @@ class Harness {
   bool done() const { return finishes_ > 0; }
 
   // --- The causes ------------------------------------------------------------------------------
-  void AddCause(std::string what, int code) {
+  void AddCause(std::string what, int code, bool yields_to_signal = false) {
     Trace(absl::StrCat("  cause: ", what, " -> ", code));
-    causes_.push_back(Cause{std::move(what), code});
+    causes_.push_back(Cause{std::move(what), code, yields_to_signal});
   }
   // A new round (or the service's stop) leaves the workers' failures without an outcome.
   void DropFailureCauses() {
@@ -456,6 +458,11 @@ class Harness {
     if (!notify && !done() && !signalled_) {
       signalled_ = true;
       AddCause(absl::StrCat("signal ", sig), 128 + sig);
+      // Before it only causes that yield to a signal: the signal is the first cause.
+      if (std::all_of(causes_.begin(), causes_.end() - 1,
+                      [](const Cause& c) { return c.yields_to_signal; })) {
+        std::rotate(causes_.begin(), causes_.end() - 1, causes_.end());
+      }
     }
     Carry(lc_->OnSignal(sig, ever_started_));
   }
@@ -655,10 +662,15 @@ class Harness {
       default: {
         if (!assigned_) return;
         const int code = in_->ConsumeIntegralInRange<int>(1, 127);
-        Trace(absl::StrCat("static: another node failed with ", code));
+        const bool stopped = in_->ConsumeBool();
+        Trace(absl::StrCat("static: another node ", stopped ? "stopped by a signal" : "failed",
+                           " with ", code));
         closed_ = true;
-        if (!done() && !signalled_ && !recorded_) AddCause("another node's failure", code);
-        Carry(lc_->OnStaticRemoteFailure(code, "fuzzed"));
+        if (!done() && !signalled_ && !recorded_) {
+          AddCause(stopped ? "another node's stop by a signal" : "another node's failure", code,
+                   stopped);
+        }
+        Carry(lc_->OnStaticRemoteFailure(code, "fuzzed", stopped));
         return;
       }
     }
