@@ -82,6 +82,7 @@ struct Cause {
   std::string what;
   int code = 0;
   // Another node's stop by an outside signal: an outside signal to this node later still decides.
+  // So does another node's outcome heard after the first one (the lifecycle keeps the first).
   bool yields_to_signal = false;
 };
 
@@ -668,8 +669,9 @@ class Harness {
         closed_ = true;
         if (!done() && !signalled_ && !recorded_) {
           AddCause(stopped ? "another node's stop by a signal" : "another node's failure", code,
-                   stopped);
+                   stopped || remote_heard_);
         }
+        remote_heard_ = true;
         Carry(lc_->OnStaticRemoteFailure(code, "fuzzed", stopped));
         return;
       }
@@ -763,6 +765,7 @@ class Harness {
   std::optional<absl::Time> join_deadline_;
   std::optional<absl::Time> round_wait_deadline_;
   std::vector<Cause> causes_;
+  bool remote_heard_ = false;  // The static backend told this node of another node's outcome.
   int finishes_ = 0;
 };
 
