@@ -1,9 +1,13 @@
-"""Run joins for tests/e2e/test_etcd_linearizability.py: `--clients` threads, each a stream of
-short-lived nodes that join one of `--runs` runs (min 1, max 2 nodes, one worker each) through
-dgt-rendezvous's Session stream, stay 0.5-3 s after their first assignment, then leave (they
-close the stream, as a node that dies). A node whose stream breaks after an assignment rejoins
-with it (JoinRequest.rejoin) as dgt-run's agents do, trying the replicas in turn for up to 8 s.
-Node rank 0 answers each assignment with a StoreReady (a port nobody listens on: no worker runs).
+"""Run joins for tests/e2e/test_etcd_linearizability.py, through dgt-rendezvous's Session
+stream (min 1, max 2 nodes a run, one worker a node). A service forgets a run once none of its
+nodes is connected, and a later join starts it again at round 0 (round_state.cc), so each of
+`--runs` runs has a keeper: a node that joins first and stays until the end. `--clients` threads
+join short-lived nodes to a run whose keeper is in; each stays 0.5-3 s after its first
+assignment, then leaves (it closes the stream, as a node that dies). Every node whose stream
+breaks after an assignment rejoins with it (JoinRequest.rejoin), as dgt-run's agents do, trying
+the replicas in turn for up to 8 s. A keeper that cannot get back in retires its run id: the
+next keeper starts a run of a new id. Node rank 0 answers each assignment with a StoreReady (a
+port nobody listens on: no worker runs).
 
 Prints one JSON line per assignment received: client, run, node, round, node_rank, the
 monotonic time the node first sent its join ("invoke") and the time the assignment arrived
@@ -34,7 +38,10 @@ def emit(record):
 
 
 class Node:
-    def __init__(self, pb, stub_for, endpoints, client, run, node, rng):
+    """One node's life in one run. `leave_at`: when a keeper leaves (None: 0.5-3 s after the
+    first assignment)."""
+
+    def __init__(self, pb, stub_for, endpoints, client, run, node, rng, leave_at=None):
         self.pb = pb
         self.stub_for = stub_for
         self.endpoints = endpoints
@@ -45,7 +52,7 @@ class Node:
         self.invoke = None
         self.assignment = None  # The current one, sent again on a rejoin.
         self.assignments = 0
-        self.leave_at = None
+        self.leave_at = leave_at
 
     def join_request(self):
         join = self.pb.JoinRequest(run_id=self.run, node_id=self.node, min_nodes=1, max_nodes=2,
@@ -104,6 +111,7 @@ class Node:
                     if self.leave_at is None or self.leave_at < now:
                         self.leave_at = now + self.rng.uniform(0.5, 3)
                     arm(self.leave_at)
+                    self.on_assigned()
                 elif kind == "error":
                     emit({"client": self.client, "run": self.run, "node": self.node,
                           "refused": msg.error.code, "message": msg.error.message})
@@ -131,11 +139,19 @@ class Node:
             before = self.assignments
             end = self.stream(self.endpoints[i % len(self.endpoints)], deadline)
             if end in ("left", "refused", "timeout"):
-                return
+                return end
             i += 1
             if self.assignments > before:  # It was in: REJOIN_S from the break to get back.
                 deadline = time.monotonic() + REJOIN_S
+                self.on_break()
             time.sleep(self.rng.uniform(0.05, 0.2))
+        return "timeout"
+
+    def on_assigned(self):
+        pass
+
+    def on_break(self):
+        pass
 
 
 def main():
@@ -158,15 +174,48 @@ def main():
     until = time.monotonic() + args.seconds
     rng = random.Random(args.seed)
 
+    lock = threading.Lock()
+    ready = {}  # Guarded by `lock`: run index -> run id, while its keeper is in.
+
+    class Keeper(Node):
+        """Opens its run to other nodes while it holds an assignment."""
+
+        def __init__(self, k, *a, **kw):
+            super().__init__(*a, **kw)
+            self.k = k
+
+        def on_assigned(self):
+            with lock:
+                ready[self.k] = self.run
+
+        def on_break(self):
+            with lock:
+                ready.pop(self.k, None)
+
+    def keeper_loop(k, crng):
+        gen = 0
+        while time.monotonic() < until:
+            gen += 1
+            Keeper(k, pb, stubs.get, endpoints, args.clients + k, f"run-{k}.{gen}",
+                   f"keeper{k}.{gen}", crng, leave_at=until).live()
+            with lock:
+                ready.pop(k, None)
+
     def client_loop(c, crng):
         n = 0
         while time.monotonic() < until:
+            with lock:
+                runs = sorted(ready.values())
+            if not runs:
+                time.sleep(0.1)
+                continue
             n += 1
-            Node(pb, stubs.get, endpoints, c, f"run-{crng.randrange(args.runs)}", f"c{c}-{n}",
-                 crng).live()
+            Node(pb, stubs.get, endpoints, c, crng.choice(runs), f"c{c}-{n}", crng).live()
 
-    threads = [threading.Thread(target=client_loop, args=(c, random.Random(rng.random())))
-               for c in range(args.clients)]
+    threads = [threading.Thread(target=keeper_loop, args=(k, random.Random(rng.random())))
+               for k in range(args.runs)]
+    threads += [threading.Thread(target=client_loop, args=(c, random.Random(rng.random())))
+                for c in range(args.clients)]
     for t in threads:
         t.start()
     for t in threads:
