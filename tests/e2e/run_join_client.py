@@ -11,7 +11,8 @@ port nobody listens on: no worker runs).
 
 Prints one JSON line per assignment received: client, run, node, round, node_rank, the
 monotonic time the node first sent its join ("invoke") and the time the assignment arrived
-("complete"); and one line per refusal (an Error: code and message). CLOCK_MONOTONIC is the
+("complete"); one line per refusal (an Error: code and message); one line per node's end
+("left", "refused" or "timeout"). CLOCK_MONOTONIC is the
 system's, so the times compare with the test process's. Runs with the peers venv's Python
 (grpcio) and the stubs that `grpc_tools.protoc` made under --stubs.
 
@@ -76,6 +77,9 @@ class Node:
                     return
                 yield m
 
+        # A rejoin reads the run's round while the service takes it: its own time bounds what it
+        # sees. A first join may have been taken on an earlier attempt: that attempt's time.
+        invoke = time.monotonic() if self.assignment is not None else self.invoke
         call = self.stub_for(endpoint).Session(requests(), timeout=CALL_S)
         timer = None
         assigned = False
@@ -100,7 +104,7 @@ class Node:
                     a = msg.assignment
                     now = time.monotonic()
                     emit({"client": self.client, "run": self.run, "node": self.node,
-                          "round": a.round, "node_rank": a.node_rank, "invoke": self.invoke,
+                          "round": a.round, "node_rank": a.node_rank, "invoke": invoke,
                           "complete": now})
                     self.assignment = a
                     self.assignments += 1
@@ -139,12 +143,14 @@ class Node:
             before = self.assignments
             end = self.stream(self.endpoints[i % len(self.endpoints)], deadline)
             if end in ("left", "refused", "timeout"):
+                emit({"client": self.client, "run": self.run, "node": self.node, "end": end})
                 return end
             i += 1
             if self.assignments > before:  # It was in: REJOIN_S from the break to get back.
                 deadline = time.monotonic() + REJOIN_S
                 self.on_break()
             time.sleep(self.rng.uniform(0.05, 0.2))
+        emit({"client": self.client, "run": self.run, "node": self.node, "end": "timeout"})
         return "timeout"
 
     def on_assigned(self):

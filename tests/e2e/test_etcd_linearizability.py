@@ -251,19 +251,22 @@ def run_join_stubs(python2, tmp_path):
 
 
 def run_ops(text):
-    """The ops of run_join_client.py's assignments, and its refusals."""
-    ops, refusals = [], []
+    """The ops of run_join_client.py's assignments, its refusals, and its nodes' ends counted."""
+    ops, refusals, ends = [], [], {}
     for line in text.splitlines():
         r = json.loads(line)
         if "refused" in r:
             refusals.append(r)
+            continue
+        if "end" in r:
+            ends[r["end"]] = ends.get(r["end"], 0) + 1
             continue
         c, run, rnd = RUN_CLIENTS_BASE + r["client"], r["run"], r["round"]
         span = (r["invoke"], r["complete"], "ok")
         ops.append(Op(c, "assign", f"{run}/{rnd}/rank {r['node_rank']}", *span, r["node"]))
         ops.append(Op(c, "assign", f"{run}/{rnd}/{r['node']}", *span, r["node_rank"]))
         ops.append(Op(c, "round", f"{run}/round", *span, rnd))
-    return ops, refusals
+    return ops, refusals, ends
 
 
 def run_chaos(spawn, tmp_path, python2, cluster, lan):
@@ -318,10 +321,11 @@ def run_chaos(spawn, tmp_path, python2, cluster, lan):
             assert time.monotonic() < deadline, f"no answer for {key} within 30 s after healing"
             read(CLIENTS, replicas.endpoints, key, history)
 
-    runs, refusals = run_ops(joins.stdout)
+    runs, refusals, ends = run_ops(joins.stdout)
     violations, summary = check(history.ops + runs)
     print(summary)
-    print(f"run joins: {len(runs) // 3} assignments, {len(refusals)} refusals"
+    print(f"run joins: {len(runs) // 3} assignments, {len(refusals)} refusals, nodes ended: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(ends.items()))
           + "".join(f"\n  {r}" for r in refusals[:5]))
     print("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(nemesis.faults.items())))
     assert sum(nemesis.faults.values()) >= SECONDS / 12, nemesis.log
