@@ -28,7 +28,7 @@ import time
 
 JOIN_WAIT_S = 10  # A join's bound for its first assignment.
 REJOIN_S = 8  # How long a node whose stream broke tries to get back in.
-CALL_S = 30  # Every stream's own deadline.
+CALL_S = 30  # Every stream's own deadline, past the node's leave time (a keeper's: the end).
 
 out_lock = threading.Lock()
 
@@ -80,7 +80,10 @@ class Node:
         # A rejoin reads the run's round while the service takes it: its own time bounds what it
         # sees. A first join may have been taken on an earlier attempt: that attempt's time.
         invoke = time.monotonic() if self.assignment is not None else self.invoke
-        call = self.stub_for(endpoint).Session(requests(), timeout=CALL_S)
+        # A deadline that ends the stream while the node stays would read as a lost node.
+        last = max(deadline, self.leave_at or deadline)
+        call = self.stub_for(endpoint).Session(requests(),
+                                               timeout=last - time.monotonic() + CALL_S)
         timer = None
         assigned = False
 
