@@ -1,13 +1,13 @@
 """Run joins for tests/e2e/test_etcd_linearizability.py, through dgt-rendezvous's Session
 stream (min 1, max 2 nodes a run, one worker a node). A service forgets a run once none of its
 nodes is connected, and a later join starts it again at round 0 (round_state.cc), so each of
-`--runs` runs has a keeper: a node that joins first and stays until the end. `--clients` threads
-join short-lived nodes to a run whose keeper is in; each stays 0.5-3 s after its first
-assignment, then leaves (it closes the stream, as a node that dies). Every node whose stream
-breaks after an assignment rejoins with it (JoinRequest.rejoin), as dgt-run's agents do, trying
-the replicas in turn for up to 8 s. A keeper that cannot get back in retires its run id: the
-next keeper starts a run of a new id. Node rank 0 answers each assignment with a StoreReady (a
-port nobody listens on: no worker runs).
+`--runs` runs has a keeper: a node that joins first and stays until the other nodes are done.
+`--clients` threads join short-lived nodes to a run whose keeper is in; each stays 0.5-3 s after
+its first assignment, then leaves (it closes the stream, as a node that dies). Every node whose
+stream breaks after an assignment rejoins with it (JoinRequest.rejoin), as dgt-run's agents do,
+trying the replicas in turn for up to 8 s. A keeper that cannot get back in retires its run id:
+the next keeper starts a run of a new id. Node rank 0 answers each assignment with a StoreReady
+(a port nobody listens on: no worker runs).
 
 Prints one JSON line per assignment received: client, run, node, round, node_rank, the
 monotonic time the node first sent its join ("invoke") and the time the assignment arrived
@@ -54,6 +54,9 @@ class Node:
         self.assignment = None  # The current one, sent again on a rejoin.
         self.assignments = 0
         self.leave_at = leave_at
+        self.leaving = False  # Set by leave(): stay no longer.
+        self._end = None  # Ends the open stream.
+        self._lock = threading.Lock()
 
     def join_request(self):
         join = self.pb.JoinRequest(run_id=self.run, node_id=self.node, min_nodes=1, max_nodes=2,
@@ -91,6 +94,11 @@ class Node:
             outgoing.put(None)
             call.cancel()
 
+        with self._lock:
+            self._end = end
+            if self.leaving:
+                end()
+
         def arm(at):
             nonlocal timer
             if timer is not None:
@@ -115,8 +123,11 @@ class Node:
                     if a.node_rank == 0:
                         outgoing.put(self.pb.AgentMessage(
                             store_ready=self.pb.StoreReady(store_port=2 + a.round % 60000)))
-                    if self.leave_at is None or self.leave_at < now:
-                        self.leave_at = now + self.rng.uniform(0.5, 3)
+                    with self._lock:
+                        if self.leaving:
+                            self.leave_at = now
+                        elif self.leave_at is None or self.leave_at < now:
+                            self.leave_at = now + self.rng.uniform(0.5, 3)
                     arm(self.leave_at)
                     self.on_assigned()
                 elif kind == "error":
@@ -145,7 +156,8 @@ class Node:
         while time.monotonic() < deadline:
             before = self.assignments
             end = self.stream(self.endpoints[i % len(self.endpoints)], deadline)
-            if end in ("left", "refused", "timeout"):
+            if end in ("left", "refused", "timeout") or self.leaving:
+                end = "left" if self.leaving and end == "broken" else end
                 emit({"client": self.client, "run": self.run, "node": self.node, "end": end})
                 return end
             i += 1
@@ -155,6 +167,14 @@ class Node:
             time.sleep(self.rng.uniform(0.05, 0.2))
         emit({"client": self.client, "run": self.run, "node": self.node, "end": "timeout"})
         return "timeout"
+
+    def leave(self):
+        """Ends the node's stay now (from another thread)."""
+        with self._lock:
+            self.leaving = True
+            self.leave_at = time.monotonic()
+            if self._end is not None:
+                self._end()
 
     def on_assigned(self):
         pass
@@ -201,12 +221,21 @@ def main():
             with lock:
                 ready.pop(self.k, None)
 
+    keepers = {}  # Guarded by `lock`: run index -> its keeper now.
+    # A keeper stays until every other node is done: a run left without nodes is forgotten, and
+    # a node still joining it would start it again at round 0. Bound: the other nodes' joins,
+    # stays and rejoins.
+    keeper_bound = until + JOIN_WAIT_S + 3 + 2 * REJOIN_S
+
     def keeper_loop(k, crng):
         gen = 0
         while time.monotonic() < until:
             gen += 1
-            Keeper(k, pb, stubs.get, endpoints, args.clients + k, f"run-{k}.{gen}",
-                   f"keeper{k}.{gen}", crng, leave_at=until).live()
+            keeper = Keeper(k, pb, stubs.get, endpoints, args.clients + k, f"run-{k}.{gen}",
+                            f"keeper{k}.{gen}", crng, leave_at=keeper_bound)
+            with lock:
+                keepers[k] = keeper
+            keeper.live()
             with lock:
                 ready.pop(k, None)
 
@@ -227,7 +256,13 @@ def main():
                 for c in range(args.clients)]
     for t in threads:
         t.start()
-    for t in threads:
+    for t in threads[args.runs:]:
+        t.join()
+    with lock:
+        ready.clear()
+        for keeper in keepers.values():
+            keeper.leave()
+    for t in threads[:args.runs]:
         t.join()
     for c in channels.values():
         c.close()

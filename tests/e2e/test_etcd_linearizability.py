@@ -78,6 +78,17 @@ class Replicas:
     def pid(self, i):
         return self.procs[i].popen.pid
 
+    def leader_first(self):
+        """The endpoints with the one whose log last said it leads first: a standby answers
+        `dgt job show` from etcd, reading every job record (jobs_service.cc, GetJob)."""
+        last = [-1, -1]
+        for i, p in enumerate(self.procs):
+            if p is not None:
+                text = logs(p)
+                last[i] = text.rfind(" leads: ") - text.rfind(" is a standby")
+        order = [1, 0] if last[1] > last[0] else [0, 1]
+        return ",".join(f"{self.hosts[i]}:{self.ports[i]}" for i in order)
+
     def logs(self):
         return "\n".join(f"--- r{i + 1}: {logs(p)[-3000:]}" for i, p in enumerate(self.procs) if p)
 
@@ -324,6 +335,7 @@ def run_chaos(spawn, tmp_path, python2, cluster, lan):
     # Every acknowledged job read once more, until an answer comes, by clients of their own.
     keys = list(history.keys)
     late = []
+    endpoints = replicas.leader_first()
 
     def read_again(client):
         while keys:
@@ -332,7 +344,7 @@ def run_chaos(spawn, tmp_path, python2, cluster, lan):
             except IndexError:
                 return
             deadline = time.monotonic() + 30
-            while not read(client, replicas.endpoints, key, history):
+            while not read(client, endpoints, key, history):
                 if time.monotonic() > deadline:
                     late.append(key)
                     return
