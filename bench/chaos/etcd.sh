@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The linearizability check of the etcd backends (tests/e2e/test_etcd_linearizability.py) for a
-# given number of minutes: two dgt-rendezvous replicas on a three-member etcd, four clients
-# submitting, cancelling and reading jobs, a random fault 2-5 s after the last one healed
-# (kill -9 or SIGSTOP of a replica or an etcd member). Prints the seed, the ops and faults counted, and fails with the
+# given number of minutes: two dgt-rendezvous replicas on a three-member etcd, each in a network
+# namespace (as root), four clients submitting, cancelling and reading jobs, two joining nodes to
+# runs, a random fault 2-5 s after the last one healed (kill -9, SIGSTOP or a partition of a
+# replica or an etcd member). Prints the seed, the ops and faults counted, and fails with the
 # first violations found (docs/RELIABILITY.md).
 # Usage: etcd.sh --minutes N [--seed S] [BUILD_DIR]   (BUILD_DIR defaults to ./build)
 #   e.g. nice -n 10 bench/chaos/etcd.sh --minutes 30

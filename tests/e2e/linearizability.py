@@ -16,18 +16,27 @@ The model of one job record (no node runs jobs in this test, so only clients cha
   cancel fail "finished":    the record is "cancelled" (unchanged)
   cancel fail "not_found":   no record (unchanged)
   read ok V:                 the record is V ("queued", "cancelled", or None for no such job)
+
+Run records (run joins: each Assignment a node received is an "ok" op between the node's join
+and the assignment's arrival) are checked as two kinds of keys:
+  assign V on "RUN/ROUND/rank K":  write-once: node V holds node rank K in that round (again V:
+                                   a rejoin answered with the same assignment; another node: no)
+  assign V on "RUN/ROUND/NODE":    write-once: the node's rank in that round is V
+  round V on "RUN/round":          the run's round is V, never below one seen before (a register
+                                   that only grows, read by every assignment)
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 
 
 @dataclasses.dataclass
 class Op:
     client: int
-    kind: str        # "submit", "cancel", "read"
-    key: str | None  # the job id (a submit's comes with its answer)
+    kind: str        # "submit", "cancel", "read"; run records: "assign", "round"
+    key: str | None  # the job id (a submit's comes with its answer), or a run record's key
     invoke: float    # seconds, the clock of the test process
     complete: float  # math.inf while (or when) the outcome is unknown
     status: str      # "ok", "fail" (a definite refusal), "info" (unknown outcome)
@@ -37,6 +46,10 @@ class Op:
         end = "?" if self.complete == math.inf else f"{self.complete:.3f}"
         return (f"client {self.client} {self.kind}({self.key}) {self.status} {self.value!r} "
                 f"[{self.invoke:.3f}, {end}]")
+
+
+class Undecided(Exception):
+    pass
 
 
 def step(state, op):
@@ -57,54 +70,83 @@ def step(state, op):
         return ("no", f"unknown cancel answer {op.value!r}")
     if op.kind == "read":
         return state if state == op.value else ("no", f"read {op.value!r} while {state}")
+    if op.kind == "assign":
+        return op.value if state in (None, op.value) else ("no", f"{op.value} while {state}")
+    if op.kind == "round":
+        if state is None or op.value >= state:
+            return op.value
+        return ("no", f"round {op.value} after round {state}")
     return ("no", f"unknown op {op.kind}")
 
 
-def check_key(ops, initial=None):
+def check_key(ops, initial=None, budget=200_000):
     """Wing & Gong over one key's ops. Returns None when linearizable, else a text naming the
-    longest prefix found and the ops that could not follow it."""
+    longest prefix found and the ops that could not follow it (or saying that the search gave
+    up after `budget` states: undecided counts as a violation)."""
     ops = sorted(ops, key=lambda o: o.invoke)
-    must = [i for i, o in enumerate(ops) if o.status != "info"]
     n = len(ops)
+    must_left = sum(1 for o in ops if o.status != "info")
     seen = set()
     best = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 2 * n + 200))
 
-    def search(done, state, order):
+    def search(done, state, order, must_left):
         nonlocal best
-        if all(done >> i & 1 for i in must):
+        if must_left == 0:
             return True
         memo = (done, state)
         if memo in seen:
             return False
         seen.add(memo)
+        if len(seen) > budget:
+            raise Undecided
         if len(order) > len(best):
             best = list(order)
-        # Candidates: ops not yet taken that were invoked before every pending op's answer.
-        horizon = min(ops[i].complete for i in range(n) if not done >> i & 1)
-        for i in range(n):
-            if done >> i & 1 or ops[i].invoke > horizon:
+        # Candidates: ops not yet taken that were invoked before every pending op's answer. Ops
+        # are in invocation order and answer after their invocation, so the scan stops at the
+        # first op invoked after the earliest answer seen so far.
+        lowest = (~done & (done + 1)).bit_length() - 1  # The first op not taken.
+        horizon = math.inf
+        candidates = []
+        for i in range(lowest, n):
+            if ops[i].invoke > horizon:
+                break
+            if done >> i & 1:
+                continue
+            horizon = min(horizon, ops[i].complete)
+            candidates.append(i)
+        # Earliest answer first: the op that must take effect soonest (for a register that only
+        # grows, the lowest value; a history that is linearizable then rarely backtracks).
+        candidates.sort(key=lambda i: ops[i].complete)
+        for i in candidates:
+            if ops[i].invoke > horizon:
                 continue
             nxt = step(state, ops[i])
             if isinstance(nxt, tuple):
                 continue
             order.append(i)
-            if search(done | 1 << i, nxt, order):
+            if search(done | 1 << i, nxt, order, must_left - (ops[i].status != "info")):
                 return True
             order.pop()
         return False
 
-    if search(0, initial, []):
-        return None
+    try:
+        if search(0, initial, [], must_left):
+            return None
+        lines = ["linearized prefix:"]
+    except Undecided:
+        lines = [f"undecided after {budget} states; the longest prefix linearized:"]
     taken = set(best)
-    lines = ["linearized prefix:"] + [f"  {ops[i].describe()}" for i in best]
-    lines.append("cannot follow it:")
+    lines += [f"  {ops[i].describe()}" for i in best]
+    lines.append("cannot follow it:" if lines[0].startswith("linearized") else "not taken:")
     lines += [f"  {o.describe()}" for i, o in enumerate(ops) if i not in taken]
     return "\n".join(lines)
 
 
 def check(history):
     """Checks a whole history. Returns (violations, summary): violations is a list of texts
-    (empty: linearizable, no acknowledged job lost, no job id handed out twice)."""
+    (empty: linearizable, no acknowledged job lost, no job id handed out twice, no node rank of
+    a round held by two nodes, no round of a run going back)."""
     violations = []
     by_key = {}
     submitted = {}
@@ -117,12 +159,19 @@ def check(history):
                 violations.append(f"job id {op.key} handed out twice: "
                                   f"{submitted[op.key].describe()} and {op.describe()}")
             submitted[op.key] = op
+    runs = set()
     for key in sorted(by_key):
+        run_record = by_key[key][0].kind in ("assign", "round")
+        if run_record:
+            runs.add(key.split("/")[0])
         why = check_key(by_key[key])
         if why is not None:
-            violations.append(f"job {key} is not a linearizable register:\n{why}")
+            what = "run record" if run_record else "job"
+            violations.append(f"{what} {key} is not a linearizable register:\n{why}")
     counts = {}
     for op in history:
         counts[(op.kind, op.status)] = counts.get((op.kind, op.status), 0) + 1
     summary = ", ".join(f"{k}/{s} {c}" for (k, s), c in sorted(counts.items()))
-    return violations, f"{len(history)} ops on {len(by_key)} jobs: {summary}"
+    jobs = sum(1 for ops in by_key.values() if ops[0].kind not in ("assign", "round"))
+    on = f"{jobs} jobs" + (f" and {len(runs)} runs" if runs else "")
+    return violations, f"{len(history)} ops on {on}: {summary}"

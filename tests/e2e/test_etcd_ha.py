@@ -48,9 +48,11 @@ class EtcdCluster:
     die with the test process (PR_SET_PDEATHSIG); the directory is removed by close() and, should
     the test process die first (any signal, SIGKILL included), by a sweeper shell blocked on a pipe
     that only this process holds. `extra_hosts`: more addresses each member's client port listens
-    on (a veth's host side, for the partition test)."""
+    on (a veth's host side, for the partition test). `hosts`: the address each member listens on
+    for clients and peers (default 127.0.0.1); `wrap(i, args)`: the command line that runs member
+    i (default: args itself; e.g. netns_lan.Lan.wrap, to start it in a namespace)."""
 
-    def __init__(self, members=3, extra_hosts=()):
+    def __init__(self, members=3, extra_hosts=(), hosts=None, wrap=None):
         self.dir = tempfile.mkdtemp(prefix="dgt-etcd-ha-")
         self.sweeper = subprocess.Popen(
             ["/bin/sh", "-c", 'exec >/dev/null 2>&1; cat; rm -rf "$0"', self.dir],
@@ -62,7 +64,9 @@ class EtcdCluster:
         self.client_ports = ports[:members]
         self.peer_ports = ports[members:]
         self.extra_hosts = list(extra_hosts)
-        self.endpoints = [f"127.0.0.1:{p}" for p in self.client_ports]
+        self.hosts = list(hosts or ["127.0.0.1"] * members)
+        self.wrap = wrap or (lambda i, args: args)
+        self.endpoints = [f"{h}:{p}" for h, p in zip(self.hosts, self.client_ports)]
         self.procs = [None] * members
         for i in range(members):
             self.start(i)
@@ -73,20 +77,23 @@ class EtcdCluster:
 
     def start(self, i):
         assert self.procs[i] is None or self.procs[i].poll() is not None
-        cluster = ",".join(f"m{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
-        hosts = ["127.0.0.1", *self.extra_hosts]
-        client_urls = ",".join(f"http://{h}:{self.client_ports[i]}" for h in hosts)
+        cluster = ",".join(f"m{j}=http://{h}:{p}"
+                           for j, (h, p) in enumerate(zip(self.hosts, self.peer_ports)))
+        host = self.hosts[i]
+        client_urls = ",".join(f"http://{h}:{self.client_ports[i]}"
+                               for h in [host, *self.extra_hosts])
         log = open(os.path.join(self.dir, f"m{i}.log"), "ab")
         try:
             self.procs[i] = subprocess.Popen(
-                [ETCD, f"--name=m{i}", f"--data-dir={self.dir}/m{i}",
-                 f"--listen-client-urls={client_urls}",
-                 f"--advertise-client-urls=http://127.0.0.1:{self.client_ports[i]}",
-                 f"--listen-peer-urls=http://127.0.0.1:{self.peer_ports[i]}",
-                 f"--initial-advertise-peer-urls=http://127.0.0.1:{self.peer_ports[i]}",
-                 f"--initial-cluster={cluster}", "--initial-cluster-token=dgt-etcd-ha",
-                 "--initial-cluster-state=new", "--heartbeat-interval=50",
-                 "--election-timeout=500", "--logger=zap", "--log-level=warn"],
+                self.wrap(i, [
+                    ETCD, f"--name=m{i}", f"--data-dir={self.dir}/m{i}",
+                    f"--listen-client-urls={client_urls}",
+                    f"--advertise-client-urls=http://{host}:{self.client_ports[i]}",
+                    f"--listen-peer-urls=http://{host}:{self.peer_ports[i]}",
+                    f"--initial-advertise-peer-urls=http://{host}:{self.peer_ports[i]}",
+                    f"--initial-cluster={cluster}", "--initial-cluster-token=dgt-etcd-ha",
+                    "--initial-cluster-state=new", "--heartbeat-interval=50",
+                    "--election-timeout=500", "--logger=zap", "--log-level=warn"]),
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         finally:
             log.close()

@@ -68,3 +68,41 @@ def test_already_finished_needs_a_cancel_before_it():
     assert check_key(h) is not None
     h.append(Op(2, "cancel", "job-1", 1.5, 2.5, "ok"))  # Overlaps: it may come first.
     assert check_key(h) is None
+
+
+def test_one_node_rank_of_a_round_held_by_two_nodes_is_reported():
+    h = [Op(0, "assign", "run-0/3/rank 1", 0.0, 1.0, "ok", "c0-1"),
+         Op(1, "assign", "run-0/3/rank 1", 0.5, 1.5, "ok", "c1-4")]
+    violations, summary = check(h)
+    assert violations == ["run record run-0/3/rank 1 is not a linearizable register:\n"
+                          "linearized prefix:\n"
+                          "  client 0 assign(run-0/3/rank 1) ok 'c0-1' [0.000, 1.000]\n"
+                          "cannot follow it:\n"
+                          "  client 1 assign(run-0/3/rank 1) ok 'c1-4' [0.500, 1.500]"]
+    assert summary == "2 ops on 0 jobs and 1 runs: assign/ok 2"
+
+
+def test_a_rejoin_answered_with_the_same_assignment_is_linearizable():
+    h = [Op(0, "assign", "run-0/3/rank 1", 0.0, 1.0, "ok", "c0-1"),
+         Op(0, "assign", "run-0/3/rank 1", 0.0, 6.0, "ok", "c0-1")]
+    assert check(h)[0] == []
+
+
+def test_a_round_seen_after_a_later_one_completed_is_reported():
+    h = [Op(0, "round", "run-1/round", 0.0, 1.0, "ok", 4),
+         Op(1, "round", "run-1/round", 2.0, 3.0, "ok", 3)]
+    why = check_key(h)
+    assert why == ("linearized prefix:\n"
+                   "  client 0 round(run-1/round) ok 4 [0.000, 1.000]\n"
+                   "cannot follow it:\n"
+                   "  client 1 round(run-1/round) ok 3 [2.000, 3.000]")
+    # Overlapping, the lower round may have come first.
+    h[1] = Op(1, "round", "run-1/round", 0.5, 3.0, "ok", 3)
+    assert check_key(h) is None
+
+
+def test_a_search_over_its_budget_is_reported_undecided():
+    h = [Op(0, "round", "run-1/round", 0.0, 1.0, "ok", 4),
+         Op(1, "round", "run-1/round", 2.0, 3.0, "ok", 3)]
+    assert check_key(h, budget=1).startswith(
+        "undecided after 1 states; the longest prefix linearized:\n")
