@@ -324,6 +324,7 @@ class Jobs:
         self.job_file = job_file
         self.jobs = {}
         self.submit_failures = []  # (time, exit code, stderr): the outcome is unknown.
+        self.orphans = {}  # pid: what it is.
         self.lock = threading.Lock()
 
     def unfinished(self):
@@ -356,11 +357,28 @@ class Jobs:
             job.ended = time.monotonic()
         job.state = info["state"]
 
+    def check_orphans(self, ended_jobs):
+        """Records the processes of `ended_jobs` (ids) that are still alive."""
+        procs = soak_processes(self.fleet.marker, str(self.fleet.scratch), {os.getpid()})
+        for pid, (cmd, env, _) in procs.items():
+            job = env.get("TORCHELASTIC_RUN_ID") or next(
+                (c.split("=", 1)[1] for c in cmd if c.startswith("--rdzv-id=")), None)
+            if job in ended_jobs and pid not in self.orphans:
+                self.orphans[pid] = f"pid {pid} of {job}, ended: {' '.join(cmd)[:200]}"
+
     def follow(self, until, stop_event):
-        """Submits until `until`, and follows the jobs, until stop_event is set."""
+        """Submits until `until`, and follows the jobs, until stop_event is set. Checks each
+        ended job's processes once ORPHAN_GRACE_S after its end."""
         while not stop_event.is_set():
             for job in self.unfinished():
                 self.poll(job)
+            with self.lock:
+                due = {j.id for j in self.jobs.values() if j.ended and not j.orphans_checked
+                       and time.monotonic() > j.ended + ORPHAN_GRACE_S}
+                for j in due:
+                    self.jobs[j].orphans_checked = True
+            if due:
+                self.check_orphans(due)
             if time.monotonic() < until and len(self.unfinished()) < IN_FLIGHT:
                 self.submit()
             stop_event.wait(0.5)
@@ -545,13 +563,21 @@ def main(argv):
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
 
-    for s in (signal.SIGTERM, signal.SIGHUP):
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
     print(f"soak: seed {args.seed} (--seed {args.seed} replays the fault schedule), "
           f"{args.duration_s} s of faults; scratch {scratch}", flush=True)
     stop_event = threading.Event()
     try:
         return run(args, fleet, scratch, stop_event)
+    except SystemExit as e:
+        print(f"soak: stopped by signal {e.code - 128}; cleaning up", file=sys.stderr, flush=True)
+        return e.code
+    except RuntimeError as e:  # The fleet did not come up (wait()'s deadline).
+        print(f"soak: error: {e}", file=sys.stderr)
+        for name in sorted(fleet.starts):
+            print(f"--- {name}: {fleet.log_text(name)[-1500:]}", file=sys.stderr)
+        return 1
     finally:
         stop_event.set()
         cleanup(fleet, sweeper)
@@ -628,17 +654,11 @@ def run(args, fleet, scratch, stop_event):
 
     # Orphans: a job's processes past ORPHAN_GRACE_S after its end; then, once the agents have
     # drained and the replicas stopped, any process of the soak's at all.
-    orphans = []
     wait_until = max([j.ended or 0 for j in jobs.jobs.values()] + [0]) + ORPHAN_GRACE_S
     while time.monotonic() < wait_until:
         time.sleep(1)
-    procs = soak_processes(fleet.marker, str(scratch), {os.getpid()})
-    ended = {j.id for j in jobs.jobs.values() if j.state in TERMINAL}
-    for pid, (cmd, env, _) in procs.items():
-        job = env.get("TORCHELASTIC_RUN_ID") or next(
-            (c.split("=", 1)[1] for c in cmd if c.startswith("--rdzv-id=")), None)
-        if job in ended:
-            orphans.append(f"pid {pid} of {job} (ended): {' '.join(cmd)[:200]}")
+    jobs.check_orphans({j.id for j in jobs.jobs.values() if j.state in TERMINAL})
+    orphans = list(jobs.orphans.values())
     for k, p in fleet.agents.items():
         if stop(p, 30) != 0:
             exited.append(f"node{k}'s agent: SIGTERM exit {p.returncode}")
@@ -744,8 +764,4 @@ def cleanup(fleet, sweeper):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        print("soak: interrupted; cleaned up", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(main(sys.argv[1:]))
