@@ -398,6 +398,7 @@ class Nemesis:
         self.rng = rng
         self.fleet = fleet
         self.faults = []  # dicts: kind, target, node, start, end, note
+        self.exited = []  # Services that exited on their own (then started again).
 
     def targets(self, kind):
         """Pids (with their node) of the job processes a "dgt-run" or "worker" fault may hit."""
@@ -412,7 +413,9 @@ class Nemesis:
 
     def run(self, until):
         while time.monotonic() < until:
+            supervise(self.fleet, self.exited)
             time.sleep(self.rng.uniform(5, 20))
+            supervise(self.fleet, self.exited)
             if time.monotonic() >= until:
                 break
             kind = self.rng.choice(self.KINDS)
@@ -488,6 +491,24 @@ class Nemesis:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
+
+def supervise(fleet, exited):
+    """Starts again a replica, agent or etcd member that exited on its own (as systemd would),
+    noting it in `exited`: the nemesis restarts what it kills itself."""
+    for i, p in enumerate(fleet.replicas):
+        if p.poll() is not None:
+            exited.append(f"r{i + 1} exited {p.returncode}: {fleet.log_text(f'r{i + 1}')[-500:]}")
+            fleet.start_replica(i)
+    for k, p in fleet.agents.items():
+        if p.poll() is not None:
+            exited.append(f"node{k}'s agent exited {p.returncode}: "
+                          f"{fleet.log_text(f'node{k}')[-500:]}")
+            fleet.start_agent(k)
+    for i in range(ETCD_MEMBERS):
+        if not fleet.cluster.running(i):
+            exited.append(f"etcd m{i} exited {fleet.cluster.procs[i].returncode}")
+            fleet.cluster.start(i)
 
 
 # --- The checks.
@@ -612,23 +633,9 @@ def run(args, fleet, scratch, stop_event):
     # The nemesis runs on this thread: the etcd members it starts again die with the thread that
     # started them (PR_SET_PDEATHSIG).
     nemesis.run(until)
-    faults_end = time.monotonic()
 
     # Healed (each fault healed itself); every service must still run.
-    exited = []
-    for i, p in enumerate(fleet.replicas):
-        if p.poll() is not None:
-            exited.append(f"r{i + 1} exited {p.returncode}: {fleet.log_text(f'r{i + 1}')[-500:]}")
-            fleet.start_replica(i)
-    for k, p in fleet.agents.items():
-        if p.poll() is not None:
-            exited.append(f"node{k}'s agent exited {p.returncode}: "
-                          f"{fleet.log_text(f'node{k}')[-500:]}")
-            fleet.start_agent(k)
-    for i in range(ETCD_MEMBERS):
-        if not fleet.cluster.running(i):
-            exited.append(f"etcd m{i} exited")
-            fleet.cluster.start(i)
+    supervise(fleet, nemesis.exited)
     # Every job to its end, each within its deadline.
     deadline = max([j.submitted for j in jobs.jobs.values()] + [time.monotonic()]) + JOB_TIMEOUT_S
     while jobs.unfinished() and time.monotonic() < deadline:
@@ -659,6 +666,7 @@ def run(args, fleet, scratch, stop_event):
         time.sleep(1)
     jobs.check_orphans({j.id for j in jobs.jobs.values() if j.state in TERMINAL})
     orphans = list(jobs.orphans.values())
+    exited = []
     for k, p in fleet.agents.items():
         if stop(p, 30) != 0:
             exited.append(f"node{k}'s agent: SIGTERM exit {p.returncode}")
@@ -722,7 +730,7 @@ def run(args, fleet, scratch, stop_event):
         ("wrong results", wrong),
         ("jobs lost", [j.id for j in lost]),
         ("jobs stuck past their timeout", [f"{j.id}: {j.state} {j.reason!r}" for j in stuck]),
-        ("services that exited on their own", exited),
+        ("services that exited on their own", nemesis.exited + exited),
     ]
     for name, items in must:
         print(f"{name}: {len(items)}")
