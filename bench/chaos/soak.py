@@ -118,17 +118,28 @@ def proc_info(pid):
             dict(e.decode(errors="replace").partition("=")[::2] for e in env if b"=" in e), ppid)
 
 
-def soak_processes(marker, scratch, exclude):
+EXCLUDE = {os.getpid()}  # The soak's own processes and their children: the sweeper.
+
+
+def soak_processes(marker, scratch, exclude=()):
     """{pid: (cmdline, environ, ppid)} of every process with the marker in its environment or the
-    scratch directory in its command line, but those in `exclude`."""
+    scratch directory in its command line, but EXCLUDE, `exclude` and their children."""
     found = {}
+    skip = EXCLUDE | set(exclude)
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in exclude:
+        if not name.isdigit() or int(name) in skip:
             continue
         info = proc_info(int(name))
-        if info and (info[1].get(MARKER_VAR) == marker or any(scratch in c for c in info[0])):
+        if info and info[2] not in skip and (
+                info[1].get(MARKER_VAR) == marker or any(scratch in c for c in info[0])):
             found[int(name)] = info
     return found
+
+
+def job_of(cmd, env):
+    """The job id of a worker (its TORCHELASTIC_RUN_ID) or a dgt-run (its --rdzv-id)."""
+    return env.get("TORCHELASTIC_RUN_ID") or next(
+        (c.split("=", 1)[1] for c in cmd if c.startswith("--rdzv-id=")), None)
 
 
 def node_of(pid, procs):
@@ -359,10 +370,9 @@ class Jobs:
 
     def check_orphans(self, ended_jobs):
         """Records the processes of `ended_jobs` (ids) that are still alive."""
-        procs = soak_processes(self.fleet.marker, str(self.fleet.scratch), {os.getpid()})
+        procs = soak_processes(self.fleet.marker, str(self.fleet.scratch))
         for pid, (cmd, env, _) in procs.items():
-            job = env.get("TORCHELASTIC_RUN_ID") or next(
-                (c.split("=", 1)[1] for c in cmd if c.startswith("--rdzv-id=")), None)
+            job = job_of(cmd, env)
             if job in ended_jobs and pid not in self.orphans:
                 self.orphans[pid] = f"pid {pid} of {job}, ended: {' '.join(cmd)[:200]}"
 
@@ -402,13 +412,13 @@ class Nemesis:
 
     def targets(self, kind):
         """Pids (with their node) of the job processes a "dgt-run" or "worker" fault may hit."""
-        procs = soak_processes(self.fleet.marker, str(self.fleet.scratch), {os.getpid()})
+        procs = soak_processes(self.fleet.marker, str(self.fleet.scratch))
         out = []
         for pid, (cmd, env, _) in sorted(procs.items()):
             is_run = bool(cmd) and cmd[0].endswith("/dgt-run")
             is_worker = any(c.endswith("soak_worker.py") for c in cmd)
             if (kind.endswith("dgt-run") and is_run) or (kind.endswith("worker") and is_worker):
-                out.append((pid, node_of(pid, procs), env.get("TORCHELASTIC_RUN_ID")))
+                out.append((pid, node_of(pid, procs), job_of(cmd, env)))
         return out
 
     def run(self, until):
@@ -580,6 +590,7 @@ def main(argv):
     sweeper = subprocess.Popen(["env", "-u", MARKER_VAR, "sh", "-c", sweep],
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
+    EXCLUDE.add(sweeper.pid)
 
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
@@ -676,7 +687,7 @@ def run(args, fleet, scratch, stop_event):
     etcd_pids = {p.pid for p in fleet.cluster.procs if p is not None} | {fleet.cluster.sweeper.pid}
     left = {}
     for _ in range(10):  # The drained processes' exits may take a moment to be reaped.
-        left = soak_processes(fleet.marker, str(scratch), {os.getpid()} | etcd_pids)
+        left = soak_processes(fleet.marker, str(scratch), etcd_pids)
         if not left:
             break
         time.sleep(0.5)
