@@ -485,7 +485,7 @@ class Nemesis:
         self.faults.append(fault)
         print(f"soak: {fault['start'] - T0:7.1f} s {kind} {fault['target']}"
               f"{' (' + fault['node'] + ')' if fault['node'] else ''}"
-              f" {'for ' + str(fault['hold']) + ' s' if not kind.startswith('kill') else ''}",
+              f"{' for ' + str(fault['hold']) + ' s' if kind[:4] in ('stop', 'part') else ''}",
               flush=True)
 
     @staticmethod
