@@ -47,7 +47,7 @@ LEASE_S = 2
 IN_FLIGHT = 2  # Jobs running or queued at once: 2 jobs x 2 nodes fill the 4 nodes.
 STEPS = 8  # exact_descent stays exact in float64 up to 8 steps.
 STEP_S = 1.0
-MAX_RESTARTS = 2
+MAX_RESTARTS = (2, 0)  # Jobs take these in turn: most faults end a job with none.
 JOB_TIMEOUT_S = 300  # From submission to a terminal state.
 ORPHAN_GRACE_S = 45  # After a job ended, none of its processes may be left after this.
 CALL_TIMEOUT_S = 5  # dgt --timeout.
@@ -330,12 +330,13 @@ class Job:
 class Jobs:
     """Submits jobs while the soak runs (at most IN_FLIGHT unfinished) and follows each."""
 
-    def __init__(self, fleet, job_file):
+    def __init__(self, fleet, job_files):
         self.fleet = fleet
-        self.job_file = job_file
+        self.job_files = job_files  # Submitted in turn.
         self.jobs = {}
         self.submit_failures = []  # (time, exit code, stderr): the outcome is unknown.
         self.orphans = {}  # pid: what it is.
+        self.submits = 0
         self.lock = threading.Lock()
 
     def unfinished(self):
@@ -344,9 +345,12 @@ class Jobs:
 
     def submit(self):
         t = time.monotonic()
-        r = self.fleet.dgt("submit", self.job_file)
+        job_file = self.job_files[self.submits % len(self.job_files)]
+        self.submits += 1
+        r = self.fleet.dgt("submit", job_file)
         if r is not None and r.returncode == 0:
             job = Job(r.stdout.strip(), t)
+            job.max_restarts = json.loads(job_file.read_text())["max_restarts"]
             with self.lock:
                 self.jobs[job.id] = job
         else:
@@ -622,22 +626,23 @@ def run(args, fleet, scratch, stop_event):
     fleet.start_replicas()
     fleet.start_agents()
     python2 = os.environ.get("DGT_PYTHON2", "/opt/dgt/peers-venv/bin/python")
-    job_file = scratch / "job.yaml"
-    job_file.write_text(json.dumps({
-        "name": "soak",
-        "command": f"exec {python2} {WORKER} --steps {STEPS} --step-s {STEP_S}",
-        "environment_variables": {"GLOO_SOCKET_IFNAME": "dgt0", MARKER_VAR: fleet.marker,
-                                  "DGT_SOAK_DIR": str(scratch)},
-        "instance_count": 2,
-        "distribution": {"type": "pytorch", "process_count_per_instance": 2},
-        "max_restarts": MAX_RESTARTS}))
+    job_files = [scratch / f"job-r{r}.yaml" for r in MAX_RESTARTS]
+    for job_file, restarts in zip(job_files, MAX_RESTARTS):
+        job_file.write_text(json.dumps({
+            "name": f"soak-r{restarts}",
+            "command": f"exec {python2} {WORKER} --steps {STEPS} --step-s {STEP_S}",
+            "environment_variables": {"GLOO_SOCKET_IFNAME": "dgt0", MARKER_VAR: fleet.marker,
+                                      "DGT_SOAK_DIR": str(scratch)},
+            "instance_count": 2,
+            "distribution": {"type": "pytorch", "process_count_per_instance": 2},
+            "max_restarts": restarts}))
     print(f"soak: fleet up after {time.monotonic() - T0:.1f} s: etcd x{ETCD_MEMBERS}, "
           f"replicas {fleet.endpoints}, {NODES} agents; expected digest {digest[:16]}",
           flush=True)
 
     rng = random.Random(args.seed)
     nemesis = Nemesis(rng, fleet)
-    jobs = Jobs(fleet, job_file)
+    jobs = Jobs(fleet, job_files)
     until = time.monotonic() + args.duration_s
     follower = threading.Thread(target=jobs.follow, args=(until, stop_event), daemon=True)
     follower.start()
@@ -718,12 +723,13 @@ def run(args, fleet, scratch, stop_event):
         kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
     states = {}
     for j in jobs.jobs.values():
-        states[j.state] = states.get(j.state, 0) + 1
+        key = f"max_restarts {j.max_restarts} {j.state}"
+        states[key] = states.get(key, 0) + 1
     load = os.getloadavg()
     print(f"\nsoak: seed {args.seed}, {args.duration_s} s of faults, "
           f"{time.monotonic() - T0:.0f} s in all; load average {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f}")
-    print(f"jobs submitted: {len(jobs.jobs)} (states: "
+    print(f"jobs submitted: {len(jobs.jobs)} ("
           + ", ".join(f"{k} {v}" for k, v in sorted(states.items())) + ")")
     if jobs.submit_failures or unknown:
         print(f"submits without an answer: {len(jobs.submit_failures)} "
