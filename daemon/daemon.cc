@@ -143,7 +143,18 @@ v1::NodeMessage Daemon::MakeHello() const {
     for (const auto& d : RdmaDevices(*env_.verbs)) h->add_rdma_devices(d);
   }
   for (const auto& [k, v] : config_.labels) (*h->mutable_labels())[k] = v;
-  for (const auto& id : runner_.RunningIds()) {
+  // A job that exited while the node was not registered is still this node's until its exit
+  // is sent (after the Registered that answers this hello). Left out, a new leader or a
+  // restarted service would count the job lost on this node (JOBS.md) before the exit came.
+  std::vector<std::string> ids = runner_.RunningIds();
+  for (const auto& m : pending_updates_) {
+    const std::string& id = m.update().job_id();
+    if (m.update().event() == v1::JOB_EVENT_EXITED &&
+        std::find(ids.begin(), ids.end(), id) == ids.end()) {
+      ids.push_back(id);
+    }
+  }
+  for (const auto& id : ids) {
     h->add_running_job_ids(id);
     if (auto it = starts_.find(id); it != starts_.end()) *h->add_running_jobs() = it->second;
   }
@@ -264,7 +275,7 @@ bool Daemon::Send(const v1::NodeMessage& message) {
   return stream_->rw->Write(message);
 }
 
-void Daemon::SendUpdate(const std::string& job_id, v1::JobEvent event, int exit_code,
+bool Daemon::SendUpdate(const std::string& job_id, v1::JobEvent event, int exit_code,
                         const std::string& message) {
   v1::NodeMessage m;
   auto* u = m.mutable_update();
@@ -272,7 +283,9 @@ void Daemon::SendUpdate(const std::string& job_id, v1::JobEvent event, int exit_
   u->set_event(event);
   u->set_exit_code(exit_code);
   u->set_message(message);
-  if (!Send(m)) pending_updates_.push_back(std::move(m));
+  if (Send(m)) return true;
+  pending_updates_.push_back(std::move(m));
+  return false;
 }
 
 void Daemon::OnStreamEnded() {
@@ -356,6 +369,8 @@ void Daemon::OnControl(const v1::ControlMessage& message) {
         Notify("READY=1");
       }
       while (!pending_updates_.empty() && Send(pending_updates_.front())) {
+        const v1::JobUpdate& sent = pending_updates_.front().update();
+        if (sent.event() == v1::JOB_EVENT_EXITED) starts_.erase(sent.job_id());
         pending_updates_.pop_front();
       }
       if (stopping_) {
@@ -425,8 +440,11 @@ void Daemon::OnReadLog(const v1::ReadLog& request) {
 }
 
 void Daemon::OnJobExit(const JobRunner::Exit& exit) {
-  starts_.erase(exit.job_id);
-  SendUpdate(exit.job_id, v1::JOB_EVENT_EXITED, exit.exit_code, exit.message);
+  // Held back while not registered: the job stays in starts_ and NodeHello (MakeHello) until
+  // its exit is sent.
+  if (SendUpdate(exit.job_id, v1::JOB_EVENT_EXITED, exit.exit_code, exit.message)) {
+    starts_.erase(exit.job_id);
+  }
 }
 
 void Daemon::OnStop() {

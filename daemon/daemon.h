@@ -12,7 +12,8 @@
 //   status code's name, once per endpoint until the outcome changes (repeats at debug level).
 // - Jobs: StartJob runs dgt-run (job_command.h, job_runner.h) and answers JobUpdate "started",
 //   or "exited" with exit code 1 and the reason when it cannot start; its end answers "exited"
-//   with dgt-run's code (held back while not registered and sent after the next Registered).
+//   with dgt-run's code (held back while not registered and sent after the next Registered;
+//   until then NodeHello still lists the job).
 //   CancelJob: SIGTERM, SIGKILL after grace_s (0: stop_grace_s). ReadLog: a LogChunk
 //   (job_logs.h).
 // - systemd (through DaemonEnv::notify): READY=1 at the first Registered, STATUS= on every
@@ -120,7 +121,8 @@ class Daemon {
   void StartHealthChecks();
   // A round's verdict: nullopt healthy, else the failure message.
   void OnHealth(const std::optional<std::string>& failure);
-  void SendUpdate(const std::string& job_id, dgt::jobs::v1::JobEvent event, int exit_code,
+  // True when sent; false when held back until the next Registered.
+  bool SendUpdate(const std::string& job_id, dgt::jobs::v1::JobEvent event, int exit_code,
                   const std::string& message);
   bool Send(const dgt::jobs::v1::NodeMessage& message);
   void CloseStream();

@@ -41,6 +41,7 @@ constexpr char kFakeDgtRun[] = R"sh(#!/bin/sh
 trap 'echo "dgt-run got TERM"; exit 143' TERM
 echo "args: $*"
 case "$*" in *quick*) echo "quick job done"; exit 7;; esac
+case "$*" in *on-release*) echo $$ > pid; for i in $(seq 300); do [ -e release ] && exit 0; sleep 0.05; done; exit 9;; esac
 case "$*" in *whoami*) echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) user=$USER home=$HOME pwd=$(pwd) env=$(env | sort | tr '\n' ' ')"; exit 0;; esac
 sleep 30 &
 wait
@@ -350,6 +351,67 @@ TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
   const auto notes = Notes();
   EXPECT_GE(std::count(notes.begin(), notes.end(), "WATCHDOG=1"), 2);
   EXPECT_EQ(std::count(notes.begin(), notes.end(), "READY=1"), 1);
+}
+
+// The leader is lost and the job ends before the node registers again (with the next replica):
+// the NodeHello still lists the job, with its StartJob, and its exit follows. Without it, the new
+// leader counted the job lost on this node and failed or replaced a job that had succeeded.
+TEST_F(DaemonTest, AJobThatEndsWhileUnregisteredIsListedUntilItsExitIsSent) {
+  FakeJobsService next;
+  next.RefuseWith(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no leader yet"));
+  config_.rendezvous_endpoints = {service_.endpoint(), next.endpoint()};
+  AgentConfig relabelled = config_;
+  relabelled.labels = {{"zone", "b"}};
+  env_.reload = [&]() -> absl::StatusOr<AgentConfig> { return relabelled; };
+  StartDaemon();
+  ASSERT_TRUE(WaitFor("hello node-t"));
+  auto start = StartJob("job-e", "on-release");
+  start.mutable_start()->set_uid("0e");
+  service_.Send(start);
+  ASSERT_TRUE(WaitFor("update job-e started 0"));
+  const std::string job_dir = config_.work_dir + "/job-e";
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (Slurp(job_dir + "/pid").empty()) {
+    ASSERT_LT(absl::Now(), deadline) << "the job wrote no pid";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const pid_t pid = std::stoi(Slurp(job_dir + "/pid"));
+  service_.Shutdown();  // The leader is gone: the stream breaks.
+  while (next.refused() == 0) {
+    ASSERT_LT(absl::Now(), deadline) << "no registration attempt at the next replica";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::ofstream(job_dir + "/release");
+  while (::kill(pid, 0) == 0) {  // Until the daemon reaped it (a zombie answers kill 0).
+    ASSERT_LT(absl::Now(), deadline) << "the job did not end";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  next.Accept();
+  ASSERT_TRUE(next.WaitFor(
+      [](const auto& ms) {
+        auto d = DescribeAll(ms);
+        return std::count(d.begin(), d.end(), "update job-e exited 0") == 1;
+      },
+      absl::Seconds(15)));
+  const auto ms = next.received();
+  EXPECT_THAT(DescribeAll(ms), ElementsAre("hello node-t", "update job-e exited 0"));
+  ASSERT_EQ(ms[0].hello().running_job_ids_size(), 1);
+  EXPECT_EQ(ms[0].hello().running_job_ids(0), "job-e");
+  ASSERT_EQ(ms[0].hello().running_jobs_size(), 1);
+  EXPECT_EQ(ms[0].hello().running_jobs(0).DebugString(), start.start().DebugString());
+  // Reported: a later registration lists it no more.
+  daemon_->RequestReload();  // New labels: the node registers again.
+  ASSERT_TRUE(next.WaitFor(
+      [](const auto& ms) {
+        auto d = DescribeAll(ms);
+        return std::count(d.begin(), d.end(), "hello node-t") == 2;
+      },
+      absl::Seconds(15)));
+  const auto again = next.received();
+  const auto last =
+      std::find_if(again.rbegin(), again.rend(), [](const auto& m) { return m.has_hello(); });
+  EXPECT_EQ(last->hello().running_job_ids_size(), 0);
+  EXPECT_EQ(StopDaemon(), 0);
 }
 
 TEST_F(DaemonTest, RunsJobsAsTheConfiguredUser) {

@@ -54,6 +54,11 @@ class FakeJobsService final : public dgt::jobs::v1::Jobs::Service {
     refuse_ = std::move(status);
     refuse_set_ = true;
   }
+  // Registers again from now on.
+  void Accept() {
+    dgt::MutexLock lock(&mu_);
+    refuse_set_ = false;
+  }
   int refused() {
     dgt::MutexLock lock(&mu_);
     return refused_;
