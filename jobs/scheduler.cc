@@ -473,7 +473,7 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
     // their join timeout for it. It is lost as a lost daemon's part is: replaced.
     LoseNode(job, node,
              drained ? absl::StrCat("it drained: ", failure)
-                     : absl::StrCat("its ", failure, " while the run went on"),
+                     : absl::StrCat("its dgt-run left the run, which goes on (", failure, ")"),
              now, out);
   } else if (update.exit_code() != 0 && job.first_failure.empty()) {
     job.first_failure = absl::StrCat("node ", node, ": ",

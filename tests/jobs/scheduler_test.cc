@@ -258,8 +258,8 @@ TEST_F(SchedulerTest, ANodeWhoseDgtRunLeftAnOpenRunIsReplacedWithRestartsLeft) {
               ElementsAre("b start job-1 rdzv:29400"));
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
-            "node b: its dgt-run exited with code 137: killed by SIGKILL while the run went on; "
-            "replacing it (restart 1 of 1)");
+            "node b: its dgt-run left the run, which goes on (dgt-run exited with code 137: "
+            "killed by SIGKILL); replacing it (restart 1 of 1)");
   EXPECT_EQ(Job(id).node_replacements(), 1);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
   EXPECT_THAT(JobNodes(id),
