@@ -393,6 +393,21 @@ bool JobsService::Persist() {
       }
     }
   }
+  if (!unsaved_jobs_.empty() && options_.elected) {
+    // A job record whose write failed may or may not be in etcd, so this replica's memory of
+    // the job can no longer be vouched for: an answer from it (a read, "already finished") could
+    // name a state the next leader never sees. It gives up its leadership; the next leader (this
+    // replica too, after a new campaign) reads every job from etcd (TakeOver). The caller still
+    // answers with the unsaved change's own message.
+    const auto& [id, why] = *unsaved_jobs_.begin();
+    const absl::Status status =
+        absl::UnavailableError(absl::StrCat("job ", id, "'s record was not saved (", why,
+                                            "); the next leader reads every job from etcd"));
+    StepDownLocked(absl::StrCat("replica ", options_.replica_id,
+                                " gave up its leadership: ", status.message()));
+    if (options_.on_fenced) options_.on_fenced(status);
+    return true;
+  }
   std::vector<v1::NodeInfo> nodes;
   if (!changes.nodes.empty()) nodes = scheduler_.Nodes();
   for (const v1::NodeInfo& node : nodes) {

@@ -12,11 +12,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace dgt::jobs {
 namespace {
+
+using ::testing::ElementsAre;
 
 // An etcd that stops answering job writes when `fail_puts` is set (UNAVAILABLE, not fenced: the
 // write may or may not have been applied).
@@ -538,6 +541,46 @@ TEST_F(JobsServiceTest, SubmitAndCancelWhoseRecordWasNotSavedAreNotAcknowledged)
   // Once etcd answers again, a write of the same records is acknowledged.
   backend.fail_puts = false;
   EXPECT_EQ(SubmitJob(Spec()), "job-3");
+}
+
+// With replicas, a leader whose job record was not saved gives up its leadership: its memory
+// (job-1 cancelled) may not be in etcd, and the next leader reads etcd (job-1 queued). Serving
+// "already finished" from memory was seen as a cancel that a later leader never knew of.
+TEST_F(JobsServiceTest, ALeaderWhoseJobRecordWasNotSavedGivesUpLeadership) {
+  FlakyJobBackend backend;
+  JobsServiceOptions options = Open();
+  options.backend = &backend;
+  options.elected = true;
+  options.replica_id = "r1";
+  std::vector<std::string> fenced;
+  options.on_fenced = [&fenced](const absl::Status& s) { fenced.emplace_back(s.message()); };
+  Start(std::move(options));
+  ASSERT_TRUE(service_->TakeOver().ok());
+  ASSERT_EQ(SubmitJob(Spec()), "job-1");
+  backend.fail_puts = true;
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::CancelRequest request;
+  request.set_job_id("job-1");
+  v1::JobInfo job;
+  grpc::Status st = stub_->Cancel(&ctx, request, &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(st.error_message(),
+            "the cancel of job job-1 was applied but not saved (etcd txn: no answer within 2s); "
+            "ask again");
+  EXPECT_FALSE(service_->is_leader());
+  EXPECT_THAT(fenced, ElementsAre("job job-1's record was not saved (etcd txn: no answer within "
+                                  "2s); the next leader reads every job from etcd"));
+  // Leading again, it serves what etcd holds.
+  backend.fail_puts = false;
+  ASSERT_TRUE(service_->TakeOver().ok());
+  grpc::ClientContext get_ctx;
+  Deadline(&get_ctx);
+  v1::GetJobRequest get;
+  get.set_job_id("job-1");
+  v1::JobInfo got;
+  ASSERT_TRUE(stub_->GetJob(&get_ctx, get, &got).ok());
+  EXPECT_EQ(got.state(), v1::JOB_STATE_QUEUED);
 }
 
 }  // namespace
