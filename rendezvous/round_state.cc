@@ -702,6 +702,15 @@ bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
     if (run.state == RunState::kGathering && run.round >= 0 && !run.join_deadline) {
       run.join_deadline = now + run.join_timeout;
     }
+    if (run.state == RunState::kRunning) {
+      // The held round was to replace the running one (a scale-up never drops below MIN: the
+      // members it keeps are at least MIN until one is lost, which holds a round of its own),
+      // which cannot go on: its members stop their workers, as after any loss below MIN.
+      WaitForNodes(run,
+                   absl::StrCat(reason, "; then nodes left: ", ConnectedCount(run),
+                                " connected before node rank 0's next store was ready"),
+                   now, out);
+    }
     return false;
   }
   int32_t inc = run.pending_restart_increment;
@@ -902,13 +911,18 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
     StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out);
     return;
   }
-  // Too few nodes to go on: survivors stop their workers and the run waits for nodes.
+  WaitForNodes(run, lost, now, out);
+}
+
+void RoundStateMachine::WaitForNodes(RunRecord& run, const std::string& why, absl::Time now,
+                                     std::vector<Outgoing>& out) {
+  // Survivors stop their workers and the run waits for nodes.
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0 || n.node_rank < 0) continue;
     out.push_back(Outgoing{
         n.session,
         StopWorkers{run.round,
-                    absl::StrCat(lost, "; waiting up to ", absl::FormatDuration(run.join_timeout),
+                    absl::StrCat(why, "; waiting up to ", absl::FormatDuration(run.join_timeout),
                                  " for at least ", run.min_nodes, " nodes")}});
   }
   EndRecovery(run);

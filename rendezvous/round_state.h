@@ -194,7 +194,8 @@ class RoundStateMachine {
   void StartRound(Run& run, const std::string& reason, int32_t restart_increment, absl::Time now,
                   std::vector<Outgoing>& out);
   // Starts the round held for node rank 0's next store (or holds it again). Returns false, and
-  // drops it, when fewer than MIN nodes are connected any more.
+  // drops it, when fewer than MIN nodes are connected any more; a running round it was to
+  // replace (members lost, or a restart) then stops its workers and the run waits for nodes.
   bool TrySendPendingRound(Run& run, absl::Time now, std::vector<Outgoing>& out);
   void LoseNode(Run& run, const std::string& node_id, const std::string& why, absl::Time now,
                 std::vector<Outgoing>& out);
@@ -202,6 +203,9 @@ class RoundStateMachine {
   // others, or StopWorkers and waiting for nodes, or the end of the run.
   void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
                        std::vector<Outgoing>& out);
+  // Too few nodes to go on (`why` says what happened): the round's members stop their workers and
+  // the run gathers again, failing after its join timeout.
+  void WaitForNodes(Run& run, const std::string& why, absl::Time now, std::vector<Outgoing>& out);
   void EndRecovery(Run& run);
   // Ends the run: RunFinished to its members (and, for `too_few_nodes`, a failure for want of MIN
   // nodes after losing nodes, to the waiting nodes too: a join timeout for them all).

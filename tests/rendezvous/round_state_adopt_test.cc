@@ -299,6 +299,49 @@ TEST(HeldRoundTest, AHeldRoundIsDroppedWhenTooFewNodesAreLeft) {
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(3 + 600));
 }
 
+// Round 0's node rank 0 (n1) has not opened its next store, so the round that replaces round 0
+// after each loss is held. When the waiting node leaves too, fewer than MIN nodes remain for the
+// held round. Round 0, which lost two of its three members, stayed running with one: no
+// StopWorkers, no join timeout, and the next node to come made a scale-up round with it (below
+// MIN in a run of MIN 3, as the round state fuzzer found). It stops and the run waits instead.
+TEST(HeldRoundTest, ARoundThatLostMembersStopsWhenItsHeldReplacementFallsBelowMin) {
+  RoundStateMachine m;
+  m.OnJoin(1, Join("n1", 2, 3), kT0);
+  m.OnJoin(2, Join("n2", 2, 3), kT0);
+  const Assignment* first = Find<Assignment>(m.OnJoin(3, Join("n3", 2, 3), kT0), 1);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->node_rank, 0);
+  m.OnJoin(4, Join("n4", 2, 3), kT0);              // Waits: round 0 has MAX nodes.
+  EXPECT_TRUE(m.OnSessionClosed(2, kT0).empty());  // Held: n1's next store is not ready.
+  EXPECT_TRUE(m.OnSessionClosed(3, kT0).empty());
+  std::vector<Outgoing> out = m.OnSessionClosed(4, kT0 + absl::Seconds(7));
+  ASSERT_EQ(out.size(), 2u);  // StopWorkers, then the count the run waits on.
+  const StopWorkers* stop = Find<StopWorkers>(out, 1);
+  ASSERT_NE(stop, nullptr);
+  EXPECT_EQ(stop->round, 0);
+  EXPECT_EQ(stop->reason,
+            "node lost: node n3 (10.0.0.3) was lost; then nodes left: 1 connected before node "
+            "rank 0's next store was ready; waiting up to 10m for at least 2 nodes");
+  const JoinProgress* progress = Find<JoinProgress>(out, 1);
+  ASSERT_NE(progress, nullptr);
+  EXPECT_EQ(progress->joined_nodes, 1);
+  EXPECT_EQ(m.StateOf("job"), RunState::kGathering);
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(607));
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(60)).empty());  // No round of one node.
+  m.OnStoreReady(1, StoreReady{30001}, kT0 + absl::Seconds(60));
+  EXPECT_EQ(m.OnJoin(5, Join("n2", 2, 3), kT0 + absl::Seconds(61)).size(), 1u);  // Its count.
+  std::vector<Outgoing> next = m.OnTick(kT0 + absl::Seconds(91));  // MIN after the last call.
+  const Assignment* a1 = Find<Assignment>(next, 1);
+  const Assignment* a5 = Find<Assignment>(next, 5);
+  ASSERT_NE(a1, nullptr);
+  ASSERT_NE(a5, nullptr);
+  EXPECT_EQ(a1->round, 1);
+  EXPECT_EQ(a1->node_rank, 0);
+  EXPECT_EQ(a5->node_rank, 1);
+  EXPECT_EQ(a5->master_port, 30001);
+  EXPECT_EQ(a5->reason, "nodes rejoined");
+}
+
 // Two failures of one round while its restart is held for node rank 0's next store: one restart
 // round, counted once. Counted per failure, the round went out with a restart count above
 // --max-restarts.
