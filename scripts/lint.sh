@@ -5,13 +5,18 @@
 # (scripts/clang_tidy_cached.py). --changed limits clang-tidy to the .cc files the last commit
 # changed (HEAD~1..HEAD), for a quick local check. Tests and benchmarks are formatted but not held
 # to clang-tidy's performance checks (loops over a handful of test threads are not hot paths).
-# Usage: scripts/lint.sh [--changed] [BUILD_DIR]   (BUILD_DIR, default build, has
+# --record runs every file and rewrites scripts/clang-tidy-clean.txt, the committed keys of clean
+# runs that let a fresh clone (CI) skip the files that have not changed: run it before a commit
+# that changes C++ code (a stale list only costs CI time).
+# Usage: scripts/lint.sh [--changed | --record] [BUILD_DIR]   (BUILD_DIR, default build, has
 #        compile_commands.json). DGT_LINT_JOBS sets the parallelism (default: nproc).
 # Exits non-zero on any finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 changed_only=0
+record=()
 if [ "${1:-}" = "--changed" ]; then changed_only=1; shift; fi
+if [ "${1:-}" = "--record" ]; then record=(--record); shift; fi
 # --all names the full run, the default.
 if [ "${1:-}" = "--all" ]; then shift; fi
 BUILD=${1:-build}
@@ -44,7 +49,7 @@ if [ ${#tidy_files[@]} -gt 0 ]; then
   start=$(date +%s)
   # Each file's findings are printed together; a file unchanged since a clean run is skipped
   # (scripts/clang_tidy_cached.py; DGT_TIDY_CACHE=off runs every file).
-  if ! python3 scripts/clang_tidy_cached.py "$BUILD" "$JOBS" "${tidy_files[@]}"; then status=1; fi
+  if ! python3 scripts/clang_tidy_cached.py "${record[@]}" "$BUILD" "$JOBS" "${tidy_files[@]}"; then status=1; fi
   echo "lint: clang-tidy took $(( $(date +%s) - start )) s"
 else
   echo "lint: no .cc file for clang-tidy"

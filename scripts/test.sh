@@ -2,7 +2,8 @@
 # Installs the dependencies, then builds and tests dgt in every configuration CI checks:
 #   release  full suite: unit tests, then end-to-end tests (real processes, Debian's PyTorch),
 #            then the .deb's checks (ctest -L install)
-#   asan     unit and integration tests under AddressSanitizer + UBSan + LeakSanitizer (clang)
+#   asan     unit and integration tests under AddressSanitizer + UBSan + LeakSanitizer (clang),
+#            then the libFuzzer smokes (ctest -L fuzz) with the fuzzers this build made
 #   tsan     unit and integration tests under ThreadSanitizer, with -Wthread-safety (clang)
 #   lint     clang-format over every tracked C++ file, clang-tidy over every product .cc file
 #            (scripts/lint.sh build; results cached per file)
@@ -30,16 +31,17 @@ for stage in $stages; do
     release)
       scripts/build.sh
       (cd build && ctest --output-on-failure -j "$(nproc)" -L unit)
-      # The end-to-end tests one at a time (timing bounds), then the fuzz smokes two at a time
-      # (each is a compile and a bounded libFuzzer run of its own).
+      # The end-to-end tests one at a time (timing bounds); the fuzz smokes run in the asan stage.
       (cd build && ctest --output-on-failure -L e2e -LE fuzz)
-      (cd build && ctest --output-on-failure -j "$(nproc)" -L fuzz)
       (cd build && ctest --output-on-failure -L install)
       ;;
     asan|tsan)
       [ -f "build-$stage/build.ninja" ] || cmake --preset "$stage" >/dev/null
       cmake --build --preset "$stage" -j "$(nproc)"
       ctest --preset "$stage" -j "$(nproc)"
+      if [ "$stage" = asan ]; then
+        (cd build-asan && ctest --output-on-failure -j "$(nproc)" -L fuzz)
+      fi
       ;;
     lint)
       [ -f build/compile_commands.json ] || scripts/build.sh

@@ -4,6 +4,7 @@
 # ones to the kept corpus by hand. Exits 77 (skipped) when clang++ is missing, 1 when the fuzzer
 # crashed or diverged from its model (libFuzzer's own code for that, 77, would read as skipped).
 # Usage: run_smoke.sh [RUNS] [SECONDS] [TARGET]   (TARGET defaults to wire_parser_fuzzer)
+# DGT_FUZZER_BIN names a fuzzer already built (a clang build's CMake target): it runs, unbuilt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 runs=${1:-20000}
@@ -15,10 +16,11 @@ case "$target" in
 esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$here/build_fuzzer.sh" "$target" "$tmp/$target"
+fuzzer=${DGT_FUZZER_BIN:-$tmp/$target}
+[ -n "${DGT_FUZZER_BIN:-}" ] || "$here/build_fuzzer.sh" "$target" "$fuzzer"
 mkdir "$tmp/new"
 set +e
-"$tmp/$target" -runs="$runs" -max_total_time="$seconds" -max_len="$max_len" \
+"$fuzzer" -runs="$runs" -max_total_time="$seconds" -max_len="$max_len" \
   -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$tmp/" "$tmp/new" "$corpus" \
   > "$tmp/log" 2>&1
 rc=$?
