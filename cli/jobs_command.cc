@@ -436,13 +436,16 @@ std::string FormatJobs(const v1::ListJobsResponse& jobs) {
   for (const v1::JobInfo& j : jobs.jobs()) {
     // The name is the user's text: padded by its width on the terminal, not its bytes.
     absl::StrAppend(
-        &out, absl::StrFormat(
-                  "%-12s %-10s %-13s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
-                  absl::StrCat(j.spec().instance_count(), " x ",
-                               j.spec().distribution().process_count_per_instance()),
-                  j.restarts() + j.node_replacements(),
-                  PadRight(j.spec().name().empty() ? "-" : TerminalText(j.spec().name()), 20),
-                  TerminalText(j.reason())));
+        &out,
+        absl::StrFormat(
+            "%-12s %-10s %-13s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
+            absl::StrCat(
+                j.spec().instance_count(),
+                j.spec().spare_instances() > 0 ? absl::StrCat("+", j.spec().spare_instances()) : "",
+                " x ", j.spec().distribution().process_count_per_instance()),
+            j.restarts() + j.node_replacements(),
+            PadRight(j.spec().name().empty() ? "-" : TerminalText(j.spec().name()), 20),
+            TerminalText(j.reason())));
   }
   return out;
 }
@@ -456,28 +459,40 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
                    s.name().empty() ? "" : ")", ": ", dgt::jobs::JobStateName(j.state()), "\n");
   if (!j.reason().empty()) absl::StrAppend(&out, "  reason: ", TerminalText(j.reason()), "\n");
   absl::StrAppend(&out, "  command: ", TerminalText(s.command(), "\n\t"), "\n");
-  absl::StrAppend(&out, "  nodes: ", s.instance_count(), " x ",
-                  s.distribution().process_count_per_instance(), " process(es), distribution ",
-                  s.distribution().type().empty() ? "pytorch" : s.distribution().type(),
-                  ", restarts ", j.restarts() + j.node_replacements(), " of ", s.max_restarts(),
-                  j.node_replacements() > 0
-                      ? absl::StrCat(" (", j.node_replacements(), " node replacement",
-                                     j.node_replacements() > 1 ? "s" : "", ")")
-                      : "",
-                  "\n");
+  absl::StrAppend(
+      &out, "  nodes: ", s.instance_count(), " x ", s.distribution().process_count_per_instance(),
+      " process(es), distribution ",
+      s.distribution().type().empty() ? "pytorch" : s.distribution().type(), ", restarts ",
+      j.restarts() + j.node_replacements(), " of ", s.max_restarts(),
+      j.node_replacements() > 0 ? absl::StrCat(" (", j.node_replacements(), " node replacement",
+                                               j.node_replacements() > 1 ? "s" : "", ")")
+                                : "",
+      s.spare_instances() > 0
+          ? absl::StrCat(", spares ", j.spares_used(), " of ", s.spare_instances(), " used")
+          : "",
+      "\n");
   absl::StrAppend(&out, "  submitted ", Ago(j.submitted_unix_s(), now), ", started ",
                   Ago(j.started_unix_s(), now), ", finished ", Ago(j.finished_unix_s(), now), "\n");
   if (j.nodes_size() > 0) {
     const int per = s.distribution().process_count_per_instance();
+    // Once the run gave node ranks out, a running node without one waits in it as a spare.
+    const bool ranked = std::any_of(j.nodes().begin(), j.nodes().end(),
+                                    [](const v1::JobNode& n) { return n.node_rank() >= 0; });
     absl::StrAppend(&out, absl::StrFormat("  %-24s %-9s %-11s %s\n", "NODE", "NODE RANK", "RANKS",
                                           "EXIT CODE"));
     for (const v1::JobNode& n : j.nodes()) {
       std::string ranks =
           n.first_rank() >= 0 ? absl::StrCat(n.first_rank(), "-", n.first_rank() + per - 1) : "-";
+      const bool waiting_spare = s.spare_instances() > 0 && ranked && n.node_rank() < 0 &&
+                                 n.exit_code() < 0 && !n.taken_by_spare() &&
+                                 !dgt::jobs::IsTerminal(j.state());
+      std::string node_rank = n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-";
+      if (waiting_spare) node_rank = "spare";
+      std::string exit = n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-";
+      if (n.taken_by_spare()) exit = "lost (a spare took its part)";
       absl::StrAppend(
           &out, absl::StrFormat("  %s %-9s %-11s %s\n", PadRight(TerminalText(n.node_name()), 24),
-                                n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-", ranks,
-                                n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-"));
+                                node_rank, ranks, exit));
     }
   }
   return out;

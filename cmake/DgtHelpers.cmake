@@ -46,6 +46,12 @@ function(dgt_cc_test)
   add_executable(${A_NAME} ${A_SRCS})
   set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   target_compile_options(${A_NAME} PRIVATE ${DGT_WARNINGS})
+  # A test's own sources at -O1 in an optimised build: a third less compile time than -O2, and
+  # gcc's warnings that need the optimiser (maybe-uninitialized) still on. What it links (the
+  # product libraries) stays as built.
+  if(CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo)$")
+    target_compile_options(${A_NAME} PRIVATE -O1)
+  endif()
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   # Tests find source files through DGT_SOURCE_DIR, whatever directory ctest runs them from.
   target_compile_definitions(${A_NAME} PRIVATE DGT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

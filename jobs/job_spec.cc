@@ -91,9 +91,8 @@ absl::Status ReadMap(const YAML::Node& node, absl::string_view path,
 }
 
 constexpr const char* kSpecKeys[] = {
-    "name",           "command",      "code_dir",     "environment_variables",
-    "instance_count", "distribution", "max_restarts", "restart_policy",
-    "node_labels"};
+    "name",         "command",      "code_dir",       "environment_variables", "instance_count",
+    "distribution", "max_restarts", "restart_policy", "node_labels",           "spare_instances"};
 constexpr const char* kDistributionKeys[] = {"type", "process_count_per_instance", "worker_count",
                                              "parameter_server_count"};
 
@@ -324,6 +323,9 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text) {
         s = ReadString(kv.second, key, spec.mutable_restart_policy());
       } else if (key == "node_labels") {
         s = ReadMap(kv.second, key, spec.mutable_node_labels());
+      } else if (key == "spare_instances") {
+        s = ReadInt(kv.second, key, 0, kMaxSpareInstances, &v);
+        spec.set_spare_instances(v);
       } else {
         s = UnknownKey("", key, kSpecKeys);
       }
@@ -408,6 +410,15 @@ absl::Status Validate(const v1::JobSpec& spec) {
   }
   for (const auto& [key, value] : spec.node_labels()) {
     if (key.empty()) return Bad("node_labels", "a label key must not be empty");
+  }
+  const int32_t spares = spec.spare_instances();
+  if (spares < 0 || spares > kMaxSpareInstances) {
+    return Bad("spare_instances",
+               absl::StrCat("must be >= 0 and <= ", kMaxSpareInstances, ", got ", spares));
+  }
+  if (spares > 0 && d.type() == "tensorflow") {
+    // TF_CONFIG names every worker's address: a spare cannot take a lost worker's place in it.
+    return Bad("spare_instances", "only for distribution.type pytorch (tensorflow has none)");
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,8 @@ inline constexpr size_t kMaxNameBytes = 128;
 inline constexpr int32_t kMaxInstanceCount = 100000;  // The rendezvous' max_nodes_per_run.
 inline constexpr int32_t kMaxProcessesPerInstance = 4096;
 inline constexpr int32_t kMaxRestarts = 100000;
+// Spares wait in the run: the rendezvous' --max-waiting-nodes-per-run default.
+inline constexpr int32_t kMaxSpareInstances = 1000;
 // A job id: "job-<n>" or any [a-z0-9-] string of at most this many bytes (it becomes the
 // rendezvous run id and a directory name on every node).
 inline constexpr size_t kMaxJobIdBytes = 64;
@@ -58,6 +60,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view text);
 // - tensorflow: worker_count >= 1, parameter_server_count >= 0, and their sum equal to
 //   instance_count x process_count_per_instance (as dgt-run --worker-count checks).
 // - max_restarts 0..100000; restart_policy "", "group" or "rank"; node label keys non-empty.
+// - spare_instances 0..1000, and 0 for tensorflow.
 // Errors: InvalidArgument for the first rule broken.
 absl::Status Validate(const v1::JobSpec& spec);
 

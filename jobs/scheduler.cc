@@ -44,6 +44,14 @@ std::string Cut(const std::string& text, size_t max) {
   return absl::StrCat(text.substr(0, end), "...");
 }
 
+// The nodes a job is placed on: its instance_count, and its spares, which wait in the run.
+int32_t NodesFor(const v1::JobSpec& spec) { return spec.instance_count() + spec.spare_instances(); }
+
+// Whether a spare of the job (spec.spare_instances) can still take a lost node's part.
+bool SpareLeft(const v1::JobInfo& info) {
+  return info.spares_used() < info.spec().spare_instances();
+}
+
 // A job whose nodes run (or start) it: its run's status and its nodes' losses matter.
 bool StartingOrRunning(v1::JobState state) {
   return state == v1::JOB_STATE_STARTING || state == v1::JOB_STATE_RUNNING;
@@ -135,9 +143,13 @@ std::string Scheduler::PendingReason(const v1::JobSpec& spec) const {
     if (node.info.unhealthy()) unhealthy.push_back(&node);
     if (Usable(spec, node)) ++usable;
   }
-  const int32_t needs = spec.instance_count();
+  const int32_t needs = NodesFor(spec);
   std::string reason = absl::StrCat(
       "needs ", needs, " idle node", needs == 1 ? "" : "s",
+      spec.spare_instances() > 0
+          ? absl::StrCat(" (", spec.instance_count(), " and ", spec.spare_instances(), " spare",
+                         spec.spare_instances() == 1 ? "" : "s", ")")
+          : "",
       spec.node_labels().empty() ? ""
                                  : absl::StrCat(" with labels ", LabelText(spec.node_labels())),
       "; ", usable, usable == 1 ? " matches" : " match");
@@ -184,9 +196,9 @@ void Scheduler::Place(absl::Time now, std::vector<Action>* out) {
     std::vector<std::string> chosen;
     for (const auto& [name, node] : nodes_) {
       if (!Usable(spec, node)) continue;
-      if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) chosen.push_back(name);
+      if (static_cast<int32_t>(chosen.size()) < NodesFor(spec)) chosen.push_back(name);
     }
-    if (static_cast<int32_t>(chosen.size()) < spec.instance_count()) {
+    if (static_cast<int32_t>(chosen.size()) < NodesFor(spec)) {
       std::string reason = PendingReason(spec);
       if (job.info.reason() != reason) MutableJob(id)->info.set_reason(reason);
       blocker = id;
@@ -321,7 +333,8 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
         JoinAsReplacement(it->second, *started, name)) {
       jn = JobNodeOf(it->second, name);
     }
-    if (jn == nullptr || other_job || IsTerminal(it->second.info.state()) || jn->exit_code() >= 0) {
+    if (jn == nullptr || other_job || IsTerminal(it->second.info.state()) || jn->exit_code() >= 0 ||
+        jn->taken_by_spare()) {
       // Not this node's job (any more): stop it there.
       if (other_job) foreign.insert(id);
       Action action{name, {}};
@@ -467,10 +480,12 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
   auto n = nodes_.find(node);
   const bool drained = n != nodes_.end() && n->second.draining;
   if (left_an_open_run &&
-      job.info.restarts() + job.info.node_replacements() < job.info.spec().max_restarts()) {
+      (job.info.restarts() + job.info.node_replacements() < job.info.spec().max_restarts() ||
+       SpareLeft(job.info))) {
     // Its dgt-run left a run that goes on (the node drained, or dgt-run was killed or lost the
     // service): nothing starts that part again there, and the others' dgt-run would wait out
-    // their join timeout for it. It is lost as a lost daemon's part is: replaced.
+    // their join timeout for it. It is lost as a lost daemon's part is: a spare takes it, or it
+    // is replaced.
     LoseNode(job, node,
              drained ? absl::StrCat("it drained: ", failure)
                      : absl::StrCat("its dgt-run left the run, which goes on (", failure, ")"),
@@ -513,6 +528,7 @@ void Scheduler::MaybeFinish(Job& job, absl::Time now) {
   bool all_ok = true;
   std::string lost;
   for (const v1::JobNode& n : job.info.nodes()) {
+    if (n.taken_by_spare()) continue;  // Lost; a spare ran its part.
     const bool gone = job.gone.contains(n.node_name());
     if (n.exit_code() < 0 && !gone) return;  // Still running there.
     if (gone || n.exit_code() != 0) all_ok = false;
@@ -589,6 +605,21 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& w
   // The rendezvous re-forms a run's round with a replacement without counting a restart: both add.
   const int32_t used = job.info.restarts() + job.info.node_replacements();
   const std::string lost = absl::StrCat("node ", node, ": ", what);
+  if (v1::JobNode* jn = JobNodeOf(job, node); jn != nullptr && SpareLeft(job.info)) {
+    // The rendezvous gives the lost node's node rank and ranks to a spare waiting in the run:
+    // nothing is started, and no restart is counted.
+    const int32_t spares = job.info.spec().spare_instances();
+    job.info.set_spares_used(job.info.spares_used() + 1);
+    jn->set_taken_by_spare(true);
+    jn->set_node_rank(-1);
+    jn->set_first_rank(-1);
+    job.gone.insert(node);
+    job.to_replace.erase(node);
+    job.info.set_reason(absl::StrCat(lost, "; a spare takes its place (spare ",
+                                     job.info.spares_used(), " of ", spares, ")"));
+    MaybeFinish(job, now);
+    return;
+  }
   if (used >= max_restarts) {
     Finish(job, v1::JOB_STATE_FAILED, absl::StrCat(lost, "; max_restarts ", max_restarts), now);
     CancelNodes(job, options_.default_grace_s, out);
@@ -643,7 +674,7 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
   for (const rendezvous::NodeStatus& ns : run.nodes) {
     v1::JobNode* jn = JobNodeOf(job, ns.node_id);
     // A node without a rank now (waiting, or the run closed) keeps the one it had.
-    if (jn == nullptr || ns.node_rank < 0) continue;
+    if (jn == nullptr || ns.node_rank < 0 || jn->taken_by_spare()) continue;
     jn->set_node_rank(ns.node_rank);
     jn->set_first_rank(ns.node_rank * per_node);
   }

@@ -152,7 +152,8 @@ class Scheduler {
   void CancelNodes(Job& job, double grace_s, std::vector<Action>* out);
   void FreeNode(const std::string& node, const std::string& job_id);
   // `node` of a starting or running `job` lost its processes; `what` says how, for the reason
-  // ("its daemon was lost mid-job (...)"). Replaces the node or fails the job (docs/JOBS.md).
+  // ("its daemon was lost mid-job (...)"). A spare of the job takes its part, else it is replaced,
+  // else the job fails (docs/JOBS.md).
   void LoseNode(Job& job, const std::string& node, const std::string& what, absl::Time now,
                 std::vector<Action>* out);
   // Starts the job's replacement for lost `node` on an idle node; false when there is none.

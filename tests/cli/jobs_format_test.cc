@@ -1,5 +1,6 @@
 // The tables of `dgt jobs` and `dgt nodes`, and the display width their columns are padded by.
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -91,6 +92,43 @@ TEST(FormatJobs, PadsNamesByTheirWidthOnATerminal) {
     const size_t at = lines[i].rfind(' ') + 1;
     EXPECT_EQ(DisplayWidth(lines[i].substr(0, at)), 68u) << lines[i];
   }
+}
+
+// A job with spares: `dgt jobs` shows "2+1", `dgt job show` how many were used, which node
+// waits as a spare and which lost node's part a spare took.
+TEST(FormatJobs, ShowsSpareInstances) {
+  v1::JobInfo j = Job("job-1", "resnet", "node b: its daemon was lost mid-job");
+  j.set_state(v1::JOB_STATE_RUNNING);
+  j.mutable_spec()->set_instance_count(2);
+  j.mutable_spec()->set_spare_instances(2);
+  j.set_spares_used(1);
+  for (const auto& [name, rank, taken] : std::vector<std::tuple<std::string, int, bool>>{
+           {"a", 0, false}, {"b", -1, true}, {"c", 1, false}, {"d", -1, false}}) {
+    v1::JobNode* n = j.add_nodes();
+    n->set_node_name(name);
+    n->set_node_rank(rank);
+    n->set_first_rank(rank >= 0 ? rank * 2 : -1);
+    n->set_exit_code(-1);
+    n->set_taken_by_spare(taken);
+  }
+  v1::ListJobsResponse jobs;
+  *jobs.add_jobs() = j;
+  const std::vector<std::string> lines = absl::StrSplit(FormatJobs(jobs), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1],
+            "job-1        running    2+2 x 2       0        resnet               node b: its "
+            "daemon was lost mid-job");
+  const std::vector<std::string> show = absl::StrSplit(FormatJob(j, 0), '\n');
+  ASSERT_EQ(show.size(), 11u);
+  EXPECT_EQ(
+      show[3],
+      "  nodes: 2 x 2 process(es), distribution pytorch, restarts 0 of 0, spares 1 of 2 used");
+  EXPECT_EQ(show[5], "  NODE                     NODE RANK RANKS       EXIT CODE");
+  EXPECT_EQ(show[6], "  a                        0         0-1         -");
+  EXPECT_EQ(show[7],
+            "  b                        -         -           lost (a spare took its part)");
+  EXPECT_EQ(show[8], "  c                        1         2-3         -");
+  EXPECT_EQ(show[9], "  d                        spare     -           -");
 }
 
 TEST(FormatNodes, PadsNodeNamesAndLabelsByTheirWidth) {

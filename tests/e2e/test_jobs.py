@@ -278,7 +278,8 @@ def test_spec_errors_and_submit_tokens(spawn, tmp_path):
         "instance_count: 1\n": "command: required (the shell command every worker process runs)",
         "command: x\ninstance_count: 1\ndistrbution: {}\n":
             "distrbution: unknown key (known: name, command, code_dir, environment_variables, "
-            "instance_count, distribution, max_restarts, restart_policy, node_labels)",
+            "instance_count, distribution, max_restarts, restart_policy, node_labels, "
+            "spare_instances)",
         "command: x\ninstance_count: two\n": "instance_count: must be an integer, got 'two'",
         # One past int32: the key's own range.
         "command: x\ninstance_count: 2147483648\n":

@@ -189,3 +189,42 @@ def test_a_drained_nodes_part_goes_to_an_idle_node(spawn, python2, tmp_path):
     assert sorted((n["node_name"], n["exit_code"]) for n in done["nodes"]) == [("n1", 0), ("n3", 0)]
     for r in range(2):
         assert service.log("job-1", r).splitlines()[-1].startswith(f"rank {r} pid "), r
+
+
+def test_a_spare_instance_takes_a_drained_nodes_part(spawn, python2, tmp_path):
+    """A job with `spare_instances: 1` on three dgt-agents: two run it, the third waits in the run
+    as a spare (`dgt job show`: node rank "spare"). SIGTERM to a running node's dgt-agent drains
+    it (its dgt-run exits 143); the spare takes its node rank and ranks without a restart or a
+    replacement, and the job succeeds with max_restarts 0."""
+    service = Service(spawn, tmp_path)
+    agents = start_agents(spawn, service, tmp_path, ("n1", "n2", "n3"))
+    submit_training(service, python2, tmp_path, 8, 1, "spare_instances: 1\n")
+    ranked = poll(lambda: (i := service.show("job-1")) and
+                  sorted(n["node_rank"] for n in i["nodes"]) == [-1, 0, 1] and i, 20, 0.2)
+    assert ranked, (service.show("job-1"), logs(service.proc))
+    assert ranked["spec"]["spare_instances"] == 1
+    by_rank = {n["node_rank"]: n["node_name"] for n in ranked["nodes"]}
+    spare, lost = by_rank[-1], by_rank[1]
+    listed = service.dgt("jobs")
+    assert re.search(r"^job-1 +running +2\+1 x 1 ", listed.stdout, re.M), listed.stdout
+    table = service.dgt("job", "show", "job-1").stdout
+    assert re.search(rf"^  {spare} +spare +- +-$", table, re.M), table
+    assert "spares 0 of 1 used" in table, table
+
+    agents[lost].popen.send_signal(signal.SIGTERM)
+    assert agents[lost].popen.wait(timeout=30) == 0, logs(agents[lost])
+    taken = poll(lambda: (i := service.show("job-1")) and i["spares_used"] == 1 and i, 20, 0.1)
+    assert taken, (service.show("job-1"), logs(service.proc))
+    assert re.fullmatch(rf"node {lost}: it drained: dgt-run exited with code 143: .*; "
+                        r"a spare takes its place \(spare 1 of 1\)", taken["reason"]), taken
+
+    done = service.wait_state("job-1", {"succeeded", "failed", "cancelled"}, 90)
+    assert done["state"] == "succeeded", (done, logs(service.proc))
+    assert done["node_replacements"] == 0 and done["spares_used"] == 1, done
+    nodes = {n["node_name"]: n for n in done["nodes"]}
+    assert nodes[lost]["taken_by_spare"] is True and nodes[lost]["exit_code"] == 143, nodes
+    assert nodes[spare]["exit_code"] == 0 and nodes[spare]["node_rank"] == 1, nodes
+    assert nodes[by_rank[0]]["exit_code"] == 0 and nodes[by_rank[0]]["node_rank"] == 0, nodes
+    assert "lost (a spare took its part)" in service.dgt("job", "show", "job-1").stdout
+    for r in range(2):
+        assert service.log("job-1", r).splitlines()[-1].startswith(f"rank {r} pid "), r

@@ -1,8 +1,9 @@
 // Stateful libFuzzer target over the FIFO gang scheduler of the jobs service (jobs/scheduler.h).
 // The input decodes into a sequence of operations on up to 5 node daemons and the jobs they are
-// sent: submits (1 to 3 nodes, with or without a label), cancels, registrations (listing the jobs
-// the daemon still runs, or none after a crash), stream breaks, drains, `started` and `exited`
-// updates (exit code 0 or not), and ticks of a simulated clock. After every step:
+// sent: submits (1 to 3 nodes and 0 or 1 spare, with or without a label), cancels, registrations
+// (listing the jobs the daemon still runs, or none after a crash), stream breaks, drains,
+// `started` and `exited` updates (exit code 0 or not), and ticks of a simulated clock. After
+// every step:
 //   - no node is in two jobs: a StartJob goes only to a registered, not draining node that
 //     carries the job's labels and runs no other job (its daemon's view), and a node the
 //     scheduler has busy with a job is an active part of that job only;
@@ -155,6 +156,7 @@ class Harness {
     spec.set_instance_count(in_->ConsumeIntegralInRange<int>(1, 3));
     spec.mutable_distribution()->set_process_count_per_instance(1);
     spec.set_max_restarts(in_->ConsumeIntegralInRange<int>(0, 1));
+    spec.set_spare_instances(in_->ConsumeIntegralInRange<int>(0, 1));
     if (in_->ConsumeBool()) (*spec.mutable_node_labels())["pool"] = in_->ConsumeBool() ? "a" : "b";
     std::vector<Action> out;
     absl::StatusOr<std::string> id = scheduler_.Submit(spec, now_, &out);
@@ -276,9 +278,14 @@ class Harness {
       }
       if (job.state() == v1::JOB_STATE_QUEUED) queued_before = true;
       if (job.state() == v1::JOB_STATE_STARTING || job.state() == v1::JOB_STATE_RUNNING) {
-        if (job.nodes_size() != job.spec().instance_count()) {
+        if (job.nodes_size() != job.spec().instance_count() + job.spec().spare_instances()) {
           Diverge(absl::StrCat("job ", id, " has ", job.nodes_size(), " nodes, asked for ",
-                               job.spec().instance_count()));
+                               job.spec().instance_count(), " and ", job.spec().spare_instances(),
+                               " spares"));
+        }
+        if (job.spares_used() > job.spec().spare_instances()) {
+          Diverge(absl::StrCat("job ", id, " used ", job.spares_used(), " of ",
+                               job.spec().spare_instances(), " spares"));
         }
         for (const v1::JobNode& n : job.nodes()) {
           // A lost node's part keeps its name until its replacement starts: only the node a

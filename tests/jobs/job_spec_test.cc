@@ -61,6 +61,20 @@ node_labels: {gpu: a100}
   EXPECT_TRUE(Validate(*spec).ok()) << Validate(*spec);
 }
 
+TEST(ParseJobSpecYaml, SpareInstances) {
+  auto spec = ParseJobSpecYaml("command: python train.py\ninstance_count: 2\nspare_instances: 1\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->instance_count(), 2);
+  EXPECT_EQ(spec->spare_instances(), 1);
+  EXPECT_TRUE(Validate(*spec).ok()) << Validate(*spec);
+  auto many = ParseJobSpecYaml("command: x\ninstance_count: 1\nspare_instances: 5000\n");
+  ASSERT_TRUE(many.ok()) << many.status();  // An int32: Validate checks the range.
+  EXPECT_EQ(Validate(*many).message(), "spare_instances: must be >= 0 and <= 1000, got 5000");
+  auto bad = ParseJobSpecYaml("command: x\nspare_instances: 2147483648\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "spare_instances: must be >= 0 and <= 1000, got 2147483648");
+}
+
 TEST(ParseJobSpecYaml, ProcessCountDefaultsToOne) {
   auto spec = ParseJobSpecYaml("command: 'true'\ninstance_count: 1\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -81,7 +95,8 @@ TEST(ParseJobSpecYaml, Errors) {
   for (const Case& c : std::initializer_list<Case>{
            {"command: x\ninstanc_count: 2\n",
             "instanc_count: unknown key (known: name, command, code_dir, environment_variables, "
-            "instance_count, distribution, max_restarts, restart_policy, node_labels)"},
+            "instance_count, distribution, max_restarts, restart_policy, node_labels, "
+            "spare_instances)"},
            {"command: x\ndistribution: {proces_count: 2}\n",
             "distribution.proces_count: unknown key (known: type, process_count_per_instance, "
             "worker_count, parameter_server_count)"},
@@ -268,6 +283,16 @@ TEST(Validate, EveryRule) {
             "restart_policy: must be group or rank, got 'node'"},
            {[](v1::JobSpec& s) { (*s.mutable_node_labels())[""] = "x"; },
             "node_labels: a label key must not be empty"},
+           {[](v1::JobSpec& s) { s.set_spare_instances(-1); },
+            "spare_instances: must be >= 0 and <= 1000, got -1"},
+           {[](v1::JobSpec& s) { s.set_spare_instances(1001); },
+            "spare_instances: must be >= 0 and <= 1000, got 1001"},
+           {[](v1::JobSpec& s) {
+              s.mutable_distribution()->set_type("tensorflow");
+              s.mutable_distribution()->set_worker_count(4);
+              s.set_spare_instances(1);
+            },
+            "spare_instances: only for distribution.type pytorch (tensorflow has none)"},
        }) {
     v1::JobSpec spec = Good();
     c.change(spec);

@@ -448,6 +448,72 @@ TEST_F(SchedulerTest, LostNodeNotBackWithinTheGraceFailsTheJob) {
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle"));
 }
 
+TEST_F(SchedulerTest, ASpareInstanceIsPlacedWithTheJobAndCountedInThePendingReason) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_spare_instances(1);
+  Register(Hello("a"));
+  Register(Hello("b"));
+  std::string id;
+  EXPECT_THAT(Submit(spec, &id), IsEmpty());
+  EXPECT_EQ(Job(id).reason(), "needs 3 idle nodes (2 and 1 spare); 2 match");
+  EXPECT_THAT(Register(Hello("c")),
+              ElementsAre("a start job-1 rdzv:29400", "b start job-1 rdzv:29400",
+                          "c start job-1 rdzv:29400"));
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1", "c busy job-1"));
+}
+
+TEST_F(SchedulerTest, ALostNodesPartGoesToASpareWithoutARestartAndTheJobSucceeds) {
+  v1::JobSpec spec = Spec(2, 1);  // max_restarts 0.
+  spec.set_spare_instances(1);
+  Register(Hello("a"));
+  Register(Hello("b"));
+  Register(Hello("c"));
+  std::string id;
+  Submit(spec, &id);
+  for (const char* n : {"a", "b", "c"}) Update(n, jobs::Update(id, v1::JOB_EVENT_STARTED));
+  RunStatus(id, {"a", "b"});  // c waits as the spare.
+  // b's daemon is killed; it comes back without the job: c takes b's part in the run.
+  Deregister("b");
+  now_ += absl::Seconds(1);
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());  // Nothing replaced, nothing cancelled.
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (it registered again without the job); a spare "
+            "takes its place (spare 1 of 1)");
+  EXPECT_EQ(Job(id).spares_used(), 1);
+  EXPECT_EQ(Job(id).node_replacements(), 0);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle", "c busy job-1"));
+  RunStatus(id, {"a", "c"});
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1",
+                                        "c rank 1 first 1 exit -1"));
+  EXPECT_TRUE(Job(id).nodes(1).taken_by_spare());
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_THAT(Update("c", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(SchedulerTest, ADgtRunThatLeftTheRunIsCoveredByASpareThenTheNextLossFailsTheJob) {
+  v1::JobSpec spec = Spec(2, 1);  // max_restarts 0.
+  spec.set_spare_instances(1);
+  Register(Hello("a"));
+  Register(Hello("b"));
+  Register(Hello("c"));
+  std::string id;
+  Submit(spec, &id);
+  for (const char* n : {"a", "b", "c"}) Update(n, jobs::Update(id, v1::JOB_EVENT_STARTED));
+  RunStatus(id, {"a", "b"});
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 137)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its dgt-run left the run, which goes on (dgt-run exited with code 137); a "
+            "spare takes its place (spare 1 of 1)");
+  // No spare is left: a's loss ends the job as without spares.
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 137)),
+              ElementsAre("c cancel job-1 30"));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Job(id).reason(), "node a: dgt-run exited with code 137");
+}
+
 TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
   v1::JobSpec spec = Spec(2, 2);
   spec.set_max_restarts(1);
