@@ -98,7 +98,8 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
   }
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
-      lifecycle_->OnProgress(message.progress().joined_nodes());
+      lifecycle_->OnProgress(message.progress().joined_nodes(), message.progress().spare(),
+                             clock_->Now());
       if (message.progress().spare()) {
         spdlog::info(
             "dgt-run: run '{}': this node waits as a hot spare; it takes the place of the next "

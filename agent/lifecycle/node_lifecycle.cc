@@ -102,6 +102,16 @@ void NodeLifecycle::OnJoinSent(absl::Time now) {
   join_deadline_ = now + absl::Seconds(options_.join_timeout_s);
 }
 
+void NodeLifecycle::OnProgress(int joined_nodes, bool spare, absl::Time now) {
+  joined_nodes_ = joined_nodes;
+  if (state_ != NodeState::kJoining) return;
+  if (spare) {
+    join_deadline_.reset();
+  } else if (!join_deadline_) {
+    join_deadline_ = now + absl::Seconds(options_.join_timeout_s);
+  }
+}
+
 void NodeLifecycle::Stop(LifecycleActions* out, int signal) {
   state_ = NodeState::kStopping;
   out->push_back(actions::StopWorkers{signal});

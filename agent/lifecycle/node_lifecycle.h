@@ -267,8 +267,12 @@ class NodeLifecycle {
   // --- Joining -------------------------------------------------------------------------------
   // The join was sent at `now`: the round must come within join_timeout_s (Finish 75).
   void OnJoinSent(absl::Time now);
-  // JoinProgress: how many nodes joined so far (for the join timeout's message).
-  void OnProgress(int joined_nodes) { joined_nodes_ = joined_nodes; }
+  // JoinProgress: how many nodes joined so far (for the join timeout's message), and whether this
+  // node waits as a hot spare beside a running round. A spare waits as long as the run runs: the
+  // service ends the wait with the run (RunFinished, or a refusal), and a lost service is the
+  // session's own deadline. So the join deadline is lifted while the node is a spare, and set
+  // again from `now` by progress that is not a spare's while the node still joins.
+  void OnProgress(int joined_nodes, bool spare, absl::Time now);
   // The coordinator assigned `a` (`a.round` may repeat the current round only for a rejoin,
   // which the runtime answers itself).
   // `alive`: workers of the current round still running.

@@ -612,13 +612,32 @@ TEST(NodeLifecycleTest, JoinTimeout) {
   o.min_nodes = 2;
   Harness h(o);
   h.lc().OnJoinSent(h.clock().Now());
-  h.lc().OnProgress(1);
+  h.lc().OnProgress(1, /*spare=*/false, h.clock().Now());
   h.clock().Advance(absl::Seconds(599));
   EXPECT_THAT(h.Tick(), ElementsAre());
   h.clock().Advance(absl::Seconds(1));
   EXPECT_THAT(h.Tick(), ElementsAre("Finish(75, rendezvous for run 'job' did not complete within "
                                     "600 s (--join-timeout): 1 of at least 2 node(s) joined)"));
   EXPECT_EQ(h.lc().NextDeadline(), std::nullopt);
+}
+
+// A hot spare waits beside the running round for as long as the run runs, past the join
+// timeout (a spare of a job that ran longer than 600 s exited 75 and was lost as a spare). When
+// the service stops calling it a spare (the run gathers again), the join timeout counts again.
+TEST(NodeLifecycleTest, AHotSpareWaitsPastTheJoinTimeout) {
+  NodeLifecycle::Options o = BaseOptions();
+  o.min_nodes = 2;
+  Harness h(o);
+  h.lc().OnJoinSent(h.clock().Now());
+  h.lc().OnProgress(3, /*spare=*/true, h.clock().Now());
+  EXPECT_EQ(h.lc().NextDeadline(), std::nullopt);
+  h.clock().Advance(absl::Hours(5));
+  EXPECT_THAT(h.Tick(), ElementsAre());
+  h.lc().OnProgress(1, /*spare=*/false, h.clock().Now());
+  EXPECT_EQ(h.lc().NextDeadline(), h.clock().Now() + absl::Seconds(600));
+  h.clock().Advance(absl::Seconds(600));
+  EXPECT_THAT(h.Tick(), ElementsAre("Finish(75, rendezvous for run 'job' did not complete within "
+                                    "600 s (--join-timeout): 1 of at least 2 node(s) joined)"));
 }
 
 TEST(NodeLifecycleTest, RefusedWhileJoining) {
