@@ -705,11 +705,12 @@ bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
     if (run.state == RunState::kRunning) {
       // The held round was to replace the running one (a scale-up never drops below MIN: the
       // members it keeps are at least MIN until one is lost, which holds a round of its own),
-      // which cannot go on: its members stop their workers, as after any loss below MIN.
-      WaitForNodes(run,
-                   absl::StrCat(reason, "; then nodes left: ", ConnectedCount(run),
-                                " connected before node rank 0's next store was ready"),
-                   now, out);
+      // which cannot go on: as after any loss below MIN, a failure reported meanwhile ends the
+      // run, else its members stop their workers and the run waits for nodes.
+      AfterMemberLost(run,
+                      absl::StrCat(reason, "; then nodes left: ", ConnectedCount(run),
+                                   " connected before node rank 0's next store was ready"),
+                      now, out);
     }
     return false;
   }

@@ -195,7 +195,7 @@ class RoundStateMachine {
                   std::vector<Outgoing>& out);
   // Starts the round held for node rank 0's next store (or holds it again). Returns false, and
   // drops it, when fewer than MIN nodes are connected any more; a running round it was to
-  // replace (members lost, or a restart) then stops its workers and the run waits for nodes.
+  // replace (members lost, or a restart) then goes as after a loss below MIN (AfterMemberLost).
   bool TrySendPendingRound(Run& run, absl::Time now, std::vector<Outgoing>& out);
   void LoseNode(Run& run, const std::string& node_id, const std::string& why, absl::Time now,
                 std::vector<Outgoing>& out);

@@ -342,6 +342,39 @@ TEST(HeldRoundTest, ARoundThatLostMembersStopsWhenItsHeldReplacementFallsBelowMi
   EXPECT_EQ(a5->reason, "nodes rejoined");
 }
 
+// A failure reported (no restart left; one of the two members left) while the round replacing a
+// lost member was held, then the waiting node leaves: too few nodes for the held round. The run
+// went back to gathering with the failure's grace deadline still set, which a gathering run's tick
+// never handles (a deadline left in the past: the busy tick). The failure ends the run, as after
+// any loss.
+TEST(HeldRoundTest, AFailureReportedWhileTheRoundWasHeldEndsTheRunWhenItFallsBelowMin) {
+  RoundStateMachine m;
+  m.OnJoin(1, Join("n1", 3, 3), kT0);
+  m.OnJoin(2, Join("n2", 3, 3), kT0);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(3, Join("n3", 3, 3), kT0), 1), nullptr);
+  m.OnJoin(4, Join("n4", 3, 3), kT0);              // Waits: round 0 has MAX nodes.
+  EXPECT_TRUE(m.OnSessionClosed(3, kT0).empty());  // Held: n1's next store is not ready.
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "rank 0 exited with code 3";
+  failed.failure.emplace();
+  failed.failure->exit_code = 3;
+  failed.failure->time = kT0;
+  EXPECT_TRUE(m.OnReport(1, failed, kT0).empty());  // No restart left: the failure's grace.
+  EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(1));
+  std::vector<Outgoing> out = m.OnSessionClosed(4, kT0 + absl::Milliseconds(500));
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_NE(Find<RunFinished>(out, 2), nullptr);
+  const RunFinished* finished = Find<RunFinished>(out, 1);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_FALSE(finished->succeeded);
+  EXPECT_EQ(finished->message, "node n1 (node rank 0): rank 0 exited with code 3");
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+  EXPECT_TRUE(m.OnTick(kT0 + absl::Seconds(2)).empty());
+  ASSERT_TRUE(m.NextDeadline().has_value());  // Only the closed run's retention.
+  EXPECT_GT(*m.NextDeadline(), kT0 + absl::Seconds(2));
+}
+
 // Two failures of one round while its restart is held for node rank 0's next store: one restart
 // round, counted once. Counted per failure, the round went out with a restart count above
 // --max-restarts.
