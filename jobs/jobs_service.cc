@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<JobsService>> JobsService::Create(JobsServiceOpti
   for (const v1::NodeInfo& node : *nodes) (void)service->backend_->DeleteNode(node.node_name());
   {
     dgt::MutexLock lock(&service->mu_);
-    service->scheduler_.Restore(*jobs);
+    service->scheduler_.Restore(*jobs, absl::Now());
     if (!jobs->empty()) spdlog::info("jobs: {} job(s) restored from the backend", jobs->size());
   }
   service->poller_ = std::thread([s = service.get()] { s->PollLoop(); });
@@ -158,7 +158,7 @@ absl::Status JobsService::TakeOver() {
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }
   scheduler_ = Scheduler(options_.scheduler);
-  scheduler_.Restore(*jobs);
+  scheduler_.Restore(*jobs, absl::Now());
   leader_ = true;
   leader_address_.clear();
   spdlog::info("jobs: replica {} leads: {} job(s) and {} node record(s) of the last leader read",

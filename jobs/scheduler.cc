@@ -61,13 +61,17 @@ bool StartingOrRunning(v1::JobState state) {
 
 Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)) {}
 
-void Scheduler::Restore(const std::vector<v1::JobInfo>& jobs) {
+void Scheduler::Restore(const std::vector<v1::JobInfo>& jobs, absl::Time now) {
   for (const v1::JobInfo& info : jobs) {
     Job job;
     job.info = info;
-    // Nodes not registered now are gone until they come back with the job.
+    // Nodes not registered now are gone until they come back with the job; those of a starting
+    // or running job have lost_node_grace to come back (a leader change breaks every stream).
     for (const v1::JobNode& n : info.nodes()) {
-      if (n.exit_code() < 0) job.gone.insert(n.node_name());
+      if (n.exit_code() >= 0 || n.taken_by_spare()) continue;
+      job.gone.insert(n.node_name());
+      if (StartingOrRunning(info.state()) && info.finished_unix_s() == 0)
+        job.lost[n.node_name()] = now;
     }
     FollowId(info.job_id());
     order_.push_back(info.job_id());
@@ -530,7 +534,9 @@ void Scheduler::MaybeFinish(Job& job, absl::Time now) {
   for (const v1::JobNode& n : job.info.nodes()) {
     if (n.taken_by_spare()) continue;  // Lost; a spare ran its part.
     const bool gone = job.gone.contains(n.node_name());
-    if (n.exit_code() < 0 && !gone) return;  // Still running there.
+    // Still running there, or its daemon may still come back within lost_node_grace with the
+    // job's exit.
+    if (n.exit_code() < 0 && (!gone || job.lost.contains(n.node_name()))) return;
     if (gone || n.exit_code() != 0) all_ok = false;
     if (gone && lost.empty()) lost = n.node_name();
   }
@@ -573,6 +579,11 @@ void Scheduler::Tick(absl::Time now, std::vector<Action>* out) {
       job.lost.erase(name);
       changes_.jobs.insert(id);
       if (job.info.finished_unix_s() > 0) continue;
+      if (job.run_closed) {
+        // The run has its outcome: no replacement can join it. The node stays gone.
+        MaybeFinish(job, now);
+        continue;
+      }
       LoseNode(job, name,
                absl::StrCat("its daemon was lost mid-job (no re-registration within ",
                             absl::ToDoubleSeconds(options_.lost_node_grace), " s)"),

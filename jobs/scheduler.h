@@ -49,8 +49,10 @@ class Scheduler {
 
   // Takes back jobs persisted by an earlier service (JobStateBackend::LoadJobs), in submission
   // order; the next job id follows the highest "job-<n>". Jobs that were starting or running wait
-  // for their nodes to register again. Call before anything else.
-  void Restore(const std::vector<v1::JobInfo>& jobs);
+  // for their nodes to register again: each node not back is lost mid-job at `now` (the
+  // lost_node_grace rules), so a job does not end on one node's exit while another node's daemon
+  // is still on its way back. Call before anything else.
+  void Restore(const std::vector<v1::JobInfo>& jobs, absl::Time now);
 
   // Queues a job (Validate()d first: InvalidArgument naming the field) and places what can be
   // placed. Returns the new job id ("job-<n>", n from 1); the job's uid is 128 random bits as

@@ -616,14 +616,50 @@ TEST_F(SchedulerTest, RanksFromTheFinalPollAndKeptAfterTheRunCloses) {
   EXPECT_EQ(Job(id2).restarts(), 2);
 }
 
-TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobOnceTheOthersEnd) {
+// The job's end waits out a lost node's grace: its daemon may come back with the job's exit.
+TEST_F(SchedulerTest, NodeLostForGoodFailsTheJobWhenItsGraceEndsAfterTheOthersEnded) {
   std::string id = RunningOnAB(Spec(2, 1));
   Deregister("b");
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0));
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  now_ += absl::Seconds(10);
+  EXPECT_THAT(Tick(), IsEmpty());
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
-  EXPECT_EQ(Job(id).reason(), "node b: its daemon was lost before it reported the job's end");
+  EXPECT_EQ(Job(id).reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "max_restarts 0");
   EXPECT_THAT(JobNodes(id), ElementsAre("a rank -1 first -1 exit 0", "b rank -1 first -1 exit -1"));
+}
+
+// After a leader change every daemon registers again with the new leader, in any order. One
+// node's exit 0 before the other node was back failed the job ("its daemon was lost before it
+// reported the job's end"), though the other node came back 0.2 s later with exit 0 too.
+TEST_F(SchedulerTest, ARestoredJobWaitsForItsNodesToComeBackWithTheirExits) {
+  std::string id = RunningOnAB(Spec(2, 1));
+  std::vector<v1::JobInfo> saved = s_.Jobs();
+  Scheduler restored(SchedulerOptions{"rdzv:29400", 30});
+  restored.Restore(saved, now_);
+  std::vector<Action> out;
+  ASSERT_TRUE(restored.Register(Hello("a", {}, {id}), now_, &out).ok());
+  ASSERT_TRUE(restored.OnUpdate("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
+  EXPECT_EQ(restored.FindJob(id)->state(), v1::JOB_STATE_RUNNING);
+  now_ += absl::Milliseconds(200);
+  ASSERT_TRUE(restored.Register(Hello("b", {}, {id}), now_, &out).ok());
+  ASSERT_TRUE(restored.OnUpdate("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
+  EXPECT_EQ(restored.FindJob(id)->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(Describe(out), IsEmpty());
+  // A node that never comes back: the job fails when its grace ends.
+  Scheduler again(SchedulerOptions{"rdzv:29400", 30});
+  again.Restore(saved, now_);
+  ASSERT_TRUE(again.Register(Hello("a", {}, {id}), now_, &out).ok());
+  ASSERT_TRUE(again.OnUpdate("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0), now_, &out).ok());
+  EXPECT_EQ(again.NextTick(), now_ + absl::Seconds(10));
+  again.Tick(now_ + absl::Seconds(10), &out);
+  EXPECT_EQ(again.FindJob(id)->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(again.FindJob(id)->reason(),
+            "node b: its daemon was lost mid-job (no re-registration within 10 s); "
+            "max_restarts 0");
 }
 
 TEST_F(SchedulerTest, DrainingNodeTakesNoJob) {
@@ -643,7 +679,7 @@ TEST_F(SchedulerTest, RestoreKeepsIdsAndWaitsForNodes) {
   Submit(Spec(1, 1));
   std::vector<v1::JobInfo> saved = s_.Jobs();
   Scheduler restored(SchedulerOptions{"rdzv:1", 30});
-  restored.Restore(saved);
+  restored.Restore(saved, now_);
   std::vector<Action> out;
   auto next = restored.Submit(Spec(1, 1), now_, &out);
   ASSERT_TRUE(next.ok());
