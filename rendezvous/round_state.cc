@@ -475,7 +475,14 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
   if (run.recovering && run.members >= run.expected_members) {
     EndRecovery(run);
     // Reports that came while nodes were missing may complete the run now.
-    if (run.deferred_restart) {
+    if (run.deferred_restart && ConnectedCount(run) < run.min_nodes) {
+      // Members that finished their part left: a restart round needs MIN connected nodes (as a
+      // failure outside recovery). The failure ends the run.
+      FinishRun(run, false,
+                absl::StrCat(*run.deferred_restart, "; no restart: only ", ConnectedCount(run),
+                             " of at least ", run.min_nodes, " nodes are connected"),
+                nullptr, now, out);
+    } else if (run.deferred_restart) {
       StartRound(run, absl::StrCat("restart after failure: ", *run.deferred_restart), 1, now, out);
     } else if (run.succeeded == run.members) {
       FinishRun(run, true, absl::StrCat("all ", run.members, " nodes succeeded"), nullptr, now,
@@ -792,8 +799,9 @@ std::vector<Outgoing> RoundStateMachine::ReportImpl(SessionId session, const Nod
     }
     return out;
   }
-  // A node that rejoined after a broken stream reports again: its failure counts once.
-  if (node->failed) return out;
+  // A node that rejoined after a broken stream reports again: its failure counts once. A
+  // node's first report of a round stands: a failure after its success does not count either.
+  if (node->failed || node->succeeded) return out;
   node->failed = true;
   std::string what =
       absl::StrCat("node ", node->node_id, " (node rank ", node->node_rank, "): ", report.message);

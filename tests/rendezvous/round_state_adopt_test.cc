@@ -486,6 +486,71 @@ TEST(RestartTest, ASuccessAfterAFailureOfTheSameRoundDoesNotCount) {
   EXPECT_EQ(m.NextDeadline(), kT0 + absl::Seconds(2) + absl::Hours(1));
 }
 
+// The reverse: a node's success stands against its later failure of the same round. Counted, the
+// failure (with a restart left) restarted a round whose node had finished its part.
+TEST(RestartTest, AFailureAfterASuccessOfTheSameRoundDoesNotCount) {
+  RoundStateMachine m;
+  JoinRequest j1 = Join("n1", 2, 2);
+  JoinRequest j2 = Join("n2", 2, 2);
+  j1.max_restarts = j2.max_restarts = 1;
+  m.OnJoin(1, j1, kT0);
+  ASSERT_NE(Find<Assignment>(m.OnJoin(2, j2, kT0), 1), nullptr);
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(1, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnReport(1, failed, kT0 + absl::Seconds(1)).empty());
+  auto out = m.OnReport(2, Success(0), kT0 + absl::Seconds(2));
+  ASSERT_NE(Find<RunFinished>(out, 1), nullptr);
+  EXPECT_TRUE(Find<RunFinished>(out, 1)->succeeded);
+  EXPECT_EQ(Find<RunFinished>(out, 1)->message, "all 2 nodes succeeded");
+}
+
+// A run re-created from rejoins (the service lost its memory): n1 rejoined, finished its part and
+// left; n2's failure (a restart left) waited for the rejoins; n3's rejoin completed them. The
+// restart round went out to the 2 connected nodes of a run of MIN 3. The failure ends the run.
+TEST(AdoptRunsTest, ADeferredRestartNeedsMinConnectedNodesWhenTheRejoinsComplete) {
+  std::map<std::string, Assignment> held;
+  {
+    RoundStateMachine first;
+    for (int i = 1; i <= 3; ++i) {
+      JoinRequest j = Join(absl::StrCat("n", i), 3, 3);
+      j.max_restarts = 1;
+      for (const Outgoing& o : first.OnJoin(i, j, kT0)) {
+        if (const auto* a = std::get_if<Assignment>(&o.message)) {
+          held[absl::StrCat("n", o.session)] = *a;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(held.size(), 3u);
+  RoundStateMachine m;  // A restart that lost the service's memory.
+  auto rejoin = [&](SessionId s, const std::string& id) {
+    JoinRequest j = Join(id, 3, 3);
+    j.max_restarts = 1;
+    j.rejoin = held[id];
+    return m.OnJoin(s, j, kT0 + absl::Seconds(1));
+  };
+  ASSERT_NE(Find<Assignment>(rejoin(12, "n2"), 12), nullptr);
+  ASSERT_NE(Find<Assignment>(rejoin(11, "n1"), 11), nullptr);
+  EXPECT_TRUE(m.OnReport(11, Success(0), kT0 + absl::Seconds(1)).empty());
+  EXPECT_TRUE(m.OnSessionClosed(11, kT0 + absl::Seconds(1)).empty());
+  NodeReport failed;
+  failed.round = 0;
+  failed.message = "exited with code 1";
+  EXPECT_TRUE(m.OnReport(12, failed, kT0 + absl::Seconds(1)).empty());  // Deferred.
+  std::vector<Outgoing> out = rejoin(13, "n3");
+  EXPECT_EQ(Find<Assignment>(out, 12), nullptr);  // No restart round.
+  const RunFinished* finished = Find<RunFinished>(out, 12);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_FALSE(finished->succeeded);
+  EXPECT_EQ(finished->message,
+            "node n2 (node rank 1): exited with code 1; no restart: only 2 of at least 3 nodes are "
+            "connected");
+  EXPECT_NE(Find<RunFinished>(out, 13), nullptr);
+  EXPECT_EQ(m.StateOf("job"), RunState::kClosed);
+}
+
 // A restart held for node rank 0's next store, then node rank 0 leaves and another failure starts
 // the restart round with a new node rank 0: one round, one restart. The held restart was added to
 // the new one's, a restart count above --max-restarts.
