@@ -308,7 +308,8 @@ TEST(HeldRoundTest, ARoundThatLostMembersStopsWhenItsHeldReplacementFallsBelowMi
   RoundStateMachine m;
   m.OnJoin(1, Join("n1", 2, 3), kT0);
   m.OnJoin(2, Join("n2", 2, 3), kT0);
-  const Assignment* first = Find<Assignment>(m.OnJoin(3, Join("n3", 2, 3), kT0), 1);
+  std::vector<Outgoing> round0 = m.OnJoin(3, Join("n3", 2, 3), kT0);
+  const Assignment* first = Find<Assignment>(round0, 1);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->node_rank, 0);
   m.OnJoin(4, Join("n4", 2, 3), kT0);              // Waits: round 0 has MAX nodes.
