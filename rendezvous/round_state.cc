@@ -920,18 +920,13 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
     StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out);
     return;
   }
-  WaitForNodes(run, lost, now, out);
-}
-
-void RoundStateMachine::WaitForNodes(RunRecord& run, const std::string& why, absl::Time now,
-                                     std::vector<Outgoing>& out) {
-  // Survivors stop their workers and the run waits for nodes.
+  // Too few nodes to go on: survivors stop their workers and the run waits for nodes.
   for (const auto& [id, n] : run.nodes) {
     if (n.session == 0 || n.node_rank < 0) continue;
     out.push_back(Outgoing{
         n.session,
         StopWorkers{run.round,
-                    absl::StrCat(why, "; waiting up to ", absl::FormatDuration(run.join_timeout),
+                    absl::StrCat(lost, "; waiting up to ", absl::FormatDuration(run.join_timeout),
                                  " for at least ", run.min_nodes, " nodes")}});
   }
   EndRecovery(run);

@@ -203,9 +203,6 @@ class RoundStateMachine {
   // others, or StopWorkers and waiting for nodes, or the end of the run.
   void AfterMemberLost(Run& run, const std::string& lost, absl::Time now,
                        std::vector<Outgoing>& out);
-  // Too few nodes to go on (`why` says what happened): the round's members stop their workers and
-  // the run gathers again, failing after its join timeout.
-  void WaitForNodes(Run& run, const std::string& why, absl::Time now, std::vector<Outgoing>& out);
   void EndRecovery(Run& run);
   // Ends the run: RunFinished to its members (and, for `too_few_nodes`, a failure for want of MIN
   // nodes after losing nodes, to the waiting nodes too: a join timeout for them all).
