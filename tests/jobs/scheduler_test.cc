@@ -123,6 +123,20 @@ class SchedulerTest : public ::testing::Test {
     Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
     return id;
   }
+  // Nodes "a", "b" and "c" registered; a 2-node job with 1 spare (max_restarts 0) started on all
+  // three, its run at node ranks a, b (c waits as the spare); its id.
+  std::string RunningWithASpare() {
+    v1::JobSpec spec = Spec(2, 1);
+    spec.set_spare_instances(1);
+    Register(Hello("a"));
+    Register(Hello("b"));
+    Register(Hello("c"));
+    std::string id;
+    Submit(spec, &id);
+    for (const char* n : {"a", "b", "c"}) Update(n, jobs::Update(id, v1::JOB_EVENT_STARTED));
+    RunStatus(id, {"a", "b"});
+    return id;
+  }
   const v1::JobInfo& Job(const std::string& id) { return *s_.FindJob(id); }
   std::vector<std::string> NodeStates() {
     std::vector<std::string> out;
@@ -463,15 +477,7 @@ TEST_F(SchedulerTest, ASpareInstanceIsPlacedWithTheJobAndCountedInThePendingReas
 }
 
 TEST_F(SchedulerTest, ALostNodesPartGoesToASpareWithoutARestartAndTheJobSucceeds) {
-  v1::JobSpec spec = Spec(2, 1);  // max_restarts 0.
-  spec.set_spare_instances(1);
-  Register(Hello("a"));
-  Register(Hello("b"));
-  Register(Hello("c"));
-  std::string id;
-  Submit(spec, &id);
-  for (const char* n : {"a", "b", "c"}) Update(n, jobs::Update(id, v1::JOB_EVENT_STARTED));
-  RunStatus(id, {"a", "b"});  // c waits as the spare.
+  std::string id = RunningWithASpare();  // c waits as the spare.
   // b's daemon is killed; it comes back without the job: c takes b's part in the run.
   Deregister("b");
   now_ += absl::Seconds(1);
@@ -493,15 +499,7 @@ TEST_F(SchedulerTest, ALostNodesPartGoesToASpareWithoutARestartAndTheJobSucceeds
 }
 
 TEST_F(SchedulerTest, ADgtRunThatLeftTheRunIsCoveredByASpareThenTheNextLossFailsTheJob) {
-  v1::JobSpec spec = Spec(2, 1);  // max_restarts 0.
-  spec.set_spare_instances(1);
-  Register(Hello("a"));
-  Register(Hello("b"));
-  Register(Hello("c"));
-  std::string id;
-  Submit(spec, &id);
-  for (const char* n : {"a", "b", "c"}) Update(n, jobs::Update(id, v1::JOB_EVENT_STARTED));
-  RunStatus(id, {"a", "b"});
+  std::string id = RunningWithASpare();
   EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 137)), IsEmpty());
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
