@@ -75,6 +75,13 @@ bool Has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+class FakeVerbs final : public worker::VerbsApi {
+ public:
+  absl::StatusOr<std::vector<worker::IbDevice>> ListDevices() override {
+    return std::vector<worker::IbDevice>{{"mlx5_0", {}}, {"mlx5_1", {}}};
+  }
+};
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -155,6 +162,7 @@ class DaemonTest : public ::testing::Test {
   }
 
   FakeJobsService service_;
+  FakeVerbs verbs_;  // Set as env_.verbs by a test; it outlives the daemon.
   std::string dir_;
   std::unique_ptr<agent::HealthFs> health_fs_;
   AgentConfig config_;
@@ -165,16 +173,8 @@ class DaemonTest : public ::testing::Test {
   std::vector<std::string> notes_;
 };
 
-class FakeVerbs final : public worker::VerbsApi {
- public:
-  absl::StatusOr<std::vector<worker::IbDevice>> ListDevices() override {
-    return std::vector<worker::IbDevice>{{"mlx5_0", {}}, {"mlx5_1", {}}};
-  }
-};
-
 TEST_F(DaemonTest, DrainStopsJobsThenDeregisters) {
-  FakeVerbs verbs;
-  env_.verbs = &verbs;
+  env_.verbs = &verbs_;
   config_.advertise_address = "10.9.8.7";
   StartDaemon();
   ASSERT_TRUE(WaitFor("hello node-t"));

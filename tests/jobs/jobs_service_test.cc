@@ -3,11 +3,13 @@
 // the Register stream).
 #include "jobs/jobs_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +27,7 @@ using ::testing::ElementsAre;
 // write may or may not have been applied).
 class FlakyJobBackend final : public JobStateBackend {
  public:
-  bool fail_puts = false;
+  std::atomic<bool> fail_puts{false};
   absl::Status PutJob(const v1::JobInfo& job) override {
     if (fail_puts) return absl::UnavailableError("etcd txn: no answer within 2s");
     return inner_.PutJob(job);
@@ -142,6 +144,11 @@ class JobsServiceTest : public ::testing::Test {
     return m;
   }
 
+  // State the service's threads may touch until TearDown stops it; declared first, so destroyed
+  // after the service.
+  InMemoryJobStateBackend memory_backend_;
+  FlakyJobBackend flaky_backend_;
+  std::vector<std::string> fenced_;
   std::unique_ptr<JobsService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Jobs::Stub> stub_;
@@ -409,7 +416,7 @@ TEST_F(JobsServiceTest, AJobOverBeforeAnyPollStillGetsItsRanks) {
 // A daemon's health: from its NodeHello, then each NodeHealth on the stream; shown by ListNodes,
 // persisted with the node, and honoured by the queue.
 TEST_F(JobsServiceTest, TheStreamSetsTheNodesHealth) {
-  InMemoryJobStateBackend backend;
+  InMemoryJobStateBackend& backend = memory_backend_;
   JobsServiceOptions options = Open();
   options.backend = &backend;
   Start(std::move(options));
@@ -505,7 +512,7 @@ TEST_F(JobsServiceTest, ANodeLostMidJobFailsItAfterTheGrace) {
 }
 
 TEST_F(JobsServiceTest, SubmitAndCancelWhoseRecordWasNotSavedAreNotAcknowledged) {
-  FlakyJobBackend backend;
+  FlakyJobBackend& backend = flaky_backend_;
   JobsServiceOptions options = Open();
   options.backend = &backend;
   Start(std::move(options));
@@ -547,12 +554,12 @@ TEST_F(JobsServiceTest, SubmitAndCancelWhoseRecordWasNotSavedAreNotAcknowledged)
 // (job-1 cancelled) may not be in etcd, and the next leader reads etcd (job-1 queued). Serving
 // "already finished" from memory was seen as a cancel that a later leader never knew of.
 TEST_F(JobsServiceTest, ALeaderWhoseJobRecordWasNotSavedGivesUpLeadership) {
-  FlakyJobBackend backend;
+  FlakyJobBackend& backend = flaky_backend_;
   JobsServiceOptions options = Open();
   options.backend = &backend;
   options.elected = true;
   options.replica_id = "r1";
-  std::vector<std::string> fenced;
+  std::vector<std::string>& fenced = fenced_;
   options.on_fenced = [&fenced](const absl::Status& s) { fenced.emplace_back(s.message()); };
   Start(std::move(options));
   ASSERT_TRUE(service_->TakeOver().ok());
