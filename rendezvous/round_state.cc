@@ -396,6 +396,14 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
                           a.restart_count == run.restart_count && a.world_size == run.world_size &&
                           a.master_addr == run.master_addr && a.master_port == run.master_port &&
                           (!run.recovering || a.node_count == run.expected_members);
+  if (!same_round && run.state == RunState::kGathering && !run.recovering &&
+      !run.nodes.contains(node_id)) {
+    // The run lost members while this node was away (its round went on without it) and now
+    // waits for nodes: the node joins it as a new node, as a fresh agent would.
+    JoinRequest fresh = join;
+    fresh.rejoin.reset();
+    return JoinImpl(session, fresh, now);
+  }
   if (!same_round) {
     return refuse(kAborted,
                   absl::StrCat("node '", node_id, "' rejoins run '", run.run_id, "' at round ",

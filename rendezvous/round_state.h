@@ -31,8 +31,9 @@
 //   know the run (it was restarted) re-creates it in kRunning from the rejoins. It decides
 //   nothing (no outcome, restart or scale-up) until every node of the round rejoined or the
 //   rejoin window passed. A member's rejoin wins over a fresh agent with its node id. A rejoin that
-//   does not fit the run (it moved on) is refused with ABORTED; one for a closed run gets its
-//   RunFinished.
+//   does not fit the run (it moved on) is refused with ABORTED, unless the run waits for nodes
+//   (gathering after losing members): the node then joins as a new node. One for a closed run
+//   gets its RunFinished.
 // - A finished run is closed. Nodes waiting beyond MAX are told they were not admitted
 //   (FAILED_PRECONDITION), never the run's outcome. Joins are refused (FAILED_PRECONDITION) while
 //   any agent of the run is still connected; once all have left, a join with the run id starts a

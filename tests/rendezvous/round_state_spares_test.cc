@@ -196,6 +196,55 @@ TEST(RoundStateSparesTest, SpareDyingWhileTakingOverWithNoOtherSpareStopsTheSurv
   EXPECT_EQ(h.last.at(5).first_global_rank, 2);
 }
 
+// A spare frozen while it took over is lost; the run waits for nodes. Its agent comes back with
+// the round it was given: the run went on without it, but it is the node the run waits for, so
+// the rejoin counts as a fresh join (before, it was refused and the run failed for want of nodes).
+TEST(RoundStateSparesTest, ASpareLostWhileTakingOverRejoinsTheRunThatWaitsForNodes) {
+  Harness h;
+  h.Join(1, Join("n1", 2, 2));
+  h.Join(2, Join("n2", 2, 2));
+  h.StoreReady(1, 30001);
+  h.Join(3, Join("n3", 2, 2));
+  h.Close(2);
+  const Assignment taken = h.last.at(3);
+  ASSERT_EQ(taken.round, 1);
+  ASSERT_EQ(taken.node_rank, 1);
+  ASSERT_EQ(To<StopWorkers>(h.Close(3)), std::vector<SessionId>{1});
+  ASSERT_EQ(h.m.StateOf("job"), RunState::kGathering);
+  h.StoreReady(1, 30002);
+  JoinRequest rejoin = Join("n3", 2, 2);
+  rejoin.rejoin = taken;
+  auto back = h.Join(6, rejoin, kT0 + absl::Seconds(2));
+  EXPECT_EQ(To<Refusal>(back), std::vector<SessionId>{});
+  EXPECT_EQ(To<Assignment>(back), (std::vector<SessionId>{1, 6}));
+  const Assignment& again = h.last.at(6);
+  EXPECT_EQ(again.round, 2);
+  EXPECT_EQ(again.node_rank, 1);
+  EXPECT_EQ(again.first_global_rank, 2);
+  EXPECT_EQ(again.master_port, 30002);
+  EXPECT_EQ(h.last.at(1).round, 2);
+  EXPECT_EQ(h.m.StateOf("job"), RunState::kRunning);
+}
+
+// A rejoin to a run that went on without the node and runs again is still refused: the node's
+// workers would hold ranks that another node has now.
+TEST(RoundStateSparesTest, ARejoinToARunThatWentOnAndRunsIsRefused) {
+  Harness h;
+  StartFixedRunWithOneSpare(h);
+  const Assignment old = h.last.at(2);
+  h.Close(2);  // n4 takes node rank 1 in round 1.
+  ASSERT_EQ(h.last.at(4).round, 1);
+  JoinRequest rejoin = Join("n2", 3, 3);
+  rejoin.rejoin = old;
+  auto out = h.Join(7, rejoin);
+  ASSERT_EQ(To<Refusal>(out), std::vector<SessionId>{7});
+  const auto& refusal = std::get<Refusal>(out[0].message);
+  EXPECT_EQ(refusal.status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(refusal.status.message(),
+            "node 'n2' rejoins run 'job' at round 0, but the run is running at round 1: it went "
+            "on without this node");
+}
+
 TEST(RoundStateSparesTest, SparesOnAnElasticRunDoNotGrowTheWorld) {
   Harness h;
   h.Join(1, Join("n1", 1, 3, /*spare_nodes=*/1));
