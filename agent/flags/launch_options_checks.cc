@@ -178,6 +178,13 @@ absl::Status CheckRendezvous(const RawFlags& raw, LaunchOptions* o) {
     if (!o->rdzv_endpoint.empty()) {
       return Bad("--standalone embeds its own rendezvous; do not pass --rdzv-endpoint");
     }
+    if (o->spare_nodes > 0) {
+      // No other agent can reach the embedded rendezvous: no spare could ever join.
+      return Bad(
+          absl::StrCat("--standalone runs a single node, so no spare can join it, but "
+                       "--spare-nodes=",
+                       o->spare_nodes));
+    }
   }
   if (!o->local_addr.empty()) {
     // Other nodes connect to this address: one this host does not own fails them much later.

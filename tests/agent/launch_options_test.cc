@@ -114,6 +114,17 @@ TEST(LaunchOptionsTest, RunIdThatLeavesTheLogDirIsRefused) {
   EXPECT_TRUE(Parse({"--standalone", "--rdzv-id=job.v2_1", kScript}).options.has_value());
 }
 
+// No other agent can reach a --standalone node's embedded rendezvous: a spare never could join.
+TEST(LaunchOptionsTest, StandaloneWithSpareNodesIsAUsageError) {
+  auto p = Parse({"--standalone", "--spare-nodes=2", kScript});
+  EXPECT_FALSE(p.options.has_value());
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_EQ(p.output,
+            "dgt-run: error: --standalone runs a single node, so no spare can join it, but "
+            "--spare-nodes=2\n");
+  EXPECT_TRUE(Parse({"--standalone", "--spare-nodes=0", kScript}).options.has_value());
+}
+
 // Refused while parsing (exit 2), not by the service after joining or by the file system after
 // the round formed (exit 1).
 TEST(LaunchOptionsTest, LongOrControlCharacterRunIdIsRefused) {
