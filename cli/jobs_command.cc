@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -431,21 +433,29 @@ std::string Labels(const google::protobuf::Map<std::string, std::string>& labels
 
 std::string FormatJobs(const v1::ListJobsResponse& jobs) {
   if (jobs.jobs_size() == 0) return "no jobs\n";
-  std::string out = absl::StrFormat("%-12s %-10s %-13s %-8s %-20s %s\n", "JOB ID", "STATE",
-                                    "NODES x PROCS", "RESTARTS", "NAME", "REASON");
+  // "2+1 x 4": instance_count, +spare_instances when any, x process_count_per_instance. The
+  // column is as wide as its widest cell.
+  std::vector<std::string> shapes;
+  size_t shape_width = std::string_view("NODES x PROCS").size();
   for (const v1::JobInfo& j : jobs.jobs()) {
+    shapes.push_back(absl::StrCat(
+        j.spec().instance_count(),
+        j.spec().spare_instances() > 0 ? absl::StrCat("+", j.spec().spare_instances()) : "", " x ",
+        j.spec().distribution().process_count_per_instance()));
+    shape_width = std::max(shape_width, shapes.back().size());
+  }
+  const int width = static_cast<int>(shape_width);
+  std::string out = absl::StrFormat("%-12s %-10s %-*s %-8s %-20s %s\n", "JOB ID", "STATE", width,
+                                    "NODES x PROCS", "RESTARTS", "NAME", "REASON");
+  for (int i = 0; i < jobs.jobs_size(); ++i) {
+    const v1::JobInfo& j = jobs.jobs(i);
     // The name is the user's text: padded by its width on the terminal, not its bytes.
     absl::StrAppend(
-        &out,
-        absl::StrFormat(
-            "%-12s %-10s %-13s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
-            absl::StrCat(
-                j.spec().instance_count(),
-                j.spec().spare_instances() > 0 ? absl::StrCat("+", j.spec().spare_instances()) : "",
-                " x ", j.spec().distribution().process_count_per_instance()),
-            j.restarts() + j.node_replacements(),
-            PadRight(j.spec().name().empty() ? "-" : TerminalText(j.spec().name()), 20),
-            TerminalText(j.reason())));
+        &out, absl::StrFormat(
+                  "%-12s %-10s %-*s %-8d %s %s\n", j.job_id(), dgt::jobs::JobStateName(j.state()),
+                  width, shapes[i], j.restarts() + j.node_replacements(),
+                  PadRight(j.spec().name().empty() ? "-" : TerminalText(j.spec().name()), 20),
+                  TerminalText(j.reason())));
   }
   return out;
 }
@@ -489,7 +499,10 @@ std::string FormatJob(const v1::JobInfo& j, double now) {
       std::string node_rank = n.node_rank() >= 0 ? absl::StrCat(n.node_rank()) : "-";
       if (waiting_spare) node_rank = "spare";
       std::string exit = n.exit_code() >= 0 ? absl::StrCat(n.exit_code()) : "-";
-      if (n.taken_by_spare()) exit = "lost (a spare took its part)";
+      if (n.taken_by_spare()) {
+        exit = n.lost_without_ranks() ? "lost (it held no ranks: one spare fewer)"
+                                      : "lost (a spare took its part)";
+      }
       absl::StrAppend(
           &out, absl::StrFormat("  %s %-9s %-11s %s\n", PadRight(TerminalText(n.node_name()), 24),
                                 node_rank, ranks, exit));

@@ -131,6 +131,48 @@ TEST(FormatJobs, ShowsSpareInstances) {
   EXPECT_EQ(show[9], "  d                        spare     -           -");
 }
 
+// A spare lost while it waited says so; it took no part over.
+TEST(FormatJobs, ALostWaitingSpareIsNotShownAsTakenOver) {
+  v1::JobInfo j = Job("job-1", "resnet", "node c: ...");
+  j.set_state(v1::JOB_STATE_RUNNING);
+  j.mutable_spec()->set_instance_count(1);
+  j.mutable_spec()->set_spare_instances(1);
+  j.set_spares_used(1);
+  v1::JobNode* a = j.add_nodes();
+  a->set_node_name("a");
+  a->set_node_rank(0);
+  a->set_first_rank(0);
+  a->set_exit_code(-1);
+  v1::JobNode* c = j.add_nodes();
+  c->set_node_name("c");
+  c->set_node_rank(-1);
+  c->set_first_rank(-1);
+  c->set_exit_code(-1);
+  c->set_taken_by_spare(true);
+  c->set_lost_without_ranks(true);
+  const std::vector<std::string> show = absl::StrSplit(FormatJob(j, 0), '\n');
+  ASSERT_EQ(show.size(), 9u);
+  EXPECT_EQ(show[7],
+            "  c                        -         -           lost (it held no ranks: one "
+            "spare fewer)");
+}
+
+// The NODES x PROCS column widens to its widest cell: the columns after it stay in line.
+TEST(FormatJobs, WidensTheShapeColumnForLargeJobs) {
+  v1::ListJobsResponse jobs;
+  v1::JobInfo* big = jobs.add_jobs();
+  *big = Job("job-1", "big", "starting");
+  big->mutable_spec()->set_instance_count(100000);
+  big->mutable_spec()->set_spare_instances(1000);
+  *jobs.add_jobs() = Job("job-2", "small", "queued");
+  const std::vector<std::string> lines = absl::StrSplit(FormatJobs(jobs), '\n');
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0],
+            "JOB ID       STATE      NODES x PROCS   RESTARTS NAME                 REASON");
+  EXPECT_EQ(lines[1].substr(24, 25), "100000+1000 x 2 0        ");
+  EXPECT_EQ(lines[2].substr(24, 25), "1 x 2           0        ");
+}
+
 TEST(FormatNodes, PadsNodeNamesAndLabelsByTheirWidth) {
   v1::ListNodesResponse nodes;
   v1::NodeInfo* n = nodes.add_nodes();
