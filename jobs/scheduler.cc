@@ -103,7 +103,7 @@ Scheduler::Node* Scheduler::MutableNode(const std::string& node) {
 
 v1::JobNode* Scheduler::JobNodeOf(Job& job, const std::string& node) {
   for (v1::JobNode& n : *job.info.mutable_nodes()) {
-    if (n.node_name() == node) return &n;
+    if (n.node_name() == node && !n.taken_by_spare()) return &n;
   }
   return nullptr;
 }
@@ -233,7 +233,9 @@ Action Scheduler::StartAction(const Job& job, const std::string& node) const {
   *start->mutable_spec() = job.info.spec();
   start->set_rdzv_endpoint(options_.rdzv_endpoint);
   start->set_uid(job.info.uid());
-  for (const v1::JobNode& n : job.info.nodes()) start->add_job_nodes(n.node_name());
+  for (const v1::JobNode& n : job.info.nodes()) {
+    if (!n.taken_by_spare()) start->add_job_nodes(n.node_name());
+  }
   start->set_submitted_unix_s(job.info.submitted_unix_s());
   start->set_started_unix_s(job.info.started_unix_s());
   return action;
@@ -275,7 +277,10 @@ bool Scheduler::JoinAsReplacement(Job& job, const v1::StartJob& start, const std
   const std::set<std::string> named(start.job_nodes().begin(), start.job_nodes().end());
   for (v1::JobNode& jn : *job.info.mutable_nodes()) {
     const std::string old = jn.node_name();
-    if (jn.exit_code() >= 0 || !job.lost.contains(old) || named.contains(old)) continue;
+    if (jn.exit_code() >= 0 || jn.taken_by_spare() || !job.lost.contains(old) ||
+        named.contains(old)) {
+      continue;
+    }
     job.lost.erase(old);
     job.gone.erase(old);
     job.to_replace.erase(old);
@@ -517,7 +522,7 @@ absl::Status Scheduler::OnUpdate(const std::string& node, const v1::JobUpdate& u
 
 void Scheduler::CancelNodes(Job& job, double grace_s, std::vector<Action>* out) {
   for (const v1::JobNode& n : job.info.nodes()) {
-    if (n.exit_code() >= 0 || job.gone.contains(n.node_name())) continue;
+    if (n.exit_code() >= 0 || n.taken_by_spare() || job.gone.contains(n.node_name())) continue;
     auto it = nodes_.find(n.node_name());
     if (it == nodes_.end() || it->second.info.job_id() != job.info.job_id()) continue;
     Action action{n.node_name(), {}};
@@ -621,13 +626,20 @@ void Scheduler::LoseNode(Job& job, const std::string& node, const std::string& w
     // nothing is started, and no restart is counted.
     const int32_t spares = job.info.spec().spare_instances();
     job.info.set_spares_used(job.info.spares_used() + 1);
+    // A node without ranks in the run's round waited as a spare (or the round was not known
+    // yet): no spare takes anything, the job has one spare fewer.
+    const bool waited = jn->node_rank() < 0;
     jn->set_taken_by_spare(true);
+    jn->set_lost_without_ranks(waited);
     jn->set_node_rank(-1);
     jn->set_first_rank(-1);
     job.gone.insert(node);
     job.to_replace.erase(node);
-    job.info.set_reason(absl::StrCat(lost, "; a spare takes its place (spare ",
-                                     job.info.spares_used(), " of ", spares, ")"));
+    job.info.set_reason(
+        absl::StrCat(lost,
+                     waited ? "; it held no ranks: the job goes on with one spare fewer (spare "
+                            : "; a spare takes its place (spare ",
+                     job.info.spares_used(), " of ", spares, " used)"));
     MaybeFinish(job, now);
     return;
   }
@@ -662,8 +674,13 @@ bool Scheduler::Replace(Job& job, const std::string& lost, std::vector<Action>* 
   jn->set_node_rank(-1);
   jn->set_first_rank(-1);
   jn->set_exit_code(-1);
-  job.gone.erase(lost);
-  job.started.erase(lost);
+  // The chosen node may have lost an earlier part of this job to a spare: that part stays
+  // history, and the node is no longer gone from the job.
+  for (const std::string& name : {lost, chosen}) {
+    job.gone.erase(name);
+    job.lost.erase(name);
+    job.started.erase(name);
+  }
   Node& node = *MutableNode(chosen);
   node.info.set_job_id(job.info.job_id());
   SetNodeState(node);
@@ -685,7 +702,7 @@ void Scheduler::OnRunStatus(const rendezvous::RunStatus& run, absl::Time now) {
   for (const rendezvous::NodeStatus& ns : run.nodes) {
     v1::JobNode* jn = JobNodeOf(job, ns.node_id);
     // A node without a rank now (waiting, or the run closed) keeps the one it had.
-    if (jn == nullptr || ns.node_rank < 0 || jn->taken_by_spare()) continue;
+    if (jn == nullptr || ns.node_rank < 0) continue;
     jn->set_node_rank(ns.node_rank);
     jn->set_first_rank(ns.node_rank * per_node);
   }
@@ -727,11 +744,16 @@ absl::StatusOr<Scheduler::LogTarget> Scheduler::LogTargetFor(const std::string& 
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
   const int32_t per_node = it->second.info.spec().distribution().process_count_per_instance();
+  // A lost node keeps its last rank through its grace while a spare may run it already: the
+  // node that is not gone from the job wins.
+  std::optional<LogTarget> found;
   for (const v1::JobNode& n : it->second.info.nodes()) {
     if (n.first_rank() >= 0 && rank >= n.first_rank() && rank < n.first_rank() + per_node) {
-      return LogTarget{n.node_name(), rank - n.first_rank()};
+      found = LogTarget{n.node_name(), rank - n.first_rank()};
+      if (!it->second.gone.contains(n.node_name())) return *found;
     }
   }
+  if (found) return *found;
   const v1::JobInfo& info = it->second.info;
   // A job cancelled while queued was never placed: it has no nodes, hence no ranks or logs.
   if (info.state() == v1::JOB_STATE_QUEUED || info.nodes_size() == 0) {

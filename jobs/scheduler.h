@@ -91,9 +91,10 @@ class Scheduler {
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& job_id, double grace_s, absl::Time now,
                                      std::vector<Action>* out);
 
-  // Where global rank `rank` of a job ran: its node and local rank. Errors: NotFound for an
-  // unknown job, or a rank that no node of it holds: beyond the job's ranks, not known yet (its
-  // run has not formed), or never given (the job ended without its run giving it to a node).
+  // Where global rank `rank` of a job ran: its node and local rank (of two nodes that list the
+  // rank, a lost one in its grace and the spare that took it, the one not lost). Errors: NotFound
+  // for an unknown job, or a rank that no node of it holds: beyond the job's ranks, not known yet
+  // (its run has not formed), or never given (the job ended without its run giving it to a node).
   struct LogTarget {
     std::string node;
     int32_t local_rank = 0;
@@ -138,6 +139,8 @@ class Scheduler {
 
   Job* MutableJob(const std::string& job_id);
   Node* MutableNode(const std::string& node);
+  // `node`'s part in `job`, or nullptr. A part a spare took (taken_by_spare) is history, not the
+  // node's part: the node may hold another part of the job since (a replacement).
   v1::JobNode* JobNodeOf(Job& job, const std::string& node);
   // Places queued jobs in order until one cannot be placed.
   void Place(absl::Time now, std::vector<Action>* out);

@@ -139,7 +139,7 @@ def test_submit_queue_start_show_logs_cancel(spawn, daemons, tmp_path):
     wait_for(lambda: show(endpoint, "job-1")["state"] == "succeeded", 10, "job-1 to succeed")
     info = show(endpoint, "job-1")
     assert info["nodes"] == [{"node_name": "a", "node_rank": 0, "first_rank": 0, "exit_code": 0,
-                             "taken_by_spare": False}]
+                             "taken_by_spare": False, "lost_without_ranks": False}]
     assert info["restarts"] == 0 and info["reason"] == ""
     assert info["finished_unix_s"] >= info["started_unix_s"] >= info["submitted_unix_s"] > 0
     assert info["started_unix_s"] == started

@@ -69,7 +69,7 @@ def test_an_unhealthy_node_takes_no_job_until_its_check_passes(spawn, tmp_path):
     assert info, (show(endpoint, "job-1"), logs(rdzv), logs(agent))
     assert info["reason"] == ""
     assert info["nodes"] == [{"node_name": "n1", "node_rank": 0, "first_rank": 0, "exit_code": 0,
-                             "taken_by_spare": False}]
+                             "taken_by_spare": False, "lost_without_ranks": False}]
     assert "node healthy again (its health checks passed)" in logs(agent), logs(agent)
     assert "jobs: node 'n1' is healthy again" in logs(rdzv), logs(rdzv)
     out = dgt(endpoint, "logs", "job-1", "--rank", "0")

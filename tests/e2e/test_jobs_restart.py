@@ -216,7 +216,7 @@ def test_a_spare_instance_takes_a_drained_nodes_part(spawn, python2, tmp_path):
     taken = poll(lambda: (i := service.show("job-1")) and i["spares_used"] == 1 and i, 20, 0.1)
     assert taken, (service.show("job-1"), logs(service.proc))
     assert re.fullmatch(rf"node {lost}: it drained: dgt-run exited with code 143: .*; "
-                        r"a spare takes its place \(spare 1 of 1\)", taken["reason"]), taken
+                        r"a spare takes its place \(spare 1 of 1 used\)", taken["reason"]), taken
 
     done = service.wait_state("job-1", {"succeeded", "failed", "cancelled"}, 90)
     assert done["state"] == "succeeded", (done, logs(service.proc))

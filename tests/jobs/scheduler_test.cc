@@ -123,11 +123,12 @@ class SchedulerTest : public ::testing::Test {
     Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED));
     return id;
   }
-  // Nodes "a", "b" and "c" registered; a 2-node job with 1 spare (max_restarts 0) started on all
-  // three, its run at node ranks a, b (c waits as the spare); its id.
-  std::string RunningWithASpare() {
+  // Nodes "a", "b" and "c" registered; a 2-node job with 1 spare and `max_restarts` started on
+  // all three, its run at node ranks a, b (c waits as the spare); its id.
+  std::string RunningWithASpare(int max_restarts = 0) {
     v1::JobSpec spec = Spec(2, 1);
     spec.set_spare_instances(1);
+    spec.set_max_restarts(max_restarts);
     Register(Hello("a"));
     Register(Hello("b"));
     Register(Hello("c"));
@@ -485,7 +486,7 @@ TEST_F(SchedulerTest, ALostNodesPartGoesToASpareWithoutARestartAndTheJobSucceeds
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
             "node b: its daemon was lost mid-job (it registered again without the job); a spare "
-            "takes its place (spare 1 of 1)");
+            "takes its place (spare 1 of 1 used)");
   EXPECT_EQ(Job(id).spares_used(), 1);
   EXPECT_EQ(Job(id).node_replacements(), 0);
   EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle", "c busy job-1"));
@@ -504,12 +505,95 @@ TEST_F(SchedulerTest, ADgtRunThatLeftTheRunIsCoveredByASpareThenTheNextLossFails
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Job(id).reason(),
             "node b: its dgt-run left the run, which goes on (dgt-run exited with code 137); a "
-            "spare takes its place (spare 1 of 1)");
+            "spare takes its place (spare 1 of 1 used)");
   // No spare is left: a's loss ends the job as without spares.
   EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 137)),
               ElementsAre("c cancel job-1 30"));
   EXPECT_EQ(Job(id).state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(Job(id).reason(), "node a: dgt-run exited with code 137");
+}
+
+// The lost node's daemon comes back after the spare took its part: an idle node, not a second
+// loss (before, the job failed on "registered again without the job", or spent a restart).
+TEST_F(SchedulerTest, ANodeWhosePartASpareTookComesBackIdleAndTheJobGoesOn) {
+  std::string id = RunningWithASpare();
+  Deregister("b");
+  now_ += absl::Seconds(11);
+  EXPECT_THAT(Tick(), IsEmpty());
+  const std::string reason =
+      "node b: its daemon was lost mid-job (no re-registration within 10 s); a spare takes its "
+      "place (spare 1 of 1 used)";
+  EXPECT_EQ(Job(id).reason(), reason);
+  RunStatus(id, {"a", "c"});
+  now_ += absl::Seconds(5);
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(id).reason(), reason);
+  EXPECT_EQ(Job(id).spares_used(), 1);
+  EXPECT_EQ(Job(id).node_replacements(), 0);
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b idle", "c busy job-1"));
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_THAT(Update("c", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// A later loss with a restart left goes to the idle node whose earlier part the spare took
+// (before, a node listed in the job was never chosen, and the job waited for a new node).
+TEST_F(SchedulerTest, AReplacementGoesToTheNodeWhosePartASpareTook) {
+  std::string id = RunningWithASpare(/*max_restarts=*/1);
+  Deregister("b");
+  now_ += absl::Seconds(11);
+  Tick();
+  RunStatus(id, {"a", "c"});
+  EXPECT_THAT(Register(Hello("b")), IsEmpty());
+  Deregister("c");
+  now_ += absl::Seconds(11);
+  EXPECT_THAT(Tick(), ElementsAre("b start job-1 rdzv:29400"));
+  EXPECT_EQ(Job(id).reason(),
+            "node c: its daemon was lost mid-job (no re-registration within 10 s); replacing it "
+            "(restart 1 of 1)");
+  EXPECT_THAT(NodeStates(), ElementsAre("a busy job-1", "b busy job-1"));
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1",
+                                        "b rank -1 first -1 exit -1"));
+  EXPECT_TRUE(Job(id).nodes(1).taken_by_spare());
+  EXPECT_FALSE(Job(id).nodes(2).taken_by_spare());
+  RunStatus(id, {"a", "b"}, /*restarts=*/0);
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank -1 first -1 exit -1",
+                                        "b rank 1 first 1 exit -1"));
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_STARTED)), IsEmpty());
+  EXPECT_THAT(Update("a", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_THAT(Update("b", jobs::Update(id, v1::JOB_EVENT_EXITED, 0)), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// The spare itself is lost while it waits: nothing is taken over, the job has one spare fewer.
+TEST_F(SchedulerTest, ALostWaitingSpareLeavesTheJobWithOneSpareFewer) {
+  std::string id = RunningWithASpare();
+  Deregister("c");
+  now_ += absl::Seconds(11);
+  EXPECT_THAT(Tick(), IsEmpty());
+  EXPECT_EQ(Job(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(id).reason(),
+            "node c: its daemon was lost mid-job (no re-registration within 10 s); it held no "
+            "ranks: the job goes on with one spare fewer (spare 1 of 1 used)");
+  EXPECT_TRUE(Job(id).nodes(2).taken_by_spare());
+  EXPECT_TRUE(Job(id).nodes(2).lost_without_ranks());
+  EXPECT_FALSE(Job(id).nodes(1).lost_without_ranks());
+  EXPECT_EQ(Job(id).spares_used(), 1);
+}
+
+// While a lost node's grace runs, its last node rank is the spare's already: the logs of that
+// rank are read from the spare (before, from the first node listed: the lost one).
+TEST_F(SchedulerTest, LogsOfARankASpareTookAreReadFromTheSpareDuringTheGrace) {
+  std::string id = RunningWithASpare();
+  Deregister("b");
+  RunStatus(id, {"a", "c"});
+  EXPECT_THAT(JobNodes(id), ElementsAre("a rank 0 first 0 exit -1", "b rank 1 first 1 exit -1",
+                                        "c rank 1 first 1 exit -1"));
+  auto target = s_.LogTargetFor(id, 1);
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->node, "c");
+  EXPECT_EQ(target->local_rank, 0);
 }
 
 TEST_F(SchedulerTest, LostNodeWithRestartsLeftStartsTheJobAgainThere) {
