@@ -356,6 +356,14 @@ void NodeWorkers::SpawnDone(int restart_count) {
       if (absl::Status s = group_->StartStandbys(options_.standby_workers); !s.ok()) {
         spdlog::warn("dgt-run: --standby-workers: {}", s.message());
       }
+      // Without standbys, a fork server forks the replacements (docs/RECOVERY.md "Fork server").
+      if (options_.standby_workers == 0 && options_.fork_server &&
+          options_.recovery_mode == RecoveryMode::kReplace) {
+        if (absl::Status s = group_->StartForkServer(); !s.ok()) {
+          spdlog::warn("dgt-run: --fork-server: {}; replacements start as fresh processes",
+                       s.message());
+        }
+      }
     }
   }
   // Every worker started in earlier batches may have exited while later ones were started (their
