@@ -360,8 +360,10 @@ void NodeWorkers::SpawnDone(int restart_count) {
       if (options_.standby_workers == 0 && options_.fork_server &&
           options_.recovery_mode == RecoveryMode::kReplace) {
         if (absl::Status s = group_->StartForkServer(); !s.ok()) {
-          spdlog::warn("dgt-run: --fork-server: {}; replacements start as fresh processes",
-                       s.message());
+          // Not a Python command (a C++ trainer): nothing to pre-import, nothing to say.
+          spdlog::log(absl::IsFailedPrecondition(s) ? spdlog::level::debug : spdlog::level::warn,
+                      "dgt-run: --fork-server: {}; replacements start as fresh processes",
+                      s.message());
         }
       }
     }
