@@ -132,7 +132,7 @@ class ForkServer {
 size_t PythonPrefixLength(const std::vector<std::string>& argv);
 
 // A worker's environment without the rank's variables (kStandbyDroppedEnv) and dgt's channel
-// variables (DGT_STANDBY, DGT_STANDBY_FD, DGT_FORKSERVER_FD, DGT_FORKSERVER_IMPORTS is kept).
+// variables (DGT_STANDBY, DGT_STANDBY_FD, DGT_FORKSERVER_FD): a standby's or the fork server's.
 std::vector<std::string> EnvWithoutRank(const std::vector<std::string>& env);
 
 }  // namespace dgt::agent
