@@ -33,6 +33,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import types
 from typing import Dict, List, Optional, Tuple
 
@@ -245,8 +246,8 @@ class Server:
 
 def warm_up(imports: List[Tuple[str, bool]]) -> None:
     """Imports `imports` (an optional one's ImportError ignored), then checks that no CUDA context
-    exists (a forked child could not use CUDA) and warns when threads were started (a child has
-    only the forking one)."""
+    exists (a forked child could not use CUDA) and warns when Python threads were started (a
+    child has only the forking one)."""
     # torch.cuda.is_available() through NVML: no CUDA context in the server.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name, optional in imports:
@@ -261,10 +262,13 @@ def warm_up(imports: List[Tuple[str, bool]]) -> None:
         print("dgt forkserver: CUDA was initialized while importing; a forked child could not "
               "use it", file=sys.stderr)
         sys.exit(3)
-    threads = len(os.listdir("/proc/self/task"))
+    # A forked child has only the forking thread. Python threads would be lost with their state;
+    # native pools (OpenBLAS's, which numpy and torch load unless OMP_NUM_THREADS=1) re-create
+    # theirs in the child (pthread_atfork), so only Python's are worth a warning.
+    threads = threading.active_count()
     if threads > 1:
-        print(f"dgt forkserver: warning: {threads} threads after the imports; a forked child "
-              "has only the forking one", file=sys.stderr)
+        print(f"dgt forkserver: warning: {threads} Python threads after the imports; a forked "
+              "child has only the forking one", file=sys.stderr)
     # The imported objects stay out of the collector's reach: a child's collections do not write
     # to (and so copy) the pages it shares with the server.
     gc.freeze()
