@@ -276,7 +276,10 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
 void NodeWorkers::StartRound(int restart_count, int64_t round) {
   failures_.clear();
   recovered_failures_.clear();
-  if (group_) retired_.push_back(std::move(group_));
+  if (group_) {
+    group_->StopForkServer();  // Kept until exit, the retired group needs no server.
+    retired_.push_back(std::move(group_));
+  }
   group_ = std::make_unique<WorkerGroup>(
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
       [this](pid_t pgid) { watchdog_.Register(pgid); },

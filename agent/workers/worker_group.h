@@ -147,6 +147,9 @@ class WorkerGroup {
   // started yet; as ForkServer::Start.
   absl::Status StartForkServer();
   bool fork_server_ready() const;
+  // SIGKILL to the fork server (its children die with it); no more forks. For a group that a new
+  // round replaces: a retired group is kept until the agent exits, its server need not be.
+  void StopForkServer();
 
   // A replacement under --restart-policy rank: ActivateStandby when a standby is ready, else a
   // child of the fork server when it is ready, else (or when either fails) StartOne.

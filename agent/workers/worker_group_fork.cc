@@ -36,6 +36,10 @@ bool WorkerGroup::fork_server_ready() const {
   return fork_server_ != nullptr && fork_server_->ready();
 }
 
+void WorkerGroup::StopForkServer() {
+  if (fork_server_ != nullptr) fork_server_->Kill();
+}
+
 absl::StatusOr<pid_t> WorkerGroup::StartForked(const WorkerSpec& spec) {
   absl::StatusOr<std::array<int, 2>> opened = OpenLogFiles(spec);
   if (!opened.ok()) return opened.status();

@@ -341,8 +341,8 @@ absl::StatusOr<pid_t> WorkerGroup::StartReplacement(const WorkerSpec& spec) {
                    pid.status().message());
     } else if (!fork_fallback_logged_) {
       fork_fallback_logged_ = true;
-      spdlog::info("dgt-run: rank {}: the fork server is not ready; starting a fresh process",
-                   spec.rank);
+      spdlog::info("dgt-run: rank {}: the fork server is {}; starting a fresh process", spec.rank,
+                   fork_server_->gone() ? "gone" : "not ready");
     }
   }
   return StartOne(spec);

@@ -242,6 +242,22 @@ TEST_F(ForkServerTest, NothingOutlivesTheGroup) {
   EXPECT_TRUE(WaitGone(*pid));
 }
 
+// A group that a new round replaces stops its server (NodeWorkers::StartRound): it is reaped
+// and unregistered, and a replacement is a fresh process.
+TEST_F(ForkServerTest, StopForkServerEndsItAndReplacementsStartFresh) {
+  StartServer();
+  ASSERT_TRUE(RunUntil(io_, [&] { return group_->fork_server_ready(); }));
+  group_->StopForkServer();
+  EXPECT_FALSE(group_->fork_server_ready());
+  ASSERT_TRUE(RunUntil(io_, [&] { return !reaped_.empty() && reaped_.back() == server_; }));
+  EXPECT_TRUE(Gone(server_));
+  absl::StatusOr<pid_t> fresh = group_->StartReplacement(Spec(1, 1, {"exit", "0"}));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_TRUE(RunUntil(io_, [&] { return exits_.size() == 2 && group_->drained(); }));
+  EXPECT_NE(Console().find("[rank1]: rank 1 ['exit', '0', '--local_rank=1'] fresh\n"),
+            std::string::npos);
+}
+
 TEST_F(ForkServerTest, ANotReadyServerGivesAFreshProcessLoggedOnce) {
   LogCapture log;
   StartServer();
