@@ -4,6 +4,9 @@ over a Unix socketpair with the output pipes passed by SCM_RIGHTS. Every wait is
 """
 import array
 import base64
+import contextlib
+import gc
+import io
 import json
 import os
 import signal
@@ -11,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -80,6 +84,38 @@ class ParseTest(unittest.TestCase):
                          [("torch", False), ("torch.distributed", False),
                           ("torch.nn.parallel", False), ("torch._dynamo", True)])
         self.assertEqual(forkserver.parse_imports(" json, ,x? "), [("json", False), ("x", True)])
+
+
+class WarmUpTest(unittest.TestCase):
+
+    def setUp(self):
+        self.addCleanup(gc.unfreeze)
+        saved = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+        self.addCleanup(lambda: os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+                        if saved is None else os.environ.update(
+                            PYTORCH_NVML_BASED_CUDA_CHECK=saved))
+
+    def test_a_missing_optional_module_is_ignored_a_required_one_raises(self):
+        forkserver.warm_up([("json", False), ("no_such_module_here", True)])
+        with self.assertRaises(ModuleNotFoundError) as cm:
+            forkserver.warm_up([("no_such_module_here", False)])
+        self.assertEqual(str(cm.exception), "No module named 'no_such_module_here'")
+
+    def test_python_threads_are_warned_of(self):
+        quiet = io.StringIO()
+        with contextlib.redirect_stderr(quiet):
+            forkserver.warm_up([])
+        self.assertEqual(quiet.getvalue(), "")
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        self.addCleanup(t.join)
+        self.addCleanup(stop.set)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            forkserver.warm_up([])
+        self.assertEqual(err.getvalue(), "dgt forkserver: warning: 2 Python threads after the "
+                                         "imports; a forked child has only the forking one\n")
 
 
 SCRIPT = r"""
