@@ -258,6 +258,25 @@ TEST_F(ForkServerTest, StopForkServerEndsItAndReplacementsStartFresh) {
             std::string::npos);
 }
 
+// A rank whose interpreter options differ from the server's cannot be forked from it.
+TEST_F(ForkServerTest, OtherInterpreterOptionsGiveAFreshProcess) {
+  LogCapture log;
+  StartServer();
+  ASSERT_TRUE(RunUntil(io_, [&] { return group_->fork_server_ready(); }));
+  WorkerSpec spec = Spec(1, 1, {"exit", "5"});
+  spec.argv[1] = "-B";
+  absl::StatusOr<pid_t> pid = group_->StartReplacement(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_TRUE(RunUntil(io_, [&] { return exits_.size() == 2 && group_->drained(); }));
+  EXPECT_EQ(exits_[1].exit_code, 5);
+  EXPECT_NE(log.text().find("warning dgt-run: rank 1: rank 1's interpreter and options differ "
+                            "from the fork server's; starting a fresh process\n"),
+            std::string::npos);
+  EXPECT_NE(Console().find("[rank1]: rank 1 ['exit', '5', '--local_rank=1'] fresh\n"),
+            std::string::npos);
+  EXPECT_TRUE(group_->fork_server_ready());  // Still serving.
+}
+
 TEST_F(ForkServerTest, ANotReadyServerGivesAFreshProcessLoggedOnce) {
   LogCapture log;
   StartServer();
