@@ -9,9 +9,9 @@
 // group and dies with the server, which dies with the agent (PR_SET_PDEATHSIG).
 //
 // The server's own output reaches the console prefixed "[forkserver]: ". A server that exits
-// before it reported ready (no module dgt, no torch) is off for good, with a warning quoting its
-// last stderr lines; so is one that exits later (its children die with it: their status is
-// SIGKILL).
+// before it reported ready (no module dgt, no torch) is not started again (one per round's
+// group), with a warning quoting its last stderr lines; nor is one that exits later (its children
+// die with it: their status is SIGKILL).
 //
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_WORKERS_FORK_SERVER_H_
