@@ -233,6 +233,11 @@ ParsedCommandLine ParseDgtRunCommandLine(const std::vector<std::string>& args,
       "`import dgt.recovery`, that take a failed rank's place (default 0)",
       kSupervision)
       ->type_name("INT");
+  add("--fork-server,--fork_server", raw.fork_server,
+      "With --restart-policy rank (replace mode, no standbys): on, one pre-imported Python "
+      "process per node forks failed ranks' replacements; off, fresh processes (default on)",
+      kSupervision)
+      ->type_name("on|off");
   add("--spare-nodes,--spare_nodes", raw.spare_nodes,
       "Waiting nodes the run holds as hot spares for lost nodes instead of growing the world "
       "(--nnodes MIN:MAX; with MIN == MAX every extra node is a spare; default 0)",

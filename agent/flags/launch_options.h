@@ -76,6 +76,10 @@ struct LaunchOptions {
   // --standby-workers: warm standby processes per node that replace failed ranks (policy rank,
   // mode replace only; docs/RECOVERY.md "Warm standbys"). 0: none.
   int standby_workers = 0;
+  // --fork-server on|off: with --restart-policy rank in replace mode and no standbys, one
+  // pre-imported Python process per node forks failed ranks' replacements (docs/RECOVERY.md
+  // "Fork server"). Off: replacements are fresh processes.
+  bool fork_server = true;
   // --spare-nodes: waiting nodes the run holds as hot spares instead of growing the world
   // (docs/RENDEZVOUS.md "Hot spare nodes"); sent in the JoinRequest, the run's first join sets it.
   int spare_nodes = 0;

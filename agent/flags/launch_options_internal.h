@@ -47,6 +47,7 @@ struct RawFlags {
   std::string restart_policy = "group";
   std::string recovery_mode = "replace";
   std::string standby_workers = "0";
+  std::string fork_server = "on";
   std::string spare_nodes = "0";
   std::string join_timeout = "600";
   std::string connect_timeout = "30";

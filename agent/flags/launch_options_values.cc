@@ -315,6 +315,13 @@ absl::Status ParseChoices(const RawFlags& raw, LaunchOptions* o) {
     return Bad(
         absl::StrCat("--recovery-mode must be replace or shrink, got '", raw.recovery_mode, "'"));
   }
+  if (raw.fork_server == "on") {
+    o->fork_server = true;
+  } else if (raw.fork_server == "off") {
+    o->fork_server = false;
+  } else {
+    return Bad(absl::StrCat("--fork-server must be on or off, got '", raw.fork_server, "'"));
+  }
   if (o->standby_workers > 0 &&
       (o->restart_policy != RestartPolicy::kRank || o->recovery_mode != RecoveryMode::kReplace)) {
     return Bad(absl::StrCat("--standby-workers=", o->standby_workers,

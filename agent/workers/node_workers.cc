@@ -276,7 +276,10 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
 void NodeWorkers::StartRound(int restart_count, int64_t round) {
   failures_.clear();
   recovered_failures_.clear();
-  if (group_) retired_.push_back(std::move(group_));
+  if (group_) {
+    group_->StopForkServer();  // Kept until exit, the retired group needs no server.
+    retired_.push_back(std::move(group_));
+  }
   group_ = std::make_unique<WorkerGroup>(
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
       [this](pid_t pgid) { watchdog_.Register(pgid); },
@@ -355,6 +358,16 @@ void NodeWorkers::SpawnDone(int restart_count) {
       // Warm standbys for this round's rank restarts (RestartRank; docs/RECOVERY.md).
       if (absl::Status s = group_->StartStandbys(options_.standby_workers); !s.ok()) {
         spdlog::warn("dgt-run: --standby-workers: {}", s.message());
+      }
+      // Without standbys, a fork server forks the replacements (docs/RECOVERY.md "Fork server").
+      if (options_.standby_workers == 0 && options_.fork_server &&
+          options_.recovery_mode == RecoveryMode::kReplace) {
+        if (absl::Status s = group_->StartForkServer(); !s.ok()) {
+          // Not a Python command (a C++ trainer): nothing to pre-import, nothing to say.
+          spdlog::log(absl::IsFailedPrecondition(s) ? spdlog::level::debug : spdlog::level::warn,
+                      "dgt-run: --fork-server: {}; replacements start as fresh processes",
+                      s.message());
+        }
       }
     }
   }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "agent/workers/fork_server.h"
 #include "agent/workers/worker_group_internal.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
@@ -94,7 +95,7 @@ WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
     if (!w->exited) {
       launcher_->SignalGroup(w->pid, SIGKILL);
-      launcher_->Reap(w->pid);
+      if (!w->forked) launcher_->Reap(w->pid);  // The fork server reaps its children.
     }
   }
 }
@@ -127,72 +128,93 @@ absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
       }
       return launched.status();
     }
-    const pid_t pid = launched->pid;
-    if (on_spawn_) on_spawn_(pid);
-    auto w = std::make_unique<Worker>(io_);
-    w->local_rank = spec.local_rank;
-    w->rank = spec.rank;
-    w->attempt = spec.attempt;
-    w->pid = pid;
-    w->out_file = files[0];
-    w->err_file = files[1];
-    w->out_console = spec.stdout_console;
-    w->err_console = spec.stderr_console;
-    w->prefix = spec.prefix.empty() ? absl::StrCat("[rank", spec.rank, "]: ") : spec.prefix;
-    w->out_filtered = spec.stdout_filtered;
-    w->err_filtered = spec.stderr_filtered;
-    const int pidfd = launched->exit_fd;
-    const int out_pipe[2] = {launched->stdout_fd, -1};
-    const int err_pipe[2] = {launched->stderr_fd, -1};
-    w->pidfd.assign(pidfd);
-    w->out.assign(out_pipe[0]);
-    w->err.assign(err_pipe[0]);
-    ++alive_;
-    open_pipes_ += 2;
-    workers_.push_back(std::move(w));
-    Worker& ref = *workers_.back();
-    WatchExit(ref);
-    Pump(ref, /*is_stderr=*/false);
-    Pump(ref, /*is_stderr=*/true);
-    return pid;
+    if (on_spawn_) on_spawn_(launched->pid);
+    AddWorker(spec, launched->pid, files, launched->exit_fd, launched->stdout_fd,
+              launched->stderr_fd);
+    return launched->pid;
   }
+}
+
+WorkerGroup::Worker& WorkerGroup::AddWorker(const WorkerSpec& spec, pid_t pid,
+                                            const std::array<int, 2>& files, int exit_fd,
+                                            int stdout_fd, int stderr_fd) {
+  auto w = std::make_unique<Worker>(io_);
+  w->local_rank = spec.local_rank;
+  w->rank = spec.rank;
+  w->attempt = spec.attempt;
+  w->pid = pid;
+  w->out_file = files[0];
+  w->err_file = files[1];
+  w->out_console = spec.stdout_console;
+  w->err_console = spec.stderr_console;
+  w->prefix = spec.prefix.empty() ? absl::StrCat("[rank", spec.rank, "]: ") : spec.prefix;
+  w->out_filtered = spec.stdout_filtered;
+  w->err_filtered = spec.stderr_filtered;
+  w->out.assign(stdout_fd);
+  w->err.assign(stderr_fd);
+  ++alive_;
+  open_pipes_ += 2;
+  workers_.push_back(std::move(w));
+  Worker& ref = *workers_.back();
+  if (exit_fd >= 0) {
+    ref.pidfd.assign(exit_fd);
+    WatchExit(ref);
+  } else {
+    ref.ended = true;  // A forked child already reaped by the server: its status is on the way.
+  }
+  Pump(ref, /*is_stderr=*/false);
+  Pump(ref, /*is_stderr=*/true);
+  return ref;
 }
 
 void WorkerGroup::WatchExit(Worker& w) {
   w.pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
                      [this, &w](boost::system::error_code ec) {
                        if (ec) return;
+                       if (w.forked) {
+                         // Not the agent's child: the fork server reaps it and reports how.
+                         w.ended = true;
+                         boost::system::error_code ignored;
+                         w.pidfd.close(ignored);
+                         if (w.forked_status >= 0) Finish(w, w.forked_status);
+                         return;
+                       }
                        const int status = launcher_->Reap(w.pid);
                        if (w.standby) {
                          OnStandbyExit(w, status);
                          return;
                        }
-                       WorkerExit exit;
-                       exit.local_rank = w.local_rank;
-                       exit.rank = w.rank;
-                       exit.attempt = w.attempt;
-                       exit.pid = w.pid;
-                       exit.time = absl::Now();
-                       if (WIFSIGNALED(status)) {
-                         exit.signal = WTERMSIG(status);
-                       } else {
-                         exit.exit_code = WEXITSTATUS(status);
-                       }
-                       exit.stderr_tail = w.stderr_tail;
-                       w.exited = true;
-                       // No grandchild outlives its worker: kill what is left of the group.
-                       launcher_->SignalGroup(w.pid, SIGKILL);
-                       if (on_reaped_) on_reaped_(w.pid);
-                       boost::system::error_code ignored;
-                       w.pidfd.close(ignored);
-                       --alive_;
-                       on_exit_(exit);
-                       if (drained() && on_drained_) {
-                         auto cb = std::move(on_drained_);
-                         on_drained_ = nullptr;
-                         cb();
-                       }
+                       Finish(w, status);
                      });
+}
+
+void WorkerGroup::Finish(Worker& w, int status) {
+  if (w.exited) return;
+  WorkerExit exit;
+  exit.local_rank = w.local_rank;
+  exit.rank = w.rank;
+  exit.attempt = w.attempt;
+  exit.pid = w.pid;
+  exit.time = absl::Now();
+  if (WIFSIGNALED(status)) {
+    exit.signal = WTERMSIG(status);
+  } else {
+    exit.exit_code = WEXITSTATUS(status);
+  }
+  exit.stderr_tail = w.stderr_tail;
+  w.exited = true;
+  // No grandchild outlives its worker: kill what is left of the group.
+  launcher_->SignalGroup(w.pid, SIGKILL);
+  if (on_reaped_) on_reaped_(w.pid);
+  boost::system::error_code ignored;
+  w.pidfd.close(ignored);
+  --alive_;
+  on_exit_(exit);
+  if (drained() && on_drained_) {
+    auto cb = std::move(on_drained_);
+    on_drained_ = nullptr;
+    cb();
+  }
 }
 
 void WorkerGroup::Pump(Worker& w, bool is_stderr) {
@@ -335,6 +357,7 @@ void WorkerGroup::KillAll() {
   kill_timer_.cancel();
   standbys_off_ = true;
   for (auto& w : workers_) launcher_->SignalGroup(w->pid, SIGKILL);
+  if (fork_server_ != nullptr) fork_server_->Kill();
 }
 
 }  // namespace dgt::agent

@@ -16,6 +16,11 @@
 // agent's death (PR_SET_PDEATHSIG). Standbys are not workers: alive(), drained(), Signal() and
 // the exit callback ignore them until one is activated.
 //
+// The fork server (`--fork-server on`, docs/RECOVERY.md "Fork server"; agent/workers/
+// fork_server.h): one pre-imported Python process that forks a replacement. A forked worker is a
+// worker like any other (pidfd exit event, process group, output, log files); its exit status
+// comes from the server, which is its parent.
+//
 // Thread-compatible: use from the io_context's thread only.
 #ifndef DGT_AGENT_WORKERS_WORKER_GROUP_H_
 #define DGT_AGENT_WORKERS_WORKER_GROUP_H_
@@ -24,6 +29,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <array>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -39,6 +45,8 @@
 #include "boost/asio.hpp"
 
 namespace dgt::agent {
+
+class ForkServer;
 
 // One file collecting, from several workers, the output lines that contain any of `needles`,
 // each with its worker's console prefix: torchrun 2.13's --duplicate-stdout-filters /
@@ -134,8 +142,18 @@ class WorkerGroup {
   // does not extend the standbys' argv; as StartOne for the log files.
   absl::StatusOr<pid_t> ActivateStandby(const WorkerSpec& spec);
 
-  // A replacement under --restart-policy rank: ActivateStandby when a standby is ready, else
-  // (NotFound, Unavailable, FailedPrecondition) StartOne. Errors: as StartOne.
+  // Starts the fork server for this group's replacements, like the first worker this group
+  // started (ForkServer::Start). Idempotent. Errors: FailedPrecondition when no worker was
+  // started yet; as ForkServer::Start.
+  absl::Status StartForkServer();
+  bool fork_server_ready() const;
+  // SIGKILL to the fork server (its children die with it); no more forks. For a group that a new
+  // round replaces: a retired group is kept until the agent exits, its server need not be.
+  void StopForkServer();
+
+  // A replacement under --restart-policy rank: ActivateStandby when a standby is ready, else a
+  // child of the fork server when it is ready, else (or when either fails) StartOne.
+  // Errors: as StartOne.
   absl::StatusOr<pid_t> StartReplacement(const WorkerSpec& spec);
 
   // SIGKILL to every standby's process group; starts no more. Idempotent.
@@ -177,6 +195,13 @@ class WorkerGroup {
   void ReadChannel(Worker& w);
   void OnStandbyExit(Worker& w, int status);
   void TopUpStandbysLater();
+  // A worker from its started process (StartOne, StartForked); watches its exit and output.
+  Worker& AddWorker(const WorkerSpec& spec, pid_t pid, const std::array<int, 2>& files, int exit_fd,
+                    int stdout_fd, int stderr_fd);
+  // Reports a worker's exit (the exit callback) once its status is known.
+  void Finish(Worker& w, int status);
+  absl::StatusOr<pid_t> StartForked(const WorkerSpec& spec);
+  void OnForkedExit(pid_t pid, int status);
 
   boost::asio::io_context& io_;
   ProcessLauncher* launcher_;
@@ -199,6 +224,8 @@ class WorkerGroup {
   bool standbys_off_ = false;
   int next_standby_index_ = 0;
   bool standby_batch_posted_ = false;  // LaunchStandbyBatch's next batch is posted.
+  std::unique_ptr<ForkServer> fork_server_;
+  bool fork_fallback_logged_ = false;  // "the fork server is not ready" was logged.
   // Expires with the group: posted work checks it.
   std::shared_ptr<int> life_ = std::make_shared<int>(0);
 };

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "agent/workers/worker_group.h"
 #include "boost/asio.hpp"
+#include "nlohmann/json.hpp"
 
 namespace dgt::agent {
 
@@ -23,6 +24,14 @@ struct StreamState {
   size_t previewed = 0;   // Leading bytes of `partial` already shown on the console.
   bool carriage = false;  // The last segment ended with '\r': the stream draws a progress bar.
 };
+
+// Whether argv[0] names a CPython interpreter: its file name is "python" followed by nothing
+// but a version ("python", "python3", "python3.11"; any directory).
+bool LooksLikePython(const std::vector<std::string>& argv);
+
+// Adds "env" (and "env_b64" for entries whose bytes are not UTF-8: [base64 key, base64 value]
+// pairs) to a standby's or the fork server's message, from "KEY=VALUE" entries.
+void AddEnvToMessage(const std::vector<std::string>& env, nlohmann::json* message);
 
 // Opens the spec's stdout and stderr log files for appending (O_CLOEXEC); -1 where the spec
 // names none. The caller closes them. Errors: from open(2), with the path; nothing left open.
@@ -47,7 +56,12 @@ struct WorkerGroup::Worker {
   bool standby = false;
   bool ready = false;
   std::vector<std::string> argv;  // A standby's, to extend at activation.
-  int pipes_open = 2;             // Its stdout and stderr pipes not at EOF yet.
+  // A child of the fork server: `ended` once its pidfd fired, `forked_status` once the server
+  // reported its waitpid status (-1 before); its exit is reported when both are in.
+  bool forked = false;
+  bool ended = false;
+  int forked_status = -1;
+  int pipes_open = 2;  // Its stdout and stderr pipes not at EOF yet.
   std::string prefix;
   std::shared_ptr<FilteredLog> out_filtered;
   std::shared_ptr<FilteredLog> err_filtered;

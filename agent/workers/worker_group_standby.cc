@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "agent/workers/fork_server.h"
 #include "agent/workers/worker_group.h"
 #include "agent/workers/worker_group_internal.h"
 #include "common/logging.h"
@@ -30,10 +31,6 @@ namespace dgt::agent {
 
 namespace asio = boost::asio;
 
-namespace {
-
-// Whether argv[0] names a CPython interpreter: its file name is "python" followed by nothing
-// but a version ("python", "python3", "python3.11"; any directory).
 bool LooksLikePython(const std::vector<std::string>& argv) {
   if (argv.empty()) return false;
   absl::string_view name = argv[0];
@@ -46,7 +43,30 @@ bool LooksLikePython(const std::vector<std::string>& argv) {
   });
 }
 
-}  // namespace
+void AddEnvToMessage(const std::vector<std::string>& env_entries, nlohmann::json* message) {
+  // Env entries are the user's bytes, not always UTF-8, which JSON strings must be: an entry
+  // that is not goes base64-encoded, key and value, in "env_b64" (python/dgt decodes it to the
+  // same bytes), the others as plain strings in "env".
+  auto is_utf8 = [](const std::string& text) {
+    const nlohmann::json j = text;  // Dumps differ only where a byte is not valid UTF-8.
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
+           j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  nlohmann::json env = nlohmann::json::object();
+  nlohmann::json env_b64 = nlohmann::json::array();
+  for (const std::string& kv : env_entries) {
+    const size_t eq = kv.find('=');
+    std::string key = kv.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (is_utf8(key) && is_utf8(value)) {
+      env[key] = std::move(value);
+    } else {
+      env_b64.push_back({absl::Base64Escape(key), absl::Base64Escape(value)});
+    }
+  }
+  (*message)["env"] = std::move(env);
+  if (!env_b64.empty()) (*message)["env_b64"] = std::move(env_b64);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Warm standbys.
@@ -71,12 +91,7 @@ absl::Status WorkerGroup::StartStandbys(int count) {
     spec->argv = first_spec_->argv;
     const std::string local_rank_arg = absl::StrCat("--local_rank=", first_spec_->local_rank);
     if (!spec->argv.empty() && spec->argv.back() == local_rank_arg) spec->argv.pop_back();
-    for (const std::string& kv : first_spec_->env) {
-      const absl::string_view key = absl::string_view(kv).substr(0, kv.find('='));
-      bool dropped = key == "DGT_STANDBY" || key == "DGT_STANDBY_FD";
-      for (const char* name : kStandbyDroppedEnv) dropped |= key == name;
-      if (!dropped) spec->env.push_back(kv);
-    }
+    spec->env = EnvWithoutRank(first_spec_->env);
     spec->env.emplace_back("DGT_STANDBY=1");
     spec->env.push_back(absl::StrCat("DGT_STANDBY_FD=", kStandbyChannelFd));
     spec->stdout_console = first_spec_->stdout_console;
@@ -261,32 +276,10 @@ absl::StatusOr<pid_t> WorkerGroup::ActivateStandby(const WorkerSpec& spec) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", spec.rank, "'s CUDA_VISIBLE_DEVICES differs from the standbys'"));
   }
-  // Env entries are the user's bytes, not always UTF-8, which JSON strings must be: an entry
-  // that is not goes base64-encoded, key and value, in "env_b64" (the standby decodes it to the
-  // same bytes), the others as plain strings in "env".
-  auto is_utf8 = [](const std::string& text) {
-    const nlohmann::json j = text;  // Dumps differ only where a byte is not valid UTF-8.
-    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
-           j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
-  nlohmann::json env = nlohmann::json::object();
-  nlohmann::json env_b64 = nlohmann::json::array();
-  for (const std::string& kv : spec.env) {
-    const size_t eq = kv.find('=');
-    std::string key = kv.substr(0, eq);
-    std::string value = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    if (is_utf8(key) && is_utf8(value)) {
-      env[key] = std::move(value);
-    } else {
-      env_b64.push_back({absl::Base64Escape(key), absl::Base64Escape(value)});
-    }
-  }
-  nlohmann::json message = {
-      {"env", env},
-      {"argv_append",
-       std::vector<std::string>(spec.argv.begin() + static_cast<std::ptrdiff_t>(w.argv.size()),
-                                spec.argv.end())}};
-  if (!env_b64.empty()) message["env_b64"] = std::move(env_b64);
+  nlohmann::json message = nlohmann::json::object();
+  AddEnvToMessage(spec.env, &message);
+  message["argv_append"] = std::vector<std::string>(
+      spec.argv.begin() + static_cast<std::ptrdiff_t>(w.argv.size()), spec.argv.end());
   // Arguments are not checked: a rank's extra argument is dgt-run's "--local_rank=N".
   const std::string text =
       message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -340,6 +333,17 @@ absl::StatusOr<pid_t> WorkerGroup::StartReplacement(const WorkerSpec& spec) {
   if (standby_target_ > 0) {
     spdlog::info("dgt-run: rank {}: {}; starting a fresh process", spec.rank,
                  pid.status().message());
+  } else if (fork_server_ != nullptr) {
+    if (fork_server_->ready()) {
+      pid = StartForked(spec);
+      if (pid.ok()) return pid;
+      spdlog::warn("dgt-run: rank {}: {}; starting a fresh process", spec.rank,
+                   pid.status().message());
+    } else if (!fork_fallback_logged_) {
+      fork_fallback_logged_ = true;
+      spdlog::info("dgt-run: rank {}: the fork server is {}; starting a fresh process", spec.rank,
+                   fork_server_->gone() ? "gone" : "not ready");
+    }
   }
   return StartOne(spec);
 }

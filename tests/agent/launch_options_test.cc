@@ -1107,6 +1107,23 @@ TEST(LaunchOptionsTest, StandbyWorkers) {
   }
 }
 
+// --fork-server on|off (docs/RECOVERY.md "Fork server"): on by default.
+TEST(LaunchOptionsTest, ForkServer) {
+  auto plain = Parse({kScript});
+  ASSERT_TRUE(plain.options.has_value()) << plain.output;
+  EXPECT_TRUE(plain.options->fork_server);
+  auto off = Parse({"--restart-policy=rank", "--fork_server", "off", kScript});
+  ASSERT_TRUE(off.options.has_value()) << off.output;
+  EXPECT_FALSE(off.options->fork_server);
+  auto on = Parse({"--fork-server=off", "--fork-server=on", kScript});  // The last one wins.
+  ASSERT_TRUE(on.options.has_value()) << on.output;
+  EXPECT_TRUE(on.options->fork_server);
+  auto bad = Parse({"--fork-server=yes", kScript});
+  EXPECT_FALSE(bad.options.has_value());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.output, "dgt-run: error: --fork-server must be on or off, got 'yes'\n");
+}
+
 }  // namespace
 // --hang-timeout and --first-progress-timeout (docs/RECOVERY.md "Hang detection"): seconds, 0 off.
 TEST(LaunchOptionsTest, HangTimeouts) {

@@ -8,6 +8,9 @@ on loopback, `--restart-policy rank`.
   - shrink: rank 1 SIGKILLed, no restart; the 3 survivors finish, with parameters equal to
     the reference that averages over 4 ranks before the resume step and over the 3 survivors
     after it;
+  - fork server (dgt-run's default): rank 1 SIGKILLed once both agents' fork servers are
+    ready; the replacement is forked by its node's server (python -m dgt.forkserver, torch
+    imported), takes a survivor's state, exact parameters;
   - standby: --standby-workers=1; rank 1 is replaced by its node's warm standby (the PID that was
     waiting before the kill), then rank 2 by a fresh spawn after its node's standby was killed
     (none ready); exact parameters.
@@ -153,7 +156,7 @@ def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
     once both replacements arrive; they take a survivor's state; the survivors keep their PIDs;
     all end with the parameters of a one-process reference."""
     j = DgtRunJob(tmp_path, "torch-replace-two", policy="rank", mode="replace", steps=STEPS,
-                  max_restarts=3,
+                  max_restarts=3, extra=["--fork-server=off"],  # Slow, fresh replacements.
                   command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
                            "--op-timeout", "2"],
                   env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
@@ -202,6 +205,61 @@ def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
         for r in (1, 2):
             err = j.stderr(j.node_of(r))
             assert f"published the failure of rank {r}: recovery generation 1" in err, err
+        for i in range(2):
+            assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
+    finally:
+        j.close()
+
+
+FORK_SERVER_READY = re.compile(r"dgt-run: fork server pid (\d+) is ready")
+
+
+def test_replace_through_the_fork_server_with_exact_parameters(tmp_path, python2, capsys):
+    """Rank 1 SIGKILLed once both agents logged their fork server ready: the agent forks the
+    replacement from it (a child of the server, not of the agent), it takes a survivor's state,
+    and all 4 ranks end in generation 1 with the parameters of a one-process reference."""
+    j = DgtRunJob(tmp_path, "torch-fork", policy="rank", mode="replace", steps=STEPS,
+                  max_restarts=1,
+                  command=[python2, str(EXAMPLE), "--steps", str(STEPS), "--step-ms", "10",
+                           "--op-timeout", "20"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not all(FORK_SERVER_READY.search(j.stderr(i)) for i in range(2)):
+            assert time.monotonic() < deadline, "fork servers never ready"
+            time.sleep(0.05)
+        pids, kill_ns, pre = kill_mid_run(j, 1)
+        n1 = j.node_of(1)
+        [server] = [int(p) for p in FORK_SERVER_READY.findall(j.stderr(n1))]
+        assert server not in pids.values()
+        ev = j.wait_events(lambda ev: sum(1 for r, k, f in ev if r == 1 and k == "joined") == 2,
+                           60, "rank 1's replacement to join")
+        [_, joined] = [f for r, k, f in ev if r == 1 and k == "joined"]
+        forked = int(joined["pid"])
+        assert forked not in pids.values() and joined["replacement"] == "1"
+        err = j.stderr(n1)
+        assert (f"restarted rank 1 (attempt 1) as pid {forked}, forked by the fork server"
+                in err), err
+        with open(f"/proc/{forked}/stat") as f:  # The server's child, not the agent's.
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) == server
+        agents_ok(j)
+        ev = j.events()
+        ms = back_ms(ev, range(WORLD), kill_ns, pre)
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        assert done[1]["pid"] == str(forked)
+        for r in (0, 2, 3):
+            assert done[r]["pid"] == str(pids[r]) and done[r]["recoveries"] == "1"
+        for r in range(WORLD):
+            assert done[r]["steps"] == str(STEPS)
+            assert done[r]["generation"] == "1"
+            assert done[r]["members"] == "0,1,2,3"
+        [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        assert last(ev, "synced")[1]["replacement"] == "1"
+        with capsys.disabled():
+            print(f"\nfork server: SIGKILL of rank 1 at step {pre} -> all 4 ranks back at step "
+                  f"{pre}: {ms:.0f} ms")
         for i in range(2):
             assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
     finally:

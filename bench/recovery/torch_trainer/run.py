@@ -20,8 +20,12 @@ Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
                survivor re-enters the wrapped function with a new process group; nothing starts
                the killed rank again, so "every rank" is the survivors
   nvrx-ft      ft_launcher --standalone --max-restarts=1 (NVRx's torchrun-based launcher)
-  dgt-inplace  dgt-run --standalone --restart-policy=rank (dgt.recovery.Trainer, python/dgt);
-               skipped with the reason when `import dgt.recovery` fails
+  dgt-inplace  dgt-run --standalone --restart-policy=rank --fork-server=off
+               (dgt.recovery.Trainer, python/dgt): the replacement is a fresh process; skipped
+               with the reason when `import dgt.recovery` fails
+  dgt-fork     dgt-inplace with --fork-server=on (dgt-run's default): the replacement is forked
+               by the node's fork server (python -m dgt.forkserver, torch imported); the kill
+               waits for the agent's "fork server pid N is ready"
   dgt-hang     dgt-inplace with --hang-timeout=60: progress reports every step and the DDP
                communication hook that marks all-reduces as waits (docs/RECOVERY.md "Hang
                detection"); the kill is a crash, as in dgt-inplace
@@ -32,6 +36,9 @@ Milestones, ms after the SIGKILL (latest rank unless named "first"): a replaceme
 started (first), every replacement started, torch imported, process group ready, state loaded
 (checkpoint / heal / in-place sync), back at the pre-failure step. The cost per healthy step is
 the mean step interval before the kill (checkpoints included) against the plain rows' mean.
+Memory (dgt rows), PSS from /proc/PID/smaps_rollup in MB: the idle helper before the kill (the
+fork server, or the standby), the replacement once every rank is back, and both together (what
+the node pays beyond its ranks: a fork server's child shares its pages copy-on-write).
 
 Caveat for a loaded machine: the kernel's autogroup scheduling (sched_autogroup_enabled=1 on
 Debian) shares CPU fairly between sessions. torchrun and ft_launcher start each worker in its
@@ -85,7 +92,11 @@ BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"EVENT (\w+) (.*)$")
 T_NS = re.compile(r"\d{19}")  # time.time_ns(), 19 digits until 2286
 ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace",
-        "dgt-standby", "dgt-hang")
+        "dgt-fork", "dgt-standby", "dgt-hang")
+DGT_INPLACE_ROWS = ("dgt-inplace", "dgt-fork", "dgt-standby", "dgt-hang")
+# The agent's line naming a row's idle helper, once it is ready.
+HELPER_READY = {"dgt-fork": re.compile(r"fork server pid (\d+) is ready"),
+                "dgt-standby": re.compile(r"standby pid (\d+) is ready")}
 # The plain baseline runs first and last: the mean of both is the reference step, and their
 # difference shows how much the machine's load moved during the run.
 DEFAULT_ROWS = ROWS + ("plain",)
@@ -208,11 +219,13 @@ def start_row(row, args, out_dir):
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              "--max-restarts=1", *trainer_args(args, "ddp", ckpt)],
                        out_dir, env_with())], 1, {0, 1}
-    if row in ("dgt-inplace", "dgt-hang"):
+    if row in ("dgt-inplace", "dgt-fork", "dgt-hang"):
         hang = ["--hang-timeout=60"] if row == "dgt-hang" else []
+        fork = "on" if row == "dgt-fork" else "off"
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              "--restart-policy=rank", "--max-restarts=1", *hang,
-                             *trainer_args(args, "dgt")], out_dir, env_with())], 1, {0, 1}
+                             f"--fork-server={fork}", *trainer_args(args, "dgt")], out_dir,
+                       env_with())], 1, {0, 1}
     if row == "dgt-standby":
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              "--restart-policy=rank", "--max-restarts=1", "--standby-workers=1",
@@ -240,6 +253,18 @@ def start_row(row, args, out_dir):
                   for g in range(world)]
         return [lh, *groups], 1, {0, 1}
     raise ValueError(row)
+
+
+def pss_mb(pid):
+    """The process's proportional set size in MB (/proc/PID/smaps_rollup); None when gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def all_events(launches):
@@ -279,7 +304,7 @@ def run_row(row, args, out_dir):
     launches, kill_rank, expected = start_row(row, args, out_dir)
     result = {"row": row}
     try:
-        if row in ("dgt-inplace", "dgt-standby", "dgt-hang"):
+        if row in DGT_INPLACE_ROWS:
             skipped = wait_until(lambda: [f for k, f in all_events(launches) if k == "skipped"]
                                  or [f for k, f in all_events(launches) if k == "step"],
                                  args.row_timeout, "dgt-inplace to start", launches)
@@ -296,14 +321,17 @@ def run_row(row, args, out_dir):
             def at_kill_step():
                 ev = all_events(launches)
                 mine = [f for k, f in ev if k == "step" and f["rank"] == kill_rank]
-                if row == "dgt-standby" and not re.search(r"standby pid \d+ is ready",
-                                                          launches[0].text()):
-                    return None  # The row measures a replacement by a ready standby.
+                if row in HELPER_READY and not HELPER_READY[row].search(launches[0].text()):
+                    return None  # The row measures a replacement by a ready helper.
                 return ev if mine and int(mine[-1]["step"]) >= args.kill_step else None
 
             ev = wait_until(at_kill_step, args.row_timeout, f"rank {kill_rank} at step "
                             f"{args.kill_step}", launches)
             pid = int([f for k, f in ev if k == "start" and f["rank"] == kill_rank][-1]["pid"])
+            helper = HELPER_READY.get(row)
+            helper_pid = int(helper.search(launches[0].text()).group(1)) if helper else None
+            if helper_pid:
+                result["helper_pss_mb"] = pss_mb(helper_pid)
             t_kill = time.time_ns()
             os.kill(pid, signal.SIGKILL)
             ev = all_events(launches)
@@ -319,6 +347,11 @@ def run_row(row, args, out_dir):
             ev = wait_until(back, args.row_timeout, f"{row}: every rank back at step {pre}",
                             launches)
             result["timeline"] = timeline(ev, t_kill, pre, expected)
+            if row in DGT_INPLACE_ROWS:
+                new = [f for k, f in ev if k == "start" and f["rank"] == kill_rank][-1]
+                result["replacement_pss_mb"] = pss_mb(int(new["pid"]))
+                if row == "dgt-fork" and helper_pid:
+                    result["helper_after_pss_mb"] = pss_mb(helper_pid)
         wrong = {f.get("torch") for k, f in ev if k == "imported"} - {None}
         wrong = {v for v in wrong if not v.startswith("2.")}
         if wrong:
@@ -601,6 +634,16 @@ def main():
         print(f"{'cost per step vs plain':28}" + "".join(
             f"{(r['step_ms'] - plain) / plain * 100:>12.1f}%" if "step_ms" in r else f"{'-':>13}"
             for r in results))
+    mem = [r for r in results if r["row"] in DGT_INPLACE_ROWS and "replacement_pss_mb" in r]
+    if mem:
+        print("\nMemory per node beyond the ranks, PSS in MB:")
+        print(f"{'':28}" + "".join(f"{r['row']:>13}" for r in mem))
+        print(f"{'idle helper before the kill':28}" + "".join(
+            f"{fmt(r.get('helper_pss_mb')):>13}" for r in mem))
+        print(f"{'helper after the recovery':28}" + "".join(
+            f"{fmt(r.get('helper_after_pss_mb')):>13}" for r in mem))
+        print(f"{'replacement rank':28}" + "".join(
+            f"{fmt(r.get('replacement_pss_mb')):>13}" for r in mem))
     for r in results:
         if "skipped" in r:
             print(f"{r['row']}: skipped: {r['skipped']}")
