@@ -6,7 +6,8 @@
 // every step:
 //   - no node is in two jobs: a StartJob goes only to a registered, not draining node that
 //     carries the job's labels and runs no other job (its daemon's view), and a node the
-//     scheduler has busy with a job is an active part of that job only;
+//     scheduler has busy with a job is an active part of that job only (once: a part a spare
+//     took is history);
 //   - FIFO order holds among the jobs that fit: no job leaves the queue while one submitted
 //     before it is still queued;
 //   - a job in a terminal state (succeeded, failed, cancelled) never changes state again, and a
@@ -289,8 +290,11 @@ class Harness {
         }
         for (const v1::JobNode& n : job.nodes()) {
           // A lost node's part keeps its name until its replacement starts: only the node a
-          // registered node is busy with counts as its job.
-          if (n.exit_code() != -1 || busy_with[n.node_name()] != id) continue;
+          // registered node is busy with counts as its job. A part a spare took is history: the
+          // node may hold another part of the same job since (a replacement).
+          if (n.taken_by_spare() || n.exit_code() != -1 || busy_with[n.node_name()] != id) {
+            continue;
+          }
           auto [it, fresh] = active.emplace(n.node_name(), id);
           if (!fresh) {
             Diverge(absl::StrCat("node ", n.node_name(), " is in jobs ", it->second, " and ", id));
