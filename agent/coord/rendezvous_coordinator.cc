@@ -325,6 +325,16 @@ void RendezvousCoordinator::OnRejoined() {
   }
 }
 
+void RendezvousCoordinator::OnRejoinTakenAsJoin() {
+  const bool was_lost = lost();
+  policy_.OnRejoined();
+  if (was_lost) ServiceBack();
+  spdlog::warn(
+      "dgt-run: the rendezvous took this node's rejoin of run '{}' as a fresh join (the run went "
+      "on without it): it joins the run's next round",
+      options_.run_id);
+}
+
 void RendezvousCoordinator::OnReconnectWindowOver() {
   reconnect_timer_.cancel();
   sink_(lifecycle_->OnReconnectWindowOver(lifecycle_->lingering(), marks_.FailureWhenAllDone(),

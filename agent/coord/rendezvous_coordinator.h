@@ -138,6 +138,9 @@ class RendezvousCoordinator final : public Coordinator {
   void OnReconnectWindowOver();
   void ServiceBack();
   void OnRejoined();
+  // The service answered this node's rejoin as a fresh join (the run went on without the node and
+  // waits for nodes: docs/RENDEZVOUS.md): the service is back, and a new round follows.
+  void OnRejoinTakenAsJoin();
   void OnMarks();
   RoundMarks::Round MarksRound() const;
   void OnServiceMessage(const rdzv_v1::ServiceMessage& message);

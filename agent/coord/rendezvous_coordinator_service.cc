@@ -98,6 +98,7 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
   }
   switch (message.kind_case()) {
     case rdzv_v1::ServiceMessage::kProgress:
+      if (policy_.rejoin_round()) OnRejoinTakenAsJoin();
       lifecycle_->OnProgress(message.progress().joined_nodes(), message.progress().spare(),
                              clock_->Now());
       if (message.progress().spare()) {
@@ -150,6 +151,7 @@ void RendezvousCoordinator::OnAssignment(const rdzv_v1::Assignment& a) {
     OnRejoined();  // The service took this node back into its round: nothing restarts.
     return;
   }
+  if (policy_.rejoin_round()) OnRejoinTakenAsJoin();  // A new round: the workers restart.
   held_ = a;
   RoundAssignment round;
   round.round = a.round();

@@ -77,7 +77,8 @@ class SessionPolicy {
   // The service answered with an Error in `state`. Returns whether it answered a rejoin (the run
   // went on without this node); then the reconnect window ends.
   bool OnRefused(NodeState state);
-  // The rejoin was answered with this node's round: the reconnect window ends.
+  // The rejoin was answered, with this node's round or as a fresh join of a run that waits for
+  // nodes: the reconnect window ends.
   void OnRejoined();
 
   // --- The service lost ----------------------------------------------------------------------

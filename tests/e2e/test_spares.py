@@ -182,6 +182,31 @@ def test_spare_killed_while_taking_over_is_replaced_by_the_next(spawn, rendezvou
         a.stderr)
 
 
+def test_spare_frozen_while_taking_over_rejoins_the_run_that_waits_for_it(spawn, rendezvous,
+                                                                          python2, tmp_path):
+    hold = tmp_path / "go"
+    a = agent(spawn, rendezvous, python2, "node-a", hold, 1)
+    b = agent(spawn, rendezvous, python2, "node-b", hold, 1)
+    wait_for(lambda: held(a, (0,)) and held(b, (1,)), 120, "round 0's two ranks")
+    c = agent(spawn, rendezvous, python2, "node-c", hold, 1)
+    wait_for(lambda: "this node waits as a hot spare" in c.stderr, 30, "node-c to wait as a spare")
+    os.kill(c.popen.pid, signal.SIGSTOP)  # Frozen: it is given node rank 1 and cannot answer.
+    try:
+        kill_node(b)
+        wait_for(lambda: re.search(r"^run spares: gathering", status_text(rendezvous), re.M), 60,
+                 "the run to lose the frozen spare and wait for nodes")
+    finally:
+        os.kill(c.popen.pid, signal.SIGCONT)
+    # Its rejoin with round 1 is taken as a fresh join of the waiting run: round 2.
+    wait_for(lambda: "round 2 (" in c.stderr and round_line(c, 1, 1) in c.stderr, 60,
+             "node-c to be in round 2")
+    hold.touch()
+    assert a.wait(timeout=120) == 0, a.stderr + "\n---- node-c:\n" + c.stderr
+    assert c.wait(timeout=60) == 0, c.stderr
+    check_result(a, c, 1)
+    assert "round 2 (" in a.stderr
+
+
 def test_node_failing_a_health_check_mid_run_is_replaced_by_the_spare(spawn, rendezvous, python2,
                                                                       tmp_path):
     hold, sick = tmp_path / "go", tmp_path / "sick"
