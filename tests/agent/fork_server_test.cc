@@ -26,9 +26,12 @@
 #include "gtest/gtest.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/testutil/log_capture.h"
 
 namespace dgt::agent {
 namespace {
+
+using ::dgt::testing::LogCapture;
 
 constexpr char kPython[] = "/usr/bin/python3";
 
@@ -66,21 +69,6 @@ bool WaitGone(pid_t pid) {
   while (!Gone(pid) && std::chrono::steady_clock::now() < end) ::usleep(10000);
   return Gone(pid);
 }
-
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    sink->set_pattern("%l %v");
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return log_.str(); }
-
- private:
-  std::ostringstream log_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
 
 // What the replacements run: prints its rank, argv and whether its parent is the fork server,
 // then does what argv[1] says.

@@ -20,9 +20,12 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/agent/fake_process_launcher.h"
+#include "tests/testutil/log_capture.h"
 
 namespace dgt::agent {
 namespace {
+
+using ::dgt::testing::LogCapture;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -294,22 +297,6 @@ TEST(StandbyTest, AStandbyWhoseChannelBrokeIsKilledAndAFreshProcessStarted) {
   EXPECT_FALSE(f.launcher.process(*pid).request.standby_channel);
   EXPECT_TRUE(f.exits.empty());  // The standby's death is no worker's exit.
 }
-
-// Captures the default logger's lines while alive.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    sink->set_pattern("%l %v");
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return log_.str(); }
-
- private:
-  std::ostringstream log_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
 
 TEST(StandbyTest, ACommandThatIsNotAStandbyTurnsStandbysOff) {
   LogCapture log;

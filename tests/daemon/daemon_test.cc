@@ -27,9 +27,12 @@
 #include "replica/leadership_status.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "tests/daemon/fake_jobs_service.h"
+#include "tests/testutil/log_capture.h"
 
 namespace dgt::daemon {
 namespace {
+
+using ::dgt::testing::LogCapture;
 
 namespace fs = std::filesystem;
 using testing::DescribeAll;
@@ -227,32 +230,8 @@ TEST_F(DaemonTest, DrainStopsJobsThenDeregisters) {
   EXPECT_FALSE(Has(notes, "WATCHDOG=1"));  // No watchdog interval given.
 }
 
-// Captures the default logger's lines ("<level> <text>", debug included) while alive; read it
-// only once the daemon has stopped.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
-    sink->set_pattern("%l %v");
-    auto logger = std::make_shared<spdlog::logger>("test", sink);
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(log_.str());
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-
- private:
-  std::ostringstream log_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
 TEST_F(DaemonTest, ReregistersRotatesReloadsAndReportsJobs) {
-  LogCapture capture;
+  LogCapture capture(spdlog::level::debug);
   config_.rendezvous_endpoints = {DeadEndpoint(), service_.endpoint()};
   env_.watchdog_interval = absl::Milliseconds(50);
   AgentConfig reloaded = config_;
@@ -498,7 +477,7 @@ TEST_F(DaemonTest, NamesUnimplementedOnceAcrossRetries) {
   config_.rendezvous_endpoints = {old};
   std::vector<std::string> lines;
   {
-    LogCapture log;
+    LogCapture log(spdlog::level::debug);
     StartDaemon();
     // 200 + 400 + 400 ms of backoff (max_backoff 400 ms): at least 3 passes in 2 s.
     absl::SleepFor(absl::Seconds(2));
@@ -540,7 +519,7 @@ TEST_F(DaemonTest, ASilentServiceIsLoggedOnce) {
   env_.register_timeout = absl::Milliseconds(200);
   std::vector<std::string> lines;
   {
-    LogCapture log;
+    LogCapture log(spdlog::level::debug);
     StartDaemon();
     // Each pass: 200 ms waiting for Registered, then 200..400 ms of backoff: 3 or more in 2 s.
     absl::SleepFor(absl::Seconds(2));
@@ -566,7 +545,7 @@ TEST_F(DaemonTest, GoesToTheLeaderAStandbyNames) {
   config_.rendezvous_endpoints = {standby.endpoint(), other.endpoint(), service_.endpoint()};
   std::vector<std::string> lines;
   {
-    LogCapture log;
+    LogCapture log(spdlog::level::debug);
     StartDaemon();
     ASSERT_TRUE(WaitFor("hello node-t"));
     EXPECT_EQ(StopDaemon(), 0);

@@ -177,14 +177,21 @@ TEST(RoundStateSparesTest, LossAndASparesJoinInOneBatchGiveTheNodeRankToOneSpare
   EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}, {"n3", -1}, {"n4", 1}}));
 }
 
-TEST(RoundStateSparesTest, SpareDyingWhileTakingOverWithNoOtherSpareStopsTheSurvivors) {
-  Harness h;
+// A run of --nnodes=2 joined by n1, n2 and the spare n3; n2 is lost and n3 takes node rank 1 in
+// round 1.
+void SpareTakesNodeRankOneOfTwo(Harness& h) {
   h.Join(1, Join("n1", 2, 2));
   h.Join(2, Join("n2", 2, 2));
   h.StoreReady(1, 30001);
   h.Join(3, Join("n3", 2, 2));
   h.Close(2);
+  ASSERT_EQ(h.last.at(3).round, 1);
   ASSERT_EQ(h.last.at(3).node_rank, 1);
+}
+
+TEST(RoundStateSparesTest, SpareDyingWhileTakingOverWithNoOtherSpareStopsTheSurvivors) {
+  Harness h;
+  SpareTakesNodeRankOneOfTwo(h);
   auto out = h.Close(3);
   EXPECT_EQ(To<StopWorkers>(out), std::vector<SessionId>{1});
   EXPECT_EQ(h.m.StateOf("job"), RunState::kGathering);
@@ -201,14 +208,8 @@ TEST(RoundStateSparesTest, SpareDyingWhileTakingOverWithNoOtherSpareStopsTheSurv
 // the rejoin counts as a fresh join (before, it was refused and the run failed for want of nodes).
 TEST(RoundStateSparesTest, ASpareLostWhileTakingOverRejoinsTheRunThatWaitsForNodes) {
   Harness h;
-  h.Join(1, Join("n1", 2, 2));
-  h.Join(2, Join("n2", 2, 2));
-  h.StoreReady(1, 30001);
-  h.Join(3, Join("n3", 2, 2));
-  h.Close(2);
+  SpareTakesNodeRankOneOfTwo(h);
   const Assignment taken = h.last.at(3);
-  ASSERT_EQ(taken.round, 1);
-  ASSERT_EQ(taken.node_rank, 1);
   ASSERT_EQ(To<StopWorkers>(h.Close(3)), std::vector<SessionId>{1});
   ASSERT_EQ(h.m.StateOf("job"), RunState::kGathering);
   h.StoreReady(1, 30002);
