@@ -337,13 +337,18 @@ absl::Status Scheduler::Register(const v1::NodeHello& hello, absl::Time now,
     const bool other_job = it != jobs_.end() && started != nullptr && !started->uid().empty() &&
                            !it->second.info.uid().empty() &&
                            started->uid() != it->second.info.uid();
-    if (jn == nullptr && !other_job && it != jobs_.end() && started != nullptr &&
+    // The dgt-run of a part a spare took runs on there: stopped, never a replacement.
+    const bool taken = it != jobs_.end() && jn == nullptr &&
+                       std::any_of(it->second.info.nodes().begin(), it->second.info.nodes().end(),
+                                   [&](const v1::JobNode& n) {
+                                     return n.node_name() == name && n.taken_by_spare();
+                                   });
+    if (jn == nullptr && !other_job && !taken && it != jobs_.end() && started != nullptr &&
         !started->uid().empty() && started->uid() == it->second.info.uid() &&
         JoinAsReplacement(it->second, *started, name)) {
       jn = JobNodeOf(it->second, name);
     }
-    if (jn == nullptr || other_job || IsTerminal(it->second.info.state()) || jn->exit_code() >= 0 ||
-        jn->taken_by_spare()) {
+    if (jn == nullptr || other_job || IsTerminal(it->second.info.state()) || jn->exit_code() >= 0) {
       // Not this node's job (any more): stop it there.
       if (other_job) foreign.insert(id);
       Action action{name, {}};

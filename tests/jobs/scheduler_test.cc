@@ -801,6 +801,23 @@ v1::NodeHello Running(const std::string& name, const std::vector<v1::StartJob>& 
   return hello;
 }
 
+// The dgt-run of a part a spare took still runs when its daemon comes back listing the job: it is
+// stopped, and the node is busy until it exits.
+TEST_F(SchedulerTest, AStillRunningPartASpareTookIsStopped) {
+  std::string id = RunningWithASpare(/*max_restarts=*/1);
+  const std::string uid = Job(id).uid();
+  Deregister("b");
+  now_ += absl::Seconds(11);
+  Tick();  // c takes b's part.
+  RunStatus(id, {"a", "c"});
+  Deregister("a");  // In its grace.
+  EXPECT_THAT(Register(Running("b", {Started(id, uid, {"a", "b", "c"}, 1)})),
+              ElementsAre("b cancel job-1 30"));
+  EXPECT_THAT(NodeStates(), ElementsAre("b busy job-1", "c busy job-1"));
+  EXPECT_EQ(Job(id).spares_used(), 1);
+  EXPECT_EQ(Job(id).node_replacements(), 0);
+}
+
 TEST_F(SchedulerTest, SubmitDrawsAUidAndStartJobCarriesIt) {
   Register(Hello("a"));
   Register(Hello("b"));
