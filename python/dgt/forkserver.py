@@ -21,8 +21,6 @@ SIGKILLs every child's process group and exits 0; the agent's death kills it (PR
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import ctypes
 import gc
 import importlib
@@ -36,6 +34,8 @@ import sys
 import threading
 import types
 from typing import Dict, List, Optional, Tuple
+
+from dgt.standby import decode_env
 
 # What the server imports before it reports ready; a trailing "?" makes a name optional
 # (torch 1.x has no torch._dynamo). DDP's constructor imports torch._dynamo in torch 2.x: as long
@@ -72,21 +72,7 @@ def parse_request(line: bytes) -> Tuple[Dict[str, str], List[str]]:
         raise ForkServerError(f"the request is not JSON: {e}") from None
     if not isinstance(msg, dict):
         raise ForkServerError("the request is not a JSON object")
-    env = msg.get("env")
-    if (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                             for k, v in env.items())):
-        raise ForkServerError("the request has no 'env' object of strings")
-    env_b64 = msg.get("env_b64", [])
-    if not isinstance(env_b64, list):
-        raise ForkServerError("the request's 'env_b64' is not a list")
-    env = dict(env)
-    for pair in env_b64:
-        try:
-            # os.fsdecode: the str that os.environ turns back into the same bytes.
-            key, value = (os.fsdecode(base64.b64decode(p, validate=True)) for p in pair)
-        except (TypeError, ValueError, binascii.Error) as e:
-            raise ForkServerError(f"bad 'env_b64' entry {pair!r}: {e}") from None
-        env[key] = value
+    env = decode_env(msg, ForkServerError, "the request", "the request's")
     argv = msg.get("argv")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         raise ForkServerError("the request has no 'argv' list of strings")

@@ -47,6 +47,30 @@ def is_standby(environ: Optional[MutableMapping[str, str]] = None) -> bool:
     return environ.get("DGT_STANDBY") == "1"
 
 
+def decode_env(msg: dict, error: type, whole: str, owner: str, prefix: str = "") -> dict:
+    """The environment a message of the agent carries: its "env" object of strings, plus the
+    entries whose bytes are not UTF-8, "env_b64": [[base64 key, base64 value], ...]. os.fsdecode
+    gives the str that os.environ turns back into the same bytes (surrogateescape), as Python
+    does for the environment a process starts with. Raises `error`: "<whole> has no 'env' object
+    of strings", "<owner> 'env_b64' is not a list", "<prefix>bad 'env_b64' entry ...". Shared by
+    the standby's activation and the fork server's request."""
+    env = msg.get("env")
+    if (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in env.items())):
+        raise error(f"{whole} has no 'env' object of strings")
+    env_b64 = msg.get("env_b64", [])
+    if not isinstance(env_b64, list):
+        raise error(f"{owner} 'env_b64' is not a list")
+    env = dict(env)
+    for pair in env_b64:
+        try:
+            key, value = (os.fsdecode(base64.b64decode(p, validate=True)) for p in pair)
+        except (TypeError, ValueError, binascii.Error) as e:
+            raise error(f"{prefix}bad 'env_b64' entry {pair!r}: {e}") from None
+        env[key] = value
+    return env
+
+
 def parse_activation(line: bytes):
     """(env dict, argv_append list) from the agent's line. Raises StandbyError naming what is
     wrong."""
@@ -54,24 +78,10 @@ def parse_activation(line: bytes):
         msg = json.loads(line.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError is one.
         raise StandbyError(f"dgt standby: the agent's activation is not JSON: {e}") from None
-    env = msg.get("env") if isinstance(msg, dict) else None
     argv = msg.get("argv_append", []) if isinstance(msg, dict) else None
-    env_b64 = msg.get("env_b64", []) if isinstance(msg, dict) else None
-    if (not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                             for k, v in env.items())):
-        raise StandbyError("dgt standby: the agent's activation has no 'env' object of strings")
-    # Entries whose bytes are not UTF-8: [base64 key, base64 value] pairs. os.fsdecode gives the
-    # str that os.environ turns back into the same bytes (surrogateescape), as Python does for
-    # the environment a process starts with.
-    if not isinstance(env_b64, list):
-        raise StandbyError("dgt standby: the agent's 'env_b64' is not a list")
-    env = dict(env)
-    for pair in env_b64:
-        try:
-            key, value = (os.fsdecode(base64.b64decode(p, validate=True)) for p in pair)
-        except (TypeError, ValueError, binascii.Error) as e:
-            raise StandbyError(f"dgt standby: bad 'env_b64' entry {pair!r}: {e}") from None
-        env[key] = value
+    env = decode_env(msg if isinstance(msg, dict) else {}, StandbyError,
+                     "dgt standby: the agent's activation", "dgt standby: the agent's",
+                     "dgt standby: ")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         raise StandbyError("dgt standby: the agent's 'argv_append' is not a list of strings")
     if "RANK" not in env:
