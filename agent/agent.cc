@@ -151,6 +151,9 @@ absl::Status Agent::Prepare(int* exit_status) {
   node.advertised_address = &advertised_address_;
   node.alive = [this] { return workers_.alive(); };
   node.store_port = [this] { return store_ ? static_cast<int>(store_->port()) : 0; };
+  node.waiting_as_spare = [this] {
+    if (round_ < 0) workers_.PrepareSpare();
+  };
   auto coordinator = std::make_unique<RendezvousCoordinator>(
       io_, options_, env_.clock, std::move(*setup->rendezvous), std::move(node), sink);
   rdzv_ = coordinator.get();
@@ -202,7 +205,7 @@ void Agent::CarryOne(const A& a) {
   if constexpr (std::is_same_v<A, actions::Log>) {
     spdlog::log(SpdlogLevel(a.level), "dgt-run: {}", a.text);
   } else if constexpr (std::is_same_v<A, actions::StartRound>) {
-    workers_.StartRound(a.restart_count, round_);
+    workers_.StartRound(a.restart_count, round_, a.replacing);
   } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {
     ApplyHeld(a);
   } else if constexpr (std::is_same_v<A, actions::StopWorkers>) {
@@ -260,7 +263,7 @@ void Agent::ArmLifecycleTimer() {
   });
 }
 
-void Agent::BeginRun(const std::string& reason) {
+void Agent::BeginRun(const std::string& reason, bool in_place) {
   if (absl::Status s = workers_.SetUpLogs(); !s.ok()) {
     Finish(kExitLauncherError, std::string(s.message()));
     return;
@@ -271,7 +274,7 @@ void Agent::BeginRun(const std::string& reason) {
       return;
     }
   }
-  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason)));
+  Execute(lifecycle_->OnRoundApplied(CurrentRound(reason, in_place)));
 }
 
 void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
@@ -314,27 +317,44 @@ void Agent::ApplyAssignment(const rdzv_v1::Assignment& a) {
       a.first_global_rank() + options_.nproc_per_node - 1, a.world_size(), a.master_addr(),
       a.master_port(), a.restart_count());
   if (first_round) {
-    BeginRun(a.reason());
+    BeginRun(a.reason(), a.in_place());
   } else {
-    Execute(lifecycle_->OnRoundApplied(CurrentRound(a.reason())));
+    Execute(lifecycle_->OnRoundApplied(CurrentRound(a.reason(), a.in_place())));
   }
+}
+
+void Agent::KeepRound(const rdzv_v1::Assignment& a) {
+  // The same node rank, ranks and store: the workers, the round's store (node rank 0) and the
+  // next store already announced all stay.
+  round_ = a.round();
+  rdzv_->OnApplied(a, nullptr, 0);
+  spdlog::info(
+      "dgt-run: run '{}' round {} ({}): node rank {} of {}, ranks {}..{} of world size {}; the "
+      "workers go on",
+      a.run_id(), a.round(), a.reason(), a.node_rank(), a.node_count(), a.first_global_rank(),
+      a.first_global_rank() + options_.nproc_per_node - 1, a.world_size());
 }
 
 void Agent::Finish(int exit_status, const std::string& message) {
   Execute(lifecycle_->Finish(exit_status, message));
 }
 
-RoundAssignment Agent::CurrentRound(const std::string& reason) const {
+RoundAssignment Agent::CurrentRound(const std::string& reason, bool in_place) const {
   RoundAssignment r;
   r.round = round_;
   r.restart_count = assignment_.restart_count;
   r.node_rank = assignment_.node_rank;
   r.node_count = assignment_.node_count;
   r.reason = reason;
+  r.in_place = in_place;
   return r;
 }
 
 void Agent::ApplyHeld(const actions::ApplyAssignment& a) {
+  if (a.assignment && a.keep_workers) {
+    KeepRound(rdzv_->held());
+    return;
+  }
   if (a.assignment) {
     ApplyAssignment(rdzv_->held());
     return;

@@ -78,13 +78,16 @@ class Agent {
   void ArmLifecycleTimer();
   // ApplyAssignment: the held assignment of the service (or the static backend's one round).
   void ApplyHeld(const actions::ApplyAssignment& action);
-  // The round of `assignment_` for the lifecycle.
-  RoundAssignment CurrentRound(const std::string& reason) const;
+  // The round of `assignment_` for the lifecycle; `in_place`: the service's Assignment.in_place.
+  RoundAssignment CurrentRound(const std::string& reason, bool in_place = false) const;
   // Sets up the logs for `assignment_`, then its round starts (NodeLifecycle::OnRoundApplied).
-  void BeginRun(const std::string& reason);
+  void BeginRun(const std::string& reason, bool in_place = false);
   // Takes `assignment` as this node's round: the store it names (when this node is node rank 0)
   // becomes the round's store and a fresh standby store is announced; workers start.
   void ApplyAssignment(const rdzv_v1::Assignment& assignment);
+  // An in-place round this node's running workers go on in (ApplyAssignment with keep_workers):
+  // takes its round number; the workers, the stores and the layout stay.
+  void KeepRound(const rdzv_v1::Assignment& assignment);
   // Ends the agent with `exit_status` (NodeLifecycle::Finish, then Terminate).
   void Finish(int exit_status, const std::string& message);
   // Finish: prints the outcome (and the failure summary), stops every timer and the loop.

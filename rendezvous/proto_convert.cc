@@ -32,6 +32,7 @@ Assignment FromProto(const v1::Assignment& proto) {
   a.restart_count = proto.restart_count();
   a.reason = proto.reason();
   a.host_node_id = proto.host_node_id();
+  a.in_place = proto.in_place();
   return a;
 }
 
@@ -48,6 +49,7 @@ v1::Assignment ToProto(const Assignment& assignment) {
   p.set_restart_count(assignment.restart_count);
   p.set_reason(assignment.reason);
   p.set_host_node_id(assignment.host_node_id);
+  p.set_in_place(assignment.in_place);
   return p;
 }
 
@@ -64,6 +66,7 @@ JoinRequest FromProto(const v1::JoinRequest& proto) {
   j.max_restarts = proto.max_restarts();
   j.join_timeout = DurationFromSeconds(proto.join_timeout_s());
   j.spare_nodes = proto.spare_nodes();
+  j.in_place_spares = proto.in_place_spares();
   if (proto.has_rejoin()) j.rejoin = FromProto(proto.rejoin());
   return j;
 }
@@ -81,6 +84,7 @@ v1::JoinRequest ToProto(const JoinRequest& join) {
   p.set_max_restarts(join.max_restarts);
   p.set_join_timeout_s(SecondsOf(join.join_timeout));
   p.set_spare_nodes(join.spare_nodes);
+  p.set_in_place_spares(join.in_place_spares);
   if (join.rejoin) *p.mutable_rejoin() = ToProto(*join.rejoin);
   return p;
 }

@@ -250,6 +250,7 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
     run.nproc_per_node = join.nproc_per_node;
     run.max_restarts = join.max_restarts;
     run.spare_nodes = join.spare_nodes;
+    run.in_place_spares = join.in_place_spares;
     run.last_call_timeout = OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
     run.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
   } else {
@@ -312,11 +313,22 @@ std::vector<Outgoing> RoundStateMachine::JoinImpl(SessionId session, const JoinR
 std::string RoundStateMachine::Mismatch(const RunRecord& run, const JoinRequest& join) {
   if (run.min_nodes == join.min_nodes && run.max_nodes == join.max_nodes &&
       run.nproc_per_node == join.nproc_per_node) {
-    if (run.spare_nodes == join.spare_nodes) return "";
-    // Which waiting nodes are spares follows from the run's count: another count would be
-    // silently ignored.
-    return absl::StrCat("run '", run.run_id, "' uses --spare-nodes=", run.spare_nodes,
-                        "; this node asked for --spare-nodes=", join.spare_nodes);
+    if (run.spare_nodes != join.spare_nodes) {
+      // Which waiting nodes are spares follows from the run's count: another count would be
+      // silently ignored.
+      return absl::StrCat("run '", run.run_id, "' uses --spare-nodes=", run.spare_nodes,
+                          "; this node asked for --spare-nodes=", join.spare_nodes);
+    }
+    if (run.in_place_spares == join.in_place_spares) return "";
+    // A spare's in-place round keeps the survivors' workers: every node must do its part.
+    auto how = [](bool in_place) {
+      return in_place ? "keeps its workers when a spare takes a lost node's place "
+                        "(--restart-policy=rank, replace mode)"
+                      : "restarts its workers in every new round (--restart-policy=group, or "
+                        "--recovery-mode=shrink)";
+    };
+    return absl::StrCat("run '", run.run_id, "' ", how(run.in_place_spares), "; this node ",
+                        how(join.in_place_spares));
   }
   return absl::StrCat("run '", run.run_id,
                       "' uses --nnodes=", NnodesText(run.min_nodes, run.max_nodes),
@@ -359,6 +371,7 @@ std::vector<Outgoing> RoundStateMachine::RejoinImpl(SessionId session, const Joi
       fresh.nproc_per_node = join.nproc_per_node;
       fresh.max_restarts = join.max_restarts;
       fresh.spare_nodes = join.spare_nodes;
+      fresh.in_place_spares = join.in_place_spares;
       fresh.last_call_timeout =
           OrDefault(join.last_call_timeout, options_.default_last_call_timeout);
       fresh.join_timeout = OrDefault(join.join_timeout, options_.default_join_timeout);
@@ -580,7 +593,7 @@ void RoundStateMachine::Evaluate(RunRecord& run, absl::Time now, std::vector<Out
 
 void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
                                    int32_t restart_increment, absl::Time now,
-                                   std::vector<Outgoing>& out) {
+                                   std::vector<Outgoing>& out, bool member_lost) {
   run.last_call_deadline.reset();
   run.scale_up_deadline.reset();
   run.join_deadline.reset();
@@ -651,6 +664,12 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
   NodeRecord* master = ranks.front().first;
+  const bool in_place =
+      member_lost && restart_increment == 0 && !run.pending_reason && InPlaceFits(run, ranks);
+  if (in_place) {
+    StartInPlaceRound(run, reason, ranks, out);
+    return;
+  }
   if (master->store_port == 0) {
     // NodeRecord rank 0's agent is still opening its next store: hold the round until it is ready.
     run.pending_reason = reason;
@@ -705,6 +724,54 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   }
   SendProgress(run, out);  // Nodes beyond MAX keep waiting.
   (void)now;
+}
+
+bool RoundStateMachine::InPlaceFits(
+    const RunRecord& run, const std::vector<std::pair<NodeRecord*, int32_t>>& ranks) {
+  if (!run.in_place_spares || run.round < 0 || ranks.front().first->node_rank != 0) return false;
+  int32_t world_size = 0;
+  bool spare = false;
+  for (const auto& [n, r] : ranks) {
+    // Still the last round's rank here: -1 for a waiting node.
+    if (n->node_rank >= 0 && n->node_rank != r) return false;
+    spare = spare || n->node_rank < 0;
+    world_size += n->nproc;
+  }
+  return spare && world_size == run.world_size;
+}
+
+void RoundStateMachine::StartInPlaceRound(
+    RunRecord& run, const std::string& reason,
+    const std::vector<std::pair<NodeRecord*, int32_t>>& ranks, std::vector<Outgoing>& out) {
+  run.round += 1;
+  ++counters_.rounds;
+  for (auto& [id, n] : run.nodes) {
+    n.node_rank = -1;
+    n.succeeded = false;
+    n.failed = false;
+  }
+  run.members = static_cast<int32_t>(ranks.size());
+  run.succeeded = 0;
+  int32_t first_rank = 0;
+  for (const auto& [n, r] : ranks) {
+    n->node_rank = r;
+    Assignment a;
+    a.run_id = run.run_id;
+    a.round = run.round;
+    a.node_rank = r;
+    a.node_count = run.members;
+    a.world_size = run.world_size;
+    a.first_global_rank = first_rank;
+    a.master_addr = run.master_addr;
+    a.master_port = run.master_port;
+    a.restart_count = run.restart_count;
+    a.reason = absl::StrCat(reason, " (in place: the survivors keep their workers)");
+    a.host_node_id = options_.host_node_id;
+    a.in_place = true;
+    out.push_back(Outgoing{n->session, std::move(a)});
+    first_rank += n->nproc;
+  }
+  SendProgress(run, out);  // The other spares keep waiting.
 }
 
 bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,
@@ -925,7 +992,7 @@ void RoundStateMachine::AfterMemberLost(RunRecord& run, const std::string& lost,
     return;
   }
   if (ConnectedCount(run) >= run.min_nodes) {
-    StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out);
+    StartRound(run, absl::StrCat("node lost: ", lost), 0, now, out, /*member_lost=*/true);
     return;
   }
   // Too few nodes to go on: survivors stop their workers and the run waits for nodes.

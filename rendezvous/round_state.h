@@ -26,6 +26,11 @@
 //   taken by the node with the highest rank. Growth follows in node-id order.
 //   MASTER_ADDR:MASTER_PORT is node rank 0's address and a store port it has never served a
 //   round from, so every round starts on an empty store (a spare taking node rank 0 hosts it).
+// - In-place rounds (JoinRequest.in_place_spares, --restart-policy rank in replace mode): when a
+//   lost member's place goes to spares and nothing else changes (node rank 0 survives, every
+//   survivor keeps its rank, the world size stays, no restart is held), the round keeps
+//   MASTER_ADDR:MASTER_PORT and the restart count, and every Assignment says in_place: the
+//   survivors keep their workers, the spares start their ranks' replacements on the same store.
 // - A rejoin (JoinRequest.rejoin: the agent's current assignment, sent after its session broke)
 //   re-attaches the node to its round when the service still has it. A service that does not
 //   know the run (it was restarted) re-creates it in kRunning from the rejoins. It decides
@@ -192,8 +197,18 @@ class RoundStateMachine {
   int32_t MemberCount(const Run& run) const;
   // `joined`: the session that just joined (it is told the count), or 0.
   void Evaluate(Run& run, absl::Time now, std::vector<Outgoing>& out, SessionId joined = 0);
+  // `member_lost`: the round replaces one that lost a member, so it may be in place.
   void StartRound(Run& run, const std::string& reason, int32_t restart_increment, absl::Time now,
-                  std::vector<Outgoing>& out);
+                  std::vector<Outgoing>& out, bool member_lost = false);
+  // Whether the new round `ranks` (node -> new node rank, by rank; the nodes still hold the last
+  // round's ranks) can be in place: the run asked for it, node rank 0 and every other survivor
+  // keep their ranks, spares fill the lost places, and the world size stays.
+  static bool InPlaceFits(const Run& run, const std::vector<std::pair<Node*, int32_t>>& ranks);
+  // The in-place round: the same MASTER_ADDR:MASTER_PORT (the store with the recovery keys),
+  // restart count and layout; Assignment.in_place to every member.
+  void StartInPlaceRound(Run& run, const std::string& reason,
+                         const std::vector<std::pair<Node*, int32_t>>& ranks,
+                         std::vector<Outgoing>& out);
   // Starts the round held for node rank 0's next store (or holds it again). Returns false, and
   // drops it, when fewer than MIN nodes are connected any more; a running round it was to
   // replace (members lost, or a restart) then goes as after a loss below MIN (AfterMemberLost).

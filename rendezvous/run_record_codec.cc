@@ -64,6 +64,7 @@ json RunToJson(const RunRecord& r) {
       {"nproc_per_node", r.nproc_per_node},
       {"max_restarts", r.max_restarts},
       {"spare_nodes", r.spare_nodes},
+      {"in_place_spares", r.in_place_spares},
       {"last_call_timeout", DurationToJson(r.last_call_timeout)},
       {"join_timeout", DurationToJson(r.join_timeout)},
       {"state", RunStateName(r.state)},
@@ -256,6 +257,7 @@ class Reader {
     r.max_restarts = Get<int32_t>(j, "max_restarts");
     // Absent in a record an older replica wrote: no spares.
     r.spare_nodes = j.contains("spare_nodes") ? Get<int32_t>(j, "spare_nodes") : 0;
+    r.in_place_spares = j.contains("in_place_spares") && Get<bool>(j, "in_place_spares");
     r.last_call_timeout = Duration(j, "last_call_timeout");
     r.join_timeout = Duration(j, "join_timeout");
     r.state = State(j, "state");

@@ -75,6 +75,9 @@ struct RunRecord {
   int32_t max_restarts = 0;
   // Waiting nodes held as hot spares: up to this many never cause a scale-up (--spare-nodes).
   int32_t spare_nodes = 0;
+  // A member lost with a spare to take its place becomes an in-place round: the survivors keep
+  // their workers (JoinRequest.in_place_spares).
+  bool in_place_spares = false;
   absl::Duration last_call_timeout;
   absl::Duration join_timeout;
   RunState state = RunState::kGathering;

@@ -39,6 +39,8 @@ struct Assignment {
   int32_t restart_count = 0;  // Restarts after failures (TORCHELASTIC_RESTART_COUNT).
   std::string reason;         // "initial", "scale-up", "node lost: ...", "rejoined", ...
   std::string host_node_id;   // Node whose agent hosts the service; empty for dgt-rendezvous.
+  // A spare took a lost node's place and the survivors keep their workers (v1.Assignment).
+  bool in_place = false;
 
   friend bool operator==(const Assignment&, const Assignment&) = default;
 };
@@ -65,6 +67,9 @@ struct JoinRequest {
   std::optional<Assignment> rejoin;
   // --spare-nodes: waiting nodes held as spares rather than scaling the run up (>= 0).
   int32_t spare_nodes = 0;
+  // The agent keeps its workers when a spare takes a lost node's place (--restart-policy rank,
+  // replace mode): such a loss becomes an in-place round.
+  bool in_place_spares = false;
 
   friend bool operator==(const JoinRequest&, const JoinRequest&) = default;
 };

@@ -156,6 +156,9 @@ rdzv_v1::AgentMessage RendezvousCoordinator::MakeJoin() const {
   join->set_max_restarts(options_.restart_policy == RestartPolicy::kGroup ? options_.max_restarts
                                                                           : 0);
   join->set_spare_nodes(options_.spare_nodes);
+  // Replace mode keeps the survivors' workers when a spare takes a lost node's place.
+  join->set_in_place_spares(options_.restart_policy == RestartPolicy::kRank &&
+                            options_.recovery_mode == RecoveryMode::kReplace);
   if (auto rejoin = RejoinAssignment()) *join->mutable_rejoin() = *rejoin;
   return join_message;
 }

@@ -57,6 +57,9 @@ class RendezvousCoordinator final : public Coordinator {
     const std::string* advertised_address = nullptr;
     std::function<int()> alive;       // Workers of the current group still running.
     std::function<int()> store_port;  // The standby store's port; 0 without one.
+    // This node waits as a hot spare (called at each such JoinProgress): the runtime may warm
+    // up the processes its ranks would start from. May be empty.
+    std::function<void()> waiting_as_spare;
   };
 
   // `options` and `clock` outlive this object.

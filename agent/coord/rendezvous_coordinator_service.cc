@@ -102,6 +102,7 @@ void RendezvousCoordinator::OnServiceMessage(const rdzv_v1::ServiceMessage& mess
       lifecycle_->OnProgress(message.progress().joined_nodes(), message.progress().spare(),
                              clock_->Now());
       if (message.progress().spare()) {
+        if (node_.waiting_as_spare) node_.waiting_as_spare();
         spdlog::info(
             "dgt-run: run '{}': this node waits as a hot spare; it takes the place of the next "
             "node the run loses ({} node(s) connected, --nnodes {}:{})",
@@ -159,6 +160,7 @@ void RendezvousCoordinator::OnAssignment(const rdzv_v1::Assignment& a) {
   round.node_rank = a.node_rank();
   round.node_count = a.node_count();
   round.reason = a.reason();
+  round.in_place = a.in_place();
   sink_(lifecycle_->OnAssignment(round, node_.alive(), clock_->Now()));
 }
 

@@ -27,11 +27,12 @@ struct Describe {
     return absl::StrCat("Log(", kLevels[static_cast<int>(a.level)], "): ", a.text);
   }
   std::string operator()(const actions::StartRound& a) const {
-    return absl::StrCat("StartRound(", a.restart_count, ")");
+    return absl::StrCat("StartRound(", a.restart_count, a.replacing ? ", replacing" : "", ")");
   }
   std::string operator()(const actions::ApplyAssignment& a) const {
     return absl::StrCat("ApplyAssignment(",
-                        a.assignment ? absl::StrCat("round ", a.assignment->round) : "static", ")");
+                        a.assignment ? absl::StrCat("round ", a.assignment->round) : "static",
+                        a.keep_workers ? ", keep workers" : "", ")");
   }
   std::string operator()(const actions::StopWorkers& a) const {
     return absl::StrCat("StopWorkers(", Signal(a.signal), ")");
@@ -153,6 +154,17 @@ LifecycleActions NodeLifecycle::OnAssignment(const RoundAssignment& a, int alive
   LifecycleActions out;
   if (StoppingForSignal(&out, "a new round", a.reason)) return out;
   LifecycleAction apply = actions::ApplyAssignment{a};
+  if (a.in_place && state_ == NodeState::kRunning && round_ >= 0 && a.node_rank == node_rank_ &&
+      a.node_count == node_count_ && a.restart_count == restart_count_) {
+    // A spare took a lost node's place: this node's workers go on, and the spare's join as the
+    // lost ranks' replacements (in-place recovery across nodes).
+    out.push_back(Log(Level::kInfo,
+                      absl::StrCat("run '", options_.run_id, "' moves to round ", a.round, " (",
+                                   a.reason, "); this node's workers go on")));
+    round_ = a.round;
+    out.push_back(actions::ApplyAssignment{a, /*keep_workers=*/true});
+    return out;
+  }
   switch (state_) {
     case NodeState::kJoining:
       join_deadline_.reset();
@@ -210,13 +222,17 @@ LifecycleActions NodeLifecycle::OnRoundApplied(const RoundAssignment& a) {
   restart_options.shrink = options_.shrink;
   restart_options.backend = options_.backend;
   tracker_ = std::make_unique<RestartTracker>(restart_options, clock_);
+  if (a.in_place) {
+    // The other nodes' workers go on and wait for this node's ranks as replacements.
+    return StartRound(a.restart_count + 1, /*replacing=*/true);
+  }
   return StartRound(a.restart_count);
 }
 
-LifecycleActions NodeLifecycle::StartRound(int restart_count) {
+LifecycleActions NodeLifecycle::StartRound(int restart_count, bool replacing) {
   state_ = NodeState::kRunning;
   spawning_ = true;
-  return {actions::StartRound{restart_count}};
+  return {actions::StartRound{restart_count, replacing}};
 }
 
 LifecycleActions NodeLifecycle::OnStop(const std::string& reason, int alive, absl::Time now) {

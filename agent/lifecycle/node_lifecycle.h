@@ -59,6 +59,10 @@ struct RoundAssignment {
   int node_rank = 0;
   int node_count = 1;
   std::string reason;  // Why the round started ("initial", "node lost", ...), for logs.
+  // An in-place round (Assignment.in_place): a spare took a lost node's place and nothing else
+  // changed. A running node with the same node rank, node count and restart count keeps its
+  // workers; any other node starts its ranks as replacements (their failures published first).
+  bool in_place = false;
 };
 
 // How the rendezvous session ended (NodeLifecycle::OnSessionClosed).
@@ -114,13 +118,20 @@ struct Log {
   std::string text;
 };
 // Start every local worker (a new attempt) with TORCHELASTIC_RESTART_COUNT `restart_count`.
+// `replacing`: an in-place round this node's workers join as the replacements of its ranks
+// (a spare taking a lost node's place): publish each rank's failure into the round's store
+// first, as for a rank restarted in place.
 struct StartRound {
   int restart_count = 0;
+  bool replacing = false;
 };
 // Take the held round as this node's (OnRoundApplied then answers with StartRound).
 // `assignment`: the service's round; nullopt for the static backend's one round.
+// `keep_workers`: an in-place round this node's running workers go on in: take its number only
+// (no store change, no OnRoundApplied).
 struct ApplyAssignment {
   std::optional<RoundAssignment> assignment;
+  bool keep_workers = false;
 };
 // Stop the workers with `signal` (0: SIGTERM), SIGKILL after the stop timeout.
 struct StopWorkers {
@@ -275,10 +286,13 @@ class NodeLifecycle {
   void OnProgress(int joined_nodes, bool spare, absl::Time now);
   // The coordinator assigned `a` (`a.round` may repeat the current round only for a rejoin,
   // which the runtime answers itself).
-  // `alive`: workers of the current round still running.
+  // `alive`: workers of the current round still running. An in-place round (`a.in_place`) that
+  // matches this running node (kRunning, same node rank, node count and restart count) keeps its
+  // workers: ApplyAssignment with keep_workers, and round() is `a.round` at once.
   LifecycleActions OnAssignment(const RoundAssignment& a, int alive, absl::Time now);
   // The runtime applied an assignment (ApplyAssignment, or its own first round): a fresh
-  // restart budget, then StartRound.
+  // restart budget, then StartRound (in an in-place round: TORCHELASTIC_RESTART_COUNT
+  // `a.restart_count` + 1, replacing).
   LifecycleActions OnRoundApplied(const RoundAssignment& a);
   // The coordinator refused this node (an Error, or a refused session while joining).
   // `rejoin`: the refusal answered a rejoin after the service was lost.
@@ -368,7 +382,7 @@ class NodeLifecycle {
 
  private:
   LifecycleActions AllWorkersExited(absl::Time now);
-  LifecycleActions StartRound(int restart_count);
+  LifecycleActions StartRound(int restart_count, bool replacing = false);
   LifecycleActions RunFinishedWhileAwaiting(const RunOutcome& outcome);
   // Finish after an outside stop signal: 128+N, or the status of a cause that came before the
   // signal (docs/EXIT_CODES.md: the first cause's).

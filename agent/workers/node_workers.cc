@@ -273,17 +273,56 @@ absl::StatusOr<WorkerSpec> NodeWorkers::MakeSpec(int local_rank, int attempt) {
   return spec;
 }
 
-void NodeWorkers::StartRound(int restart_count, int64_t round) {
-  failures_.clear();
-  recovered_failures_.clear();
-  if (group_) {
-    group_->StopForkServer();  // Kept until exit, the retired group needs no server.
-    retired_.push_back(std::move(group_));
-  }
-  group_ = std::make_unique<WorkerGroup>(
+std::unique_ptr<WorkerGroup> NodeWorkers::NewGroup() {
+  return std::make_unique<WorkerGroup>(
       io_, [this](const WorkerExit& e) { OnWorkerExit(e); },
       [this](pid_t pgid) { watchdog_.Register(pgid); },
       [this](pid_t pgid) { watchdog_.Unregister(pgid); }, env_.launcher);
+}
+
+void NodeWorkers::PrepareSpare() {
+  if (group_ || options_.restart_policy != RestartPolicy::kRank ||
+      options_.recovery_mode != RecoveryMode::kReplace ||
+      options_.distribution == Distribution::kTensorflow ||
+      (options_.standby_workers == 0 && !options_.fork_server)) {
+    return;
+  }
+  // No round yet: no log directory, and the rank's variables are the activation's.
+  absl::StatusOr<WorkerSpec> spec = MakeSpec(0, 0);
+  if (!spec.ok()) {
+    spdlog::warn("dgt-run: cannot prepare this spare's workers: {}", spec.status().message());
+    return;
+  }
+  group_ = NewGroup();
+  group_->Prepare(*spec);
+  spare_prepared_ = true;
+  const bool standbys = options_.standby_workers > 0;
+  absl::Status s = standbys ? group_->StartStandbys(options_.standby_workers)
+                            : group_->StartForkServer();
+  if (!s.ok()) {
+    spdlog::log(absl::IsFailedPrecondition(s) ? spdlog::level::debug : spdlog::level::warn,
+                "dgt-run: this spare starts its ranks as fresh processes: {}", s.message());
+    return;
+  }
+  spdlog::info("dgt-run: this spare warms up {} for the ranks it may take",
+               standbys ? absl::StrCat(options_.standby_workers, " standby worker(s)")
+                        : std::string("its fork server"));
+}
+
+void NodeWorkers::StartRound(int restart_count, int64_t round, bool replacing) {
+  failures_.clear();
+  recovered_failures_.clear();
+  if (spare_prepared_) {
+    // A spare's group: its standbys (or fork server) start this round's workers.
+    spare_prepared_ = false;
+    warm_group_ = group_.get();
+  } else {
+    if (group_) {
+      group_->StopForkServer();  // Kept until exit, the retired group needs no server.
+      retired_.push_back(std::move(group_));
+    }
+    group_ = NewGroup();
+  }
   if (options_.distribution == Distribution::kTensorflow) {
     if (assignment_.node_count > 1) {
       StartTfExchange(group_.get(), restart_count, round);
@@ -291,7 +330,44 @@ void NodeWorkers::StartRound(int restart_count, int64_t round) {
     }
     tf_.UseLocalAddresses();
   }
+  if (replacing) {
+    PublishThenSpawn(group_.get(), 0, restart_count, absl::Now());
+    return;
+  }
   SpawnRound(group_.get(), restart_count);
+}
+
+void NodeWorkers::PublishThenSpawn(WorkerGroup* group, int local_rank, int restart_count,
+                                   absl::Time start) {
+  if (group_.get() != group || state() == NodeState::kDone) return;  // A later round took over.
+  if (state() != NodeState::kRunning) {
+    SpawnFrom(group, 0, restart_count);  // Stopping: nothing starts, the spawn is done.
+    return;
+  }
+  if (local_rank >= options_.nproc_per_node) {
+    spdlog::info("dgt-run: published the failures of ranks {}..{} ({} ms); starting their "
+                 "replacements",
+                 assignment_.first_global_rank,
+                 assignment_.first_global_rank + options_.nproc_per_node - 1,
+                 absl::ToInt64Milliseconds(absl::Now() - start));
+    SpawnRound(group, restart_count);
+    return;
+  }
+  EnsurePublisher();
+  const int rank = assignment_.first_global_rank + local_rank;
+  publisher_->Publish(
+      assignment_.master_addr, assignment_.master_port, rank,
+      absl::StrCat("rank ", rank, " was lost with its node; a spare took node rank ",
+                   assignment_.node_rank),
+      [this, group, local_rank, restart_count, start, rank](const absl::StatusOr<int>& generation) {
+        if (!generation.ok()) {
+          // The survivors still see the lost peers through their communicators, and each
+          // replacement opens the generation itself.
+          spdlog::warn("dgt-run: cannot publish the failure of rank {}: {}", rank,
+                       generation.status().message());
+        }
+        PublishThenSpawn(group, local_rank + 1, restart_count, start);
+      });
 }
 
 void NodeWorkers::SpawnRound(WorkerGroup* group, int restart_count) {
@@ -329,7 +405,9 @@ void NodeWorkers::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
   const int end = std::min(first + kSpawnBatch, options_.nproc_per_node);
   for (int local = first; local < end; ++local) {
     absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
-    absl::StatusOr<pid_t> pid = spec.ok() ? group_->StartOne(*spec) : spec.status();
+    absl::StatusOr<pid_t> pid = !spec.ok()              ? spec.status()
+                                : group == warm_group_ ? group_->StartReplacement(*spec)
+                                                        : group_->StartOne(*spec);
     const absl::Status& status = pid.status();
     if (pid.ok()) hang_.Started(local, spec->rank, *pid);
     if (!status.ok()) {
@@ -346,6 +424,7 @@ void NodeWorkers::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
 }
 
 void NodeWorkers::SpawnDone(int restart_count) {
+  warm_group_ = nullptr;
   if (state() == NodeState::kRunning) {
     if (restart_count > 0) {
       spdlog::info("dgt-run: restarted {} worker(s) with TORCHELASTIC_RESTART_COUNT={}",

@@ -70,7 +70,19 @@ class NodeWorkers {
 
   // StartRound: starts every local worker of round `round` with TORCHELASTIC_RESTART_COUNT
   // `restart_count`. The single entry point for first starts, group restarts and new rounds.
-  void StartRound(int restart_count, int64_t round);
+  // `replacing` (an in-place round: this node took a lost node's place): first publishes each
+  // local rank's failure into the round's store, one after the other, as for a rank restarted
+  // in place, so that the survivors' trainers rebuild with these workers as the replacements;
+  // a failed publication is logged and the start goes on.
+  void StartRound(int restart_count, int64_t round, bool replacing = false);
+  // A hot spare waiting for a lost node's place, under --restart-policy rank in replace mode with
+  // a Python command: starts the processes its ranks would start from now, from the workers'
+  // command and environment without a rank (--standby-workers standbys, else the fork server
+  // when --fork-server is on), so that the round it gets starts them warm (StartRound takes
+  // each rank from WorkerGroup::StartReplacement: a ready standby, the fork server, or a fresh
+  // process). Once per agent, before its first round; a failure is logged and the round starts
+  // fresh processes.
+  void PrepareSpare();
   bool has_group() const { return group_ != nullptr; }
   // Workers of the current group still running (0 without a group).
   int alive() const { return group_ ? group_->alive() : 0; }
@@ -112,8 +124,13 @@ class NodeWorkers {
   void OnWorkerExit(const WorkerExit& exit);
   // The spec of local rank `local_rank` for attempt `attempt` (creates its log directory).
   absl::StatusOr<WorkerSpec> MakeSpec(int local_rank, int attempt);
+  // A group for this node's workers, watched by the watchdog.
+  std::unique_ptr<WorkerGroup> NewGroup();
   // Releases the reserved TensorFlow ports, then starts `group`'s workers.
   void SpawnRound(WorkerGroup* group, int restart_count);
+  // StartRound's `replacing`: publishes local ranks [local_rank, nproc) one after the other,
+  // then SpawnRound (unless the round was replaced or stopped meanwhile).
+  void PublishThenSpawn(WorkerGroup* group, int local_rank, int restart_count, absl::Time start);
   // Several nodes with --distribution tensorflow: exchanges the addresses, then SpawnRound.
   void StartTfExchange(WorkerGroup* group, int restart_count, int64_t round);
   // Starts local ranks [first, nproc) of `group`, kSpawnBatch at a time; posts the rest to the
@@ -142,6 +159,10 @@ class NodeWorkers {
   // Policy rank: publishes rank failures into the job's store (created at the first failure).
   std::unique_ptr<FailurePublisher> publisher_;
   std::vector<std::unique_ptr<WorkerGroup>> retired_;  // Replaced groups, kept until exit.
+  // PrepareSpare ran: group_ has started no worker yet; the next StartRound takes it.
+  bool spare_prepared_ = false;
+  // The group whose round is being spawned from its standbys or fork server (a prepared spare's).
+  WorkerGroup* warm_group_ = nullptr;
   // This launch's log directory (absolute): <log_dir>/<run_id>_<unique>, or a temporary one.
   std::string log_root_;
   bool log_root_is_temp_ = false;  // Removed at exit (it holds no -r/-t logs).

@@ -111,6 +111,10 @@ absl::Status WorkerGroup::Start(const std::vector<WorkerSpec>& specs) {
   return absl::OkStatus();
 }
 
+void WorkerGroup::Prepare(const WorkerSpec& spec) {
+  if (first_spec_ == nullptr) first_spec_ = std::make_unique<WorkerSpec>(spec);
+}
+
 absl::StatusOr<pid_t> WorkerGroup::StartOne(const WorkerSpec& spec) {
   {
     absl::StatusOr<std::array<int, 2>> opened = OpenLogFiles(spec);

@@ -116,6 +116,11 @@ class WorkerGroup {
   // Errors: NotFound for a missing executable; Internal when fork/pipe fail.
   absl::Status Start(const std::vector<WorkerSpec>& specs);
 
+  // Before any worker started: the spec that standbys and the fork server start like (as the
+  // first StartOne's would be), for a group that warms up before its round (a hot spare's).
+  // Nothing once a worker started.
+  void Prepare(const WorkerSpec& spec);
+
   // Starts one more worker (a replacement under --restart-policy rank). Returns its pid.
   // Errors: as Start.
   absl::StatusOr<pid_t> StartOne(const WorkerSpec& spec);

@@ -250,6 +250,7 @@ class Harness {
 
   std::vector<std::string> Carry(const LifecycleAction& action) {
     if (const auto* a = std::get_if<actions::ApplyAssignment>(&action)) {
+      if (a->keep_workers) return {};  // The workers go on: only the round number changes.
       first_rank_ = (a->assignment ? a->assignment->node_rank : static_round_.node_rank) * nproc_;
       return Do(lc_.OnRoundApplied(a->assignment ? *a->assignment : static_round_));
     }
@@ -579,6 +580,55 @@ TEST(NodeLifecycleTest, NewRoundWhileRunningRestartsTheWorkers) {
   EXPECT_THAT(h.DeliverExits(),
               ElementsAre("KillWorkers", "ApplyAssignment(round 1)", "StartRound(0)"));
   EXPECT_EQ(h.lc().state(), NodeState::kRunning);
+  EXPECT_EQ(h.lc().round(), 1);
+}
+
+RoundAssignment InPlace(RoundAssignment a) {
+  a.in_place = true;
+  return a;
+}
+
+TEST(NodeLifecycleTest, InPlaceRoundKeepsTheRunningWorkers) {
+  Harness h;
+  h.Start(Round(0, 0, 1, 2));
+  const pid_t first = h.pid(0);
+  EXPECT_THAT(h.Do(h.lc().OnAssignment(InPlace(Round(1, 0, 1, 2, "node lost")), h.alive(),
+                                       h.clock().Now())),
+              ElementsAre("Log(info): run 'job' moves to round 1 (node lost); this node's "
+                          "workers go on",
+                          "ApplyAssignment(round 1, keep workers)"));
+  EXPECT_EQ(h.lc().state(), NodeState::kRunning);
+  EXPECT_EQ(h.lc().round(), 1);
+  EXPECT_EQ(h.pid(0), first);
+  EXPECT_EQ(h.alive(), 2);
+  // The workers' success is reported for the new round.
+  h.Exit(0, 0);
+  EXPECT_THAT(h.Exit(1, 0), ElementsAre("KillWorkers", "WatchDrain"));
+  EXPECT_THAT(h.Drained(), ElementsAre("Report(0)"));
+  EXPECT_EQ(h.lc().round(), 1);
+}
+
+TEST(NodeLifecycleTest, SpareJoiningAnInPlaceRoundStartsItsRanksAsReplacements) {
+  Harness h;
+  h.lc().OnJoinSent(h.clock().Now());
+  EXPECT_THAT(h.Do(h.lc().OnAssignment(InPlace(Round(3, 1, 1, 2, "node lost")), 0,
+                                       h.clock().Now())),
+              ElementsAre("ApplyAssignment(round 3)", "StartRound(2, replacing)"));
+  EXPECT_EQ(h.lc().state(), NodeState::kRunning);
+  EXPECT_EQ(h.lc().round(), 3);
+}
+
+TEST(NodeLifecycleTest, InPlaceRoundThatDoesNotMatchThisNodeRestartsItsRanksAsReplacements) {
+  Harness h;
+  h.Start(Round(0, 0, 1, 2));
+  // Another node rank: not this node's running round, so its workers stop first.
+  EXPECT_THAT(h.Do(h.lc().OnAssignment(InPlace(Round(1, 0, 0, 2, "node lost")), h.alive(),
+                                       h.clock().Now())),
+              ElementsAre("Log(warn): run 'job' moves to round 1 (node lost); stopping this "
+                          "node's workers",
+                          "ClearFailures", "StopWorkers(SIGTERM)"));
+  EXPECT_THAT(h.DeliverExits(),
+              ElementsAre("KillWorkers", "ApplyAssignment(round 1)", "StartRound(1, replacing)"));
   EXPECT_EQ(h.lc().round(), 1);
 }
 

@@ -206,6 +206,27 @@ class Job:
             self.store.wait(timeout=10)
 
 
+def descendants(pid):
+    """Every process below `pid`, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def full_total(world, steps):
     """Sum over steps and ranks of (rank + 1) * 1000 + step."""
     return sum((r + 1) * 1000 + s for s in range(steps) for r in range(world))
@@ -245,8 +266,33 @@ class DgtRunJob:
         args += ["--no-python"] + (list(command) if command else [
             str(BIN / "allreduce_trainer"), "--steps", str(steps), "--step-ms", str(step_ms),
             "--init-timeout", "30"])
+        self.args = args
         self.agents = [self._popen(args[:1] + [f"--node-id=node-{i}"] + args[1:], f"node-{i}")
                        for i in range(nodes)]
+        self.killed = set()  # Agents kill_node() ended.
+
+    def add_agent(self):
+        """Starts one more agent with the same flags (with --nnodes=N, a spare once N run);
+        returns its index."""
+        i = len(self.agents)
+        self.agents.append(self._popen(self.args[:1] + [f"--node-id=node-{i}"] + self.args[1:],
+                                       f"node-{i}"))
+        return i
+
+    def kill_node(self, i):
+        """SIGKILLs agent `i` and every process below it at once (a lost host); returns the
+        time of the kill (time.time_ns())."""
+        agent = self.agents[i]
+        pids = [agent.pid, *descendants(agent.pid)]
+        t = time.time_ns()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        agent.wait(timeout=10)
+        self.killed.add(i)
+        return t
 
     def _popen(self, args, name):
         env = dict(os.environ)
@@ -266,14 +312,14 @@ class DgtRunJob:
     def events(self):
         """[(rank, kind, fields)] printed by the trainers (through the agents' consoles)."""
         out = []
-        for i in range(self.nodes):
+        for i in range(len(self.agents)):
             for m in RANK_EVENT.finditer(self.stdout(i)):
                 fields = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', m.group(3)))
                 out.append((int(m.group(1)), m.group(2), fields))
         return out
 
     def node_of(self, rank):
-        for i in range(self.nodes):
+        for i in range(len(self.agents)):
             if re.search(rf"^\[rank{rank}\]: ", self.stdout(i), re.M):
                 return i
         return None
@@ -285,7 +331,7 @@ class DgtRunJob:
             if predicate(ev):
                 return ev
             for i, a in enumerate(self.agents):
-                if a.poll() is not None:
+                if i not in self.killed and a.poll() is not None:
                     raise AssertionError(f"agent node-{i} exited ({a.returncode}) while "
                                          f"waiting for {what}: {self.stderr(i)[-3000:]}")
             time.sleep(0.005)

@@ -362,3 +362,80 @@ def test_replace_from_warm_standby_then_fallback_spawn_with_exact_parameters(
             assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
     finally:
         j.close()
+
+
+def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2, capsys):
+    """--nnodes=2 with a third agent waiting as a hot spare. kill -9 of node rank 1's agent and
+    workers: the spare takes node rank 1 in an in-place round (the same MASTER_ADDR:MASTER_PORT),
+    publishes the failures of ranks 2 and 3 and starts them as replacements; node rank 0's
+    workers go on (same PIDs) and give them their state; all 4 ranks end in generation 1 with
+    the parameters of a one-process reference."""
+    steps = 1500  # Long enough for the spare's fork server to import torch first.
+    j = DgtRunJob(tmp_path, "torch-spare", policy="rank", mode="replace", steps=steps,
+                  max_restarts=1,
+                  command=[python2, str(EXAMPLE), "--steps", str(steps), "--step-ms", "10",
+                           "--op-timeout", "20"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        assert sorted(pids) == list(range(WORLD))
+        assert [j.node_of(r) for r in range(WORLD)] == [0, 0, 1, 1]
+        spare = j.add_agent()
+        deadline = time.monotonic() + 120
+        # The spare warms up its fork server while it waits (torch imported).
+        while not FORK_SERVER_READY.search(j.stderr(spare)):
+            assert time.monotonic() < deadline, j.stderr(spare)
+            time.sleep(0.05)
+        [server] = [int(p) for p in FORK_SERVER_READY.findall(j.stderr(spare))]
+        assert "this node waits as a hot spare" in j.stderr(spare)
+        assert "this spare warms up its fork server for the ranks it may take" in j.stderr(spare)
+        at = max(int(f["step"]) for r, k, f in j.events() if k == "step") + 5
+        j.wait_events(lambda ev: any(r == 2 and k == "step" and int(f["step"]) >= at
+                                     for r, k, f in ev), 60, f"rank 2 at step {at}")
+        kill_ns = j.kill_node(1)
+        time.sleep(0.2)  # Events printed before the kill may still be on their way.
+        pre = max(int(f["step"]) for r, k, f in j.events()
+                  if k == "step" and int(f["t_ns"]) < kill_ns)
+        codes = j.wait(timeout=120)
+        assert codes[0] == 0 and codes[spare] == 0, (codes, j.stderr(0)[-3000:],
+                                                     j.stderr(spare)[-3000:])
+        ev = j.events()
+        done = last(ev, "done")
+        assert sorted(done) == [0, 1, 2, 3]
+        for r in (0, 1):
+            assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
+            assert done[r]["recoveries"] == "1"
+        for r in (2, 3):
+            assert j.node_of(r) in (1, spare)
+            assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
+        for r in range(WORLD):
+            assert done[r]["steps"] == str(steps)
+            assert done[r]["members"] == "0,1,2,3"
+            assert done[r]["generation"] == "1"
+        [expected] = reference_digests(python2, (steps, steps, range(WORLD), range(WORLD)))
+        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        synced = last(ev, "synced")
+        for r in (2, 3):
+            assert synced[r]["replacement"] == "1" and synced[r]["source"] in ("0", "1")
+        reason = ("node lost: node node-1 (127.0.0.1) was lost (in place: the survivors keep "
+                  "their workers)")
+        survivor, taken = j.stderr(0), j.stderr(spare)
+        assert (f"run 'torch-spare' moves to round 1 ({reason}); this node's workers go on"
+                in survivor), survivor
+        assert (f"run 'torch-spare' round 1 ({reason}): node rank 0 of 2, ranks 0..1 of world "
+                f"size 4; the workers go on") in survivor, survivor
+        assert (f"run 'torch-spare' round 1 ({reason}): node rank 1 of 2, ranks 2..3 of world "
+                f"size 4") in taken, taken
+        assert "published the failures of ranks 2..3" in taken, taken
+        assert "restarted 2 worker(s) with TORCHELASTIC_RESTART_COUNT=1" in taken, taken
+        for r in (2, 3):  # From the spare's warm fork server: torch was imported already.
+            assert (f"restarted rank {r} (attempt 1) as pid {done[r]['pid']}, forked by the fork "
+                    f"server") in taken, taken
+        ms = back_ms(ev, range(WORLD), kill_ns, pre)
+        with capsys.disabled():
+            print(f"\nspare in place: kill -9 of node rank 1 at step {pre} -> all 4 ranks back "
+                  f"at step {pre}: {ms:.0f} ms")
+        for i in (0, spare):
+            assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
+    finally:
+        j.close()

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from conftest import BIN, WORKERS, dgt_env, records, wait_for
+from recovery_harness import descendants
 from test_launch import ddp_reference
 
 STEPS = 4
@@ -26,27 +27,6 @@ def agent(spawn, rendezvous, python2, node_id, hold, nproc, run_id="spares", ext
                   f"--node-id={node_id}", "--stop-timeout=5", *extra, WORKERS / "ddp_steps.py",
                   f"--steps={STEPS}", f"--hold-file={hold}"],
                  name=node_id, env=dgt_env(DGT_PYTHON=python2))
-
-
-def descendants(pid):
-    """Every process below `pid` (its workers), from /proc."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def kill_node(proc):

@@ -1,6 +1,7 @@
 // Stateful libFuzzer target over the node lifecycle (agent/lifecycle/node_lifecycle.h) on a
 // simulated clock. The input picks the backend (a rendezvous service or static), the restart
-// policy and --max-restarts, then a sequence of events in any order: round assignments, stops and
+// policy and --max-restarts, then a sequence of events in any order: round assignments (some in
+// place, some of them matching the running round), stops and
 // refusals from the service, the run's outcome, session ends, reconnect windows that pass, worker
 // exits (success, a code, a signal), outside signals, clock ticks, the runtime's own finish, and
 // the runtime's answers to the actions it was given (a spawn done, a failure published, the
@@ -11,6 +12,8 @@
 // After every event:
 //   - at most one Finish, and after the closing events exactly one;
 //   - no worker is started after the Finish;
+//   - workers are kept (ApplyAssignment with keep_workers) only for an in-place round with this
+//     node's running node rank and node count;
 //   - the Finish's exit status is the one docs/EXIT_CODES.md gives for the first cause: an
 //     outside signal N (128+N), a refusal before admission (77), the join timeout (75; also the
 //     run's end for too few nodes after losing nodes), the service lost (69), this node's first
@@ -175,6 +178,15 @@ class Harness {
       spawning_ = true;
       ever_started_ = true;
     } else if constexpr (std::is_same_v<A, actions::ApplyAssignment>) {
+      if (a.keep_workers) {
+        // An in-place round: the running workers go on in it.
+        if (!a.assignment || !a.assignment->in_place || a.assignment->node_rank != node_rank_ ||
+            a.assignment->node_count != node_count_ || done() || workers_.empty()) {
+          Diverge("workers kept for a round that is not this node's running round in place");
+        }
+        round_ = a.assignment->round;
+        return;
+      }
       RoundAssignment r;
       if (a.assignment) {
         r = *a.assignment;
@@ -471,9 +483,17 @@ class Harness {
   RoundAssignment NextAssignment(const char* reason) {
     RoundAssignment a;
     a.round = ++last_round_;
-    a.node_count = in_->ConsumeIntegralInRange<int>(1, 3);
-    a.node_rank = in_->ConsumeIntegralInRange<int>(0, a.node_count - 1);
-    a.restart_count = restart_count_ + (in_->ConsumeBool() ? 1 : 0);
+    a.in_place = in_->ConsumeIntegralInRange<int>(0, 3) == 0;
+    if (a.in_place && in_->ConsumeBool()) {
+      // A spare took another node's place: this node's running round goes on.
+      a.node_count = node_count_;
+      a.node_rank = node_rank_;
+      a.restart_count = restart_count_;
+    } else {
+      a.node_count = in_->ConsumeIntegralInRange<int>(1, 3);
+      a.node_rank = in_->ConsumeIntegralInRange<int>(0, a.node_count - 1);
+      a.restart_count = restart_count_ + (in_->ConsumeBool() ? 1 : 0);
+    }
     restart_count_ = a.restart_count;
     a.reason = reason;
     return a;
@@ -483,7 +503,7 @@ class Harness {
     if (closed_) return;
     const RoundAssignment a = NextAssignment("fuzzed");
     Trace(absl::StrCat("assignment: round ", a.round, " node rank ", a.node_rank, " of ",
-                       a.node_count, " restart ", a.restart_count));
+                       a.node_count, " restart ", a.restart_count, a.in_place ? " in place" : ""));
     if (!done() && !signalled_) {
       assigned_ = true;
       round_wait_deadline_.reset();

@@ -1,5 +1,6 @@
 // Stateful libFuzzer target over the rendezvous round state machine (rendezvous/round_state.h) on
-// a simulated clock. The input picks a run's MIN:MAX, nproc, restarts and spares, then a sequence
+// a simulated clock. The input picks a run's MIN:MAX, nproc, restarts, spares and whether its
+// agents ask for in-place spares (--restart-policy rank), then a sequence
 // of events by up to 6 agents: joins, rejoins with their assignment, a second agent with a node id
 // already connected, session ends, success and failure reports (also for a wrong round),
 // StoreReady, clock ticks, and service restarts (the runs adopted from the backend, or lost with
@@ -11,6 +12,10 @@
 //     (same agent session, or its rejoin) in both: a spare takes a lost node's place, nobody
 //     moves;
 //   - a node told it waits as a spare holds no node rank;
+//   - an in-place round (every assignment says so, or none) only for a run that asked for it,
+//     with the last round's node count, MASTER_ADDR:MASTER_PORT and restart count; any other new
+//     round starts on another store than the last round's (an agent whose store became a round's
+//     listens on its next port, announced by a later StoreReady);
 //   - round numbers only increase (within one run, until it finishes);
 //   - no node is in two rounds: one assignment per node per round, and a round's assignment sent
 //     again (a rejoin) is the same one;
@@ -86,6 +91,7 @@ class Harness {
     last_call_ = absl::Seconds(in_->ConsumeIntegralInRange<int>(0, 10));
     join_timeout_ = absl::Seconds(in_->ConsumeIntegralInRange<int>(5, 60));
     spare_nodes_ = in_->ConsumeIntegralInRange<int>(0, 2);
+    in_place_ = in_->ConsumeBool();
     for (int i = 0; i < kAgents; ++i) {
       agents_[i].node_id = absl::StrCat("n", i);
       agents_[i].store_port = 20000 + i * 100;
@@ -101,7 +107,7 @@ class Harness {
       absl::StrAppend(trace, "run ", min_, ":", max_, " nproc ", nproc_, " max_restarts ",
                       max_restarts_, " last call ", absl::FormatDuration(last_call_),
                       " join timeout ", absl::FormatDuration(join_timeout_), " spares ",
-                      spare_nodes_, "\n");
+                      spare_nodes_, in_place_ ? " in place" : "", "\n");
     }
     for (int step = 0; step < kMaxSteps && in_->remaining_bytes() > 0; ++step) {
       Step();
@@ -129,6 +135,7 @@ class Harness {
     j.max_restarts = max_restarts_;
     j.join_timeout = join_timeout_;
     j.spare_nodes = spare_nodes_;
+    j.in_place_spares = in_place_;
     return j;
   }
 
@@ -331,6 +338,9 @@ class Harness {
         }
         a.held = *as;
         if (continue_membership) member_session_[a.node_id] = o.session;
+        if (as->node_rank == 0 && as->master_port == a.store_port) {
+          a.store_port += 1;  // The agent's store serves the round; its next one listens.
+        }
       } else if (const auto* f = std::get_if<RunFinished>(&o.message)) {
         (void)f;
         if (!o.close) Diverge("RunFinished without closing the session");
@@ -386,6 +396,7 @@ class Harness {
 
   void CheckNewRound(int64_t round, const std::vector<std::pair<int, Assignment>>& assigned) {
     const int n = static_cast<int>(assigned.size());
+    CheckStore(round, assigned);
     if (auto last = rounds_.find(max_round_); last != rounds_.end()) {
       for (const auto& [i, as] : assigned) {
         const std::string& node = agents_[i].node_id;
@@ -445,7 +456,37 @@ class Harness {
     max_round_ = round;
   }
 
+  // An in-place round keeps the last round's store, size and restart count; any other new round
+  // starts on another store.
+  void CheckStore(int64_t round, const std::vector<std::pair<int, Assignment>>& assigned) {
+    const Assignment& first = assigned.front().second;
+    for (const auto& [i, as] : assigned) {
+      if (as.in_place != first.in_place) Diverge(absl::StrCat("round ", round, " half in place"));
+    }
+    auto last = rounds_.find(max_round_);
+    if (last == rounds_.end() || last->second.empty()) {
+      if (first.in_place) Diverge(absl::StrCat("in-place round ", round, " without a last round"));
+      return;
+    }
+    const Assignment& before = last->second.begin()->second;
+    const bool same_store =
+        first.master_addr == before.master_addr && first.master_port == before.master_port;
+    if (!first.in_place) {
+      if (same_store) {
+        Diverge(absl::StrCat("round ", round, " starts on round ", max_round_, "'s store ",
+                             first.master_addr, ":", first.master_port));
+      }
+      return;
+    }
+    if (!in_place_) Diverge(absl::StrCat("in-place round ", round, " for a run without it"));
+    if (!same_store || first.node_count != before.node_count ||
+        first.restart_count != before.restart_count) {
+      Diverge(absl::StrCat("in-place round ", round, " changes the store, size or restart count"));
+    }
+  }
+
   FuzzedDataProvider* in_;
+  bool in_place_ = false;
   int min_ = 1;
   int max_ = 1;
   int nproc_ = 1;

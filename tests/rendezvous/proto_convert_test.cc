@@ -29,6 +29,7 @@ Assignment SampleAssignment() {
   a.restart_count = 1;
   a.reason = "scale-up";
   a.host_node_id = "node-a";
+  a.in_place = true;
   return a;
 }
 
@@ -47,6 +48,7 @@ JoinRequest SampleJoin() {
   j.max_restarts = 3;
   j.join_timeout = absl::Seconds(600);
   j.spare_nodes = 2;
+  j.in_place_spares = true;
   j.rejoin = SampleAssignment();
   return j;
 }
@@ -64,6 +66,7 @@ TEST(ProtoConvertTest, AssignmentEveryField) {
   EXPECT_EQ(p.restart_count(), 1);
   EXPECT_EQ(p.reason(), "scale-up");
   EXPECT_EQ(p.host_node_id(), "node-a");
+  EXPECT_TRUE(p.in_place());
   EXPECT_EQ(FromProto(p), SampleAssignment());
 }
 
@@ -80,6 +83,7 @@ TEST(ProtoConvertTest, JoinRequestEveryFieldWithAndWithoutRejoin) {
   EXPECT_EQ(p.max_restarts(), 3);
   EXPECT_EQ(p.join_timeout_s(), 600.0);
   EXPECT_EQ(p.spare_nodes(), 2);
+  EXPECT_TRUE(p.in_place_spares());
   ASSERT_TRUE(p.has_rejoin());
   EXPECT_TRUE(MessageDifferencer::Equals(p.rejoin(), ToProto(SampleAssignment())));
   EXPECT_EQ(FromProto(p), SampleJoin());

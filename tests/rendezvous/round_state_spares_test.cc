@@ -440,5 +440,124 @@ TEST(RoundStateSparesTest, AnElasticRunsSpareWithinSpareNodesIsCalledASpare) {
   EXPECT_TRUE(SpareFlag(h.Join(2, Join("n2", 1, 3, 1)), 2));
 }
 
+// In-place spares (JoinRequest.in_place_spares: --restart-policy rank, replace mode).
+JoinRequest InPlaceJoin(const std::string& node_id, int min_nodes, int max_nodes,
+                        int max_restarts = 0) {
+  JoinRequest j = Join(node_id, min_nodes, max_nodes, 0, max_restarts);
+  j.in_place_spares = true;
+  return j;
+}
+
+// A run of --nnodes=3 joined by n1..n3 and the spare n4, all asking for in-place spares; round 0
+// runs on n1's store 29501, and n1's next store (30001) is ready.
+void StartInPlaceRunWithOneSpare(Harness& h, int max_restarts = 0) {
+  for (int i = 1; i <= 3; ++i) h.Join(i, InPlaceJoin(absl::StrCat("n", i), 3, 3, max_restarts));
+  ASSERT_EQ(h.last.at(1).master_port, 29501);
+  h.Join(4, InPlaceJoin("n4", 3, 3, max_restarts));
+  h.StoreReady(1, 30001);
+}
+
+TEST(RoundStateSparesTest, InPlaceSpareRoundKeepsTheStoreTheLayoutAndTheRestartCount) {
+  Harness h;
+  StartInPlaceRunWithOneSpare(h);
+  auto out = h.Close(2);
+  EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{1, 4, 3}));
+  const std::string reason =
+      "node lost: node n2 (10.0.0.2) was lost (in place: the survivors keep their workers)";
+  for (SessionId s : {1, 4, 3}) {
+    const Assignment& a = h.last.at(s);
+    EXPECT_TRUE(a.in_place) << s;
+    EXPECT_EQ(a.round, 1) << s;
+    EXPECT_EQ(a.node_count, 3) << s;
+    EXPECT_EQ(a.world_size, 6) << s;
+    EXPECT_EQ(a.restart_count, 0) << s;
+    // Round 0's store: it holds the recovery keys the replacements join by.
+    EXPECT_EQ(a.master_addr, "10.0.0.1") << s;
+    EXPECT_EQ(a.master_port, 29501) << s;
+    EXPECT_EQ(a.reason, reason) << s;
+  }
+  EXPECT_EQ(h.last.at(1).node_rank, 0);
+  EXPECT_EQ(h.last.at(4).node_rank, 1);
+  EXPECT_EQ(h.last.at(4).first_global_rank, 2);
+  EXPECT_EQ(h.last.at(3).node_rank, 2);
+  EXPECT_EQ(h.last.at(3).first_global_rank, 4);
+  // n1's next store was not used: a later ordinary round still starts on an empty store.
+  auto restart = h.Report(3, false, 1);
+  EXPECT_EQ(To<Assignment>(restart), std::vector<SessionId>{});  // No restart left: it fails.
+  const auto status = h.m.Status("job", kT0);
+  ASSERT_EQ(status.size(), 1u);
+  EXPECT_EQ(status[0].master_port, 29501);
+  EXPECT_EQ(status[0].round, 1);
+}
+
+TEST(RoundStateSparesTest, InPlaceRunsNextOrdinaryRoundUsesNodeRankZerosNextStore) {
+  Harness h;
+  StartInPlaceRunWithOneSpare(h, /*max_restarts=*/1);
+  h.Close(2);
+  ASSERT_TRUE(h.last.at(4).in_place);
+  // A failure with a restart left is a restart round: not in place, on n1's next store.
+  auto out = h.Report(3, false, 1);
+  EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{1, 4, 3}));
+  EXPECT_FALSE(h.last.at(4).in_place);
+  EXPECT_EQ(h.last.at(4).round, 2);
+  EXPECT_EQ(h.last.at(4).restart_count, 1);
+  EXPECT_EQ(h.last.at(4).master_port, 30001);
+}
+
+TEST(RoundStateSparesTest, InPlaceRunLosingNodeRankZeroGetsAnOrdinaryRound) {
+  Harness h;
+  StartInPlaceRunWithOneSpare(h);
+  auto out = h.Close(1);
+  EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{4, 2, 3}));
+  // The store with the recovery keys went with node rank 0: every node starts afresh.
+  EXPECT_FALSE(h.last.at(2).in_place);
+  EXPECT_EQ(h.last.at(2).master_addr, "10.0.0.4");
+  EXPECT_EQ(h.last.at(2).master_port, 29504);
+  EXPECT_EQ(h.last.at(2).reason, "node lost: node n1 (10.0.0.1) was lost");
+}
+
+TEST(RoundStateSparesTest, InPlaceRunWithoutASpareClosesUpInAnOrdinaryRound) {
+  Harness h;
+  for (int i = 1; i <= 3; ++i) h.Join(i, InPlaceJoin(absl::StrCat("n", i), 2, 3));
+  ASSERT_EQ(h.last.at(3).node_rank, 2);
+  h.StoreReady(1, 30001);
+  auto out = h.Close(2);
+  EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{1, 3}));
+  EXPECT_FALSE(h.last.at(3).in_place);
+  EXPECT_EQ(h.last.at(3).node_rank, 1);  // Moved into the gap: the world shrank.
+  EXPECT_EQ(h.last.at(3).world_size, 4);
+  EXPECT_EQ(h.last.at(3).master_port, 30001);
+}
+
+TEST(RoundStateSparesTest, InPlaceLossWhileARestartRoundIsHeldGivesOneOrdinaryRound) {
+  Harness h;
+  for (int i = 1; i <= 3; ++i) h.Join(i, InPlaceJoin(absl::StrCat("n", i), 3, 3, 1));
+  h.Join(4, InPlaceJoin("n4", 3, 3, 1));
+  // n1's next store is not ready: the restart round is held for it.
+  EXPECT_EQ(To<Assignment>(h.Report(3, false, 0)), std::vector<SessionId>{});
+  EXPECT_EQ(To<Assignment>(h.Close(2)), std::vector<SessionId>{});
+  auto out = h.StoreReady(1, 30001);
+  EXPECT_EQ(To<Assignment>(out), (std::vector<SessionId>{1, 4, 3}));
+  EXPECT_FALSE(h.last.at(4).in_place);
+  EXPECT_EQ(h.last.at(4).round, 1);
+  EXPECT_EQ(h.last.at(4).restart_count, 1);  // The held restart, once.
+  EXPECT_EQ(h.last.at(4).node_rank, 1);
+  EXPECT_EQ(h.last.at(4).master_port, 30001);
+}
+
+TEST(RoundStateSparesTest, AJoinThatDiffersOnInPlaceSparesIsRefused) {
+  Harness h;
+  for (int i = 1; i <= 2; ++i) h.Join(i, InPlaceJoin(absl::StrCat("n", i), 2, 2));
+  auto out = h.Join(3, Join("n3", 2, 2));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::get<Refusal>(out[0].message).status,
+            absl::InvalidArgumentError(
+                "run 'job' keeps its workers when a spare takes a lost node's place "
+                "(--restart-policy=rank, replace mode); this node restarts its workers in every "
+                "new round (--restart-policy=group, or --recovery-mode=shrink)"));
+  EXPECT_TRUE(out[0].close);
+  EXPECT_EQ(h.Ranks(), (std::map<std::string, int32_t>{{"n1", 0}, {"n2", 1}}));
+}
+
 }  // namespace
 }  // namespace dgt::rendezvous

@@ -23,6 +23,7 @@ TEST(RunRecordCodecTest, TheJsonValueIsVersionedAndRoundTrips) {
   run.run_id = "job";
   run.round = 2;
   run.spare_nodes = 3;
+  run.in_place_spares = true;
   run.last_call_deadline = absl::InfiniteFuture();
   run.closed_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
   run.finished.failure = WorkerFailure{1, 0, 0, 9, "n1", absl::FromUnixSeconds(5)};
@@ -95,6 +96,20 @@ TEST(RunRecordCodecTest, ARecordWrittenWithoutSpareNodesHasNone) {
   absl::StatusOr<RunRecord> back = DecodeRunRecord(value);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->spare_nodes, 0);
+}
+
+TEST(RunRecordCodecTest, ARecordWrittenWithoutInPlaceSparesHasThemOff) {
+  RunRecord run;
+  run.run_id = "job";
+  run.in_place_spares = true;
+  std::string value = EncodeRunRecord(run, "r:1");
+  const std::string field = "\"in_place_spares\":true,";
+  const size_t at = value.find(field);
+  ASSERT_NE(at, std::string::npos) << value;
+  value.erase(at, field.size());  // As a replica without in-place spares wrote it.
+  absl::StatusOr<RunRecord> back = DecodeRunRecord(value);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->in_place_spares);
 }
 
 TEST(RunRecordCodecTest, ValuesOfTheWrongShapeAreInvalidArgumentNamingTheField) {
