@@ -364,15 +364,19 @@ def test_replace_from_warm_standby_then_fallback_spawn_with_exact_parameters(
         j.close()
 
 
-def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2, capsys):
-    """--nnodes=2 with a third agent waiting as a hot spare. kill -9 of node rank 1's agent and
-    workers: the spare takes node rank 1 in an in-place round (the same MASTER_ADDR:MASTER_PORT),
-    publishes the failures of ranks 2 and 3 and starts them as replacements; node rank 0's
-    workers go on (same PIDs) and give them their state; all 4 ranks end in generation 1 with
-    the parameters of a one-process reference."""
+@pytest.mark.parametrize("helper", ["fork-server", "standbys"])
+def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2, capsys, helper):
+    """--nnodes=2 with a third agent waiting as a hot spare, which warms up its fork server (the
+    default) or --standby-workers=2 while it waits. kill -9 of node rank 1's agent and workers:
+    the spare takes node rank 1 in an in-place round (the same MASTER_ADDR:MASTER_PORT),
+    publishes the failures of ranks 2 and 3 and starts them as replacements from its warm
+    processes; node rank 0's workers go on (same PIDs) and give them their state; all 4 ranks
+    end in generation 1 with the parameters of a one-process reference."""
     steps = 1500  # Long enough for the spare's fork server to import torch first.
+    ready = FORK_SERVER_READY if helper == "fork-server" else STANDBY_READY
     j = DgtRunJob(tmp_path, "torch-spare", policy="rank", mode="replace", steps=steps,
                   max_restarts=1,
+                  extra=["--standby-workers=2"] if helper == "standbys" else [],
                   command=[python2, str(EXAMPLE), "--steps", str(steps), "--step-ms", "10",
                            "--op-timeout", "20"],
                   env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
@@ -382,13 +386,14 @@ def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2
         assert [j.node_of(r) for r in range(WORLD)] == [0, 0, 1, 1]
         spare = j.add_agent()
         deadline = time.monotonic() + 120
-        # The spare warms up its fork server while it waits (torch imported).
-        while not FORK_SERVER_READY.search(j.stderr(spare)):
+        # The spare warms up its fork server or standbys while it waits (torch imported).
+        while len(ready.findall(j.stderr(spare))) < (1 if helper == "fork-server" else 2):
             assert time.monotonic() < deadline, j.stderr(spare)
             time.sleep(0.05)
-        [server] = [int(p) for p in FORK_SERVER_READY.findall(j.stderr(spare))]
+        warm = [int(p) for p in ready.findall(j.stderr(spare))]
         assert "this node waits as a hot spare" in j.stderr(spare)
-        assert "this spare warms up its fork server for the ranks it may take" in j.stderr(spare)
+        what = "its fork server" if helper == "fork-server" else "2 standby worker(s)"
+        assert f"this spare warms up {what} for the ranks it may take" in j.stderr(spare)
         at = max(int(f["step"]) for r, k, f in j.events() if k == "step") + 5
         j.wait_events(lambda ev: any(r == 2 and k == "step" and int(f["step"]) >= at
                                      for r, k, f in ev), 60, f"rank 2 at step {at}")
@@ -428,13 +433,18 @@ def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2
                 f"size 4") in taken, taken
         assert "published the failures of ranks 2..3" in taken, taken
         assert "restarted 2 worker(s) with TORCHELASTIC_RESTART_COUNT=1" in taken, taken
-        for r in (2, 3):  # From the spare's warm fork server: torch was imported already.
-            assert (f"restarted rank {r} (attempt 1) as pid {done[r]['pid']}, forked by the fork "
-                    f"server") in taken, taken
+        for r in (2, 3):  # From the spare's warm processes: torch was imported already.
+            if helper == "fork-server":
+                assert (f"restarted rank {r} (attempt 1) as pid {done[r]['pid']}, forked by the "
+                        f"fork server") in taken, taken
+            else:
+                assert int(done[r]["pid"]) in warm
+                assert (f"standby pid {done[r]['pid']} takes rank {r} (local rank {r - 2})"
+                        in taken), taken
         ms = back_ms(ev, range(WORLD), kill_ns, pre)
         with capsys.disabled():
-            print(f"\nspare in place: kill -9 of node rank 1 at step {pre} -> all 4 ranks back "
-                  f"at step {pre}: {ms:.0f} ms")
+            print(f"\nspare in place ({helper}): kill -9 of node rank 1 at step {pre} -> all 4 "
+                  f"ranks back at step {pre}: {ms:.0f} ms")
         for i in (0, spare):
             assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
     finally:

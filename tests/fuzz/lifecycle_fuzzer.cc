@@ -181,7 +181,7 @@ class Harness {
       if (a.keep_workers) {
         // An in-place round: the running workers go on in it.
         if (!a.assignment || !a.assignment->in_place || a.assignment->node_rank != node_rank_ ||
-            a.assignment->node_count != node_count_ || done() || workers_.empty()) {
+            a.assignment->node_count != node_count_ || done() || !ever_started_) {
           Diverge("workers kept for a round that is not this node's running round in place");
         }
         round_ = a.assignment->round;

@@ -32,6 +32,19 @@ Rows (2 ranks on Gloo/CPU each, torch 2.13 from the peers venv):
   dgt-standby  dgt-inplace with --standby-workers=1: the replacement is a warm standby that
                waited in `import dgt.recovery` with torch imported (its "started" is when it took
                the rank); the kill waits for the agent's "standby pid N is ready"
+Lost-node rows: 2 nodes x 1 rank and a third agent that joins once they train (a hot spare);
+the kill is of node b, rank 1's whole node (its agent and worker, every process below it):
+  dgt-spare       dgt-rendezvous + dgt-run --nnodes=2 --restart-policy=rank per node: the spare
+                  warms up its fork server while it waits (the kill waits for its "fork server
+                  pid N is ready"), takes node rank 1 in an in-place round and forks rank 1's
+                  replacement; rank 0's process goes on
+  torchrun-spare  torchrun 2.13, --nnodes=2 --rdzv-backend=c10d (node a hosts the store,
+                  is_host=1) --max-restarts=1, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: the spare
+                  waits beyond --nnodes (torch's redundancy list); rank 0 fails on the lost peer,
+                  node a restarts its worker and the spare joins the next round (group restart,
+                  checkpoint reload); the kill waits 5 s after the spare started
+  nvrx-spare      torchrun-spare with NVRx's ft_launcher (0.4.1: the newest release the package
+                  index reachable here offers; 0.5-0.7 have no distribution there)
 Milestones, ms after the SIGKILL (latest rank unless named "first"): a replacement process
 started (first), every replacement started, torch imported, process group ready, state loaded
 (checkpoint / heal / in-place sync), back at the pre-failure step. The cost per healthy step is
@@ -92,14 +105,16 @@ BIN = Path(os.environ.get("DGT_BIN_DIR", REPO / "build" / "bin"))
 EVENT = re.compile(r"EVENT (\w+) (.*)$")
 T_NS = re.compile(r"\d{19}")  # time.time_ns(), 19 digits until 2286
 ROWS = ("plain", "torchrun", "dgt-group", "torchft", "nvrx-inproc", "nvrx-ft", "dgt-inplace",
-        "dgt-fork", "dgt-standby", "dgt-hang")
+        "dgt-fork", "dgt-standby", "dgt-hang", "dgt-spare", "torchrun-spare", "nvrx-spare")
+NODE_ROWS = ("dgt-spare", "torchrun-spare", "nvrx-spare")
 DGT_INPLACE_ROWS = ("dgt-inplace", "dgt-fork", "dgt-standby", "dgt-hang")
 # The agent's line naming a row's idle helper, once it is ready.
 HELPER_READY = {"dgt-fork": re.compile(r"fork server pid (\d+) is ready"),
                 "dgt-standby": re.compile(r"standby pid (\d+) is ready")}
 # The plain baseline runs first and last: the mean of both is the reference step, and their
-# difference shows how much the machine's load moved during the run.
-DEFAULT_ROWS = ROWS + ("plain",)
+# difference shows how much the machine's load moved during the run. The lost-node rows run when
+# named (--rows).
+DEFAULT_ROWS = tuple(r for r in ROWS if r not in NODE_ROWS) + ("plain",)
 MILESTONES = (("first replacement started", "start", "first"),
               ("every replacement started", "start", "all"),
               ("torch imported", "imported", "all"),
@@ -195,14 +210,48 @@ def trainer_args(args, mode, ckpt_dir=None, steps=None):
     return a + ([f"--ckpt-dir={ckpt_dir}"] if ckpt_dir else [])
 
 
+def node_agent(row, args, out_dir, name, ctx):
+    """One node (one rank) of a lost-node row: node-a, node-b or the spare node-c. `ctx`: the
+    row's "endpoint" (dgt-rendezvous), "port" (torchrun's c10d store) and "ckpt"."""
+    if row == "dgt-spare":
+        return Launch(name, [BIN / "dgt-run", f"--node-id={name}", "--nnodes=2",
+                             "--nproc-per-node=1", f"--rdzv-endpoint={ctx['endpoint']}",
+                             "--rdzv-id=bench", "--rdzv-conf=last_call_timeout=1",
+                             "--restart-policy=rank", "--max-restarts=1",
+                             *trainer_args(args, "dgt")], out_dir, env_with())
+    host = 1 if name == "node-a" else 0
+    launcher = ([Path(PY2).parent / "ft_launcher"] if row == "nvrx-spare"
+                else [PY2, "-m", "torch.distributed.run"])
+    return Launch(name, [*launcher, "--nnodes=2", "--nproc-per-node=1",
+                         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{ctx['port']}",
+                         "--rdzv-id=bench", f"--rdzv-conf=is_host={host}", "--max-restarts=1",
+                         "--monitor-interval=0.1", *trainer_args(args, "ddp", ctx["ckpt"])],
+                  out_dir, env_with(TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1))
+
+
 def start_row(row, args, out_dir):
-    """Starts the row's processes; returns (launches, kill_rank, surviving ranks expected back)."""
+    """Starts the row's processes; returns (launches, kill_rank, surviving ranks expected back).
+    A lost-node row's context for its spare (node_agent) is left in args.node_ctx."""
     # --overhead: no checkpoint (no --ckpt-dir), and every row trains until the driver stops it.
     overhead = getattr(args, "overhead", False)
     ckpt = None if overhead else out_dir / "ckpt"
     if ckpt:
         ckpt.mkdir()
     world = 2
+    if row in NODE_ROWS:
+        ctx, launches = {"ckpt": ckpt}, []
+        if row == "dgt-spare":
+            rdzv = Launch("rendezvous", [BIN / "dgt-rendezvous", "--listen", "127.0.0.1:0"],
+                          out_dir, env_with())
+            launches.append(rdzv)
+            m = wait_until(lambda: re.search(r"listening on port (\d+)", rdzv.text()), 10,
+                           "dgt-rendezvous's port", [rdzv])
+            ctx["endpoint"] = f"127.0.0.1:{m.group(1)}"
+        else:
+            ctx["port"] = free_port()
+        launches += [node_agent(row, args, out_dir, n, ctx) for n in ("node-a", "node-b")]
+        args.node_ctx = ctx
+        return launches, 1, {0, 1}
     if row == "plain":
         return [Launch(row, [BIN / "dgt-run", "--standalone", "--nproc-per-node=2",
                              *trainer_args(args, "ddp", steps=None if overhead else
@@ -311,6 +360,17 @@ def run_row(row, args, out_dir):
             if "why" in skipped[0]:
                 result["skipped"] = skipped[0]["why"].replace("_", " ")
                 return result
+        if row in NODE_ROWS:
+            # The spare joins once the run trains (not a node of its first round).
+            wait_until(lambda: [1 for k, f in all_events(launches) if k == "step"],
+                       args.row_timeout, "the first step", launches)
+            spare = node_agent(row, args, out_dir, "node-c", args.node_ctx)
+            launches.append(spare)
+            if row == "dgt-spare":
+                wait_until(lambda: HELPER_READY["dgt-fork"].search(spare.text()),
+                           args.row_timeout, "the spare's fork server", launches)
+            else:
+                time.sleep(5)  # torchrun's spare logs nothing when it waits.
         if kill_rank is None:
             deadline = time.monotonic() + args.row_timeout
             while (time.monotonic() < deadline
@@ -333,7 +393,11 @@ def run_row(row, args, out_dir):
             if helper_pid:
                 result["helper_pss_mb"] = pss_mb(helper_pid)
             t_kill = time.time_ns()
-            os.kill(pid, signal.SIGKILL)
+            if row in NODE_ROWS:
+                [node_b] = [la for la in launches if la.name == "node-b"]
+                node_b.stop()  # The whole node: its agent and every process below it.
+            else:
+                os.kill(pid, signal.SIGKILL)
             ev = all_events(launches)
             pre = max(int(f["step"]) for k, f in ev if k == "step" and f["t_ns"] < t_kill)
             result.update(t_kill=t_kill, pre_step=pre)
@@ -618,26 +682,30 @@ def main():
           f"MLP {args.layers}x{args.hidden}, batch {args.batch}, checkpoint every "
           f"{args.ckpt_every} steps (torchrun, dgt-group, nvrx-ft)")
     print("ms after the SIGKILL:")
-    print(f"{'milestone':28}" + "".join(f"{r['row']:>13}" for r in results))
+    if any(r["row"] in NODE_ROWS for r in results):
+        print("lost-node rows (2 nodes x 1 rank and a spare): the kill is of node b, rank 1's "
+              "agent and worker, once the spare is ready")
+    w = max([13] + [len(r["row"]) + 2 for r in results])  # Column width.
+    print(f"{'milestone':28}" + "".join(f"{r['row']:>{w}}" for r in results))
     for n in names + ["resumed from step"]:
         cells = []
         for r in results:
             tl = r.get("timeline")
             cells.append(fmt(tl.get(n)) if tl else ("skip" if "skipped" in r else
                                                     ("fail" if "error" in r else "-")))
-        print(f"{n:28}" + "".join(f"{c:>13}" for c in cells))
+        print(f"{n:28}" + "".join(f"{c:>{w}}" for c in cells))
     print(f"{'healthy step, mean ms':28}"
-          + "".join(f"{r.get('step_ms', float('nan')):>13.1f}" for r in results))
+          + "".join(f"{r.get('step_ms', float('nan')):>{w}.1f}" for r in results))
     print(f"{'healthy step, median ms':28}"
-          + "".join(f"{r.get('step_median_ms', float('nan')):>13.1f}" for r in results))
+          + "".join(f"{r.get('step_median_ms', float('nan')):>{w}.1f}" for r in results))
     if plain:
         print(f"{'cost per step vs plain':28}" + "".join(
-            f"{(r['step_ms'] - plain) / plain * 100:>12.1f}%" if "step_ms" in r else f"{'-':>13}"
-            for r in results))
+            f"{(r['step_ms'] - plain) / plain * 100:>{w - 1}.1f}%" if "step_ms" in r
+            else f"{'-':>{w}}" for r in results))
     mem = [r for r in results if r["row"] in DGT_INPLACE_ROWS and "replacement_pss_mb" in r]
     if mem:
         print("\nMemory per node beyond the ranks, PSS in MB:")
-        print(f"{'':28}" + "".join(f"{r['row']:>13}" for r in mem))
+        print(f"{'':28}" + "".join(f"{r['row']:>{w}}" for r in mem))
         print(f"{'idle helper before the kill':28}" + "".join(
             f"{fmt(r.get('helper_pss_mb')):>13}" for r in mem))
         print(f"{'helper after the recovery':28}" + "".join(
