@@ -726,8 +726,8 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   (void)now;
 }
 
-bool RoundStateMachine::InPlaceFits(
-    const RunRecord& run, const std::vector<std::pair<NodeRecord*, int32_t>>& ranks) {
+bool RoundStateMachine::InPlaceFits(const RunRecord& run,
+                                    const std::vector<std::pair<NodeRecord*, int32_t>>& ranks) {
   if (!run.in_place_spares || run.round < 0 || ranks.front().first->node_rank != 0) return false;
   int32_t world_size = 0;
   bool spare = false;
@@ -740,9 +740,9 @@ bool RoundStateMachine::InPlaceFits(
   return spare && world_size == run.world_size;
 }
 
-void RoundStateMachine::StartInPlaceRound(
-    RunRecord& run, const std::string& reason,
-    const std::vector<std::pair<NodeRecord*, int32_t>>& ranks, std::vector<Outgoing>& out) {
+void RoundStateMachine::StartInPlaceRound(RunRecord& run, const std::string& reason,
+                                          const std::vector<std::pair<NodeRecord*, int32_t>>& ranks,
+                                          std::vector<Outgoing>& out) {
   run.round += 1;
   ++counters_.rounds;
   for (auto& [id, n] : run.nodes) {

@@ -158,9 +158,9 @@ LifecycleActions NodeLifecycle::OnAssignment(const RoundAssignment& a, int alive
       a.node_count == node_count_ && a.restart_count == restart_count_) {
     // A spare took a lost node's place: this node's workers go on, and the spare's join as the
     // lost ranks' replacements (in-place recovery across nodes).
-    out.push_back(Log(Level::kInfo,
-                      absl::StrCat("run '", options_.run_id, "' moves to round ", a.round, " (",
-                                   a.reason, "); this node's workers go on")));
+    out.push_back(
+        Log(Level::kInfo, absl::StrCat("run '", options_.run_id, "' moves to round ", a.round, " (",
+                                       a.reason, "); this node's workers go on")));
     round_ = a.round;
     out.push_back(actions::ApplyAssignment{a, /*keep_workers=*/true});
     return out;

@@ -297,8 +297,8 @@ void NodeWorkers::PrepareSpare() {
   group_->Prepare(*spec);
   spare_prepared_ = true;
   const bool standbys = options_.standby_workers > 0;
-  absl::Status s = standbys ? group_->StartStandbys(options_.standby_workers)
-                            : group_->StartForkServer();
+  absl::Status s =
+      standbys ? group_->StartStandbys(options_.standby_workers) : group_->StartForkServer();
   if (!s.ok()) {
     spdlog::log(absl::IsFailedPrecondition(s) ? spdlog::level::debug : spdlog::level::warn,
                 "dgt-run: this spare starts its ranks as fresh processes: {}", s.message());
@@ -345,11 +345,11 @@ void NodeWorkers::PublishThenSpawn(WorkerGroup* group, int local_rank, int resta
     return;
   }
   if (local_rank >= options_.nproc_per_node) {
-    spdlog::info("dgt-run: published the failures of ranks {}..{} ({} ms); starting their "
-                 "replacements",
-                 assignment_.first_global_rank,
-                 assignment_.first_global_rank + options_.nproc_per_node - 1,
-                 absl::ToInt64Milliseconds(absl::Now() - start));
+    spdlog::info(
+        "dgt-run: published the failures of ranks {}..{} ({} ms); starting their "
+        "replacements",
+        assignment_.first_global_rank, assignment_.first_global_rank + options_.nproc_per_node - 1,
+        absl::ToInt64Milliseconds(absl::Now() - start));
     SpawnRound(group, restart_count);
     return;
   }
@@ -405,9 +405,9 @@ void NodeWorkers::SpawnFrom(WorkerGroup* group, int first, int restart_count) {
   const int end = std::min(first + kSpawnBatch, options_.nproc_per_node);
   for (int local = first; local < end; ++local) {
     absl::StatusOr<WorkerSpec> spec = MakeSpec(local, restart_count);
-    absl::StatusOr<pid_t> pid = !spec.ok()              ? spec.status()
+    absl::StatusOr<pid_t> pid = !spec.ok()             ? spec.status()
                                 : group == warm_group_ ? group_->StartReplacement(*spec)
-                                                        : group_->StartOne(*spec);
+                                                       : group_->StartOne(*spec);
     const absl::Status& status = pid.status();
     if (pid.ok()) hang_.Started(local, spec->rank, *pid);
     if (!status.ok()) {

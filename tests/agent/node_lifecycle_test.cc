@@ -611,9 +611,9 @@ TEST(NodeLifecycleTest, InPlaceRoundKeepsTheRunningWorkers) {
 TEST(NodeLifecycleTest, SpareJoiningAnInPlaceRoundStartsItsRanksAsReplacements) {
   Harness h;
   h.lc().OnJoinSent(h.clock().Now());
-  EXPECT_THAT(h.Do(h.lc().OnAssignment(InPlace(Round(3, 1, 1, 2, "node lost")), 0,
-                                       h.clock().Now())),
-              ElementsAre("ApplyAssignment(round 3)", "StartRound(2, replacing)"));
+  EXPECT_THAT(
+      h.Do(h.lc().OnAssignment(InPlace(Round(3, 1, 1, 2, "node lost")), 0, h.clock().Now())),
+      ElementsAre("ApplyAssignment(round 3)", "StartRound(2, replacing)"));
   EXPECT_EQ(h.lc().state(), NodeState::kRunning);
   EXPECT_EQ(h.lc().round(), 3);
 }
