@@ -130,15 +130,23 @@ absl::Status ForkServer::Start(const WorkerSpec& worker) {
   output_[1].assign(launched->stderr_fd);
   pipes_open_ = 2;
   spdlog::debug("dgt-run: started the fork server, pid {}", pid_);
-  pidfd_.async_wait(asio::posix::stream_descriptor::wait_read,
-                    [this, life = std::weak_ptr<int>(life_)](boost::system::error_code ec) {
-                      if (ec || life.expired()) return;
-                      OnExit();
-                    });
+  WatchExit();
   PumpOutput(false);
   PumpOutput(true);
   ReadChannel();
   return absl::OkStatus();
+}
+
+void ForkServer::WatchExit() {
+  pidfd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                    [this, life = std::weak_ptr<int>(life_)](boost::system::error_code ec) {
+                      if (ec || life.expired()) return;
+                      if (!ExitFdReady(pidfd_.native_handle())) {
+                        WatchExit();  // A stale readiness: the server runs.
+                        return;
+                      }
+                      OnExit();
+                    });
 }
 
 void ForkServer::ReadChannel() {

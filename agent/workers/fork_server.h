@@ -92,6 +92,8 @@ class ForkServer {
   void ConsumeLines();
   void OnLine(const std::string& line);
   void PumpOutput(bool is_stderr);
+  // Waits for the server's exit (OnExit), again after a stale readiness (ExitFdReady).
+  void WatchExit();
   void OnExit();
   void ChannelGone();
   void MaybeWarnExit();

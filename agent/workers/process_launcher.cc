@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -171,6 +172,15 @@ int ForkExecLauncher::Reap(pid_t pid) {
     r = ::waitpid(pid, &status, 0);
   } while (r < 0 && errno == EINTR);
   return status;
+}
+
+bool ExitFdReady(int exit_fd) {
+  pollfd p{exit_fd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, 0);
+  } while (r < 0 && errno == EINTR);
+  return r > 0;
 }
 
 ProcessLauncher* DefaultProcessLauncher() {

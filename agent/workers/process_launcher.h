@@ -60,6 +60,12 @@ class ForkExecLauncher final : public ProcessLauncher {
 // A process-wide ForkExecLauncher.
 ProcessLauncher* DefaultProcessLauncher();
 
+// Whether `exit_fd` (LaunchedProcess::exit_fd) reads as ready now: its process exited (poll, no
+// wait). An exit watcher checks it before it reaps: Asio may complete a wait with the readiness
+// of a descriptor closed in the same event batch whose fd number and state this one reuses, and
+// waitpid on a live process would block the agent's loop. False: wait again.
+bool ExitFdReady(int exit_fd);
+
 // For a child between fork and exec (async-signal-safe): every signal that has a handler (the
 // parent's, e.g. Asio's, which writes into the parent's signal pipe) gets SIG_DFL back, and
 // SIGPIPE, which the agent ignores, too. Ignored signals stay ignored (nohup). Call it while every

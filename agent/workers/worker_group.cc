@@ -175,6 +175,10 @@ void WorkerGroup::WatchExit(Worker& w) {
   w.pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
                      [this, &w](boost::system::error_code ec) {
                        if (ec) return;
+                       if (!ExitFdReady(w.pidfd.native_handle())) {
+                         WatchExit(w);  // A stale readiness: the process runs.
+                         return;
+                       }
                        if (w.forked) {
                          // Not the agent's child: the fork server reaps it and reports how.
                          w.ended = true;

@@ -55,8 +55,8 @@ absl::StatusOr<pid_t> WorkerGroup::StartForked(const WorkerSpec& spec) {
   Worker& w =
       AddWorker(spec, forked->pid, files, forked->exit_fd, forked->stdout_fd, forked->stderr_fd);
   w.forked = true;
-  spdlog::info("dgt-run: restarted rank {} (attempt {}) as pid {}, forked by the fork server",
-               spec.rank, spec.attempt, forked->pid);
+  spdlog::info("dgt-run: {} rank {} (attempt {}) as pid {}, forked by the fork server",
+               spec.attempt > 0 ? "restarted" : "started", spec.rank, spec.attempt, forked->pid);
   return forked->pid;
 }
 

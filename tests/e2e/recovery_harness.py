@@ -238,12 +238,13 @@ RANK_EVENT = re.compile(r"^\[rank(\d+)\]: EVENT (\w+) (.*)$", re.M)
 class DgtRunJob:
     """The real launcher: a dgt-rendezvous and `nodes` dgt-run agents with `nproc` ranks each,
     running allreduce_trainer (--no-python) on loopback. The agents apply `policy` (rank or
-    group) and, with policy rank, `mode` (--recovery-mode replace or shrink). Every wait has a
+    group) and, with policy rank, `mode` (--recovery-mode replace or shrink); `nnodes`: another
+    --nnodes than `nodes` (e.g. "1:2"). Every wait has a
     deadline; close() kills whatever is left (agents and their workers' sessions)."""
 
     def __init__(self, out_dir, run_id, policy="rank", mode="replace", nodes=2, nproc=2,
                  steps=300, step_ms=10, max_restarts=1, stop_timeout=5, extra=(), command=None,
-                 env=None):
+                 env=None, nnodes=None):
         self.out_dir = Path(out_dir)
         self.run_id = run_id
         self.nodes = nodes
@@ -255,7 +256,7 @@ class DgtRunJob:
         self.rdzv = self._popen([str(BIN / "dgt-rendezvous"), "--listen", "127.0.0.1:0"],
                                 "rendezvous")
         self.endpoint = rendezvous_endpoint(self.rdzv, self.out_dir)
-        args = [str(BIN / "dgt-run"), f"--nnodes={nodes}", f"--nproc-per-node={nproc}",
+        args = [str(BIN / "dgt-run"), f"--nnodes={nnodes or nodes}", f"--nproc-per-node={nproc}",
                 f"--rdzv-endpoint={self.endpoint}", f"--rdzv-id={run_id}",
                 "--rdzv-conf=last_call_timeout=1", f"--stop-timeout={stop_timeout}",
                 f"--restart-policy={policy}", f"--max-restarts={max_restarts}"]

@@ -449,3 +449,39 @@ def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2
             assert "RecoveryError" not in j.stderr(i), j.stderr(i)[-3000:]
     finally:
         j.close()
+
+
+def test_node_rank_zero_keeps_its_rank_through_an_ordinary_round_with_its_fork_server(
+        tmp_path, python2):
+    """--nnodes=1:2, no spare: kill -9 of node rank 1 once node rank 0's fork server is ready. Node
+    rank 0 goes on alone in round 1 (an ordinary round: its workers and fork server restart) and
+    ends 0 with the parameters of a one-rank run. A repro of an agent that blocked for good in
+    waitpid on its new, live fork server: Asio completed the new server's exit wait with the
+    readiness of a descriptor closed in the same event batch (6 of 9 runs)."""
+    steps = 600
+    j = DgtRunJob(tmp_path, "torch-r0", policy="rank", mode="replace", steps=steps, nnodes="1:2",
+                  max_restarts=1,
+                  command=[python2, str(EXAMPLE), "--steps", str(steps), "--step-ms", "10",
+                           "--op-timeout", "20"],
+                  env={"PYTHONPATH": str(REPO / "python"), "OMP_NUM_THREADS": "1"})
+    try:
+        pids = j.joined_pids(timeout=90)
+        assert sorted(pids) == [0, 1, 2, 3]
+        deadline = time.monotonic() + 120
+        while not FORK_SERVER_READY.search(j.stderr(0)):
+            assert time.monotonic() < deadline, j.stderr(0)
+            time.sleep(0.05)
+        j.kill_node(1)
+        codes = j.wait(timeout=120)
+        assert codes[0] == 0, (codes, j.stderr(0)[-3000:])
+        err = j.stderr(0)
+        assert ("round 1 (node lost: node node-1 (127.0.0.1) was lost): node rank 0 of 1, ranks "
+                "0..1 of world size 2") in err, err
+        done = last(j.events(), "done")
+        assert sorted(done) == [0, 1]
+        [expected] = reference_digests(python2, (steps, steps, [0, 1], [0, 1]))
+        assert {done[r]["digest"] for r in (0, 1)} == {expected}
+        for r in (0, 1):
+            assert done[r]["steps"] == str(steps) and done[r]["pid"] != str(pids[r])
+    finally:
+        j.close()
