@@ -357,7 +357,14 @@ TEST(NcclCommunicatorTest, AsyncErrorWatcherAbortsAndReports) {
   t.join();
   EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kAborted)
       << s;
-  absl::SleepFor(absl::Milliseconds(200));
+  // Each watcher polls every 20 ms; under a loaded sanitizer run one may be late, so wait for
+  // both aborts (and a report) up to a deadline rather than a fixed time.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto settled = [&] {
+    dgt::MutexLock l(&mu);
+    return comms[0]->aborted() && comms[1]->aborted() && !reports.empty();
+  };
+  while (!settled() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE(comms[0]->aborted());
   EXPECT_TRUE(comms[1]->aborted());
   dgt::MutexLock l(&mu);
