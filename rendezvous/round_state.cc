@@ -664,13 +664,10 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
   std::sort(ranks.begin(), ranks.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
   NodeRecord* master = ranks.front().first;
-  const bool in_place =
-      member_lost && restart_increment == 0 && !run.pending_reason && InPlaceFits(run, ranks);
-  if (in_place) {
-    StartInPlaceRound(run, reason, ranks, out);
-    return;
-  }
-  if (master->store_port == 0) {
+  const bool in_place = member_lost && restart_increment == 0 &&
+                        run.pending_restart_increment == 0 && !run.pending_reason &&
+                        InPlaceFits(run, ranks);
+  if (!in_place && master->store_port == 0) {
     // NodeRecord rank 0's agent is still opening its next store: hold the round until it is ready.
     run.pending_reason = reason;
     // One held round is one restart, however many failures asked for it.
@@ -702,9 +699,12 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
     first_rank += n->nproc;
   }
   run.world_size = first_rank;
-  run.master_addr = master->address;
-  run.master_port = master->store_port;
-  master->store_port = 0;  // Consumed: the next round needs the agent's next store.
+  if (!in_place) {
+    // An in-place round keeps the store that holds the recovery keys.
+    run.master_addr = master->address;
+    run.master_port = master->store_port;
+    master->store_port = 0;  // Consumed: the next round needs the agent's next store.
+  }
   run.state = RunState::kRunning;
   for (size_t i = 0; i < ranks.size(); ++i) {
     NodeRecord* n = ranks[i].first;
@@ -718,11 +718,13 @@ void RoundStateMachine::StartRound(RunRecord& run, const std::string& reason,
     a.master_addr = run.master_addr;
     a.master_port = run.master_port;
     a.restart_count = run.restart_count;
-    a.reason = reason;
+    a.reason =
+        in_place ? absl::StrCat(reason, " (in place: the survivors keep their workers)") : reason;
     a.host_node_id = options_.host_node_id;
+    a.in_place = in_place;
     out.push_back(Outgoing{n->session, std::move(a)});
   }
-  SendProgress(run, out);  // Nodes beyond MAX keep waiting.
+  SendProgress(run, out);  // Nodes beyond MAX (the other spares) keep waiting.
   (void)now;
 }
 
@@ -738,40 +740,6 @@ bool RoundStateMachine::InPlaceFits(const RunRecord& run,
     world_size += n->nproc;
   }
   return spare && world_size == run.world_size;
-}
-
-void RoundStateMachine::StartInPlaceRound(RunRecord& run, const std::string& reason,
-                                          const std::vector<std::pair<NodeRecord*, int32_t>>& ranks,
-                                          std::vector<Outgoing>& out) {
-  run.round += 1;
-  ++counters_.rounds;
-  for (auto& [id, n] : run.nodes) {
-    n.node_rank = -1;
-    n.succeeded = false;
-    n.failed = false;
-  }
-  run.members = static_cast<int32_t>(ranks.size());
-  run.succeeded = 0;
-  int32_t first_rank = 0;
-  for (const auto& [n, r] : ranks) {
-    n->node_rank = r;
-    Assignment a;
-    a.run_id = run.run_id;
-    a.round = run.round;
-    a.node_rank = r;
-    a.node_count = run.members;
-    a.world_size = run.world_size;
-    a.first_global_rank = first_rank;
-    a.master_addr = run.master_addr;
-    a.master_port = run.master_port;
-    a.restart_count = run.restart_count;
-    a.reason = absl::StrCat(reason, " (in place: the survivors keep their workers)");
-    a.host_node_id = options_.host_node_id;
-    a.in_place = true;
-    out.push_back(Outgoing{n->session, std::move(a)});
-    first_rank += n->nproc;
-  }
-  SendProgress(run, out);  // The other spares keep waiting.
 }
 
 bool RoundStateMachine::TrySendPendingRound(RunRecord& run, absl::Time now,

@@ -203,12 +203,9 @@ class RoundStateMachine {
   // Whether the new round `ranks` (node -> new node rank, by rank; the nodes still hold the last
   // round's ranks) can be in place: the run asked for it, node rank 0 and every other survivor
   // keep their ranks, spares fill the lost places, and the world size stays.
+  // Such a round keeps MASTER_ADDR:MASTER_PORT (the store with the recovery keys), the restart
+  // count and the layout, and says Assignment.in_place to every member.
   static bool InPlaceFits(const Run& run, const std::vector<std::pair<Node*, int32_t>>& ranks);
-  // The in-place round: the same MASTER_ADDR:MASTER_PORT (the store with the recovery keys),
-  // restart count and layout; Assignment.in_place to every member.
-  void StartInPlaceRound(Run& run, const std::string& reason,
-                         const std::vector<std::pair<Node*, int32_t>>& ranks,
-                         std::vector<Outgoing>& out);
   // Starts the round held for node rank 0's next store (or holds it again). Returns false, and
   // drops it, when fewer than MIN nodes are connected any more; a running round it was to
   // replace (members lost, or a restart) then goes as after a loss below MIN (AfterMemberLost).
