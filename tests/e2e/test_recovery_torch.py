@@ -117,6 +117,24 @@ def back_ms(ev, ranks, kill_ns, pre):
     return (max(back) - kill_ns) / 1e6
 
 
+def check_replaced(python2, done, pids, survivors, replaced, steps):
+    """Replace mode's end: every rank finished `steps` steps in generation 1 with all 4 members
+    and the one-process reference's digest; the survivors kept their processes (one recovery
+    each), the replaced ranks are new processes that joined once."""
+    assert sorted(done) == list(range(WORLD))
+    for r in survivors:
+        assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
+        assert done[r]["recoveries"] == "1"
+    for r in replaced:
+        assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
+    for r in range(WORLD):
+        assert done[r]["steps"] == str(steps)
+        assert done[r]["members"] == "0,1,2,3"
+        assert done[r]["generation"] == "1"
+    [expected] = reference_digests(python2, (steps, steps, range(WORLD), range(WORLD)))
+    assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+
+
 def test_shrink_continues_with_three_ranks_and_exact_parameters(job, python2, capsys):
     j = job("torch-shrink", "shrink")
     pids, kill_ns, pre = kill_mid_run(j, 1)
@@ -175,19 +193,8 @@ def test_replace_two_ranks_at_once_resume_from_a_survivor_with_exact_parameters(
         agents_ok(j)
         ev = j.events()
         done = last(ev, "done")
-        assert sorted(done) == [0, 1, 2, 3]
-        for r in (0, 3):
-            assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
-            assert done[r]["recoveries"] == "1"
-        for r in (1, 2):
-            assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
-        for r in range(WORLD):
-            assert done[r]["steps"] == str(STEPS)
-            assert done[r]["members"] == "0,1,2,3"
-            assert done[r]["generation"] == "1"
+        check_replaced(python2, done, pids, (0, 3), (1, 2), STEPS)
         assert len([1 for _, k, _ in ev if k == "joined"]) == 6  # Only ranks 1 and 2 twice.
-        [expected] = reference_digests(python2, (STEPS, STEPS, range(WORLD), range(WORLD)))
-        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
         synced = last(ev, "synced")
         assert sorted(synced) == [0, 1, 2, 3]
         resume = {int(f["resume"]) for f in synced.values()}
@@ -406,19 +413,8 @@ def test_whole_node_lost_the_spare_replaces_its_ranks_in_place(tmp_path, python2
                                                      j.stderr(spare)[-3000:])
         ev = j.events()
         done = last(ev, "done")
-        assert sorted(done) == [0, 1, 2, 3]
-        for r in (0, 1):
-            assert done[r]["pid"] == str(pids[r])  # The survivors were not restarted.
-            assert done[r]["recoveries"] == "1"
-        for r in (2, 3):
-            assert j.node_of(r) in (1, spare)
-            assert done[r]["pid"] != str(pids[r]) and done[r]["recoveries"] == "0"
-        for r in range(WORLD):
-            assert done[r]["steps"] == str(steps)
-            assert done[r]["members"] == "0,1,2,3"
-            assert done[r]["generation"] == "1"
-        [expected] = reference_digests(python2, (steps, steps, range(WORLD), range(WORLD)))
-        assert {done[r]["digest"] for r in range(WORLD)} == {expected}
+        check_replaced(python2, done, pids, (0, 1), (2, 3), steps)
+        assert {j.node_of(r) for r in (2, 3)} <= {1, spare}
         synced = last(ev, "synced")
         for r in (2, 3):
             assert synced[r]["replacement"] == "1" and synced[r]["source"] in ("0", "1")
