@@ -22,6 +22,7 @@ packages=(
   libgtest-dev libgmock-dev python3 python3-pytest python3-torch python3-sklearn python3-numpy
   iproute2 iptables procps psmisc openssl python3-venv
   curl  # bench/rendezvous reads etcd's /metrics
+  liburing-dev  # bench/store/floor_server's io_uring loop
   # Packaging: man pages (help2man), the .deb (cpack needs file and dpkg-shlibdeps), its test
   # (systemd-analyze, systemd-sysusers, systemd-tmpfiles; readelf)
   help2man file dpkg-dev systemd binutils
